@@ -1,0 +1,33 @@
+// Elementwise and row-wise fp32 kernels of the CPU backend. All operate on row-major arrays;
+// shapes are given in the comments. Thread-safe (no shared state); callers parallelise.
+#pragma once
+
+#include <cstdint>
+
+namespace dcf::cpu {
+
+// y[T, out] = x[T, in] * w[out, in]^T (+ b[out] when b != nullptr). BLAS, multithreaded.
+void Linear(const float* x, const float* w, const float* b, int64_t T, int64_t in, int64_t out,
+            float* y);
+
+// y[T, n] = x[T, k] * w[k, n] with leading dimensions (row strides) lda, ldb, ldc.
+void MatMul(const float* x, int64_t lda, const float* w, int64_t ldb, int64_t T, int64_t k,
+            int64_t n, float* y, int64_t ldc);
+
+// Per row of x[T, E]: y = x / sqrt(mean(x^2) + eps) * w.
+void RmsNorm(const float* x, const float* w, int64_t T, int64_t E, double eps, float* y);
+// Per row of x[T, E]: y = (x - mean) / sqrt(var + eps) * w + b (biased variance).
+void LayerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t E, double eps,
+               float* y);
+
+// Exact GELU: 0.5 x (1 + erf(x / sqrt 2)).
+float GeluErf(float x);
+float Silu(float x);
+
+// Half-pairing RoPE. RopeAngles fills cos/sin[r/2] for position `pos`
+// (angle_j = pos * base^(-2j/r), computed in double); ApplyRope rotates dims (j, j + r/2) of
+// x[hd] for j < r/2 and leaves dims >= r untouched.
+void RopeAngles(int64_t pos, int rotary_dim, double base, float* cos_out, float* sin_out);
+void ApplyRope(float* x, int rotary_dim, const float* cos_in, const float* sin_in);
+
+}  // namespace dcf::cpu

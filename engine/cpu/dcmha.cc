@@ -1,0 +1,107 @@
+#include "engine/cpu/dcmha.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/model/model_config.h"
+
+namespace dcf::cpu {
+namespace {
+
+constexpr int kRank = ModelConfig::kRank;
+
+// Calls fn(j, row) for every visible key, j = position - lo, in position order.
+template <typename Fn>
+void ForEachKey(absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, Fn&& fn) {
+  for (const KeySegment& seg : segments) {
+    const int64_t begin = std::max(lo, seg.pos0);
+    const int64_t end = std::min(hi + 1, seg.pos0 + seg.count);
+    for (int64_t p = begin; p < end; ++p) fn(p - lo, seg.rows + (p - seg.pos0) * seg.stride);
+  }
+}
+
+}  // namespace
+
+void Compose(int n_head, const float* qw, const float* qg, const float* kw, const float* kg,
+             const float* s, float* out) {
+  const int N = n_head;
+  float qa[kRank], ka[kRank];
+  for (int i = 0; i < kRank; ++i) {
+    const float* q1 = qw + i * N;
+    const float* k1 = kw + i * N;
+    float a = 0, b = 0;
+    for (int n = 0; n < N; ++n) {
+      a += q1[n] * s[n];
+      b += k1[n] * s[n];
+    }
+    qa[i] = a;
+    ka[i] = b;
+  }
+  const float* q2 = qw + kRank * N;
+  const float* k2 = kw + kRank * N;
+  for (int m = 0; m < N; ++m) {
+    float v = s[m] * (1.0f + qg[m] + kg[m]);
+    for (int i = 0; i < kRank; ++i) v += q2[i * N + m] * qa[i] + k2[i * N + m] * ka[i];
+    out[m] = v;
+  }
+}
+
+void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
+               absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
+               float* out) {
+  const int N = layout.n_head, hd = layout.head_dim;
+  const int64_t L = hi - lo + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* S = scratch;  // [L, N]
+
+  // Scores and pre-compose at every key.
+  ForEachKey(segments, lo, hi, [&](int64_t j, const float* row) {
+    const float* k = row + layout.k_offset();
+    float* s = S + j * N;
+    for (int n = 0; n < N; ++n) {
+      const float* qn = qi.q + n * hd;
+      const float* kn = k + n * hd;
+      float dot = 0;
+      for (int d = 0; d < hd; ++d) dot += qn[d] * kn[d];
+      s[n] = dot * scale;
+    }
+    const float* kt = row + layout.branch_offset(0);
+    Compose(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s, s);
+  });
+
+  // Softmax over keys, per head.
+  float mx[256], sum[256];  // N <= 256 (checked by CpuModel)
+  std::fill(mx, mx + N, -std::numeric_limits<float>::infinity());
+  std::fill(sum, sum + N, 0.0f);
+  for (int64_t j = 0; j < L; ++j) {
+    for (int n = 0; n < N; ++n) mx[n] = std::max(mx[n], S[j * N + n]);
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    for (int n = 0; n < N; ++n) {
+      const float e = std::exp(S[j * N + n] - mx[n]);
+      S[j * N + n] = e;
+      sum[n] += e;
+    }
+  }
+  for (int n = 0; n < N; ++n) sum[n] = 1.0f / sum[n];
+
+  // Normalise, post-compose and accumulate values.
+  std::memset(out, 0, sizeof(float) * N * hd);
+  ForEachKey(segments, lo, hi, [&](int64_t j, const float* row) {
+    float* p = S + j * N;
+    for (int n = 0; n < N; ++n) p[n] *= sum[n];
+    const float* kt = row + layout.branch_offset(1);
+    Compose(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, p, p);
+    const float* v = row + layout.v_offset();
+    for (int n = 0; n < N; ++n) {
+      const float w = p[n];
+      const float* vn = v + n * hd;
+      float* on = out + n * hd;
+      for (int d = 0; d < hd; ++d) on[d] += w * vn[d];
+    }
+  });
+}
+
+}  // namespace dcf::cpu

@@ -1,0 +1,45 @@
+// DCMHA attention of one query over cached keys on the CPU (DCFORMER.md section 4).
+//
+// Compose mixes the heads' scores at the same (query, key) pair, so a query's scores for all
+// heads are materialised per key: S [L, N] for its L visible keys.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "engine/kv/kv_layout.h"
+
+namespace dcf::cpu {
+
+// Compose of a head vector s[N] with query-side terms (qw = W1 [I][N] then W2 [I][N], qg =
+// G [N]) and key-side terms (kw, kg likewise):
+//   out[m] = s[m] (1 + qg[m] + kg[m]) + sum_i W2q[i][m] <W1q[i], s> + sum_i W2k[i][m] <W1k[i], s>
+// `out` may alias `s`.
+void Compose(int n_head, const float* qw, const float* qg, const float* kw, const float* kg,
+             const float* s, float* out);
+
+// A run of consecutive cached positions [pos0, pos0 + count) whose rows (KvRowLayout) are
+// `stride` floats apart starting at `rows`.
+struct KeySegment {
+  int64_t pos0 = 0;
+  int64_t count = 0;
+  const float* rows = nullptr;
+  int64_t stride = 0;
+};
+
+// Query-side inputs of one token.
+struct QueryInputs {
+  const float* q = nullptr;       // [N, hd], qk-normed and rotated
+  const float* pre_w = nullptr;   // branch 0: W1 [I][N] | W2 [I][N]
+  const float* pre_g = nullptr;   // branch 0: G [N]
+  const float* post_w = nullptr;  // branch 2
+  const float* post_g = nullptr;  // branch 2
+};
+
+// Attends query `qi` to the visible keys [lo, hi] (inclusive) found in `segments` (which
+// must cover that range) and writes o [N, hd]. `scratch` holds (hi - lo + 1) * N floats.
+void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
+               absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
+               float* out);
+
+}  // namespace dcf::cpu

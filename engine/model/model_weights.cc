@@ -1,0 +1,162 @@
+#include "engine/model/model_weights.h"
+
+#include <functional>
+#include <map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+
+namespace dcf {
+namespace {
+
+// Tensors that published checkpoints carry but inference does not read.
+bool IsIgnoredTensor(absl::string_view name) {
+  static constexpr absl::string_view kIgnoredSuffixes[] = {
+      ".dyn_w_proj.dw_m", ".dyn_w_proj.qkw_m", ".dyn_w_proj.pre_proj.w",
+      ".dyn_w_proj.post_proj.w"};
+  for (absl::string_view s : kIgnoredSuffixes) {
+    if (absl::EndsWith(name, s)) return true;
+  }
+  return absl::StrContains(name, ".attention.kv_cache.");
+}
+
+// One expected tensor: its name, the shape the file must have, and where it goes.
+struct Expected {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float>* dst;
+};
+
+}  // namespace
+
+size_t ModelWeights::TotalFloats() const {
+  size_t n = tok_embeddings.size() + norm_w.size() + norm_b.size() + output.size();
+  for (const LayerWeights& l : layers) {
+    for (const std::vector<float>* v :
+         {&l.attention_norm_w, &l.attention_norm_b, &l.wqkv_w, &l.wqkv_b, &l.wo_w, &l.wo_b,
+          &l.q_norm, &l.k_norm, &l.dw1, &l.qkw, &l.dd, &l.ffn_norm_w, &l.ffn_norm_b, &l.w1_w,
+          &l.w1_b, &l.w3_w, &l.w2_w, &l.w2_b}) {
+      n += v->size();
+    }
+  }
+  return n;
+}
+
+absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointReader& reader) {
+  const int64_t E = c.dim, N = c.n_head, hd = c.head_dim, F = c.intermediate_size,
+                V = c.vocab_size, C = ModelConfig::kComposeBranches, K = c.dynamic_hidden(),
+                I = ModelConfig::kRank;
+  const bool bias = c.linear_bias;
+  const bool pythia = c.architecture == Architecture::kDcPythia;
+
+  ModelWeights w;
+  w.layers.resize(c.n_layer);
+  std::vector<Expected> expected;
+  expected.push_back({"tok_embeddings.weight", {V, E}, &w.tok_embeddings});
+  expected.push_back({"norm.weight", {E}, &w.norm_w});
+  if (pythia) expected.push_back({"norm.bias", {E}, &w.norm_b});
+  expected.push_back({"output.weight", {V, E}, &w.output});
+
+  // Files may split wqkv into wq/wk/wv; those are concatenated after reading.
+  absl::flat_hash_map<std::string, const TensorInfo*> present;
+  for (const TensorInfo& t : reader.tensors()) present[t.name] = &t;
+
+  struct SplitQkv {
+    std::vector<float> q, k, v;  // [E, E] each
+  };
+  std::vector<SplitQkv> split(c.n_layer);
+
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights& L = w.layers[l];
+    const std::string p = absl::StrCat("layers.", l, ".");
+    auto add = [&](std::string suffix, std::vector<int64_t> shape, std::vector<float>* dst) {
+      expected.push_back({p + suffix, std::move(shape), dst});
+    };
+    add("attention_norm.weight", {E}, &L.attention_norm_w);
+    add("ffn_norm.weight", {E}, &L.ffn_norm_w);
+    if (pythia) {
+      add("attention_norm.bias", {E}, &L.attention_norm_b);
+      add("ffn_norm.bias", {E}, &L.ffn_norm_b);
+    }
+    const bool fused = present.contains(p + "attention.wqkv.weight") ||
+                       !present.contains(p + "attention.wq.weight");
+    if (fused) {
+      add("attention.wqkv.weight", {3 * E, E}, &L.wqkv_w);
+      if (bias) add("attention.wqkv.bias", {3 * E}, &L.wqkv_b);
+    } else {
+      SplitQkv& s = split[l];
+      add("attention.wq.weight", {E, E}, &s.q);
+      add("attention.wk.weight", {E, E}, &s.k);
+      add("attention.wv.weight", {E, E}, &s.v);
+      if (bias) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            p, "attention.wq/wk/wv: split projections with biases are not supported"));
+      }
+    }
+    add("attention.wo.weight", {E, E}, &L.wo_w);
+    if (bias) add("attention.wo.bias", {E}, &L.wo_b);
+    if (c.use_qk_norm) {
+      add("attention.q_norm.scale", {hd}, &L.q_norm);
+      add("attention.k_norm.scale", {hd}, &L.k_norm);
+    }
+    add("attention.dyn_w_proj.dw1", {E, 1, C, K}, &L.dw1);
+    add("attention.dyn_w_proj.qkw", {1, C, K, 2 * I, N}, &L.qkw);
+    add("attention.dyn_w_proj.dd", {E, 1, C * N}, &L.dd);
+    add("feed_forward.w1.weight", {F, E}, &L.w1_w);
+    add("feed_forward.w2.weight", {E, F}, &L.w2_w);
+    if (pythia) {
+      if (bias) {
+        add("feed_forward.w1.bias", {F}, &L.w1_b);
+        add("feed_forward.w2.bias", {E}, &L.w2_b);
+      }
+    } else {
+      add("feed_forward.w3.weight", {F, E}, &L.w3_w);
+    }
+  }
+
+  // Validate everything before reading anything.
+  absl::flat_hash_map<std::string, const Expected*> by_name;
+  for (const Expected& e : expected) by_name[e.name] = &e;
+  for (const TensorInfo& t : reader.tensors()) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      if (IsIgnoredTensor(t.name)) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected tensor '", t.name, "' in the checkpoint (not part of a ",
+                       c.ArchitectureName(), " model with this config)"));
+    }
+    if (t.shape != it->second->shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", t.name, "' has shape ", ShapeToString(t.shape), ", expected ",
+          ShapeToString(it->second->shape), " for this config"));
+    }
+  }
+  for (const Expected& e : expected) {
+    if (!present.contains(e.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", e.name, "' is missing from the checkpoint"));
+    }
+  }
+
+  for (const Expected& e : expected) {
+    int64_t numel = 1;
+    for (int64_t d : e.shape) numel *= d;
+    e.dst->assign(static_cast<size_t>(numel), 0.0f);
+    RETURN_IF_ERROR(reader.ReadF32(e.name, absl::MakeSpan(*e.dst)));
+  }
+  for (int l = 0; l < c.n_layer; ++l) {
+    SplitQkv& s = split[l];
+    if (s.q.empty()) continue;
+    std::vector<float>& dst = w.layers[l].wqkv_w;
+    dst.reserve(3 * E * E);
+    for (std::vector<float>* part : {&s.q, &s.k, &s.v}) {
+      dst.insert(dst.end(), part->begin(), part->end());
+      std::vector<float>().swap(*part);
+    }
+  }
+  return w;
+}
+
+}  // namespace dcf

@@ -1,0 +1,60 @@
+// Runs one sequence through a backend with its own small paged cache: the offline
+// generation path (dcformer-generate) and the reference path the tests compare against.
+// Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model/backend.h"
+
+namespace dcf {
+
+struct GreedyResult {
+  std::vector<int32_t> tokens;    // generated ids
+  std::vector<float> logprobs;    // natural-log softmax probability of each token
+};
+
+class SequenceRunner {
+ public:
+  // Allocates a cache big enough for one sequence of the model's full context. Replaces any
+  // cache the backend had.
+  static absl::StatusOr<std::unique_ptr<SequenceRunner>> Create(Backend* backend,
+                                                                int block_size = 16);
+
+  // Appends `tokens`, feeding them in chunks of at most `chunk` tokens. When `logits` is not
+  // null, the logits of every appended token are appended to it ([n, vocab] f32).
+  absl::Status Append(absl::Span<const int32_t> tokens, int chunk,
+                      std::vector<float>* logits = nullptr);
+
+  // Greedy decoding: feeds `prompt` (chunked), then picks the argmax token until
+  // `max_new_tokens` or until a token equals `eos` (which is included).
+  absl::StatusOr<GreedyResult> Greedy(absl::Span<const int32_t> prompt, int max_new_tokens,
+                                      int chunk, std::optional<int32_t> eos = std::nullopt);
+
+  // Drops the sequence (frees its blocks).
+  void Reset();
+
+  int num_tokens() const { return seq_.num_tokens; }
+  const SequenceKv& kv() const { return seq_; }
+  const KvCacheManager& cache() const { return *manager_; }
+
+ private:
+  SequenceRunner(Backend* backend, std::unique_ptr<KvCacheManager> manager)
+      : backend_(backend), manager_(std::move(manager)) {}
+
+  Backend* backend_;
+  std::unique_ptr<KvCacheManager> manager_;
+  SequenceKv seq_;
+  std::vector<float> last_logits_;  // [vocab] logits after the last appended token
+};
+
+// Index of the largest logit (lowest index on ties), and log-softmax of that entry.
+int32_t ArgMax(absl::Span<const float> logits);
+float LogSoftmaxAt(absl::Span<const float> logits, int32_t index);
+
+}  // namespace dcf

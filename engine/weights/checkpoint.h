@@ -1,0 +1,50 @@
+// Format-independent view of a checkpoint: a set of named tensors that can be read as fp32.
+//
+// Implementations: safetensors (safetensors_reader.h), PyTorch zip checkpoints
+// (torch_checkpoint.h), and a sharded reader that merges several files
+// (OpenCheckpointDir below). Readers validate their container (headers, offsets, sizes) when
+// opened, so a later ReadF32 fails only on I/O errors. Not thread-safe: one reader, one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/weights/dtype.h"
+
+namespace dcf {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // row-major logical shape
+  int64_t NumElements() const;
+};
+
+// "[3, 4]" style rendering for error messages.
+std::string ShapeToString(absl::Span<const int64_t> shape);
+
+class CheckpointReader {
+ public:
+  virtual ~CheckpointReader() = default;
+
+  // Every tensor in the checkpoint, in file order. Names are unique.
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+
+  // Writes tensor `name` converted to fp32, contiguous row-major, into `dst`
+  // (dst.size() must equal NumElements()). Source pages are released afterwards where the
+  // format allows it, so reading every tensor once never holds the file and the fp32 copy
+  // in memory at the same time. NotFound for an unknown name.
+  virtual absl::Status ReadF32(const std::string& name, absl::Span<float> dst) = 0;
+};
+
+// Opens the weights in a model directory, detecting the layout in this order:
+// model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json,
+// pytorch_model.bin. Sharded layouts are merged (a tensor listed in two shards, or a shard
+// that lacks a tensor its index promises, is an error naming it).
+absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenCheckpointDir(const std::string& dir);
+
+}  // namespace dcf

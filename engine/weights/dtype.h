@@ -1,0 +1,60 @@
+// Storage dtypes of checkpoint tensors and their conversion to fp32.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace dcf {
+
+enum class DType { kF32, kF16, kBF16 };
+
+// Size of one element in bytes.
+int DTypeSize(DType dtype);
+// "F32", "F16", "BF16" (the safetensors spelling).
+absl::string_view DTypeName(DType dtype);
+// Parses the safetensors spelling; any other dtype (I64, F64, ...) is InvalidArgument.
+absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name);
+
+// IEEE half (binary16) bits to float, exact for every input including subnormals/inf/nan.
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// bfloat16 bits to float (exact: bf16 is the top half of an f32).
+inline float BF16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Converts `count` little-endian elements of `dtype` at `src` to fp32 at `dst`.
+void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst);
+
+}  // namespace dcf

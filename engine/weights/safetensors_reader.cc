@@ -1,0 +1,137 @@
+#include "engine/weights/safetensors_reader.h"
+
+#include <cstring>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/weights/mapped_file.h"
+#include "nlohmann/json.hpp"
+
+namespace dcf {
+namespace {
+
+using Json = nlohmann::json;
+
+// Header sizes beyond this are refused (real headers are well under 1 MiB per 1k tensors).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+class SafetensorsReader final : public CheckpointReader {
+ public:
+  struct Entry {
+    size_t begin = 0;  // absolute byte offset in the file
+    size_t bytes = 0;
+  };
+
+  SafetensorsReader(MappedFile file, std::vector<TensorInfo> tensors,
+                    absl::flat_hash_map<std::string, size_t> index, std::vector<Entry> entries)
+      : file_(std::move(file)),
+        tensors_(std::move(tensors)),
+        index_(std::move(index)),
+        entries_(std::move(entries)) {}
+
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+
+  absl::Status ReadF32(const std::string& name, absl::Span<float> dst) override {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
+    }
+    const TensorInfo& info = tensors_[it->second];
+    const Entry& e = entries_[it->second];
+    if (static_cast<int64_t>(dst.size()) != info.NumElements()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ",
+                                                     info.NumElements(), " elements, buffer ",
+                                                     dst.size()));
+    }
+    ConvertToF32(info.dtype, file_.data() + e.begin, info.NumElements(), dst.data());
+    file_.Release(e.begin, e.bytes);
+    return absl::OkStatus();
+  }
+
+ private:
+  MappedFile file_;
+  std::vector<TensorInfo> tensors_;
+  absl::flat_hash_map<std::string, size_t> index_;
+  std::vector<Entry> entries_;
+};
+
+absl::Status Corrupt(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": invalid safetensors file: ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenSafetensors(const std::string& path) {
+  ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  if (file.size() < 8) return Corrupt(path, "shorter than its 8-byte header length");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, file.data(), 8);  // little-endian hosts only (x86-64, aarch64)
+  if (header_len > kMaxHeaderBytes || header_len > file.size() - 8) {
+    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds the file size ",
+                                      file.size()));
+  }
+  const char* header_begin = reinterpret_cast<const char*>(file.data() + 8);
+  Json header = Json::parse(header_begin, header_begin + header_len, nullptr,
+                            /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Corrupt(path, "header is not a JSON object");
+  }
+  const size_t data_begin = 8 + header_len;
+  const size_t data_size = file.size() - data_begin;
+
+  std::vector<TensorInfo> tensors;
+  std::vector<SafetensorsReader::Entry> entries;
+  absl::flat_hash_map<std::string, size_t> index;
+  for (auto& [name, value] : header.items()) {
+    if (name == "__metadata__") continue;
+    auto bad = [&](absl::string_view what) {
+      return Corrupt(path, absl::StrCat("tensor '", name, "': ", what));
+    };
+    if (!value.is_object()) return bad("entry is not an object");
+    auto dt = value.find("dtype");
+    auto sh = value.find("shape");
+    auto off = value.find("data_offsets");
+    if (dt == value.end() || !dt->is_string()) return bad("missing dtype");
+    if (sh == value.end() || !sh->is_array()) return bad("missing shape");
+    if (off == value.end() || !off->is_array() || off->size() != 2 ||
+        !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
+      return bad("data_offsets must be two non-negative integers");
+    }
+    TensorInfo info;
+    info.name = name;
+    auto dtype = ParseSafetensorsDType(dt->get<std::string>());
+    if (!dtype.ok()) return bad(dtype.status().message());
+    info.dtype = *dtype;
+    int64_t numel = 1;
+    for (const Json& d : *sh) {
+      if (!d.is_number_unsigned()) return bad("shape entries must be non-negative integers");
+      const uint64_t v = d.get<uint64_t>();
+      if (v > (1ull << 40) || (v > 0 && static_cast<uint64_t>(numel) > (1ull << 40) / v)) {
+        return bad("shape is too large");
+      }
+      info.shape.push_back(static_cast<int64_t>(v));
+      numel *= static_cast<int64_t>(v);
+    }
+    const uint64_t begin = (*off)[0].get<uint64_t>();
+    const uint64_t end = (*off)[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return bad(absl::StrCat("data_offsets [", begin, ", ", end, ") outside the data region of ",
+                              data_size, " bytes"));
+    }
+    const uint64_t expected = static_cast<uint64_t>(numel) * DTypeSize(info.dtype);
+    if (end - begin != expected) {
+      return bad(absl::StrCat("holds ", end - begin, " bytes but shape ",
+                              ShapeToString(info.shape), " of ", DTypeName(info.dtype),
+                              " needs ", expected));
+    }
+    index[name] = tensors.size();
+    entries.push_back({data_begin + begin, end - begin});
+    tensors.push_back(std::move(info));
+  }
+  return std::unique_ptr<CheckpointReader>(new SafetensorsReader(
+      std::move(file), std::move(tensors), std::move(index), std::move(entries)));
+}
+
+}  // namespace dcf

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every system dependency of dcformer-serve from Debian 12 packages.
+# Idempotent: packages already present are skipped; safe to run repeatedly.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev nlohmann-json3-dev libzip-dev libutf8proc-dev
+  clang libclang-rt-14-dev
+  python3-grpcio python3-protobuf python3-prometheus-client python3-numpy
+  prometheus openssl curl
+)
+# Node.js is used only by the example client; machines may already carry a non-Debian build
+# (with its own npm), which conflicts with Debian's npm package: install only when absent.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all system packages present"
+fi
