@@ -44,30 +44,29 @@ size_t ModelWeights::TotalFloats() const {
   return n;
 }
 
-absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointReader& reader) {
+namespace {
+
+struct SplitQkv {
+  std::vector<float> q, k, v;  // [E, E] each
+};
+
+// Lists every tensor a model with config `c` reads, with the shape the file must have and
+// the buffer of `w` it goes into. `split_layers[l]` selects wq/wk/wv instead of wqkv.
+absl::StatusOr<std::vector<Expected>> BuildExpected(const ModelConfig& c, ModelWeights& w,
+                                                    const std::vector<bool>& split_layers,
+                                                    std::vector<SplitQkv>& split) {
   const int64_t E = c.dim, N = c.n_head, hd = c.head_dim, F = c.intermediate_size,
                 V = c.vocab_size, C = ModelConfig::kComposeBranches, K = c.dynamic_hidden(),
                 I = ModelConfig::kRank;
   const bool bias = c.linear_bias;
   const bool pythia = c.architecture == Architecture::kDcPythia;
-
-  ModelWeights w;
   w.layers.resize(c.n_layer);
+  split.resize(c.n_layer);
   std::vector<Expected> expected;
   expected.push_back({"tok_embeddings.weight", {V, E}, &w.tok_embeddings});
   expected.push_back({"norm.weight", {E}, &w.norm_w});
   if (pythia) expected.push_back({"norm.bias", {E}, &w.norm_b});
   expected.push_back({"output.weight", {V, E}, &w.output});
-
-  // Files may split wqkv into wq/wk/wv; those are concatenated after reading.
-  absl::flat_hash_map<std::string, const TensorInfo*> present;
-  for (const TensorInfo& t : reader.tensors()) present[t.name] = &t;
-
-  struct SplitQkv {
-    std::vector<float> q, k, v;  // [E, E] each
-  };
-  std::vector<SplitQkv> split(c.n_layer);
-
   for (int l = 0; l < c.n_layer; ++l) {
     LayerWeights& L = w.layers[l];
     const std::string p = absl::StrCat("layers.", l, ".");
@@ -80,20 +79,17 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       add("attention_norm.bias", {E}, &L.attention_norm_b);
       add("ffn_norm.bias", {E}, &L.ffn_norm_b);
     }
-    const bool fused = present.contains(p + "attention.wqkv.weight") ||
-                       !present.contains(p + "attention.wq.weight");
-    if (fused) {
+    if (!split_layers[l]) {
       add("attention.wqkv.weight", {3 * E, E}, &L.wqkv_w);
       if (bias) add("attention.wqkv.bias", {3 * E}, &L.wqkv_b);
     } else {
-      SplitQkv& s = split[l];
-      add("attention.wq.weight", {E, E}, &s.q);
-      add("attention.wk.weight", {E, E}, &s.k);
-      add("attention.wv.weight", {E, E}, &s.v);
       if (bias) {
         return absl::InvalidArgumentError(absl::StrCat(
             p, "attention.wq/wk/wv: split projections with biases are not supported"));
       }
+      add("attention.wq.weight", {E, E}, &split[l].q);
+      add("attention.wk.weight", {E, E}, &split[l].k);
+      add("attention.wv.weight", {E, E}, &split[l].v);
     }
     add("attention.wo.weight", {E, E}, &L.wo_w);
     if (bias) add("attention.wo.bias", {E}, &L.wo_b);
@@ -115,7 +111,32 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       add("feed_forward.w3.weight", {F, E}, &L.w3_w);
     }
   }
+  return expected;
+}
 
+}  // namespace
+
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config) {
+  ModelWeights w;
+  std::vector<SplitQkv> split;
+  auto expected = BuildExpected(config, w, std::vector<bool>(config.n_layer, false), split);
+  std::vector<TensorSpec> specs;
+  for (const Expected& e : *expected) specs.push_back({e.name, e.shape});
+  return specs;
+}
+
+absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointReader& reader) {
+  // Files may split wqkv into wq/wk/wv; those are concatenated after reading.
+  absl::flat_hash_map<std::string, const TensorInfo*> present;
+  for (const TensorInfo& t : reader.tensors()) present[t.name] = &t;
+  std::vector<bool> split_layers(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = absl::StrCat("layers.", l, ".attention.");
+    split_layers[l] = !present.contains(p + "wqkv.weight") && present.contains(p + "wq.weight");
+  }
+  ModelWeights w;
+  std::vector<SplitQkv> split;
+  ASSIGN_OR_RETURN(std::vector<Expected> expected, BuildExpected(c, w, split_layers, split));
   // Validate everything before reading anything.
   absl::flat_hash_map<std::string, const Expected*> by_name;
   for (const Expected& e : expected) by_name[e.name] = &e;
@@ -148,9 +169,9 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
   }
   for (int l = 0; l < c.n_layer; ++l) {
     SplitQkv& s = split[l];
-    if (s.q.empty()) continue;
+    if (!split_layers[l]) continue;
     std::vector<float>& dst = w.layers[l].wqkv_w;
-    dst.reserve(3 * E * E);
+    dst.reserve(3 * s.q.size());
     for (std::vector<float>* part : {&s.q, &s.k, &s.v}) {
       dst.insert(dst.end(), part->begin(), part->end());
       std::vector<float>().swap(*part);

@@ -40,6 +40,14 @@ struct ModelWeights {
   size_t TotalFloats() const;
 };
 
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Every tensor a checkpoint for `config` must hold (fused wqkv form), with its file shape.
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
+
 // Validates the checkpoint's names, shapes and dtypes against `config` (derived/dead keys
 // listed in DCFORMER.md are ignored; any other missing, extra or misshapen tensor is an
 // InvalidArgument naming it), then reads everything as fp32.

@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "engine/common/flag_names.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -55,7 +56,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "offline greedy generation\n  dcformer-generate --model DIR --prompt-ids 1,2,3 "
       "--max-new-tokens N [--json]");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> arg_storage;
+  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   if (rest.size() > 1) return Fail(2, absl::StrCat("unexpected argument '", rest[1], "'"));
   if (absl::GetFlag(FLAGS_max_new_tokens) < 0) {
     return Fail(2, "--max-new-tokens must be >= 0");
@@ -74,7 +77,7 @@ int main(int argc, char** argv) {
   if (!result.ok()) return Fail(1, result.status().ToString());
 
   if (absl::GetFlag(FLAGS_json)) {
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     j["tokens"] = result->tokens;
     j["logprobs"] = result->logprobs;
     std::cout << j.dump() << "\n";

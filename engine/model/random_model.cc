@@ -1,0 +1,76 @@
+#include "engine/model/random_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
+#include "engine/weights/safetensors_writer.h"
+
+namespace dcf {
+
+nlohmann::json SmallDcFormerConfig(int dim, int n_layer, int n_head, int intermediate_size,
+                                   int vocab_size, int context, int window) {
+  return {{"model_type", "dcformer"},
+          {"architectures", {"DCFormer"}},
+          {"dim", dim},
+          {"n_layer", n_layer},
+          {"n_head", n_head},
+          {"n_local_heads", n_head},
+          {"head_dim", dim / n_head},
+          {"intermediate_size", intermediate_size},
+          {"vocab_size", vocab_size},
+          {"block_size", context},
+          {"window_size", window > 0 ? nlohmann::json(window) : nlohmann::json(nullptr)},
+          {"window_type", nullptr},
+          {"use_qk_norm", true},
+          {"rope_base", 10000.0},
+          {"norm_eps", 1e-6},
+          {"use_dcmha", true},
+          {"query_wise", false},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "float32"}};
+}
+
+absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& config_json,
+                              DType dtype, uint64_t seed) {
+  ASSIGN_OR_RETURN(const ModelConfig config, ModelConfig::FromJson(config_json.dump()));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir));
+  {
+    std::ofstream out(dir + "/config.json");
+    out << config_json.dump(2) << "\n";
+    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", dir, "/config.json"));
+  }
+  const std::vector<TensorSpec> specs = ExpectedTensors(config);
+  std::vector<std::vector<float>> data(specs.size());
+  std::vector<TensorToWrite> tensors;
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    data[i].resize(n);
+    const bool is_norm = absl::EndsWith(s.name, "norm.weight") ||
+                         absl::EndsWith(s.name, "norm.scale");
+    // Scale by fan-in so activations stay O(1) through the layers.
+    double fan_in = static_cast<double>(s.shape.back());
+    if (absl::EndsWith(s.name, "dw1") || absl::EndsWith(s.name, "dd")) fan_in = s.shape[0];
+    if (absl::EndsWith(s.name, "qkw")) fan_in = s.shape[2];
+    double stddev = 1.0 / std::sqrt(fan_in);
+    if (absl::StartsWith(s.name, "tok_embeddings")) stddev = 1.0;
+    if (absl::EndsWith(s.name, "bias")) stddev = 0.02;
+    std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
+    for (float& v : data[i]) v = is_norm ? 1.0f + 0.1f * dist(rng) : dist(rng);
+    tensors.push_back({s.name, s.shape, data[i]});
+  }
+  return WriteSafetensors(dir + "/model.safetensors", tensors, dtype);
+}
+
+}  // namespace dcf

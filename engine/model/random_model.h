@@ -1,0 +1,23 @@
+// Writes a random-weight model directory (config.json + model.safetensors) for a given
+// config: the repo's default model, benchmarks at realistic shapes, and tests that need
+// models of their own. Deterministic for a given seed on one standard library.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/weights/dtype.h"
+#include "nlohmann/json.hpp"
+
+namespace dcf {
+
+// `config_json` is written verbatim as config.json and must parse as a ModelConfig.
+absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& config_json,
+                              DType dtype, uint64_t seed);
+
+// A small dcformer config.json with the given sizes (window_type null, qk-norm on).
+nlohmann::json SmallDcFormerConfig(int dim, int n_layer, int n_head, int intermediate_size,
+                                   int vocab_size, int context, int window);
+
+}  // namespace dcf

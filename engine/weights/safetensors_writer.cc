@@ -1,0 +1,85 @@
+#include "engine/weights/safetensors_writer.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace dcf {
+
+uint16_t FloatToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // subnormal half (or zero): scale into the subnormal grid
+    float a;
+    std::memcpy(&a, &abs, 4);
+    const float scaled = a * 16777216.0f;  // 2^24: one half-subnormal ulp becomes 1.0
+    const uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));
+    return static_cast<uint16_t>(sign | m);
+  }
+  // Normal: rebias the exponent and round the mantissa to 10 bits, ties to even.
+  uint32_t h = ((abs >> 13) - ((127u - 15u) << 10));
+  const uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
+                              DType dtype) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    if (n != static_cast<int64_t>(t.data.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': shape and data size disagree"));
+    }
+    const uint64_t bytes = static_cast<uint64_t>(n) * DTypeSize(dtype);
+    header[t.name] = {{"dtype", std::string(DTypeName(dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data region
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  const uint64_t len = h.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::vector<uint16_t> half;
+  for (const TensorToWrite& t : tensors) {
+    if (dtype == DType::kF32) {
+      out.write(reinterpret_cast<const char*>(t.data.data()),
+                static_cast<std::streamsize>(t.data.size() * 4));
+      continue;
+    }
+    half.resize(t.data.size());
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      half[i] = dtype == DType::kF16 ? FloatToHalf(t.data[i]) : FloatToBF16(t.data[i]);
+    }
+    out.write(reinterpret_cast<const char*>(half.data()),
+              static_cast<std::streamsize>(half.size() * 2));
+  }
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace dcf

@@ -1,0 +1,155 @@
+// Hand-checked cases for the CPU kernels: norms, activations, RoPE, compose, windowed
+// attention.
+#include <cmath>
+#include <numeric>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/dcmha.h"
+#include "gtest/gtest.h"
+
+namespace dcf::cpu {
+namespace {
+
+TEST(NormTest, RmsNormHandCase) {
+  const float x[4] = {1, 2, 3, 4};  // mean square 7.5
+  const float w[4] = {1, 1, 2, 0.5f};
+  float y[4];
+  RmsNorm(x, w, 1, 4, 0.0, y);
+  const float r = 1.0f / std::sqrt(7.5f);
+  EXPECT_NEAR(y[0], 1 * r, 1e-6);
+  EXPECT_NEAR(y[2], 3 * r * 2, 1e-6);
+  EXPECT_NEAR(y[3], 4 * r * 0.5f, 1e-6);
+  RmsNorm(x, w, 1, 4, 2.5, y);  // eps adds inside the sqrt
+  EXPECT_NEAR(y[1], 2 / std::sqrt(10.0f), 1e-6);
+}
+
+TEST(NormTest, LayerNormHandCase) {
+  const float x[8] = {1, 2, 3, 4, 10, 10, 10, 10};  // two rows
+  const float w[4] = {1, 1, 1, 2};
+  const float b[4] = {0, 0, 1, 0};
+  float y[8];
+  LayerNorm(x, w, b, 2, 4, 0.0, y);
+  const float sd = std::sqrt(1.25f);  // var of 1..4
+  EXPECT_NEAR(y[0], -1.5f / sd, 1e-6);
+  EXPECT_NEAR(y[2], 0.5f / sd + 1, 1e-6);
+  EXPECT_NEAR(y[3], 1.5f / sd * 2, 1e-6);
+  LayerNorm(x, w, b, 2, 4, 1e-5, y);  // constant row: eps keeps it finite -> bias only
+  EXPECT_NEAR(y[4], 0.0f, 1e-6);
+  EXPECT_NEAR(y[6], 1.0f, 1e-6);
+  EXPECT_NEAR(y[0], -1.5f / std::sqrt(1.25f + 1e-5f), 1e-6);
+}
+
+TEST(ActivationTest, GeluAndSilu) {
+  EXPECT_NEAR(GeluErf(1.0f), 0.8413447f, 1e-6);
+  EXPECT_NEAR(GeluErf(-1.0f), -0.1586553f, 1e-6);
+  EXPECT_EQ(GeluErf(0.0f), 0.0f);
+  EXPECT_NEAR(Silu(1.0f), 0.7310586f, 1e-6);
+  EXPECT_NEAR(Silu(-2.0f), -0.2384058f, 1e-6);
+}
+
+TEST(RopeTest, HalfPairingRotatesJWithJPlusHalf) {
+  // r = 4: pairs (0, 2) with freq 1 and (1, 3) with freq base^-0.5.
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  float c[2], s[2];
+  RopeAngles(1, 4, 100.0, c, s);
+  EXPECT_NEAR(c[0], std::cos(1.0), 1e-7);
+  EXPECT_NEAR(s[1], std::sin(0.1), 1e-7);
+  ApplyRope(x, 4, c, s);
+  EXPECT_NEAR(x[0], 1 * std::cos(1.0) - 3 * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[2], 3 * std::cos(1.0) + 1 * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[1], 2 * std::cos(0.1) - 4 * std::sin(0.1), 1e-6);
+  EXPECT_NEAR(x[3], 4 * std::cos(0.1) + 2 * std::sin(0.1), 1e-6);
+  EXPECT_EQ(x[4], 5);  // partial rotary: dims >= r pass through
+  EXPECT_EQ(x[5], 6);
+  RopeAngles(0, 4, 100.0, c, s);  // position 0 is the identity
+  float y[4] = {1, 2, 3, 4};
+  ApplyRope(y, 4, c, s);
+  EXPECT_EQ(y[0], 1);
+  EXPECT_EQ(y[3], 4);
+}
+
+TEST(ComposeTest, HandCaseWithTwoHeads) {
+  // N = 2, I = 2. Query: W1 = [[1,0],[0,1]], W2 = [[1,2],[0,0]], G = [0.5, 0].
+  // Key: W1 = [[1,1],[0,0]], W2 = [[0,0],[0,1]], G = [0, -1].
+  const float qw[8] = {1, 0, 0, 1, /*W2*/ 1, 2, 0, 0};
+  const float qg[2] = {0.5f, 0};
+  const float kw[8] = {1, 1, 0, 0, /*W2*/ 0, 0, 0, 1};
+  const float kg[2] = {0, -1};
+  const float s[2] = {2, 3};
+  float out[2];
+  Compose(2, qw, qg, kw, kg, s, out);
+  // <W1q0,s>=2, <W1q1,s>=3, <W1k0,s>=5, <W1k1,s>=0
+  // out0 = 2*(1+0.5+0) + (1*2 + 0*3) + (0*5 + 0*0) = 5
+  // out1 = 3*(1+0-1) + (2*2 + 0*3) + (0*5 + 1*0) = 4
+  EXPECT_FLOAT_EQ(out[0], 5);
+  EXPECT_FLOAT_EQ(out[1], 4);
+  float inplace[2] = {2, 3};
+  Compose(2, qw, qg, kw, kg, inplace, inplace);  // aliasing allowed
+  EXPECT_FLOAT_EQ(inplace[0], 5);
+  EXPECT_FLOAT_EQ(inplace[1], 4);
+}
+
+// With all compose terms zero, DCMHA is plain softmax attention; keys outside [lo, hi] must
+// have no influence at all.
+TEST(AttendOneTest, ZeroComposeIsSoftmaxAttentionAndWindowMasksKeys) {
+  const int N = 2, hd = 2;
+  const KvRowLayout layout(N, hd);
+  const int row = layout.row_floats();
+  const int P = 4;
+  std::vector<float> rows(P * row, 0.0f);
+  const float k[P][4] = {{9, 9, 9, 9}, {1, 0, 0, 1}, {0, 1, 1, 0}, {1, 1, -1, 0}};
+  const float v[P][4] = {{1e6, 1e6, 1e6, 1e6}, {1, 2, 3, 4}, {5, 6, 7, 8}, {-1, 0, 2, 1}};
+  for (int p = 0; p < P; ++p) {
+    std::copy(k[p], k[p] + 4, &rows[p * row + layout.k_offset()]);
+    std::copy(v[p], v[p] + 4, &rows[p * row + layout.v_offset()]);
+  }
+  // Two segments, as a paged cache plus fresh rows would give them.
+  const KeySegment segs[2] = {{0, 2, rows.data(), row}, {2, 2, rows.data() + 2 * row, row}};
+  const float q[4] = {0.5f, 1.0f, -1.0f, 2.0f};
+  const std::vector<float> zeros(4 * N, 0.0f);
+  QueryInputs qi{q, zeros.data(), zeros.data(), zeros.data(), zeros.data()};
+  std::vector<float> scratch(P * N);
+  float out[4];
+  AttendOne(layout, qi, segs, /*lo=*/1, /*hi=*/3, scratch.data(), out);
+  for (int n = 0; n < N; ++n) {
+    double sc[3], mx = -1e30, sum = 0;
+    for (int p = 1; p < P; ++p) {
+      sc[p - 1] = (q[n * 2] * k[p][n * 2] + q[n * 2 + 1] * k[p][n * 2 + 1]) / std::sqrt(2.0);
+      mx = std::max(mx, sc[p - 1]);
+    }
+    for (double& x : sc) sum += (x = std::exp(x - mx));
+    for (int d = 0; d < hd; ++d) {
+      double want = 0;
+      for (int p = 1; p < P; ++p) want += sc[p - 1] / sum * v[p][n * 2 + d];
+      EXPECT_NEAR(out[n * hd + d], want, 1e-5) << n << "," << d;
+    }
+  }
+}
+
+// Post-compose acts on normalised probabilities, with no renormalisation afterwards: with
+// a key-side G of g on every key, the output is (1 + g) times plain attention.
+TEST(AttendOneTest, PostComposeScalesProbabilitiesWithoutRenormalising) {
+  const int N = 1, hd = 1;
+  const KvRowLayout layout(N, hd);
+  const int row = layout.row_floats();
+  std::vector<float> rows(2 * row, 0.0f);
+  rows[0 * row + layout.k_offset()] = 1;
+  rows[1 * row + layout.k_offset()] = -1;
+  rows[0 * row + layout.v_offset()] = 2;
+  rows[1 * row + layout.v_offset()] = 4;
+  const int g_offset = layout.branch_offset(1) + 2 * 2 * N;  // after W1, W2 of branch 1
+  rows[0 * row + g_offset] = 0.5f;
+  rows[1 * row + g_offset] = 0.5f;
+  const KeySegment seg{0, 2, rows.data(), row};
+  const float q[1] = {1};
+  const std::vector<float> zeros(4, 0.0f);
+  QueryInputs qi{q, zeros.data(), zeros.data(), zeros.data(), zeros.data()};
+  std::vector<float> scratch(2);
+  float out[1];
+  AttendOne(layout, qi, {&seg, 1}, 0, 1, scratch.data(), out);
+  const double e0 = std::exp(1.0), e1 = std::exp(-1.0);
+  EXPECT_NEAR(out[0], 1.5 * (2 * e0 + 4 * e1) / (e0 + e1), 1e-5);
+}
+
+}  // namespace
+}  // namespace dcf::cpu
