@@ -18,6 +18,8 @@ constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
 constexpr float kQkNormEps = 1e-6f;  // fixed by the reference, independent of norm_eps
 constexpr float kDynNormEps = 1e-6f;
+// Below these sizes an OpenMP fork/join costs more than the work it splits.
+constexpr int64_t kMinParallelTokens = 4;
 
 // x[hd] <- x / sqrt(mean(x^2) + eps) * scale
 void HeadRmsNorm(float* x, const float* scale, int hd) {
@@ -160,7 +162,7 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardSpan> spans, absl::Span
       }
     }
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
   for (int64_t t = 0; t < T; ++t) {
     cpu::RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
                     &s.rope_sin[t * half]);
@@ -235,7 +237,7 @@ void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) 
                 s.dw.data() + c * W2I, C * W2I);
   }
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
   for (int64_t t = 0; t < T; ++t) {
     float* gt = &s.g[t * C * N];
     for (int64_t i = 0; i < C * N; ++i) gt[i] = std::tanh(gt[i]);
@@ -308,7 +310,7 @@ void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) 
   for (int64_t t = 0; t < T; ++t) {
     max_keys = std::max<int64_t>(max_keys, s.pos[t] - FirstKeptPosition(window, s.pos[t]) + 1);
   }
-#pragma omp parallel
+#pragma omp parallel if (T > 1)  // one query (batch-1 decode) stays on one thread
   {
     std::vector<float> scratch(max_keys * N);
 #pragma omp for schedule(dynamic, 1)
@@ -337,12 +339,12 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
   if (config_.architecture == Architecture::kDcPythia) {
     cpu::Linear(h, L.w1_w.data(), L.w1_b.empty() ? nullptr : L.w1_b.data(), T, E, F,
                 s.ff1.data());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
     for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::GeluErf(s.ff1[i]);
   } else {
     cpu::Linear(h, L.w1_w.data(), nullptr, T, E, F, s.ff1.data());
     cpu::Linear(h, L.w3_w.data(), nullptr, T, E, F, s.ff3.data());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
     for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::Silu(s.ff1[i]) * s.ff3[i];
   }
   cpu::Linear(s.ff1.data(), L.w2_w.data(), L.w2_b.empty() ? nullptr : L.w2_b.data(), T, F, E,

@@ -8,8 +8,12 @@ namespace dcf::cpu {
 
 void Linear(const float* x, const float* w, const float* b, int64_t T, int64_t in, int64_t out,
             float* y) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in, 0.0f, y,
-              out);
+  if (T == 1) {  // decode of one sequence: a matrix-vector product
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in, 0.0f,
+                y, out);
+  }
   if (b != nullptr) {
     for (int64_t t = 0; t < T; ++t) {
       float* row = y + t * out;

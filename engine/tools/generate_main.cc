@@ -1,12 +1,18 @@
-// dcformer-generate: offline greedy generation with the CPU engine.
+// dcformer-generate: offline greedy generation with the CPU engine, and a tokenize tool.
 //
 //   dcformer-generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--json]
+//   dcformer-generate --model DIR --prompt "text" --max-new-tokens N [--json]
+//   dcformer-generate --tokenizer FILE --tokenize < text.txt
 //
-// Prints the generated ids comma-separated, or with --json one object
-// {"tokens": [...], "logprobs": [...]}. Bad arguments or models: a message on stderr and
-// exit code 2 (usage) or 1 (runtime failure).
+// Prints the generated ids comma-separated (and, with a tokenizer, the generated text on a
+// second line), or with --json one object {"tokens": [...], "logprobs": [...]} (plus "text"
+// with a tokenizer). Generation stops at the tokenizer's EOS (<|endoftext|>) unless
+// --ignore-eos; models without a tokenizer have no EOS. --tokenize prints the ids of stdin as
+// one JSON array. Bad arguments or models: a message on stderr and exit code 2 (usage) or 1
+// (runtime failure).
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,6 +27,7 @@
 #include "engine/common/logging.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/sequence_runner.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR, "model directory (config.json + weights)");
@@ -28,6 +35,11 @@ ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
 ABSL_FLAG(int, max_new_tokens, 16, "number of tokens to generate");
 ABSL_FLAG(int, prefill_chunk, 512, "prefill the prompt in chunks of this many tokens");
 ABSL_FLAG(bool, json, false, "print {\"tokens\": [...], \"logprobs\": [...]}");
+ABSL_FLAG(std::string, prompt, "", "prompt text (needs a tokenizer)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json to use (default: the model directory's tokenizer, if any)");
+ABSL_FLAG(bool, tokenize, false, "print the ids of stdin's UTF-8 text as a JSON array and exit");
+ABSL_FLAG(bool, ignore_eos, false, "do not stop at the tokenizer's end-of-text token");
 
 namespace {
 
@@ -50,39 +62,89 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(absl::string_view text) {
   return ids;
 }
 
+// The explicit --tokenizer file, else the model directory's tokenizer, else none.
+absl::StatusOr<std::unique_ptr<dcf::Tokenizer>> LoadTokenizer(const std::string& model_dir) {
+  const std::string explicit_path = absl::GetFlag(FLAGS_tokenizer);
+  if (!explicit_path.empty()) return dcf::Tokenizer::FromFile(explicit_path);
+  auto tok = dcf::Tokenizer::FromModelDir(model_dir);
+  if (absl::IsNotFound(tok.status())) return std::unique_ptr<dcf::Tokenizer>();
+  return tok;
+}
+
+int Tokenize() {
+  if (absl::GetFlag(FLAGS_tokenizer).empty()) return Fail(2, "--tokenize needs --tokenizer FILE");
+  auto tok = dcf::Tokenizer::FromFile(absl::GetFlag(FLAGS_tokenizer));
+  if (!tok.ok()) return Fail(1, tok.status().ToString());
+  const std::string text(std::istreambuf_iterator<char>(std::cin), {});
+  auto ids = (*tok)->Encode(text);
+  if (!ids.ok()) return Fail(1, ids.status().ToString());
+  std::cout << nlohmann::json(*ids).dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "offline greedy generation\n  dcformer-generate --model DIR --prompt-ids 1,2,3 "
-      "--max-new-tokens N [--json]");
+      "offline greedy generation\n  dcformer-generate --model DIR (--prompt-ids 1,2,3 | "
+      "--prompt TEXT) --max-new-tokens N [--json]\n  dcformer-generate --tokenizer FILE "
+      "--tokenize < text");
   std::vector<std::string> arg_storage;
   std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   if (rest.size() > 1) return Fail(2, absl::StrCat("unexpected argument '", rest[1], "'"));
+  if (absl::GetFlag(FLAGS_tokenize)) return Tokenize();
   if (absl::GetFlag(FLAGS_max_new_tokens) < 0) {
     return Fail(2, "--max-new-tokens must be >= 0");
   }
   if (absl::GetFlag(FLAGS_prefill_chunk) <= 0) return Fail(2, "--prefill-chunk must be > 0");
-  if (absl::GetFlag(FLAGS_prompt_ids).empty()) return Fail(2, "give --prompt-ids");
-  auto prompt = ParseIds(absl::GetFlag(FLAGS_prompt_ids));
-  if (!prompt.ok()) return Fail(2, prompt.status().message());
+  const bool have_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
+  const bool have_text = !absl::GetFlag(FLAGS_prompt).empty();
+  if (have_ids == have_text) return Fail(2, "give exactly one of --prompt-ids or --prompt");
 
-  auto model = dcf::LoadModel(absl::GetFlag(FLAGS_model));
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  auto tokenizer = LoadTokenizer(model_dir);
+  if (!tokenizer.ok()) return Fail(1, tokenizer.status().ToString());
+  std::vector<int32_t> prompt;
+  if (have_ids) {
+    auto ids = ParseIds(absl::GetFlag(FLAGS_prompt_ids));
+    if (!ids.ok()) return Fail(2, ids.status().message());
+    prompt = std::move(*ids);
+  } else {
+    if (*tokenizer == nullptr) {
+      return Fail(2, absl::StrCat("--prompt needs a tokenizer: ", model_dir,
+                                  " has no tokenizer.json; give --tokenizer FILE"));
+    }
+    auto ids = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt));
+    if (!ids.ok()) return Fail(1, ids.status().ToString());
+    prompt = std::move(*ids);
+  }
+
+  auto model = dcf::LoadModel(model_dir);
   if (!model.ok()) return Fail(1, model.status().ToString());
   auto runner = dcf::SequenceRunner::Create(model->backend.get());
   if (!runner.ok()) return Fail(1, runner.status().ToString());
-  auto result = (*runner)->Greedy(*prompt, absl::GetFlag(FLAGS_max_new_tokens),
-                                  absl::GetFlag(FLAGS_prefill_chunk));
+  std::optional<int32_t> eos;
+  if (*tokenizer != nullptr && !absl::GetFlag(FLAGS_ignore_eos)) eos = (*tokenizer)->eos_token_id();
+  auto result = (*runner)->Greedy(prompt, absl::GetFlag(FLAGS_max_new_tokens),
+                                  absl::GetFlag(FLAGS_prefill_chunk), eos);
   if (!result.ok()) return Fail(1, result.status().ToString());
+  std::optional<std::string> text;
+  if (*tokenizer != nullptr) {
+    auto decoded = (*tokenizer)->Decode(result->tokens);
+    if (!decoded.ok()) return Fail(1, decoded.status().ToString());
+    text = std::move(*decoded);
+  }
 
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::ordered_json j;
     j["tokens"] = result->tokens;
     j["logprobs"] = result->logprobs;
+    if (text.has_value()) j["text"] = *text;
     std::cout << j.dump() << "\n";
   } else {
     std::cout << absl::StrJoin(result->tokens, ",") << "\n";
+    if (text.has_value()) std::cout << *text << "\n";
   }
   return 0;
 }

@@ -1,0 +1,218 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/utf8.h"
+#include "utf8proc.h"
+
+namespace dcf {
+namespace {
+
+constexpr uint8_t kValid = 1;
+constexpr uint8_t kSpecial = 2;
+constexpr char kEndOfText[] = "<|endoftext|>";
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// NFC of `text` into `out`. Ill-formed bytes are kept as they are and act as boundaries: each
+// maximal well-formed run is normalized on its own.
+void AppendNfc(std::string_view text, std::string* out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = i;
+    while (j < text.size()) {
+      const Utf8Char c = DecodeUtf8At(text, j);
+      if (c.status != Utf8Status::kValid) break;
+      j += c.length;
+    }
+    if (j > i) {
+      utf8proc_uint8_t* normalized = nullptr;
+      const utf8proc_ssize_t n =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
+                       static_cast<utf8proc_ssize_t>(j - i), &normalized,
+                       static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+      if (n >= 0) {
+        out->append(reinterpret_cast<const char*>(normalized), static_cast<size_t>(n));
+      } else {
+        out->append(text.data() + i, j - i);  // cannot happen for well-formed input
+      }
+      std::free(normalized);
+    }
+    if (j < text.size()) {
+      const Utf8Char bad = DecodeUtf8At(text, j);
+      out->append(text.data() + j, bad.length);
+      j += bad.length;
+    }
+    i = j;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
+    const std::string& tokenizer_json_path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(tokenizer_json_path));
+  ASSIGN_OR_RETURN(TokenizerSpec spec, ParseTokenizerJson(text));
+  return FromSpec(std::move(spec));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocabMerges(
+    const std::string& vocab_json, const std::string& merges_txt) {
+  ASSIGN_OR_RETURN(const std::string vocab_text, ReadFileToString(vocab_json));
+  ASSIGN_OR_RETURN(const std::string merges_text, ReadFileToString(merges_txt));
+  ASSIGN_OR_RETURN(TokenizerSpec spec, ParseVocabMerges(vocab_text, merges_text));
+  return FromSpec(std::move(spec));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir) {
+  const std::string json_path = absl::StrCat(dir, "/tokenizer.json");
+  if (FileExists(json_path)) return FromFile(json_path);
+  const std::string vocab_path = absl::StrCat(dir, "/vocab.json");
+  const std::string merges_path = absl::StrCat(dir, "/merges.txt");
+  if (FileExists(vocab_path) && FileExists(merges_path)) {
+    return FromVocabMerges(vocab_path, merges_path);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("tokenizer: ", dir, " has neither tokenizer.json nor vocab.json + merges.txt"));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spec) {
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  BpeModel::Options options;
+  options.ignore_merges = spec.ignore_merges;
+  if (spec.unk_token.has_value()) {
+    auto it = spec.vocab.find(*spec.unk_token);
+    if (it == spec.vocab.end()) {
+      return absl::InvalidArgumentError("tokenizer: model.unk_token is not in the vocab");
+    }
+    options.unk_id = it->second;
+  }
+  ASSIGN_OR_RETURN(tok->bpe_, BpeModel::Create(spec.vocab, spec.merges, options));
+  tok->nfc_normalizer_ = spec.nfc_normalizer;
+  tok->add_prefix_space_ = spec.add_prefix_space;
+  tok->use_regex_ = spec.use_regex;
+
+  int32_t max_id = -1;
+  for (const auto& [token, id] : spec.vocab) max_id = std::max(max_id, id);
+  for (const AddedToken& t : spec.added_tokens) max_id = std::max(max_id, t.id);
+  const size_t size = static_cast<size_t>(max_id + 1);
+  tok->id_to_token_.resize(size);
+  tok->id_bytes_.resize(size);
+  tok->id_flags_.assign(size, 0);
+  auto define = [&](const std::string& token, int32_t id, bool special) {
+    tok->id_to_token_[id] = token;
+    tok->id_bytes_[id] = ByteLevelDecodeToken(token);
+    tok->id_flags_[id] = kValid | (special ? kSpecial : 0);
+  };
+  for (const auto& [token, id] : spec.vocab) define(token, id, false);
+  tok->token_to_id_ = std::move(spec.vocab);
+  // Added tokens take precedence over the model's vocabulary, as in HF's id_to_token.
+  std::vector<AddedToken> raw, normalized;
+  for (AddedToken& t : spec.added_tokens) {
+    define(t.content, t.id, t.special);
+    tok->token_to_id_.insert_or_assign(t.content, t.id);
+    (t.normalized ? normalized : raw).push_back(std::move(t));
+  }
+  tok->raw_added_ = std::make_unique<AddedTokenMatcher>(std::move(raw));
+  tok->normalized_added_ = std::make_unique<AddedTokenMatcher>(std::move(normalized));
+  tok->eos_token_id_ = tok->TokenToId(kEndOfText);
+  return tok;
+}
+
+void Tokenizer::EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
+                            std::vector<int32_t>* ids) const {
+  std::string prefixed;
+  if (add_prefix_space_ && text.front() != ' ') {
+    prefixed.reserve(text.size() + 1);
+    prefixed.push_back(' ');
+    prefixed.append(text);
+    text = prefixed;
+  }
+  if (!use_regex_) {
+    bpe_->EncodeWord(text, ids);
+    return;
+  }
+  pieces->clear();
+  SplitGpt2Pattern(text, pieces);
+  for (std::string_view piece : *pieces) bpe_->EncodeWord(piece, ids);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  std::vector<std::string_view> pieces;
+  std::vector<TextSegment> raw_segments, segments;
+  std::string normalized_text;
+  raw_added_->Split(text, &raw_segments);
+  for (const TextSegment& raw : raw_segments) {
+    if (raw.id >= 0) {
+      ids.push_back(raw.id);
+      continue;
+    }
+    std::string_view plain = raw.text;
+    if (nfc_normalizer_) {
+      normalized_text.clear();
+      AppendNfc(plain, &normalized_text);
+      plain = normalized_text;
+    }
+    segments.clear();
+    normalized_added_->Split(plain, &segments);
+    for (const TextSegment& s : segments) {
+      if (s.id >= 0) {
+        ids.push_back(s.id);
+      } else {
+        EncodePlain(s.text, &pieces, &ids);
+      }
+    }
+  }
+  return ids;
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids,
+                                              bool skip_special_tokens) const {
+  std::string bytes;
+  for (const int32_t id : ids) {
+    const std::optional<std::string_view> b = TokenBytes(id);
+    if (!b.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("Tokenizer::Decode: unknown token id ", id));
+    }
+    if (skip_special_tokens && (id_flags_[id] & kSpecial)) continue;
+    bytes.append(*b);
+  }
+  std::string text;
+  text.reserve(bytes.size());
+  AppendUtf8Lossy(bytes, &text, /*hold_incomplete_tail=*/false);
+  return text;
+}
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  auto it = token_to_id_.find(absl::string_view(token.data(), token.size()));
+  if (it == token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Tokenizer::IdToToken(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return id_to_token_[id];
+}
+
+std::optional<std::string_view> Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size() || !(id_flags_[id] & kValid)) return std::nullopt;
+  return std::string_view(id_bytes_[id]);
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < vocab_size() && (id_flags_[id] & kSpecial);
+}
+
+}  // namespace dcf
