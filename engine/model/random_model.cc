@@ -49,14 +49,11 @@ absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& conf
     if (!out) return absl::DataLossError(absl::StrCat("cannot write ", dir, "/config.json"));
   }
   const std::vector<TensorSpec> specs = ExpectedTensors(config);
-  std::vector<std::vector<float>> data(specs.size());
-  std::vector<TensorToWrite> tensors;
+  std::vector<TensorShape> shapes;
+  for (const TensorSpec& s : specs) shapes.push_back({s.name, s.shape});
   std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < specs.size(); ++i) {
+  auto fill = [&](size_t i, absl::Span<float> dst) {
     const TensorSpec& s = specs[i];
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    data[i].resize(n);
     const bool is_norm = absl::EndsWith(s.name, "norm.weight") ||
                          absl::EndsWith(s.name, "norm.scale");
     // Scale by fan-in so activations stay O(1) through the layers.
@@ -67,10 +64,9 @@ absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& conf
     if (absl::StartsWith(s.name, "tok_embeddings")) stddev = 1.0;
     if (absl::EndsWith(s.name, "bias")) stddev = 0.02;
     std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
-    for (float& v : data[i]) v = is_norm ? 1.0f + 0.1f * dist(rng) : dist(rng);
-    tensors.push_back({s.name, s.shape, data[i]});
-  }
-  return WriteSafetensors(dir + "/model.safetensors", tensors, dtype);
+    for (float& v : dst) v = is_norm ? 1.0f + 0.1f * dist(rng) : dist(rng);
+  };
+  return WriteSafetensors(dir + "/model.safetensors", shapes, dtype, fill);
 }
 
 }  // namespace dcf

@@ -1,6 +1,7 @@
 #include "engine/weights/safetensors_writer.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -38,18 +39,15 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
-                              DType dtype) {
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorShape> tensors,
+                              DType dtype,
+                              const std::function<void(size_t, absl::Span<float>)>& fill) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorShape& t : tensors) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
-    if (n != static_cast<int64_t>(t.data.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", t.name, "': shape and data size disagree"));
-    }
     const uint64_t bytes = static_cast<uint64_t>(n) * DTypeSize(dtype);
     header[t.name] = {{"dtype", std::string(DTypeName(dtype))},
                       {"shape", t.shape},
@@ -63,16 +61,21 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
   const uint64_t len = h.size();
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::vector<float> values;
   std::vector<uint16_t> half;
-  for (const TensorToWrite& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : tensors[i].shape) n *= d;
+    values.assign(static_cast<size_t>(n), 0.0f);
+    fill(i, absl::MakeSpan(values));
     if (dtype == DType::kF32) {
-      out.write(reinterpret_cast<const char*>(t.data.data()),
-                static_cast<std::streamsize>(t.data.size() * 4));
+      out.write(reinterpret_cast<const char*>(values.data()),
+                static_cast<std::streamsize>(values.size() * 4));
       continue;
     }
-    half.resize(t.data.size());
-    for (size_t i = 0; i < t.data.size(); ++i) {
-      half[i] = dtype == DType::kF16 ? FloatToHalf(t.data[i]) : FloatToBF16(t.data[i]);
+    half.resize(values.size());
+    for (size_t j = 0; j < values.size(); ++j) {
+      half[j] = dtype == DType::kF16 ? FloatToHalf(values[j]) : FloatToBF16(values[j]);
     }
     out.write(reinterpret_cast<const char*>(half.data()),
               static_cast<std::streamsize>(half.size() * 2));
@@ -80,6 +83,23 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
   return absl::OkStatus();
+}
+
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
+                              DType dtype) {
+  std::vector<TensorShape> shapes;
+  for (const TensorToWrite& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    if (n != static_cast<int64_t>(t.data.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': shape and data size disagree"));
+    }
+    shapes.push_back({t.name, t.shape});
+  }
+  return WriteSafetensors(path, shapes, dtype, [&](size_t i, absl::Span<float> dst) {
+    std::copy(tensors[i].data.begin(), tensors[i].data.end(), dst.begin());
+  });
 }
 
 }  // namespace dcf

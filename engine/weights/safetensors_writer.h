@@ -3,6 +3,7 @@
 // checkpoints.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,16 @@ struct TensorToWrite {
 // Writes `tensors` in order, all stored as `dtype`. Overwrites `path`.
 absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
                               DType dtype);
+
+// Same file format, but tensor i's values come from fill(i, dst) one tensor at a time, so a
+// multi-gigabyte checkpoint can be written holding only its largest tensor in memory.
+struct TensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorShape> tensors,
+                              DType dtype,
+                              const std::function<void(size_t, absl::Span<float>)>& fill);
 
 // fp32 -> IEEE half / bfloat16 bits, round-to-nearest-even; NaN stays NaN.
 uint16_t FloatToHalf(float f);

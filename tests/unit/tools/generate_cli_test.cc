@@ -1,0 +1,103 @@
+// dcformer-generate as a user runs it: golden greedy tokens and logprobs, text prompts,
+// --tokenize, and clean failures.
+#include <cmath>
+
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/golden.h"
+#include "tests/testing/subprocess.h"
+
+namespace dcf {
+namespace {
+
+const std::string kGenerate = std::string(DCF_BIN_DIR) + "/dcformer-generate";
+
+TEST(GenerateCliTest, ReproducesGoldenGreedyTokensAndLogprobs) {
+  for (const std::string& name : testing::GoldenCases()) {
+    const testing::Golden g = testing::LoadGolden(name);
+    const auto r = testing::RunCommand(
+        kGenerate + " --model " + testing::GoldenDir(name) + " --prompt-ids " +
+        absl::StrJoin(g.prompt, ",") + " --max-new-tokens " + std::to_string(g.greedy.size()) +
+        " --json");
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(), g.greedy) << name;
+    const auto lp = j.at("logprobs").get<std::vector<double>>();
+    ASSERT_EQ(lp.size(), g.greedy_logprobs.size());
+    for (size_t i = 0; i < lp.size(); ++i) EXPECT_NEAR(lp[i], g.greedy_logprobs[i], 1e-4) << i;
+    EXPECT_FALSE(j.contains("text"));  // golden models have no tokenizer
+
+    // Plain output: the ids, comma-separated.
+    const auto plain = testing::RunCommand(
+        kGenerate + " --model " + testing::GoldenDir(name) + " --prompt-ids " +
+        absl::StrJoin(g.prompt, ",") + " --max-new-tokens 5");
+    ASSERT_EQ(plain.exit_code, 0);
+    std::vector<int32_t> first5(g.greedy.begin(), g.greedy.begin() + 5);
+    EXPECT_EQ(plain.out, absl::StrJoin(first5, ",") + "\n");
+  }
+}
+
+TEST(GenerateCliTest, TextPromptOnDefaultModel) {
+  const auto r = testing::RunCommand(kGenerate + " --prompt 'Hello world' --max-new-tokens 4 "
+                                                 "--json --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("tokens").size(), 4u);
+  EXPECT_TRUE(j.at("text").is_string());
+  // The same prompt given as ids (GPT-2: "Hello" 15496, " world" 995) gives the same tokens.
+  const auto ids = testing::RunCommand(kGenerate + " --prompt-ids 15496,995 --max-new-tokens 4 "
+                                                   "--json --ignore-eos");
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  EXPECT_EQ(nlohmann::json::parse(ids.out).at("tokens"), j.at("tokens"));
+}
+
+TEST(GenerateCliTest, TokenizeMatchesReferenceCases) {
+  std::ifstream in(std::string(DCF_TEST_DATA_DIR) + "/tokenizer/gpt2/cases.jsonl");
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line) && checked < 5) {
+    const auto c = nlohmann::json::parse(line);
+    const auto r = testing::RunCommand(
+        kGenerate + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json --tokenize",
+        c.at("text").get<std::string>());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out), c.at("ids")) << c.at("text");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+}
+
+TEST(GenerateCliTest, BadInputsFailWithAMessage) {
+  const std::string golden = " --model " + testing::GoldenDir("dcformer-f32-short-prompt");
+  struct Case {
+    std::string args;
+    int code;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {golden + " --prompt-ids 1,2,x", 2, "'x' is not an integer"},
+      {golden + " --prompt-ids 1,300", 1, "token id 300 is outside the vocabulary"},
+      {golden + " --prompt-ids -1", 1, "token id -1"},
+      {golden + " --prompt 'hi'", 2, "needs a tokenizer"},
+      {golden, 2, "exactly one of"},
+      {golden + " --prompt-ids 1 --max-new-tokens -1", 2, "--max-new-tokens"},
+      {" --model /nonexistent --prompt-ids 1", 1, "/nonexistent/config.json"},
+      {golden + " --prompt-ids 1 --bogus-flag", 1, "bogus_flag"},
+      {" --tokenize", 2, "--tokenizer"},
+      {golden + " --prompt-ids " + [] {
+         std::string s = "1";
+         for (int i = 0; i < 256; ++i) s += ",1";
+         return s;
+       }() + " --max-new-tokens 1", 1, "context"},
+  };
+  for (const Case& c : cases) {
+    const auto r = testing::RunCommand(kGenerate + c.args);
+    EXPECT_EQ(r.exit_code, c.code) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message_part), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace dcf
