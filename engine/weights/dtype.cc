@@ -2,7 +2,37 @@
 
 #include "absl/strings/str_cat.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace dcf {
+namespace {
+
+#if defined(__x86_64__)
+// Hardware half->float conversion (F16C, every x86-64 CPU since 2012); exact like
+// HalfToFloat. Selected at run time so the binary still runs on CPUs without it.
+__attribute__((target("avx,f16c"))) void HalfToFloatF16c(const uint8_t* src, int64_t count,
+                                                         float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < count; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = HalfToFloat(h);
+  }
+}
+
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+#endif
+
+}  // namespace
 
 int DTypeSize(DType dtype) {
   switch (dtype) {
@@ -37,6 +67,12 @@ void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst) {
       return;
     case DType::kF16: {
       const auto* s = static_cast<const uint8_t*>(src);
+#if defined(__x86_64__)
+      if (HasF16c()) {
+        HalfToFloatF16c(s, count, dst);
+        return;
+      }
+#endif
       for (int64_t i = 0; i < count; ++i) {
         uint16_t h;
         std::memcpy(&h, s + 2 * i, 2);
