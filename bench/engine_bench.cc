@@ -1,0 +1,226 @@
+// dcformer-bench: drives the serving engine in-process with N concurrent greedy requests and
+// reports throughput, time to first token and inter-token latency for
+//   (a) continuous batching: all requests enqueued at once;
+//   (b) the same requests one at a time (each enqueued when the previous one finished);
+// and the throughput ratio a / b. Prompt and generation lengths are drawn uniformly from the
+// flag ranges and clamped to the model context (prompt <= context / 2, prompt + new <= context).
+// TTFT in (b) counts from the request's own enqueue, not from the start of the run.
+//
+//   dcformer-bench [--model_dir=DIR | --random_model_context=2048] [--num_requests=32] ...
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "engine/common/logging.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/random_model.h"
+#include "engine/serving/engine.h"
+
+ABSL_FLAG(std::string, model_dir, DCF_DEFAULT_BENCH_MODEL_DIR, "model directory");
+ABSL_FLAG(int, random_model_context, 0,
+          "if > 0: write a random model (dim 128, 4 layers, 8 heads, vocab 300, window 16) with "
+          "this context to a temporary directory and use it instead of --model_dir");
+ABSL_FLAG(int, num_requests, 32, "requests");
+ABSL_FLAG(int, min_prompt, 32, "shortest prompt (tokens)");
+ABSL_FLAG(int, max_prompt, 512, "longest prompt (tokens)");
+ABSL_FLAG(int, min_new, 64, "fewest new tokens");
+ABSL_FLAG(int, max_new, 256, "most new tokens");
+ABSL_FLAG(int, max_num_seqs, 64, "EngineOptions::max_num_seqs");
+ABSL_FLAG(int, max_num_batched_tokens, 512, "EngineOptions::max_num_batched_tokens");
+ABSL_FLAG(int, max_prefill_chunk, 0, "EngineOptions::max_prefill_chunk_tokens");
+ABSL_FLAG(int64_t, kv_cache_mb, 0, "KV cache budget in MiB (0: the default fraction)");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the request lengths and prompts");
+ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
+
+namespace dcf {
+namespace {
+
+struct Workload {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_new;
+  int64_t total_new = 0;
+};
+
+Workload MakeWorkload(const ModelConfig& c) {
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  const auto uniform = [&](int lo, int hi) {
+    return lo + static_cast<int>(rng() % static_cast<uint64_t>(std::max(1, hi - lo + 1)));
+  };
+  Workload w;
+  for (int i = 0; i < absl::GetFlag(FLAGS_num_requests); ++i) {
+    int p = uniform(absl::GetFlag(FLAGS_min_prompt), absl::GetFlag(FLAGS_max_prompt));
+    int n = uniform(absl::GetFlag(FLAGS_min_new), absl::GetFlag(FLAGS_max_new));
+    p = std::max(1, std::min(p, c.max_positions / 2));
+    n = std::max(1, std::min(n, c.max_positions - p));
+    std::vector<int32_t> prompt(p);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+    w.prompts.push_back(std::move(prompt));
+    w.max_new.push_back(n);
+    w.total_new += n;
+  }
+  return w;
+}
+
+// Collects latencies from the engine loop (the only caller).
+class Recorder : public EngineObserver {
+ public:
+  void OnFirstToken(absl::Duration ttft) override {
+    absl::MutexLock l(&mu_);
+    ttft_ms_.push_back(absl::ToDoubleMilliseconds(ttft));
+  }
+  void OnInterTokenLatency(absl::Duration itl) override {
+    absl::MutexLock l(&mu_);
+    itl_ms_.push_back(absl::ToDoubleMilliseconds(itl));
+  }
+  void OnPreemption() override {
+    absl::MutexLock l(&mu_);
+    ++preemptions_;
+  }
+  void OnStep(int num_seqs, int num_tokens, int, absl::Duration) override {
+    absl::MutexLock l(&mu_);
+    ++steps_;
+    seqs_ += num_seqs;
+  }
+  void Report(const char* name, double seconds, int64_t tokens) {
+    absl::MutexLock l(&mu_);
+    std::printf("%-22s %8.1f tok/s  %6.2f s  %lld tokens  steps %lld  mean batch %.1f  "
+                "preemptions %lld\n",
+                name, tokens / seconds, seconds, static_cast<long long>(tokens),
+                static_cast<long long>(steps_), steps_ ? static_cast<double>(seqs_) / steps_ : 0.0,
+                static_cast<long long>(preemptions_));
+    PrintPercentiles("  TTFT ms", ttft_ms_);
+    PrintPercentiles("  ITL  ms", itl_ms_);
+  }
+
+ private:
+  static void PrintPercentiles(const char* name, std::vector<double> v) {
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    const auto q = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))]; };
+    std::printf("%s  p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", name, q(0.5), q(0.9),
+                q(0.99), v.back(), v.size());
+  }
+  absl::Mutex mu_;
+  std::vector<double> ttft_ms_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> itl_ms_ ABSL_GUARDED_BY(mu_);
+  int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t seqs_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+GenerationRequest MakeRequest(const Workload& w, size_t i) {
+  GenerationRequest r;
+  r.prompt_tokens = w.prompts[i];
+  r.sampling.temperature = 0;
+  r.stopping.max_new_tokens = w.max_new[i];
+  r.output.text = false;
+  return r;
+}
+
+int64_t Drain(RequestStream& s) {
+  int64_t n = 0;
+  GenerationChunk c;
+  while (!s.done()) {
+    s.WaitTake(&c);
+    n += c.tokens.size();
+  }
+  return n;
+}
+
+absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool batched,
+                               Recorder* rec, int64_t* tokens) {
+  auto model = LoadModel(dir);
+  if (!model.ok()) return model.status();
+  EngineOptions o;
+  o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  o.max_prefill_chunk_tokens = absl::GetFlag(FLAGS_max_prefill_chunk);
+  o.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_mb)) << 20;
+  o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
+  auto engine = Engine::Create(std::move(model->backend), nullptr, o, rec);
+  if (!engine.ok()) return engine.status();
+  *tokens = 0;
+  const absl::Time t0 = absl::Now();
+  if (batched) {
+    std::vector<RequestHandle> handles;
+    for (size_t i = 0; i < w.prompts.size(); ++i) {
+      auto h = (*engine)->Enqueue(MakeRequest(w, i));
+      if (!h.ok()) return h.status();
+      handles.push_back(std::move(*h));
+    }
+    for (auto& h : handles) *tokens += Drain(h.stream());
+  } else {
+    for (size_t i = 0; i < w.prompts.size(); ++i) {
+      auto h = (*engine)->Enqueue(MakeRequest(w, i));
+      if (!h.ok()) return h.status();
+      *tokens += Drain(h->stream());
+    }
+  }
+  return absl::ToDoubleSeconds(absl::Now() - t0);
+}
+
+int Main() {
+  std::string dir = absl::GetFlag(FLAGS_model_dir);
+  const int random_context = absl::GetFlag(FLAGS_random_model_context);
+  if (random_context > 0) {
+    dir = (std::filesystem::temp_directory_path() /
+           ("dcformer-bench-model-" + std::to_string(random_context)))
+              .string();
+    const absl::Status st = WriteRandomModel(
+        dir, SmallDcFormerConfig(128, 4, 8, 512, 300, random_context, 16), DType::kF32, 7);
+    if (!st.ok()) {
+      std::fprintf(stderr, "random model: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
+  auto probe = LoadModel(dir);
+  if (!probe.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(probe.status().message()).c_str());
+    return 1;
+  }
+  const Workload w = MakeWorkload(probe->config);
+  int64_t prompt_tokens = 0;
+  for (const auto& p : w.prompts) prompt_tokens += p.size();
+  std::printf("model %s (context %d), %zu requests, %lld prompt tokens, %lld new tokens\n",
+              dir.c_str(), probe->config.max_positions, w.prompts.size(),
+              static_cast<long long>(prompt_tokens), static_cast<long long>(w.total_new));
+  probe->backend.reset();
+
+  Recorder batched_rec;
+  int64_t batched_tokens = 0;
+  auto batched = RunOnce(dir, w, true, &batched_rec, &batched_tokens);
+  if (!batched.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(batched.status().message()).c_str());
+    return 1;
+  }
+  batched_rec.Report("(a) continuous", *batched, batched_tokens);
+  if (absl::GetFlag(FLAGS_skip_sequential)) return 0;
+  Recorder seq_rec;
+  int64_t seq_tokens = 0;
+  auto sequential = RunOnce(dir, w, false, &seq_rec, &seq_tokens);
+  if (!sequential.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(sequential.status().message()).c_str());
+    return 1;
+  }
+  seq_rec.Report("(b) one at a time", *sequential, seq_tokens);
+  std::printf("throughput ratio (a)/(b): %.2fx\n",
+              (batched_tokens / *batched) / (seq_tokens / *sequential));
+  return 0;
+}
+
+}  // namespace
+}  // namespace dcf
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("In-process benchmark of the DCFormer serving engine");
+  absl::ParseCommandLine(argc, argv);
+  return dcf::Main();
+}

@@ -1,0 +1,74 @@
+#include "engine/kv/kv_cache_planner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace dcf {
+namespace {
+
+int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace
+
+int WindowGroupDemand(const KvPlanInput& in) {
+  const int B = in.block_size;
+  const int64_t full = static_cast<int64_t>(in.max_num_seqs) * CeilDiv(in.context, B);
+  if (in.window <= 0) return static_cast<int>(full);
+  const int64_t demand = static_cast<int64_t>(in.max_num_seqs) * (CeilDiv(in.window, B) + 1) +
+                         CeilDiv(in.max_num_batched_tokens, B) +
+                         std::min(in.max_num_seqs, in.max_num_batched_tokens);
+  return static_cast<int>(std::min(demand, full));
+}
+
+absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
+  if (in.block_size <= 0) return absl::InvalidArgumentError("block_size must be positive");
+  if (in.context <= 0) return absl::InvalidArgumentError("model context must be positive");
+  if (in.max_num_seqs <= 0) return absl::InvalidArgumentError("max_num_seqs must be positive");
+  if (in.max_num_batched_tokens <= 0) {
+    return absl::InvalidArgumentError("max_num_batched_tokens must be positive");
+  }
+  const int B = in.block_size;
+  const int context_blocks = CeilDiv(in.context, B);
+  const int64_t max_useful = static_cast<int64_t>(in.max_num_seqs) * context_blocks;
+  const size_t bg = in.bytes_per_block[static_cast<int>(LayerGroup::kGlobal)];
+  const size_t bw = in.bytes_per_block[static_cast<int>(LayerGroup::kWindow)];
+
+  KvCacheShape shape;
+  shape.block_size = B;
+  shape.window = in.window;
+  int64_t window_blocks = WindowGroupDemand(in);
+  if (bw > 0 && window_blocks * bw > in.budget_bytes / 2) {
+    window_blocks = static_cast<int64_t>(in.budget_bytes / 2 / bw);
+  }
+  int64_t global_blocks = max_useful;
+  if (bg > 0) {
+    const size_t left = in.budget_bytes - static_cast<size_t>(window_blocks) * bw;
+    global_blocks = std::min<int64_t>(max_useful, static_cast<int64_t>(left / bg));
+  }
+  // One sequence of the full context must fit, or no request of that length could ever run.
+  const int window_one = in.window > 0 ? std::min(context_blocks, CeilDiv(in.window, B) + 1 +
+                                                                      CeilDiv(in.window, B) + 1)
+                                       : context_blocks;
+  if (global_blocks < context_blocks || window_blocks < window_one) {
+    const size_t need = context_blocks * bg + static_cast<size_t>(window_one) * bw;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache budget of ", in.budget_bytes, " bytes cannot hold one sequence of ",
+                     in.context, " tokens (needs at least ", need, " bytes)"));
+  }
+  shape.num_blocks[static_cast<int>(LayerGroup::kGlobal)] = static_cast<int>(global_blocks);
+  shape.num_blocks[static_cast<int>(LayerGroup::kWindow)] = static_cast<int>(window_blocks);
+  return shape;
+}
+
+size_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page);
+}
+
+}  // namespace dcf

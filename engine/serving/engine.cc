@@ -1,0 +1,526 @@
+#include "engine/serving/engine.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/logging.h"
+#include "engine/common/status_macros.h"
+#include "engine/kv/kv_cache_planner.h"
+#include "engine/serving/request_validator.h"
+#include "engine/serving/sampler.h"
+#include "engine/serving/scheduler.h"
+#include "engine/serving/stop_checker.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace dcf {
+namespace {
+
+// Everything the engine keeps about one accepted request. Created by Enqueue (any thread),
+// then owned and touched only by the engine loop.
+struct ActiveRequest {
+  GenerationRequest request;
+  Sequence seq;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StreamingDetokenizer> detok;  // when output.text
+  std::unique_ptr<StopStringMatcher> stop;      // when output.text or stop strings
+  std::optional<int32_t> eos;
+  absl::Time enqueue_time;
+  std::optional<absl::Time> first_scheduled;
+  std::optional<absl::Time> first_token;
+  absl::Time last_token;
+  bool in_queue_counters = true;  // counted in the waiting-queue limits
+};
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  Impl(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, const EngineOptions& options,
+       EngineObserver* observer, const KvCacheShape& shape)
+      : backend_(std::move(backend)),
+        tokenizer_(tokenizer),
+        options_(options),
+        observer_(observer),
+        config_(backend_->config()),
+        kv_(shape),
+        scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
+                                   options.max_prefill_chunk_tokens, options.watermark},
+                   &kv_),
+        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt) {
+    limits_.vocab_size = config_.vocab_size;
+    limits_.context = config_.max_positions;
+    limits_.max_prompt_tokens =
+        options.max_prompt_tokens > 0 ? options.max_prompt_tokens : config_.max_positions;
+    limits_.max_new_tokens_limit =
+        options.max_new_tokens_limit > 0 ? options.max_new_tokens_limit : config_.max_positions;
+    limits_.has_tokenizer = tokenizer != nullptr;
+    for (int g = 0; g < kNumLayerGroups; ++g) stats_.kv_blocks_total[g] = shape.num_blocks[g];
+    stats_.loop_alive = true;
+    stats_.last_progress = absl::Now();
+  }
+
+  void Start() { thread_ = std::thread([this] { Loop(); }); }
+
+  absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(GenerationRequest request);
+  void Cancel(const std::string& id);
+  void StopAccepting() {
+    absl::MutexLock lock(&mu_);
+    accepting_ = false;
+  }
+  void Shutdown();
+  EngineStats Stats() const {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+  void SetStepHook(StepHook hook) {
+    absl::MutexLock lock(&mu_);
+    step_hook_ = std::move(hook);
+  }
+
+  const ModelConfig& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+  std::string backend_name() const { return backend_->name(); }
+  std::optional<int32_t> eos_token_id() const { return eos_; }
+
+ private:
+  bool HasInput() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !inbox_.empty() || !cancels_.empty() || shutdown_;
+  }
+  void Loop();
+  void Step();
+  // Samples the next token of `r` from `logits` ([vocab] f32) and emits it; finishes `r`
+  // when a stop condition holds.
+  void ProcessToken(ActiveRequest* r, absl::Span<const float> logits);
+  // Ends `r`: frees its blocks, sets its final state and queues its final chunk. `chunk`
+  // holds output not yet emitted (the last token).
+  void Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
+              GenerationChunk chunk = GenerationChunk());
+  void PublishAndFlush();
+
+  // Fixed at construction.
+  std::unique_ptr<Backend> backend_;
+  const Tokenizer* tokenizer_;
+  const EngineOptions options_;
+  EngineObserver* observer_;
+  const ModelConfig config_;
+  RequestLimits limits_;
+
+  // Engine loop thread only.
+  KvCacheManager kv_;
+  Scheduler scheduler_;
+  absl::flat_hash_map<std::string, std::unique_ptr<ActiveRequest>> requests_;
+  absl::flat_hash_map<const Sequence*, ActiveRequest*> by_seq_;  // live requests only
+  std::vector<std::string> finished_ids_;  // to drop from active_ids_ at the next publish
+  std::vector<std::pair<std::shared_ptr<RequestStream>, GenerationChunk>> outbox_;
+  std::vector<float> logits_;  // [rows, vocab] f32
+  int64_t next_seq_id_ = 0;
+  int64_t steps_ = 0;
+  int64_t tokens_generated_ = 0;
+  int64_t prompt_tokens_computed_ = 0;
+  int queue_dequeued_requests_ = 0;      // leaving the queue counters since the last publish
+  int64_t queue_dequeued_tokens_ = 0;
+  std::thread thread_;
+  std::optional<int32_t> eos_;
+
+  // Shared with the API threads.
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<ActiveRequest>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> cancels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  int queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_auto_id_ ABSL_GUARDED_BY(mu_) = 0;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  StepHook step_hook_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex join_mu_;  // serializes Shutdown
+};
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationRequest request) {
+  RETURN_IF_ERROR(ValidateRequest(request, limits_));
+  const int prompt_len = static_cast<int>(request.prompt_tokens.size());
+  const int max_len = prompt_len + request.stopping.max_new_tokens;
+  if (!scheduler_.FitsPool(max_len)) {  // reads only the immutable pool sizes
+    return absl::OutOfRangeError(
+        absl::StrCat("prompt + max_new_tokens = ", max_len,
+                     " tokens can never fit the KV cache pool (",
+                     kv_.shape().num_blocks[0], " global blocks of ", kv_.block_size(),
+                     " tokens); lower max_new_tokens or give the engine more KV memory"));
+  }
+  auto r = std::make_unique<ActiveRequest>();
+  r->enqueue_time = absl::Now();
+  r->sampler = std::make_unique<Sampler>(request.sampling, request.prompt_tokens,
+                                         config_.vocab_size);
+  r->eos = request.stopping.eos_token_id.has_value() ? request.stopping.eos_token_id : eos_;
+  if (request.output.text) {
+    r->detok = std::make_unique<StreamingDetokenizer>(*tokenizer_, /*skip_special_tokens=*/true);
+  }
+  if (request.output.text || !request.stopping.stop_strings.empty()) {
+    r->stop = std::make_unique<StopStringMatcher>(request.stopping.stop_strings,
+                                                  request.stopping.include_stop_string);
+  }
+  r->seq.tokens = request.prompt_tokens;
+  r->seq.prompt_len = prompt_len;
+  r->seq.max_len = max_len;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_ || !accepting_) {
+      return absl::UnavailableError("the engine is not accepting requests (shutting down)");
+    }
+    if (queued_requests_ >= options_.max_queued_requests) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the waiting queue is full (", queued_requests_, " requests); retry later"));
+    }
+    if (queued_prompt_tokens_ + prompt_len > options_.max_queued_prompt_tokens) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the waiting queue is full (", queued_prompt_tokens_,
+                       " prompt tokens waiting, limit ", options_.max_queued_prompt_tokens,
+                       "); retry later"));
+    }
+    if (request.id.empty()) request.id = absl::StrCat("req-", next_auto_id_++);
+    if (active_ids_.contains(request.id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("a request with id '", request.id, "' is already running"));
+    }
+    active_ids_.insert(request.id);
+    ++queued_requests_;
+    queued_prompt_tokens_ += prompt_len;
+    r->stream = std::make_shared<RequestStream>(request.id);
+    r->request = std::move(request);
+    auto stream = r->stream;
+    inbox_.push_back(std::move(r));
+    return stream;
+  }
+}
+
+void Engine::Impl::Cancel(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  if (active_ids_.contains(id)) cancels_.push_back(id);
+}
+
+void Engine::Impl::Shutdown() {
+  absl::MutexLock join_lock(&join_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+    accepting_ = false;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Impl::Loop() {
+  while (true) {
+    std::vector<std::unique_ptr<ActiveRequest>> incoming;
+    std::vector<std::string> cancels;
+    bool stop = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // Idle: wake at least once a second so stats_.last_progress shows a live loop.
+      if (!scheduler_.HasWork()) {
+        mu_.AwaitWithTimeout(absl::Condition(this, &Impl::HasInput), absl::Seconds(1));
+      }
+      incoming.swap(inbox_);
+      cancels.swap(cancels_);
+      stop = shutdown_;
+    }
+    for (auto& r : incoming) {
+      r->seq.seq_id = next_seq_id_++;
+      scheduler_.Add(&r->seq);
+      by_seq_[&r->seq] = r.get();
+      const std::string id = r->request.id;
+      requests_[id] = std::move(r);
+    }
+    for (const std::string& id : cancels) {
+      auto it = requests_.find(id);
+      if (it != requests_.end() && !IsFinal(it->second->seq.state)) {
+        Finish(it->second.get(), FinishReason::kCancelled, absl::OkStatus());
+      }
+    }
+    if (stop) {
+      for (auto& [id, r] : requests_) {
+        if (!IsFinal(r->seq.state)) Finish(r.get(), FinishReason::kCancelled, absl::OkStatus());
+      }
+    } else if (scheduler_.HasWork()) {
+      Step();
+    }
+    for (const std::string& id : finished_ids_) requests_.erase(id);
+    PublishAndFlush();
+    if (stop) break;
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.loop_alive = false;
+}
+
+void Engine::Impl::Step() {
+  const absl::Time t0 = absl::Now();
+  SchedulerOutput out = scheduler_.Schedule();
+  for (size_t i = 0; i < out.preempted.size(); ++i) {
+    if (observer_ != nullptr) observer_->OnPreemption();
+  }
+  for (Sequence* s : out.admitted) {
+    ActiveRequest* r = by_seq_.at(s);
+    if (!r->first_scheduled.has_value()) r->first_scheduled = t0;
+    if (r->in_queue_counters) {
+      r->in_queue_counters = false;
+      ++queue_dequeued_requests_;
+      queue_dequeued_tokens_ += r->seq.prompt_len;
+    }
+  }
+  if (out.empty()) {
+    // Nothing running and the queue head cannot be admitted: it can never run (Enqueue
+    // rejects such requests, so this is a safety net against a spinning loop).
+    if (scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
+      Finish(by_seq_.at(scheduler_.waiting().front()), FinishReason::kError,
+             absl::ResourceExhaustedError("request does not fit the KV cache"));
+    }
+    return;
+  }
+
+  std::vector<ActiveRequest*> owners;
+  owners.reserve(out.chunks.size());
+  std::vector<ForwardSpan> spans;
+  spans.reserve(out.chunks.size());
+  for (const ScheduledChunk& c : out.chunks) {
+    owners.push_back(by_seq_.at(c.seq));
+    spans.push_back(ForwardSpan{&c.seq->kv, c.start,
+                                absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
+                                false});
+  }
+  const int V = config_.vocab_size;
+  logits_.resize(static_cast<size_t>(spans.size()) * V);
+  const absl::Status status = backend_->Forward(spans, absl::MakeSpan(logits_));
+  ++steps_;
+  if (!status.ok()) {
+    DCF_LOG(Error) << "forward failed: " << status;
+    for (ActiveRequest* r : owners) Finish(r, FinishReason::kError, status);
+    return;
+  }
+  scheduler_.Commit(out);
+  prompt_tokens_computed_ += out.num_prefill_tokens;
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    if (!out.chunks[i].samples) continue;
+    ProcessToken(owners[i], absl::MakeConstSpan(logits_).subspan(i * V, V));
+  }
+  if (observer_ != nullptr) {
+    observer_->OnStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens,
+                      absl::Now() - t0);
+  }
+}
+
+void Engine::Impl::ProcessToken(ActiveRequest* r, absl::Span<const float> logits) {
+  const int32_t token = r->sampler->Sample(logits);
+  r->seq.tokens.push_back(token);
+  ++tokens_generated_;
+  const OutputOptions& o = r->request.output;
+  TokenOutput t;
+  t.token = token;
+  if (o.logprobs || o.top_logprobs > 0) ComputeLogprobs(logits, token, o.top_logprobs, &t);
+  const absl::Time now = absl::Now();
+  if (!r->first_token.has_value()) {
+    r->first_token = now;
+    if (observer_ != nullptr) observer_->OnFirstToken(now - r->enqueue_time);
+  } else if (observer_ != nullptr) {
+    observer_->OnInterTokenLatency(now - r->last_token);
+  }
+  r->last_token = now;
+  GenerationChunk chunk;
+  chunk.tokens.push_back(std::move(t));
+
+  FinishReason reason = FinishReason::kUnspecified;
+  if (r->detok != nullptr) {
+    absl::StatusOr<std::string> piece = r->detok->Push(token);
+    if (!piece.ok()) {
+      Finish(r, FinishReason::kError, piece.status(), std::move(chunk));
+      return;
+    }
+    chunk.text = r->stop->Push(*piece);
+    if (r->stop->matched()) reason = FinishReason::kStopString;
+  }
+  const StoppingCriteria& s = r->request.stopping;
+  if (reason == FinishReason::kUnspecified &&
+      std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) !=
+          s.stop_token_ids.end()) {
+    reason = FinishReason::kStopToken;
+  }
+  if (reason == FinishReason::kUnspecified && !s.ignore_eos && r->eos.has_value() &&
+      token == *r->eos) {
+    reason = FinishReason::kEos;
+  }
+  if (reason == FinishReason::kUnspecified &&
+      (r->seq.num_generated() >= s.max_new_tokens ||
+       static_cast<int>(r->seq.tokens.size()) >= config_.max_positions)) {
+    reason = FinishReason::kLength;
+  }
+  if (reason != FinishReason::kUnspecified) {
+    Finish(r, reason, absl::OkStatus(), std::move(chunk));
+  } else {
+    outbox_.emplace_back(r->stream, std::move(chunk));
+  }
+}
+
+void Engine::Impl::Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
+                          GenerationChunk chunk) {
+  if (r->stop != nullptr && reason != FinishReason::kStopString) {
+    if (r->detok != nullptr) chunk.text += r->stop->Push(r->detok->Finish());
+    chunk.text += r->stop->Flush();
+  }
+  scheduler_.Remove(&r->seq);
+  const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
+                          : reason == FinishReason::kError   ? RequestState::kFailed
+                                                             : RequestState::kFinished;
+  SetState(r->seq, to);
+  if (r->in_queue_counters) {
+    r->in_queue_counters = false;
+    ++queue_dequeued_requests_;
+    queue_dequeued_tokens_ += r->seq.prompt_len;
+  }
+  const absl::Time now = absl::Now();
+  chunk.finished = true;
+  chunk.finish_reason = reason;
+  chunk.error = std::move(error);
+  chunk.usage.prompt_tokens = r->seq.prompt_len;
+  chunk.usage.generated_tokens = std::max(0, r->seq.num_generated());
+  chunk.timing.queue_time = r->first_scheduled.value_or(now) - r->enqueue_time;
+  chunk.timing.time_to_first_token =
+      r->first_token.has_value() ? *r->first_token - r->enqueue_time : absl::ZeroDuration();
+  chunk.timing.total = now - r->enqueue_time;
+  if (observer_ != nullptr) observer_->OnFinished(chunk);
+  outbox_.emplace_back(r->stream, std::move(chunk));
+  finished_ids_.push_back(r->request.id);
+  by_seq_.erase(&r->seq);
+}
+
+void Engine::Impl::PublishAndFlush() {
+  StepHook hook;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : finished_ids_) active_ids_.erase(id);
+    queued_requests_ -= queue_dequeued_requests_;
+    queued_prompt_tokens_ -= queue_dequeued_tokens_;
+    stats_.num_waiting = scheduler_.num_waiting() + static_cast<int>(inbox_.size());
+    stats_.num_running = scheduler_.num_running();
+    stats_.num_preemptions = scheduler_.num_preemptions();
+    stats_.steps = steps_;
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      stats_.kv_blocks_used[g] = kv_.num_used(static_cast<LayerGroup>(g));
+    }
+    stats_.last_progress = absl::Now();
+    stats_.tokens_generated = tokens_generated_;
+    stats_.prompt_tokens_computed = prompt_tokens_computed_;
+    hook = step_hook_;
+  }
+  finished_ids_.clear();
+  queue_dequeued_requests_ = 0;
+  queue_dequeued_tokens_ = 0;
+  if (hook) {
+    std::vector<const Sequence*> running(scheduler_.running().begin(),
+                                         scheduler_.running().end());
+    hook(kv_, running);
+  }
+  // Streams last, so a consumer that sees its final chunk also sees the stats above.
+  for (auto& [stream, chunk] : outbox_) stream->Push(std::move(chunk));
+  outbox_.clear();
+}
+
+// --- Engine ---
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
+                                                       const Tokenizer* tokenizer,
+                                                       const EngineOptions& options,
+                                                       EngineObserver* observer) {
+  if (backend == nullptr) return absl::InvalidArgumentError("backend is null");
+  const ModelConfig& c = backend->config();
+  if (options.block_size <= 0) return absl::InvalidArgumentError("block_size must be > 0");
+  if (options.max_num_seqs <= 0) return absl::InvalidArgumentError("max_num_seqs must be > 0");
+  if (options.max_num_batched_tokens <= 0) {
+    return absl::InvalidArgumentError("max_num_batched_tokens must be > 0");
+  }
+  if (options.max_queued_requests < 0 || options.max_queued_prompt_tokens < 0) {
+    return absl::InvalidArgumentError("queue limits must be >= 0");
+  }
+  if (!(options.watermark >= 0 && options.watermark < 1)) {
+    return absl::InvalidArgumentError("watermark must be in [0, 1)");
+  }
+  KvCacheShape shape;
+  if (options.kv_num_blocks[0] > 0 || options.kv_num_blocks[1] > 0) {
+    if (options.kv_num_blocks[0] <= 0 || options.kv_num_blocks[1] <= 0) {
+      return absl::InvalidArgumentError("kv_num_blocks needs both groups > 0");
+    }
+    shape.block_size = options.block_size;
+    shape.window = c.window_size;
+    shape.num_blocks = options.kv_num_blocks;
+  } else {
+    size_t budget = options.kv_cache_bytes;
+    if (budget == 0) {
+      if (!(options.kv_cache_fraction > 0 && options.kv_cache_fraction <= 1)) {
+        return absl::InvalidArgumentError("kv_cache_fraction must be in (0, 1]");
+      }
+      budget = static_cast<size_t>(options.kv_cache_fraction *
+                                   static_cast<double>(PhysicalMemoryBytes()));
+    }
+    KvPlanInput in;
+    in.budget_bytes = budget;
+    in.block_size = options.block_size;
+    in.window = c.window_size;
+    in.context = c.max_positions;
+    in.max_num_seqs = std::min(options.max_num_seqs, options.max_num_batched_tokens);
+    in.max_num_batched_tokens = options.max_num_batched_tokens;
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      in.bytes_per_block[g] =
+          c.NumLayersIn(static_cast<LayerGroup>(g)) > 0
+              ? backend->BytesPerBlock(static_cast<LayerGroup>(g), options.block_size)
+              : 0;
+    }
+    ASSIGN_OR_RETURN(shape, PlanKvCache(in));
+  }
+  RETURN_IF_ERROR(backend->AllocateCache(shape));
+  DCF_LOG(Info) << "KV cache: " << shape.num_blocks[0] << " global + " << shape.num_blocks[1]
+                << " window blocks of " << shape.block_size << " tokens";
+  auto impl = std::make_unique<Impl>(std::move(backend), tokenizer, options, observer, shape);
+  impl->Start();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() { Shutdown(); }
+
+absl::StatusOr<RequestHandle> Engine::Enqueue(GenerationRequest request) {
+  ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream, impl_->Enqueue(std::move(request)));
+  return RequestHandle(this, std::move(stream));
+}
+void Engine::Cancel(const std::string& request_id) { impl_->Cancel(request_id); }
+void Engine::StopAccepting() { impl_->StopAccepting(); }
+void Engine::Shutdown() { impl_->Shutdown(); }
+EngineStats Engine::Stats() const { return impl_->Stats(); }
+const ModelConfig& Engine::config() const { return impl_->config(); }
+const EngineOptions& Engine::options() const { return impl_->options(); }
+std::string Engine::backend_name() const { return impl_->backend_name(); }
+std::optional<int32_t> Engine::eos_token_id() const { return impl_->eos_token_id(); }
+void Engine::SetStepHookForTesting(StepHook hook) { impl_->SetStepHook(std::move(hook)); }
+
+// --- RequestHandle ---
+
+RequestHandle& RequestHandle::operator=(RequestHandle&& other) {
+  if (this != &other) {
+    Cancel();
+    engine_ = other.engine_;
+    stream_ = std::move(other.stream_);
+    other.engine_ = nullptr;
+  }
+  return *this;
+}
+
+RequestHandle::~RequestHandle() { Cancel(); }
+
+void RequestHandle::Cancel() {
+  if (engine_ != nullptr && stream_ != nullptr && !stream_->done()) engine_->Cancel(stream_->id());
+}
+
+}  // namespace dcf

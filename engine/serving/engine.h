@@ -1,0 +1,142 @@
+// The serving engine: continuous batching over one backend, owned by a single engine loop
+// thread. Transport-free: the gRPC server, the benchmark and the tests all drive it through
+// this interface.
+//
+// Thread-safety: Enqueue, Cancel, Stats, Shutdown and the accessors are safe from any
+// thread; they only touch the request queue under a mutex. The scheduler, the KV cache and
+// the backend are touched only by the engine loop thread.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/backend.h"
+#include "engine/serving/request.h"
+#include "engine/serving/request_stream.h"
+#include "engine/serving/sequence.h"
+
+namespace dcf {
+
+class Tokenizer;
+
+// The KV pool is sized once at Create: see kv_cache_planner.h for how the budget is split
+// between the global and the window layer group. Scheduling rules (admission, watermark,
+// chunked prefill, preemption) are documented in scheduler.h.
+struct EngineOptions {
+  int block_size = 16;                 // tokens per KV block
+  size_t kv_cache_bytes = 0;           // KV memory budget; 0 = use kv_cache_fraction
+  double kv_cache_fraction = 0.25;     // of physical memory (CPU). TODO(cuda): free device
+                                       // memory, once Backend can report it
+  int max_num_seqs = 64;               // running sequences per step (clamped to the token budget)
+  int max_num_batched_tokens = 512;    // token budget per step (decode + prefill chunks)
+  int max_queued_requests = 256;       // waiting requests beyond this: ResourceExhausted
+  int64_t max_queued_prompt_tokens = 1 << 20;  // total prompt tokens waiting
+  int max_prompt_tokens = 0;           // 0 = model context
+  int max_new_tokens_limit = 0;        // 0 = model context
+  double watermark = 0.01;             // fraction of blocks kept free when admitting
+  int max_prefill_chunk_tokens = 0;    // tokens per prefill chunk; 0 = up to the step budget
+  // Exact pool sizes per group (global, window), bypassing the budget (tests, benchmarks).
+  // Both 0 (the default): size from kv_cache_bytes / kv_cache_fraction, see kv_cache_planner.h.
+  std::array<int, kNumLayerGroups> kv_num_blocks{0, 0};
+};
+
+// Counters and gauges for metrics; a consistent snapshot.
+struct EngineStats {
+  int num_waiting = 0;
+  int num_running = 0;
+  int64_t num_preemptions = 0;
+  int64_t steps = 0;
+  std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
+  std::array<int, kNumLayerGroups> kv_blocks_used{0, 0};
+  bool loop_alive = false;
+  absl::Time last_progress;            // last time the loop finished a step or idled
+  int64_t tokens_generated = 0;        // sampled tokens, all requests
+  int64_t prompt_tokens_computed = 0;  // prefill tokens run (recomputation included)
+};
+
+// Callbacks for metrics, run on the engine loop thread; must be cheap and never block.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+                      absl::Duration step_time) {}
+  virtual void OnPreemption() {}
+  virtual void OnFirstToken(absl::Duration ttft) {}
+  virtual void OnInterTokenLatency(absl::Duration itl) {}
+  virtual void OnFinished(const GenerationChunk& final_chunk) {}
+};
+
+// RAII owner of one request: destroying it cancels the request if it is still running.
+// A handle must not outlive the Engine that issued it (its destructor calls Engine::Cancel).
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  RequestHandle(Engine* engine, std::shared_ptr<RequestStream> stream)
+      : engine_(engine), stream_(std::move(stream)) {}
+  RequestHandle(RequestHandle&&) = default;
+  RequestHandle& operator=(RequestHandle&&);
+  ~RequestHandle();
+
+  RequestStream& stream() const { return *stream_; }
+  const std::shared_ptr<RequestStream>& shared_stream() const { return stream_; }
+  void Cancel();
+
+ private:
+  Engine* engine_ = nullptr;
+  std::shared_ptr<RequestStream> stream_;
+};
+
+class Engine {
+ public:
+  // Sizes the KV cache from the options, allocates it in the backend and starts the engine
+  // loop thread. `tokenizer` may be null (then requests cannot ask for text or stop strings);
+  // `observer` may be null. Neither is owned; both must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend,
+                                                        const Tokenizer* tokenizer,
+                                                        const EngineOptions& options,
+                                                        EngineObserver* observer = nullptr);
+  ~Engine();  // Shutdown()
+
+  // Validates and queues a request. Errors (nothing is queued then):
+  //   AlreadyExists: another live request has the same (non-empty) id.
+  //   InvalidArgument: bad sampling/stopping/output values, empty prompt, token id outside
+  //     the vocabulary, text/stop strings without a tokenizer; the message names the field.
+  //   OutOfRange: prompt + max_new_tokens exceeds the context or the whole KV pool.
+  //   ResourceExhausted: the waiting queue is full (immediately, never after a wait).
+  //   Unavailable: the engine is shutting down or draining.
+  absl::StatusOr<RequestHandle> Enqueue(GenerationRequest request);
+
+  // Cancels by id; the request's blocks are freed within one step and its stream gets a
+  // final chunk with kCancelled. Unknown or finished ids are ignored.
+  void Cancel(const std::string& request_id);
+
+  // New requests get Unavailable; running and queued ones continue.
+  void StopAccepting();
+  // Cancels everything, stops the loop thread and joins it. Idempotent.
+  void Shutdown();
+
+  EngineStats Stats() const;
+  const ModelConfig& config() const;
+  const EngineOptions& options() const;
+  std::string backend_name() const;
+  std::optional<int32_t> eos_token_id() const;
+
+  // Test-only: runs `hook` on the engine loop thread after every step (blocks committed, the
+  // step's sampled tokens appended, finished sequences removed) with the KV manager and the
+  // running sequences. Set it before enqueueing; it must not call into the engine.
+  using StepHook =
+      std::function<void(const KvCacheManager& kv, const std::vector<const Sequence*>& running)>;
+  void SetStepHookForTesting(StepHook hook);
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dcf

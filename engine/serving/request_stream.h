@@ -1,0 +1,58 @@
+// The consumer's side of one request: a thread-safe mailbox the engine loop fills with
+// tokens and the final chunk, and that an RPC reactor (or a CLI, or a test) drains.
+//
+// Ownership: shared between the engine (producer) and the consumer. Destroying the
+// consumer's last reference is NOT a cancel; call Cancel() (RequestHandle below does it on
+// destruction).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/serving/request.h"
+
+namespace dcf {
+
+class Engine;
+
+class RequestStream {
+ public:
+  explicit RequestStream(std::string id) : id_(std::move(id)) {}
+
+  const std::string& id() const { return id_; }
+
+  // --- consumer side (any thread) ---
+
+  // Moves everything pending into `out` (tokens concatenated, text concatenated; when the
+  // final chunk is pending it is merged in and `out->finished` is set). Returns false and
+  // leaves `out` untouched when nothing is pending. Never blocks on the engine.
+  bool TryTake(GenerationChunk* out);
+
+  // Blocks until something is pending (or `timeout` passes; returns false then) and takes it.
+  bool WaitTake(GenerationChunk* out, absl::Duration timeout = absl::InfiniteDuration());
+
+  // Installs a callback run (on the engine loop thread, without internal locks held) each
+  // time new output becomes pending. It must not block: a reactor uses it to start a write.
+  // If output is already pending when installed, it is run once immediately on this thread.
+  void SetOnReady(std::function<void()> on_ready);
+
+  // True once the final chunk has been taken.
+  bool done() const;
+
+  // --- producer side (engine loop only) ---
+  void Push(GenerationChunk chunk);
+
+ private:
+  const std::string id_;
+  mutable absl::Mutex mu_;
+  GenerationChunk pending_ ABSL_GUARDED_BY(mu_);
+  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_taken_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dcf

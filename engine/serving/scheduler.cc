@@ -1,0 +1,169 @@
+#include "engine/serving/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/common/logging.h"
+
+namespace dcf {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager* kv)
+    : config_(config), kv_(kv) {
+  DCF_CHECK(config_.max_num_batched_tokens > 0);
+  DCF_CHECK(config_.max_num_seqs > 0);
+  config_.max_num_seqs = std::min(config_.max_num_seqs, config_.max_num_batched_tokens);
+  if (config_.max_prefill_chunk <= 0) config_.max_prefill_chunk = config_.max_num_batched_tokens;
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    const int pool = kv_->allocator(static_cast<LayerGroup>(g)).num_blocks();
+    watermark_blocks_[g] = static_cast<int>(std::ceil(config_.watermark * pool));
+  }
+}
+
+void Scheduler::Add(Sequence* seq) {
+  DCF_CHECK(seq->state == RequestState::kQueued && seq->kv.num_tokens == 0);
+  waiting_.push_back(seq);
+}
+
+int Scheduler::LargestFit(const Sequence& seq, int want) const {
+  for (int n = want; n > 0; n /= 2) {
+    if (kv_->CanReserve(seq.kv, seq.kv.num_tokens + n)) return n;
+  }
+  return 0;
+}
+
+int Scheduler::OutstandingBlocks(const Sequence& seq, LayerGroup g) const {
+  return kv_->BlocksNeeded(seq.kv, g, static_cast<int>(seq.tokens.size()));
+}
+
+void Scheduler::Preempt(Sequence* victim, SchedulerOutput* out, int* budget) {
+  auto it = std::find_if(out->chunks.begin(), out->chunks.end(),
+                         [&](const ScheduledChunk& c) { return c.seq == victim; });
+  if (it != out->chunks.end()) {
+    *budget += it->num_tokens;
+    out->num_tokens -= it->num_tokens;
+    if (victim->state == RequestState::kPrefill) out->num_prefill_tokens -= it->num_tokens;
+    out->chunks.erase(it);
+  }
+  auto adm = std::find(out->admitted.begin(), out->admitted.end(), victim);
+  if (adm != out->admitted.end()) out->admitted.erase(adm);
+  kv_->Free(victim->kv);
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  SetState(*victim, RequestState::kPreempted);
+  ++victim->num_preemptions;
+  waiting_.push_front(victim);
+  out->preempted.push_back(victim);
+  ++num_preemptions_;
+}
+
+SchedulerOutput Scheduler::Schedule() {
+  SchedulerOutput out;
+  int budget = config_.max_num_batched_tokens;
+  const auto scheduled = [&](const Sequence* s) {
+    return std::any_of(out.chunks.begin(), out.chunks.end(),
+                       [&](const ScheduledChunk& c) { return c.seq == s; });
+  };
+  const auto add_chunk = [&](Sequence* s, int n) {
+    const int start = s->kv.num_tokens;
+    const absl::Status st = kv_->Reserve(s->kv, start + n);
+    DCF_CHECK(st.ok()) << st.message();
+    out.chunks.push_back({s, start, n, start + n == static_cast<int>(s->tokens.size())});
+    out.num_tokens += n;
+    if (s->state == RequestState::kPrefill) out.num_prefill_tokens += n;
+    budget -= n;
+  };
+
+  // 1-2: running sequences, decodes before prefill chunks, oldest first.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Sequence* seq = running_[i];
+      const int rem = seq->remaining();
+      DCF_CHECK(rem >= 1) << "running sequence " << seq->seq_id << " has nothing to feed";
+      if ((pass == 0) != (rem == 1) || scheduled(seq)) continue;
+      if (budget <= 0) break;
+      const int want = std::min({rem, budget, config_.max_prefill_chunk});
+      bool self_preempted = false;
+      while (true) {
+        const int n = LargestFit(*seq, want);
+        if (n > 0) {
+          add_chunk(seq, n);
+          break;
+        }
+        Sequence* victim = running_.back();
+        Preempt(victim, &out, &budget);
+        if (victim == seq) {
+          self_preempted = true;
+          break;
+        }
+      }
+      if (self_preempted) break;  // seq was the newest: nothing after it is running
+    }
+  }
+  if (!out.preempted.empty()) return out;
+
+  // 3: admission, first come first served.
+  std::array<int, kNumLayerGroups> outstanding{0, 0};
+  for (const Sequence* s : running_) {
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      outstanding[g] += OutstandingBlocks(*s, static_cast<LayerGroup>(g));
+    }
+  }
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs &&
+         budget > 0) {
+    Sequence* seq = waiting_.front();
+    if (!running_.empty()) {
+      bool fits = true;
+      for (int g = 0; g < kNumLayerGroups; ++g) {
+        const LayerGroup lg = static_cast<LayerGroup>(g);
+        if (OutstandingBlocks(*seq, lg) + outstanding[g] + watermark_blocks_[g] >
+            kv_->num_free(lg)) {
+          fits = false;
+        }
+      }
+      if (!fits) break;
+    }
+    const int want = std::min({seq->remaining(), budget, config_.max_prefill_chunk});
+    const int n = LargestFit(*seq, want);
+    if (n == 0) break;
+    waiting_.pop_front();
+    SetState(*seq, RequestState::kPrefill);
+    running_.push_back(seq);
+    out.admitted.push_back(seq);
+    add_chunk(seq, n);
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      outstanding[g] += OutstandingBlocks(*seq, static_cast<LayerGroup>(g));
+    }
+  }
+  return out;
+}
+
+void Scheduler::Commit(const SchedulerOutput& out) {
+  for (const ScheduledChunk& c : out.chunks) {
+    kv_->Commit(c.seq->kv, c.start + c.num_tokens);
+    if (c.samples && c.seq->state == RequestState::kPrefill) {
+      SetState(*c.seq, RequestState::kDecode);
+    }
+  }
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  auto r = std::find(running_.begin(), running_.end(), seq);
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find(waiting_.begin(), waiting_.end(), seq);
+  if (w != waiting_.end()) waiting_.erase(w);
+  kv_->Free(seq->kv);
+}
+
+bool Scheduler::FitsPool(int max_len) const {
+  const int B = kv_->block_size();
+  const int global_need = (max_len + B - 1) / B;
+  // Alone, a window group holds at most its bound plus the one block a decode step adds (the
+  // scheduler shrinks prefill chunks to what fits); without a window it is like the global one.
+  const int window_need = kv_->shape().window > 0
+                              ? std::min(global_need, kv_->WindowBlockBound() + 1)
+                              : global_need;
+  // Only the immutable shape is read: Engine::Enqueue calls this from API threads.
+  return global_need <= kv_->shape().num_blocks[static_cast<int>(LayerGroup::kGlobal)] &&
+         window_need <= kv_->shape().num_blocks[static_cast<int>(LayerGroup::kWindow)];
+}
+
+}  // namespace dcf

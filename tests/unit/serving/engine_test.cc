@@ -1,0 +1,575 @@
+// Engine tests on the small golden models (CPU). The reference for every greedy output is
+// SequenceRunner::Greedy on its own backend: one request, alone.
+#include "engine/serving/engine.h"
+
+#include <atomic>
+#include <map>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/common/logging.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/sequence_runner.h"
+#include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/testing/golden.h"
+
+namespace dcf {
+namespace {
+
+const char kModel[] = "dcformer-f32-long-prompt";
+
+std::unique_ptr<Backend> LoadBackend() {
+  auto m = LoadModel(testing::GoldenDir(kModel));
+  DCF_CHECK(m.ok()) << m.status();
+  return std::move(m->backend);
+}
+
+std::vector<int32_t> RandomPrompt(int len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p;
+  for (int i = 0; i < len; ++i) p.push_back(static_cast<int32_t>(3 + rng() % 290));
+  return p;
+}
+
+// Greedy reference, cached: one sequence alone, prompt fed in chunks of 16.
+std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_new) {
+  static auto* backend = LoadBackend().release();
+  static auto* cache = new std::map<std::pair<std::vector<int32_t>, int>, std::vector<int32_t>>();
+  auto key = std::make_pair(prompt, max_new);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  auto runner = SequenceRunner::Create(backend);
+  DCF_CHECK(runner.ok()) << runner.status();
+  auto r = (*runner)->Greedy(prompt, max_new, 16);
+  DCF_CHECK(r.ok()) << r.status();
+  (*cache)[key] = r->tokens;
+  return r->tokens;
+}
+
+GenerationRequest Greedy(const std::vector<int32_t>& prompt, int max_new) {
+  GenerationRequest r;
+  r.prompt_tokens = prompt;
+  r.sampling.temperature = 0;
+  r.stopping.max_new_tokens = max_new;
+  r.output.text = false;
+  return r;
+}
+
+// What one stream produced, accumulated over takes.
+struct Collected {
+  std::vector<TokenOutput> tokens;
+  std::string text;
+  GenerationChunk final_chunk;
+  bool finished = false;
+
+  std::vector<int32_t> ids() const {
+    std::vector<int32_t> v;
+    for (const auto& t : tokens) v.push_back(t.token);
+    return v;
+  }
+  // Blocks for the next chunk (at most 60 s so a bug fails instead of hanging).
+  void TakeOne(RequestStream& s) {
+    GenerationChunk c;
+    ASSERT_TRUE(s.WaitTake(&c, absl::Seconds(60))) << "no output from " << s.id();
+    for (auto& t : c.tokens) tokens.push_back(t);
+    text += c.text;
+    if (c.finished) {
+      finished = true;
+      final_chunk = c;
+    }
+  }
+  void Drain(RequestStream& s) {
+    while (!finished) {
+      TakeOne(s);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+};
+
+std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr) {
+  auto e = Engine::Create(LoadBackend(), tok, options);
+  DCF_CHECK(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+struct Case {
+  int len, max_new;
+};
+const std::vector<Case> kCases = {{5, 40}, {17, 30}, {40, 60}, {90, 20}, {130, 50}, {33, 45}, {1, 25}};
+// Short prompts with long generations: the first three alone outgrow a 12-block pool.
+const std::vector<Case> kGrowingCases = {{5, 150}, {6, 140}, {7, 130}, {40, 60}, {90, 20}, {1, 25}};
+
+// Runs kCases with staggered arrivals: the first three, then (after the first token of the
+// first one) the rest. Compares every output with its solo reference.
+void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>& kCases,
+                           int64_t* preemptions) {
+  auto engine = MakeEngine(options);
+  std::vector<RequestHandle> handles;
+  std::vector<Collected> got(kCases.size());
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < kCases.size(); ++i) prompts.push_back(RandomPrompt(kCases[i].len, 100 + i));
+  for (size_t i = 0; i < kCases.size(); ++i) {
+    if (i == 3) got[0].TakeOne(handles[0].stream());  // later arrivals
+    auto h = engine->Enqueue(Greedy(prompts[i], kCases[i].max_new));
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(std::move(*h));
+  }
+  for (size_t i = 0; i < kCases.size(); ++i) {
+    got[i].Drain(handles[i].stream());
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    EXPECT_EQ(got[i].final_chunk.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new)) << "request " << i;
+    EXPECT_EQ(got[i].final_chunk.usage.generated_tokens, kCases[i].max_new);
+    EXPECT_EQ(got[i].final_chunk.usage.prompt_tokens, kCases[i].len);
+  }
+  const EngineStats st = engine->Stats();
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+  EXPECT_EQ(st.kv_blocks_used[1], 0);
+  EXPECT_EQ(st.num_running, 0);
+  EXPECT_EQ(st.num_waiting, 0);
+  *preemptions = st.num_preemptions;
+}
+
+class BatchingInvarianceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(BatchingInvarianceTest, LargePoolMatchesSoloRuns) {
+  EngineOptions o;
+  o.max_prefill_chunk_tokens = GetParam();
+  o.max_num_batched_tokens = std::max(GetParam(), 8);
+  o.max_num_seqs = 8;
+  o.kv_num_blocks = {128, 64};
+  int64_t preemptions = -1;
+  RunBatchingInvariance(o, kCases, &preemptions);
+  EXPECT_EQ(preemptions, 0);
+}
+
+TEST_P(BatchingInvarianceTest, TinyPoolForcesPreemptionAndStillMatches) {
+  EngineOptions o;
+  o.max_prefill_chunk_tokens = GetParam();
+  o.max_num_batched_tokens = std::max(GetParam(), 8);
+  o.max_num_seqs = 8;
+  o.watermark = 0;
+  o.kv_num_blocks = {12, 6};  // the largest request needs 10 global blocks alone
+  int64_t preemptions = -1;
+  RunBatchingInvariance(o, kGrowingCases, &preemptions);
+  EXPECT_GT(preemptions, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values(1, 7, 64));
+
+// Counts the observer hooks (called on the loop thread; read after the engine is idle).
+class CountingObserver : public EngineObserver {
+ public:
+  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens, absl::Duration) override {
+    absl::MutexLock l(&mu);
+    ++steps;
+    tokens += num_tokens;
+    prefill_tokens += num_prefill_tokens;
+    max_seqs = std::max(max_seqs, num_seqs);
+  }
+  void OnPreemption() override {
+    absl::MutexLock l(&mu);
+    ++preemptions;
+  }
+  void OnFirstToken(absl::Duration) override {
+    absl::MutexLock l(&mu);
+    ++first_tokens;
+  }
+  void OnInterTokenLatency(absl::Duration) override {
+    absl::MutexLock l(&mu);
+    ++later_tokens;
+  }
+  void OnFinished(const GenerationChunk& c) override {
+    absl::MutexLock l(&mu);
+    ++finished;
+    generated += c.usage.generated_tokens;
+  }
+  absl::Mutex mu;
+  int64_t steps = 0, tokens = 0, prefill_tokens = 0, preemptions = 0, first_tokens = 0,
+          later_tokens = 0, finished = 0, generated = 0;
+  int max_seqs = 0;
+};
+
+TEST(EngineTest, ObserverAndStatsAgree) {
+  CountingObserver obs;
+  EngineOptions o;
+  o.kv_num_blocks = {12, 6};
+  o.watermark = 0;
+  auto created = Engine::Create(LoadBackend(), nullptr, o, &obs);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto engine = std::move(*created);
+  std::vector<RequestHandle> handles;
+  int64_t want_generated = 0;
+  for (size_t i = 0; i < kGrowingCases.size(); ++i) {
+    auto h = engine->Enqueue(Greedy(RandomPrompt(kGrowingCases[i].len, 300 + i),
+                                    kGrowingCases[i].max_new));
+    ASSERT_TRUE(h.ok()) << h.status();
+    want_generated += kGrowingCases[i].max_new;
+    handles.push_back(std::move(*h));
+  }
+  for (auto& h : handles) {
+    Collected c;
+    c.Drain(h.stream());
+  }
+  const EngineStats st = engine->Stats();
+  absl::MutexLock l(&obs.mu);
+  EXPECT_EQ(obs.finished, static_cast<int64_t>(kGrowingCases.size()));
+  EXPECT_EQ(obs.generated, want_generated);
+  EXPECT_EQ(obs.first_tokens + obs.later_tokens, want_generated);
+  EXPECT_EQ(st.tokens_generated, want_generated);
+  EXPECT_EQ(obs.steps, st.steps);
+  EXPECT_GT(obs.preemptions, 0);
+  EXPECT_EQ(obs.preemptions, st.num_preemptions);
+  EXPECT_EQ(obs.prefill_tokens, st.prompt_tokens_computed);
+  EXPECT_GT(obs.max_seqs, 1);
+  EXPECT_TRUE(st.loop_alive);
+  EXPECT_EQ(st.kv_blocks_total[0], 12);
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+}
+
+TEST(EngineTest, OneNewTokenAndOneTokenPrompt) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  const auto p = RandomPrompt(1, 77);
+  auto h = engine->Enqueue(Greedy(p, 1));
+  ASSERT_TRUE(h.ok());
+  Collected c;
+  c.Drain(h->stream());
+  EXPECT_EQ(c.ids(), Reference(p, 1));
+  EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kLength);
+  EXPECT_GE(c.final_chunk.timing.total, c.final_chunk.timing.time_to_first_token);
+}
+
+TEST(EngineTest, StepBudgetOfOneTokenStillMatches) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 1;  // one sequence runs at a time, one token per step
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  const auto p0 = RandomPrompt(9, 1), p1 = RandomPrompt(20, 2);
+  auto h0 = engine->Enqueue(Greedy(p0, 12));
+  auto h1 = engine->Enqueue(Greedy(p1, 12));
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  Collected c0, c1;
+  c0.Drain(h0->stream());
+  c1.Drain(h1->stream());
+  EXPECT_EQ(c0.ids(), Reference(p0, 12));
+  EXPECT_EQ(c1.ids(), Reference(p1, 12));
+}
+
+TEST(EngineTest, MatchesGoldenGreedyAndLogprobs) {
+  const testing::Golden g = testing::LoadGolden(kModel);
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  GenerationRequest r = Greedy(g.prompt, static_cast<int>(g.greedy.size()));
+  r.output.logprobs = true;
+  r.output.top_logprobs = 3;
+  auto h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok()) << h.status();
+  Collected c;
+  c.Drain(h->stream());
+  EXPECT_EQ(c.ids(), g.greedy);
+  ASSERT_EQ(c.tokens.size(), g.greedy_logprobs.size());
+  for (size_t i = 0; i < c.tokens.size(); ++i) {
+    EXPECT_NEAR(c.tokens[i].logprob, g.greedy_logprobs[i], 1e-4) << i;
+    ASSERT_EQ(c.tokens[i].top.size(), 3u);
+    EXPECT_EQ(c.tokens[i].top[0].token, c.tokens[i].token);  // greedy = most likely
+    EXPECT_GE(c.tokens[i].top[0].logprob, c.tokens[i].top[1].logprob);
+  }
+}
+
+TEST(EngineTest, WindowBlocksStayBoundedDuringLongGeneration) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.max_prefill_chunk_tokens = 7;
+  auto engine = MakeEngine(o);
+  absl::Mutex mu;
+  int checks = 0;
+  std::vector<std::string> violations;
+  engine->SetStepHookForTesting([&](const KvCacheManager& kv,
+                                    const std::vector<const Sequence*>& running) {
+    absl::MutexLock lock(&mu);
+    int used_w = 0, used_g = 0;
+    for (const Sequence* s : running) {
+      ++checks;
+      const int held_w = s->kv.HeldBlocks(LayerGroup::kWindow);
+      if (held_w > kv.WindowBlockBound()) {
+        violations.push_back(absl::StrCat("seq ", s->seq_id, " holds ", held_w,
+                                          " window blocks at ", s->kv.num_tokens, " tokens"));
+      }
+      used_w += held_w;
+      used_g += s->kv.HeldBlocks(LayerGroup::kGlobal);
+    }
+    if (used_w != kv.num_used(LayerGroup::kWindow) || used_g != kv.num_used(LayerGroup::kGlobal)) {
+      violations.push_back("pool usage differs from the sum of the block tables");
+    }
+  });
+  const int W = engine->config().window_size;
+  ASSERT_GT(W, 0);
+  const auto p0 = RandomPrompt(10, 5), p1 = RandomPrompt(40, 6);
+  auto h0 = engine->Enqueue(Greedy(p0, 10 * W + 20));  // > 10x the window
+  auto h1 = engine->Enqueue(Greedy(p1, 100));
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  Collected c0, c1;
+  c0.Drain(h0->stream());
+  c1.Drain(h1->stream());
+  EXPECT_EQ(c0.ids(), Reference(p0, 10 * W + 20));
+  EXPECT_EQ(c1.ids(), Reference(p1, 100));
+  absl::MutexLock lock(&mu);
+  EXPECT_GT(checks, 10 * W);
+  EXPECT_TRUE(violations.empty()) << violations.front();
+  EXPECT_EQ(engine->Stats().kv_blocks_used[0], 0);
+  EXPECT_EQ(engine->Stats().kv_blocks_used[1], 0);
+}
+
+TEST(EngineTest, CancelRunningAndQueuedFreesBlocks) {
+  EngineOptions o;
+  o.max_num_seqs = 1;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  auto running = engine->Enqueue(Greedy(RandomPrompt(20, 7), 200));
+  auto queued = engine->Enqueue(Greedy(RandomPrompt(20, 8), 200));
+  ASSERT_TRUE(running.ok() && queued.ok());
+  Collected c_run, c_q;
+  c_run.TakeOne(running->stream());  // it is running now; `queued` waits (max_num_seqs 1)
+  queued->Cancel();
+  c_q.Drain(queued->stream());
+  EXPECT_EQ(c_q.final_chunk.finish_reason, FinishReason::kCancelled);
+  EXPECT_TRUE(c_q.tokens.empty());
+  engine->Cancel(running->stream().id());
+  c_run.Drain(running->stream());
+  EXPECT_EQ(c_run.final_chunk.finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(c_run.tokens.size(), 200u);
+  const EngineStats st = engine->Stats();  // the final chunk is pushed after the stats
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+  EXPECT_EQ(st.kv_blocks_used[1], 0);
+  EXPECT_EQ(st.num_running, 0);
+}
+
+TEST(EngineTest, DroppingTheHandleCancels) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  std::shared_ptr<RequestStream> stream;
+  {
+    auto h = engine->Enqueue(Greedy(RandomPrompt(20, 9), 200));
+    ASSERT_TRUE(h.ok());
+    stream = h->shared_stream();
+  }
+  Collected c;
+  c.Drain(*stream);
+  EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(engine->Stats().kv_blocks_used[0], 0);
+}
+
+TEST(EngineTest, AdmissionControl) {
+  EngineOptions o;
+  o.max_num_seqs = 1;
+  o.max_queued_requests = 1;
+  o.max_queued_prompt_tokens = 50;
+  o.kv_num_blocks = {8, 8};
+  auto engine = MakeEngine(o);
+  // Beyond the context (256), and beyond the pool (8 blocks of 16 = 128 tokens).
+  EXPECT_EQ(engine->Enqueue(Greedy(RandomPrompt(200, 1), 100)).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(engine->Enqueue(Greedy(RandomPrompt(100, 1), 40)).status().code(),
+            absl::StatusCode::kOutOfRange);
+  auto running = engine->Enqueue(Greedy(RandomPrompt(10, 1), 100));
+  ASSERT_TRUE(running.ok());
+  Collected c;
+  c.TakeOne(running->stream());  // running: the queue is empty again
+  auto too_many_tokens = engine->Enqueue(Greedy(RandomPrompt(60, 2), 10));
+  EXPECT_EQ(too_many_tokens.status().code(), absl::StatusCode::kResourceExhausted);
+  auto waiting = engine->Enqueue(Greedy(RandomPrompt(10, 2), 10));
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  auto full = engine->Enqueue(Greedy(RandomPrompt(10, 3), 10));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  engine->StopAccepting();
+  EXPECT_EQ(engine->Enqueue(Greedy(RandomPrompt(10, 3), 10)).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(EngineTest, InvalidRequestsNameTheField) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  const auto check = [&](GenerationRequest r, const char* field) {
+    const absl::Status st = engine->Enqueue(std::move(r)).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field << ": " << st;
+    EXPECT_NE(st.message().find(field), absl::string_view::npos) << st.message();
+  };
+  const auto base = Greedy(RandomPrompt(5, 1), 5);
+  auto r = base;
+  r.prompt_tokens.clear();
+  check(r, "prompt_tokens");
+  r = base;
+  r.prompt_tokens[2] = 300;
+  check(r, "prompt_tokens[2]");
+  r = base;
+  r.sampling.top_p = 0;
+  check(r, "top_p");
+  r = base;
+  r.stopping.max_new_tokens = 0;
+  check(r, "max_new_tokens");
+  r = base;
+  r.output.top_logprobs = 21;
+  check(r, "top_logprobs");
+  r = base;
+  r.output.text = true;
+  check(r, "output.text");
+  r = base;
+  r.stopping.stop_strings = {"x"};
+  check(r, "stop_strings");
+}
+
+TEST(EngineTest, StopTokenAndEosOverride) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  const auto p = RandomPrompt(12, 11);
+  const auto ref = Reference(p, 30);
+  const int32_t stop = ref[6];
+  const size_t first = std::find(ref.begin(), ref.end(), stop) - ref.begin();
+  auto r = Greedy(p, 30);
+  r.stopping.stop_token_ids = {stop};
+  auto h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected c;
+  c.Drain(h->stream());
+  EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kStopToken);
+  EXPECT_EQ(c.ids(), std::vector<int32_t>(ref.begin(), ref.begin() + first + 1));
+
+  r = Greedy(p, 30);
+  r.stopping.eos_token_id = stop;
+  h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected e;
+  e.Drain(h->stream());
+  EXPECT_EQ(e.final_chunk.finish_reason, FinishReason::kEos);
+  EXPECT_EQ(e.ids().size(), first + 1);
+
+  r.stopping.ignore_eos = true;
+  h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected i;
+  i.Drain(h->stream());
+  EXPECT_EQ(i.final_chunk.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(i.ids(), ref);
+}
+
+TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
+  EngineOptions o;
+  o.kv_num_blocks = {128, 64};
+  auto engine = MakeEngine(o);
+  GenerationRequest r;
+  r.prompt_tokens = RandomPrompt(15, 21);
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 42;
+  r.stopping.max_new_tokens = 40;
+  r.output.text = false;
+  auto alone = engine->Enqueue(r);
+  ASSERT_TRUE(alone.ok());
+  Collected a;
+  a.Drain(alone->stream());
+  // Same request in a crowd of other sampled requests, arriving in a different order.
+  std::vector<RequestHandle> crowd;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest other = r;
+    other.prompt_tokens = RandomPrompt(10 + 20 * i, 50 + i);
+    other.sampling.seed.reset();
+    auto h = engine->Enqueue(other);
+    ASSERT_TRUE(h.ok());
+    crowd.push_back(std::move(*h));
+  }
+  auto batched = engine->Enqueue(r);
+  ASSERT_TRUE(batched.ok());
+  Collected b;
+  b.Drain(batched->stream());
+  EXPECT_EQ(a.ids(), b.ids());
+  r.sampling.seed = 43;
+  auto other_seed = engine->Enqueue(r);
+  ASSERT_TRUE(other_seed.ok());
+  Collected c;
+  c.Drain(other_seed->stream());
+  EXPECT_NE(a.ids(), c.ids());
+  for (auto& h : crowd) {
+    Collected x;
+    x.Drain(h.stream());
+  }
+}
+
+// A byte-level tokenizer over the model's 300 ids: 0..255 are single bytes, 256..298 two-byte
+// tokens, 299 is <|endoftext|>.
+std::unique_ptr<Tokenizer> TinyTokenizer() {
+  TokenizerSpec spec;
+  for (int b = 0; b < 256; ++b) {
+    std::string t;
+    AppendByteLevel(std::string(1, static_cast<char>(b)), &t);
+    spec.vocab[t] = b;
+  }
+  for (int i = 256; i < 299; ++i) {
+    std::string t;
+    AppendByteLevel(std::string{'a', static_cast<char>('A' + (i - 256) % 26)}, &t);
+    if (spec.vocab.contains(t)) AppendByteLevel("z", &t);
+    spec.vocab[t] = i;
+  }
+  AddedToken eos;
+  eos.id = 299;
+  eos.content = "<|endoftext|>";
+  eos.special = true;
+  spec.added_tokens.push_back(eos);
+  auto tok = Tokenizer::FromSpec(std::move(spec));
+  DCF_CHECK(tok.ok()) << tok.status();
+  return std::move(*tok);
+}
+
+TEST(EngineTest, StopStringAcrossTokenBoundaries) {
+  const auto tok = TinyTokenizer();
+  ASSERT_EQ(tok->eos_token_id(), std::optional<int32_t>(299));
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o, tok.get());
+  EXPECT_EQ(engine->eos_token_id(), std::optional<int32_t>(299));
+  GenerationRequest r = Greedy(RandomPrompt(8, 31), 80);
+  r.output.text = true;
+  r.stopping.ignore_eos = true;
+  auto h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected full;
+  full.Drain(h->stream());
+  ASSERT_EQ(full.text, *tok->Decode(full.ids(), /*skip_special_tokens=*/true));
+  // A stop string made of the last byte of one ASCII token and the next ASCII token.
+  const auto ids = full.ids();
+  std::string stop;
+  size_t k = 3;
+  for (; k + 1 < ids.size(); ++k) {
+    if (ids[k] >= 32 && ids[k] < 127 && ids[k + 1] >= 32 && ids[k + 1] < 127) {
+      stop = std::string{static_cast<char>(ids[k]), static_cast<char>(ids[k + 1])};
+      break;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no two printable ASCII tokens in a row";
+  const size_t at = full.text.find(stop);
+  for (bool include : {false, true}) {
+    r.stopping.stop_strings = {stop, "never-matches-this"};
+    r.stopping.include_stop_string = include;
+    h = engine->Enqueue(r);
+    ASSERT_TRUE(h.ok());
+    Collected c;
+    c.Drain(h->stream());
+    EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kStopString);
+    EXPECT_EQ(c.text, full.text.substr(0, at + (include ? stop.size() : 0)));
+    // Tokens up to the one that completed the match were emitted, and none after.
+    ASSERT_LE(c.ids().size(), ids.size());
+    EXPECT_EQ(c.ids(), std::vector<int32_t>(ids.begin(), ids.begin() + c.ids().size()));
+    EXPECT_GE(*tok->Decode(c.ids(), true), c.text);
+  }
+}
+
+}  // namespace
+}  // namespace dcf

@@ -1,0 +1,229 @@
+#include "engine/serving/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dcf {
+namespace {
+
+// Logits whose softmax is `probs`.
+std::vector<float> LogitsOf(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
+  return l;
+}
+
+// Empirical distribution of `n` draws (fixed seed).
+std::vector<double> Histogram(SamplingParams params, const std::vector<float>& logits, int n) {
+  params.seed = 1234;
+  Sampler s(params, {}, static_cast<int>(logits.size()));
+  std::vector<double> h(logits.size(), 0);
+  for (int i = 0; i < n; ++i) h[s.Sample(logits)] += 1.0 / n;
+  return h;
+}
+
+void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "id " << i;
+}
+
+const std::vector<double> kProbs = {0.5, 0.3, 0.15, 0.05};
+constexpr int kDraws = 40000;
+constexpr double kTol = 0.012;  // ~5 sigma at p = 0.5 for 40000 draws
+
+TEST(SamplerTest, PlainSamplingFollowsSoftmax) {
+  ExpectNear(Histogram({}, LogitsOf(kProbs), kDraws), kProbs, kTol);
+}
+
+TEST(SamplerTest, TopK) {
+  SamplingParams p;
+  p.top_k = 2;
+  ExpectNear(Histogram(p, LogitsOf(kProbs), kDraws), {0.625, 0.375, 0, 0}, kTol);
+}
+
+TEST(SamplerTest, TopP) {
+  SamplingParams p;
+  p.top_p = 0.75f;  // 0.5 < 0.75 <= 0.8: ids 0 and 1
+  ExpectNear(Histogram(p, LogitsOf(kProbs), kDraws), {0.625, 0.375, 0, 0}, kTol);
+  p.top_p = 0.9f;  // ids 0, 1, 2
+  ExpectNear(Histogram(p, LogitsOf(kProbs), kDraws), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0},
+             kTol);
+}
+
+TEST(SamplerTest, TopPWithNucleusBeyondTheFirstSortedPrefix) {
+  // 1000 equal logits: the nucleus for p = 0.5 is ids 0..499 (ties by lowest id), more than
+  // the 64 and 256 ids of the first sorted prefixes.
+  SamplingParams p;
+  p.top_p = 0.5f;
+  const std::vector<double> h = Histogram(p, std::vector<float>(1000, 0.0f), kDraws);
+  double low = 0, kept = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (i < 500) kept += h[i];
+    if (i < 250) low += h[i];
+  }
+  EXPECT_NEAR(kept, 1.0, 1e-9);
+  EXPECT_NEAR(low, 0.5, kTol);
+}
+
+TEST(SamplerTest, TopPMatchesFullSortOnRandomLogits) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0, 3);
+  std::vector<float> logits(2000);
+  for (float& v : logits) v = normal(rng);
+  // Reference nucleus by a full sort.
+  std::vector<int> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  double z = 0;
+  for (float v : logits) z += std::exp(static_cast<double>(v));
+  std::vector<bool> in_nucleus(logits.size(), false);
+  double cum = 0, nucleus_mass = 0;
+  for (int id : ids) {
+    in_nucleus[id] = true;
+    cum += std::exp(static_cast<double>(logits[id])) / z;
+    nucleus_mass = cum;
+    if (cum >= 0.9) break;
+  }
+  SamplingParams p;
+  p.top_p = 0.9f;
+  const std::vector<double> h = Histogram(p, logits, kDraws);
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (!in_nucleus[i]) {
+      EXPECT_EQ(h[i], 0) << "id " << i << " is outside the nucleus";
+    }
+  }
+  const int top = ids[0];
+  EXPECT_NEAR(h[top], std::exp(static_cast<double>(logits[top])) / z / nucleus_mass, kTol);
+}
+
+TEST(SamplerTest, MinP) {
+  SamplingParams p;
+  p.min_p = 0.25f;  // keep p >= 0.125: ids 0, 1, 2
+  ExpectNear(Histogram(p, LogitsOf(kProbs), kDraws), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0},
+             kTol);
+  p.min_p = 0.7f;  // keep p >= 0.35: id 0 only
+  ExpectNear(Histogram(p, LogitsOf(kProbs), kDraws), {1, 0, 0, 0}, 1e-9);
+}
+
+TEST(SamplerTest, Temperature) {
+  SamplingParams p;
+  p.temperature = 0.5f;  // p^2 renormalized
+  double z = 0;
+  for (double q : kProbs) z += q * q;
+  std::vector<double> want;
+  for (double q : kProbs) want.push_back(q * q / z);
+  ExpectNear(Histogram(p, LogitsOf(kProbs), kDraws), want, kTol);
+}
+
+TEST(SamplerTest, GreedyPicksLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, {}, 4);
+  EXPECT_EQ(s.Sample(std::vector<float>{1, 3, 3, 2}), 1);
+}
+
+TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  const std::vector<float> logits = LogitsOf({0.25, 0.25, 0.25, 0.25});
+  SamplingParams p;
+  p.seed = 7;
+  Sampler a(p, {}, 4), b(p, {}, 4);
+  p.seed = 8;
+  Sampler c(p, {}, 4);
+  std::vector<int32_t> ta, tb, tc;
+  for (int i = 0; i < 64; ++i) {
+    ta.push_back(a.Sample(logits));
+    tb.push_back(b.Sample(logits));
+    tc.push_back(c.Sample(logits));
+  }
+  EXPECT_EQ(ta, tb);
+  EXPECT_NE(ta, tc);
+}
+
+TEST(SamplerTest, RepetitionPenaltyOverPromptAndOutput) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p, /*prompt=*/{1, 2}, 4);
+  std::vector<float> l = {4, 4, -1, 3};
+  s.ApplyPenalties(absl::MakeSpan(l));
+  EXPECT_EQ(l, (std::vector<float>{4, 2, -2, 3}));
+  // Output tokens join the set: after sampling 0, it is penalized too.
+  EXPECT_EQ(s.Sample(std::vector<float>{5, 0, 0, 0}), 0);
+  l = {4, 4, -1, 3};
+  s.ApplyPenalties(absl::MakeSpan(l));
+  EXPECT_EQ(l, (std::vector<float>{2, 2, -2, 3}));
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesOverGeneratedTokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p, /*prompt=*/{3}, 4);  // the prompt does not count for these
+  const std::vector<float> favour2 = {0, 0, 10, 0};
+  EXPECT_EQ(s.Sample(favour2), 2);
+  EXPECT_EQ(s.Sample(favour2), 2);
+  std::vector<float> l = {1, 1, 1, 1};
+  s.ApplyPenalties(absl::MakeSpan(l));
+  EXPECT_FLOAT_EQ(l[2], 1 - 0.5f - 2 * 0.25f);
+  EXPECT_FLOAT_EQ(l[3], 1);
+  EXPECT_FLOAT_EQ(l[0], 1);
+  // Greedy follows the penalized logits.
+  EXPECT_EQ(s.Sample(std::vector<float>{0, 0, 0.9f, 0}), 0);
+}
+
+TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
+  const std::vector<float> l = LogitsOf(kProbs);
+  TokenOutput t;
+  ComputeLogprobs(l, 2, 3, &t);
+  EXPECT_NEAR(t.logprob, std::log(0.15), 1e-6);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].token, 0);
+  EXPECT_EQ(t.top[1].token, 1);
+  EXPECT_EQ(t.top[2].token, 2);
+  EXPECT_NEAR(t.top[1].logprob, std::log(0.3), 1e-6);
+}
+
+TEST(SamplerTest, ValidationNamesTheField) {
+  const auto check = [](SamplingParams p, const char* field) {
+    const absl::Status st = ValidateSamplingParams(p);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(st.message().find(field), absl::string_view::npos) << st.message();
+  };
+  SamplingParams p;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  p.temperature = std::nanf("");
+  check(p, "temperature");
+  p = {};
+  p.temperature = -1;
+  check(p, "temperature");
+  p = {};
+  p.top_p = 0;
+  check(p, "top_p");
+  p = {};
+  p.top_p = 1.5f;
+  check(p, "top_p");
+  p = {};
+  p.top_k = -1;
+  check(p, "top_k");
+  p = {};
+  p.min_p = 1.5f;
+  check(p, "min_p");
+  p = {};
+  p.repetition_penalty = 0;
+  check(p, "repetition_penalty");
+  p = {};
+  p.presence_penalty = 2.5f;
+  check(p, "presence_penalty");
+  p = {};
+  p.frequency_penalty = -3;
+  check(p, "frequency_penalty");
+}
+
+}  // namespace
+}  // namespace dcf
