@@ -5,6 +5,22 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# Prefer Debian's OpenMP build of OpenBLAS (libopenblas0-openmp): its GEMMs then share the
+# engine's OpenMP thread pool instead of a second set of spinning pthreads, which on a
+# 2-core machine halved decode and prefill speed. The build RPATH points at it, so the
+# binaries use it whatever the system's libopenblas alternative is.
+find_library(DCF_OPENBLAS_OPENMP NAMES openblas libopenblas.so.0
+             PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib64/openblas-openmp
+             NO_DEFAULT_PATH)
+add_library(dcf_blas INTERFACE)
+if(DCF_OPENBLAS_OPENMP)
+  target_include_directories(dcf_blas INTERFACE ${OPENBLAS_INCLUDE_DIRS})
+  target_link_libraries(dcf_blas INTERFACE ${DCF_OPENBLAS_OPENMP})
+  message(STATUS "dcformer: OpenBLAS (OpenMP threading) ${DCF_OPENBLAS_OPENMP}")
+else()
+  target_link_libraries(dcf_blas INTERFACE PkgConfig::OPENBLAS)
+  message(STATUS "dcformer: OpenBLAS (pthreads) ${OPENBLAS_LINK_LIBRARIES}")
+endif()
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 if(DCFORMER_BUILD_TESTS)

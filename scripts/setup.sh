@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev nlohmann-json3-dev libzip-dev libutf8proc-dev
+  libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libzip-dev libutf8proc-dev
   clang libclang-rt-14-dev
   python3-grpcio python3-protobuf python3-prometheus-client python3-numpy
   prometheus openssl curl

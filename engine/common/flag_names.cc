@@ -1,24 +1,43 @@
 #include "engine/common/flag_names.h"
 
-#include <cstring>
+#include <algorithm>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
 
 namespace dcf {
+namespace {
+
+// The registered flag `name` (or, for "noX", the boolean flag X), or null.
+const absl::CommandLineFlag* FindFlag(const std::string& name) {
+  if (const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name)) return f;
+  if (name.rfind("no", 0) == 0) {
+    const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name.substr(2));
+    if (f != nullptr && f->IsOfType<bool>()) return f;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
   storage.assign(argv, argv + argc);
-  bool flags_ended = false;
   for (int i = 1; i < argc; ++i) {
     std::string& arg = storage[i];
-    if (flags_ended || arg.size() < 3 || arg[0] != '-') continue;
-    if (arg == "--") {
-      flags_ended = true;
-      continue;
-    }
+    if (arg == "--") break;  // everything after it is positional
+    if (arg.size() < 2 || arg[0] != '-') continue;
     const size_t start = arg[1] == '-' ? 2 : 1;
-    const size_t end = std::min(arg.find('='), arg.size());
-    for (size_t j = start; j < end; ++j) {
-      if (arg[j] == '-') arg[j] = '_';
-    }
+    const size_t eq = arg.find('=');
+    const size_t end = std::min(eq, arg.size());
+    std::string name = arg.substr(start, end - start);
+    std::replace(name.begin(), name.end(), '-', '_');
+    // Only names of registered flags are rewritten: a value such as "--prompt -a-b" or an
+    // unknown flag (reported by the parser under its own spelling) stays as typed.
+    const absl::CommandLineFlag* flag = FindFlag(name);
+    if (flag == nullptr) continue;
+    arg.replace(start, end - start, name);
+    // "--flag value": the next argument is the value; never treat it as a flag.
+    if (eq == std::string::npos && !flag->IsOfType<bool>()) ++i;
   }
   std::vector<char*> out;
   out.reserve(argc + 1);

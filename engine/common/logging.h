@@ -42,5 +42,12 @@ struct LogVoidify {
                                                 __FILE__, __LINE__)         \
                                   .stream()
 
-#define DCF_CHECK(cond) \
-  if (!(cond)) DCF_LOG(Fatal) << "Check failed: " #cond " "
+// Aborts with a message when `cond` is false. The switch/else form keeps a following
+// `else` of the caller attached to the caller's `if`.
+#define DCF_CHECK(cond)  \
+  switch (0)             \
+  case 0:                \
+  default:               \
+    if (cond) {          \
+    } else               \
+      DCF_LOG(Fatal) << "Check failed: " #cond " "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
@@ -58,14 +59,33 @@ size_t CpuBackend::BytesPerBlock(LayerGroup g, int block_size) const {
 }
 
 absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
-  cache_shape_ = shape;
+  if (shape.block_size <= 0 || shape.num_blocks[0] < 0 || shape.num_blocks[1] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache shape: block size ", shape.block_size, " and block counts ",
+        shape.num_blocks[0], ", ", shape.num_blocks[1], " must be positive"));
+  }
+  const bool has_window_layers = layers_in_group_[static_cast<int>(LayerGroup::kWindow)] > 0;
+  if (has_window_layers && shape.window != config_.window_size) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: window ", shape.window,
+                                                   " differs from the model's window_size ",
+                                                   config_.window_size));
+  }
+  cache_shape_ = KvCacheShape();  // unusable until the allocation succeeded
   for (int g = 0; g < kNumLayerGroups; ++g) {
     const size_t floats = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) /
-                          sizeof(float) * shape.num_blocks[g];
+                          sizeof(float) * static_cast<size_t>(shape.num_blocks[g]);
     cache_[g].clear();
     cache_[g].shrink_to_fit();
-    cache_[g].resize(floats);
+    try {  // std::vector reports allocation failure by exception; turn it into a Status
+      cache_[g].resize(floats);
+    } catch (const std::bad_alloc&) {
+      cache_[0].clear();
+      cache_[1].clear();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", floats * sizeof(float), " bytes of KV cache"));
+    }
   }
+  cache_shape_ = shape;
   return absl::OkStatus();
 }
 
@@ -85,6 +105,11 @@ absl::Status CpuBackend::Validate(absl::Span<const ForwardSpan> spans,
     const ForwardSpan& s = spans[i];
     if (s.kv == nullptr || s.tokens.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("span ", i, " is empty"));
+    }
+    if (s.start_pos != s.kv->num_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("span ", i, " starts at position ", s.start_pos, " but its sequence holds ",
+                       s.kv->num_tokens, " tokens"));
     }
     const int end = s.start_pos + static_cast<int>(s.tokens.size());
     if (s.start_pos < 0 || end > config_.max_positions) {
@@ -109,7 +134,7 @@ absl::Status CpuBackend::Validate(absl::Span<const ForwardSpan> spans,
       for (int p = std::min(read_from, write_from); p < end; ++p) {
         if (p >= s.start_pos && p < write_from) continue;  // new rows that are not kept
         const int blk = p / B;
-        if (blk >= static_cast<int>(table.size()) || table[blk] == kNoBlock ||
+        if (blk >= static_cast<int>(table.size()) || table[blk] < 0 ||
             table[blk] >= cache_shape_.num_blocks[g]) {
           return absl::FailedPreconditionError(
               absl::StrCat("span ", i, ": no KV block for position ", p, " in the ",

@@ -18,11 +18,13 @@ std::optional<int32_t> BlockAllocator::Allocate() {
 }
 
 void BlockAllocator::AddRef(int32_t block) {
+  DCF_CHECK(block >= 0 && block < num_blocks()) << "bad block id " << block;
   DCF_CHECK(refcount_[block] > 0) << "AddRef on free block " << block;
   ++refcount_[block];
 }
 
 void BlockAllocator::Release(int32_t block) {
+  DCF_CHECK(block >= 0 && block < num_blocks()) << "bad block id " << block;
   DCF_CHECK(refcount_[block] > 0) << "double free of block " << block;
   if (--refcount_[block] == 0) free_.push_back(block);
 }

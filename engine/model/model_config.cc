@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -45,13 +46,17 @@ absl::StatusOr<bool> BoolOr(const Json& j, const char* key, bool fallback) {
 absl::StatusOr<std::optional<int>> OptionalTokenId(const Json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::optional<int>();
+  const Json* v = &*it;
   if (it->is_array()) {  // some configs list several; the first is the canonical one
     if (it->empty()) return std::optional<int>();
-    if (!(*it)[0].is_number_integer()) return KeyError(key, "must hold integers");
-    return std::optional<int>((*it)[0].get<int>());
+    v = &(*it)[0];
   }
-  if (!it->is_number_integer()) return KeyError(key, "must be an integer");
-  return std::optional<int>(it->get<int>());
+  if (!v->is_number_integer()) return KeyError(key, "must be an integer");
+  const int64_t id = v->get<int64_t>();
+  if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+    return KeyError(key, absl::StrCat("has bad value ", id));
+  }
+  return std::optional<int>(static_cast<int>(id));
 }
 
 }  // namespace
@@ -136,10 +141,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text) 
   if (ws == j.end() || ws->is_null()) {
     c.window_pattern = WindowPattern::kNone;
   } else {
-    if (!ws->is_number_integer() || ws->get<int64_t>() <= 0) {
-      return KeyError("window_size", "must be a positive integer or null");
-    }
-    c.window_size = ws->get<int>();
+    ASSIGN_OR_RETURN(c.window_size, RequiredPositiveInt(j, "window_size"));
     auto wt = j.find("window_type");
     std::string type = (wt == j.end() || wt->is_null()) ? "LG" : "";
     if (type.empty()) {

@@ -59,6 +59,8 @@ absl::StatusOr<GreedyResult> SequenceRunner::Greedy(absl::Span<const int32_t> pr
     out.logprobs.push_back(LogSoftmaxAt(last_logits_, next));
     if (eos.has_value() && next == *eos) break;
     if (static_cast<int>(out.tokens.size()) == max_new_tokens) break;
+    // The model context is full: stop with what was generated (like max_new_tokens).
+    if (seq_.num_tokens + 1 > backend_->config().max_positions) break;
     RETURN_IF_ERROR(Append({&next, 1}, 1));
   }
   return out;

@@ -32,7 +32,8 @@ class SequenceRunner {
                       std::vector<float>* logits = nullptr);
 
   // Greedy decoding: feeds `prompt` (chunked), then picks the argmax token until
-  // `max_new_tokens` or until a token equals `eos` (which is included).
+  // `max_new_tokens`, until a token equals `eos` (which is included), or until the model
+  // context is full. OutOfRange when the prompt alone does not fit the context.
   absl::StatusOr<GreedyResult> Greedy(absl::Span<const int32_t> prompt, int max_new_tokens,
                                       int chunk, std::optional<int32_t> eos = std::nullopt);
 

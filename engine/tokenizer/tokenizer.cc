@@ -105,6 +105,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
   int32_t max_id = -1;
   for (const auto& [token, id] : spec.vocab) max_id = std::max(max_id, id);
   for (const AddedToken& t : spec.added_tokens) max_id = std::max(max_id, t.id);
+  // Ids index dense tables; a sparse id far beyond the number of tokens would make a tiny
+  // file allocate gigabytes.
+  const size_t num_tokens = spec.vocab.size() + spec.added_tokens.size();
+  if (static_cast<size_t>(max_id) >= 4 * num_tokens + 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer: token id ", max_id, " is far beyond the ", num_tokens,
+        " tokens of model.vocab and added_tokens (ids must be dense)"));
+  }
   const size_t size = static_cast<size_t>(max_id + 1);
   tok->id_to_token_.resize(size);
   tok->id_bytes_.resize(size);

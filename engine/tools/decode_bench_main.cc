@@ -37,6 +37,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> storage;
   std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, storage);
   absl::ParseCommandLine(argc, args.data());
+  if (absl::GetFlag(FLAGS_repeats) < 1 || absl::GetFlag(FLAGS_prompt_tokens) < 1 ||
+      absl::GetFlag(FLAGS_new_tokens) < 1) {
+    std::fprintf(stderr, "dcformer-decode-bench: --repeats, --prompt-tokens and --new-tokens "
+                         "must be >= 1\n");
+    return 2;
+  }
   const absl::Time t0 = absl::Now();
   auto model = dcf::LoadModel(absl::GetFlag(FLAGS_model));
   if (!model.ok()) {
@@ -46,25 +52,33 @@ int main(int argc, char** argv) {
   const double load_s = absl::ToDoubleSeconds(absl::Now() - t0);
   const double rss_after_load = PeakRssMiB();
   const dcf::ModelConfig& c = model->config;
-  const int prompt_len = std::min(absl::GetFlag(FLAGS_prompt_tokens), c.max_positions - 1);
+  if (c.max_positions < 3) {
+    std::fprintf(stderr, "dcformer-decode-bench: the model context is too short\n");
+    return 1;
+  }
+  const int prompt_len = std::min(absl::GetFlag(FLAGS_prompt_tokens), c.max_positions / 2);
   const int new_tokens =
-      std::min(absl::GetFlag(FLAGS_new_tokens), c.max_positions - prompt_len);
+      std::min(absl::GetFlag(FLAGS_new_tokens), c.max_positions - prompt_len - 1);
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(prompt_len);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
 
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "dcformer-decode-bench: %s\n", st.ToString().c_str());
+    return 1;
+  };
   auto runner = dcf::SequenceRunner::Create(model->backend.get());
-  if (!runner.ok()) return 1;
+  if (!runner.ok()) return fail(runner.status());
   std::vector<double> prefill_tps, decode_tps;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
     (*runner)->Reset();
     const absl::Time p0 = absl::Now();
-    if (!(*runner)->Append(prompt, 512).ok()) return 1;
+    if (absl::Status st = (*runner)->Append(prompt, 512); !st.ok()) return fail(st);
     const double prefill_s = absl::ToDoubleSeconds(absl::Now() - p0);
     (*runner)->Reset();
     const absl::Time g0 = absl::Now();
     auto res = (*runner)->Greedy(prompt, new_tokens + 1, 512);
-    if (!res.ok()) return 1;
+    if (!res.ok()) return fail(res.status());
     const double total_s = absl::ToDoubleSeconds(absl::Now() - g0);
     prefill_tps.push_back(prompt_len / prefill_s);
     // Greedy = one prefill + new_tokens decode steps; subtract the measured prefill.

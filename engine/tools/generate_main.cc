@@ -120,6 +120,21 @@ int main(int argc, char** argv) {
     prompt = std::move(*ids);
   }
 
+  // Check the prompt against the model before loading its weights: a tokenizer's added
+  // tokens can have ids beyond the embedding table.
+  auto config = dcf::ModelConfig::FromFile(model_dir + "/config.json");
+  if (!config.ok()) return Fail(1, config.status().ToString());
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= config->vocab_size) {
+      return Fail(1, absl::StrCat("prompt token id ", id, " is outside the model's vocabulary [0, ",
+                                  config->vocab_size, ")"));
+    }
+  }
+  if (static_cast<int>(prompt.size()) > config->max_positions) {
+    return Fail(1, absl::StrCat("the prompt has ", prompt.size(),
+                                " tokens, more than the model context of ",
+                                config->max_positions));
+  }
   auto model = dcf::LoadModel(model_dir);
   if (!model.ok()) return Fail(1, model.status().ToString());
   auto runner = dcf::SequenceRunner::Create(model->backend.get());

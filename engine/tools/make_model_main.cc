@@ -31,6 +31,20 @@ int main(int argc, char** argv) {
     std::cerr << "dcformer-make-model: give --out DIR\n";
     return 2;
   }
+  for (const auto& [name, value] :
+       {std::pair<const char*, int>{"--dim", absl::GetFlag(FLAGS_dim)},
+        {"--n-layer", absl::GetFlag(FLAGS_n_layer)}, {"--n-head", absl::GetFlag(FLAGS_n_head)},
+        {"--ffn", absl::GetFlag(FLAGS_ffn)}, {"--vocab", absl::GetFlag(FLAGS_vocab)},
+        {"--context", absl::GetFlag(FLAGS_context)}}) {
+    if (value <= 0) {
+      std::cerr << "dcformer-make-model: " << name << " must be positive\n";
+      return 2;
+    }
+  }
+  if (absl::GetFlag(FLAGS_window) < 0) {
+    std::cerr << "dcformer-make-model: --window must be >= 0\n";
+    return 2;
+  }
   auto dtype = dcf::ParseSafetensorsDType(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) {
     std::cerr << "dcformer-make-model: --dtype: " << dtype.status().message() << "\n";

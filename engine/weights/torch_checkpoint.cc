@@ -106,9 +106,20 @@ class MemberReader {
 absl::StatusOr<uint64_t> MemberSize(zip_t* zip, zip_uint64_t index, const std::string& name) {
   zip_stat_t st;
   zip_stat_init(&st);
-  if (zip_stat_index(zip, index, 0, &st) != 0 || (st.valid & ZIP_STAT_SIZE) == 0) {
+  if (zip_stat_index(zip, index, 0, &st) != 0 || (st.valid & ZIP_STAT_SIZE) == 0 ||
+      (st.valid & ZIP_STAT_COMP_SIZE) == 0 || (st.valid & ZIP_STAT_COMP_METHOD) == 0) {
     return absl::DataLossError(
         absl::StrCat("cannot stat zip member '", name, "': ", zip_strerror(zip)));
+  }
+  // The sizes in the zip directory are claims: a tiny file could promise gigabytes and make
+  // a reader allocate them. torch.save stores members uncompressed (sizes must agree); a
+  // deflated member cannot expand more than deflate's ~1032:1 limit.
+  constexpr uint64_t kMaxDeflateRatio = 1032;
+  const bool stored = st.comp_method == ZIP_CM_STORE;
+  if ((stored && st.comp_size != st.size) ||
+      (!stored && st.size > (st.comp_size + 1) * kMaxDeflateRatio)) {
+    return absl::DataLossError(absl::StrCat("zip member '", name, "' claims ", st.size,
+                                            " bytes from ", st.comp_size, " stored bytes"));
   }
   return static_cast<uint64_t>(st.size);
 }

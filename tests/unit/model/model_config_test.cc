@@ -84,6 +84,9 @@ TEST(ModelConfigTest, RefusesUnsupportedValuesNamingTheKey) {
       {"vocab_size", "300", "vocab_size"},
       {"window_type", "GL", "window_type"},
       {"window_size", -3, "window_size"},
+      {"window_size", 4294967297LL, "window_size"},  // must not wrap to 1
+      {"eos_token_id", 99999999999LL, "eos_token_id"},
+      {"bos_token_id", -1, "bos_token_id"},
       {"use_qk_norm", "yes", "use_qk_norm"},
       {"rope_base", -1.0, "rope_base"},
       {"norm_eps", 0.0, "norm_eps"},

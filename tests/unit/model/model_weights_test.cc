@@ -51,10 +51,14 @@ class ModelWeightsTest : public ::testing::Test {
     ADD_FAILURE() << name;
     return 0;
   }
+  // Logits of a fixed sequence; empty (and a test failure) when the model does not load.
   std::vector<float> Logits() {
     auto m = LoadModel(dir_.path());
     EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return {};
     auto r = SequenceRunner::Create(m->backend.get());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
     std::vector<float> logits;
     const std::vector<int32_t> tokens = {1, 5, 9, 2, 33, 63, 0, 7, 7, 12};
     EXPECT_TRUE((*r)->Append(tokens, 4, &logits).ok());
@@ -118,6 +122,7 @@ TEST_F(ModelWeightsTest, MisshapenTensorIsNamed) {
 
 TEST_F(ModelWeightsTest, SplitQkvEqualsFused) {
   const std::vector<float> reference = Logits();
+  ASSERT_EQ(reference.size(), 10u * 64);
   for (int l = 0; l < config_.n_layer; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".attention.";
     const size_t i = Index(p + "wqkv.weight");
@@ -138,6 +143,7 @@ TEST_F(ModelWeightsTest, SplitQkvEqualsFused) {
 
 TEST_F(ModelWeightsTest, Bf16AndF16FilesLoad) {
   const std::vector<float> reference = Logits();
+  ASSERT_EQ(reference.size(), 10u * 64);
   for (DType dt : {DType::kBF16, DType::kF16}) {
     Rewrite(dt);
     const std::vector<float> got = Logits();

@@ -231,5 +231,19 @@ TEST_F(TokenizerConfigTest, VocabMergesForm) {
   EXPECT_THAT(*(*dir_tok)->Encode("ab"), ElementsAre(256));
 }
 
+
+// One enormous id in a tiny file must not make the loader allocate gigabytes.
+TEST_F(TokenizerConfigTest, SparseHugeIdIsRejected) {
+  Json j = TinyTokenizer();
+  j["model"]["vocab"]["zz"] = 2000000000;
+  ExpectInvalid(j, "ids must be dense");
+  Json added = TinyTokenizer();
+  added["added_tokens"] = Json::array({Added(1 << 30, "<|big|>")});
+  ExpectInvalid(added, "ids must be dense");
+  Json ok = TinyTokenizer();  // a few gaps are fine (GPT-NeoX has some)
+  ok["added_tokens"] = Json::array({Added(300, "<|pad|>")});
+  EXPECT_TRUE(Load(ok).ok());
+}
+
 }  // namespace
 }  // namespace dcf

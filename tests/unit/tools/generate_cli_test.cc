@@ -52,6 +52,18 @@ TEST(GenerateCliTest, TextPromptOnDefaultModel) {
   EXPECT_EQ(nlohmann::json::parse(ids.out).at("tokens"), j.at("tokens"));
 }
 
+// Generation that reaches the end of the context stops there with what it generated.
+TEST(GenerateCliTest, StopsAtTheContextLimit) {
+  std::string prompt = "1";
+  for (int i = 0; i < 249; ++i) prompt += ",2";  // 250 of the golden model's 256 positions
+  const auto r = testing::RunCommand(kGenerate + " --model " +
+                                     testing::GoldenDir("dcformer-f32-short-prompt") +
+                                     " --prompt-ids " + prompt + " --max-new-tokens 50 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Positions 250..255 are fed back; the token sampled after position 255 is the 7th.
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("tokens").size(), 7u);
+}
+
 TEST(GenerateCliTest, TokenizeMatchesReferenceCases) {
   std::ifstream in(std::string(DCF_TEST_DATA_DIR) + "/tokenizer/gpt2/cases.jsonl");
   std::string line;
@@ -77,19 +89,22 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
   };
   const std::vector<Case> cases = {
       {golden + " --prompt-ids 1,2,x", 2, "'x' is not an integer"},
-      {golden + " --prompt-ids 1,300", 1, "token id 300 is outside the vocabulary"},
+      {golden + " --prompt-ids 1,300", 1, "token id 300 is outside the model's vocabulary"},
       {golden + " --prompt-ids -1", 1, "token id -1"},
       {golden + " --prompt 'hi'", 2, "needs a tokenizer"},
       {golden, 2, "exactly one of"},
       {golden + " --prompt-ids 1 --max-new-tokens -1", 2, "--max-new-tokens"},
       {" --model /nonexistent --prompt-ids 1", 1, "/nonexistent/config.json"},
-      {golden + " --prompt-ids 1 --bogus-flag", 1, "bogus_flag"},
+      {golden + " --prompt-ids 1 --bogus-flag", 1, "Unknown command line flag 'bogus-flag'"},
       {" --tokenize", 2, "--tokenizer"},
       {golden + " --prompt-ids " + [] {
          std::string s = "1";
          for (int i = 0; i < 256; ++i) s += ",1";
          return s;
        }() + " --max-new-tokens 1", 1, "context"},
+      // The GPT-2 tokenizer knows <|endoftext|> = 50256; the golden model has 300 tokens.
+      {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +
+           " --prompt '<|endoftext|>'", 1, "prompt token id 50256 is outside"},
   };
   for (const Case& c : cases) {
     const auto r = testing::RunCommand(kGenerate + c.args);

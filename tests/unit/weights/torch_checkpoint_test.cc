@@ -419,3 +419,14 @@ TEST(TorchCheckpointTest, CorruptGoldenBytesAreDetected) {
 
 }  // namespace
 }  // namespace dcf
+
+// A 4.4 KB archive whose zip directory claims a 4 GiB storage (and a tensor with a huge
+// stride reaching into it): refused at open from the sizes alone, before any allocation.
+// Made by tests/data/hostile/make_size_bomb.py (stdlib only).
+TEST(TorchCheckpointTest, ZipSizeClaimsAreCheckedAgainstStoredBytes) {
+  auto r = dcf::OpenTorchCheckpoint(std::string(DCF_TEST_DATA_DIR) + "/hostile/size_bomb.bin");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(std::string(r.status().message()).find("claims 4294967280 bytes"), std::string::npos)
+      << r.status();
+}

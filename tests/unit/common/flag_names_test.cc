@@ -1,0 +1,43 @@
+#include "engine/common/flag_names.h"
+
+#include "absl/flags/flag.h"
+#include "gtest/gtest.h"
+
+ABSL_FLAG(std::string, test_prompt_text, "", "a string flag");
+ABSL_FLAG(bool, test_json_output, false, "a bool flag");
+
+namespace dcf {
+namespace {
+
+std::vector<std::string> Normalize(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::vector<std::string> storage;
+  std::vector<char*> out = NormalizeFlagNames(static_cast<int>(argv.size()), argv.data(), storage);
+  return std::vector<std::string>(out.begin(), out.end() - 1);
+}
+
+TEST(FlagNamesTest, RewritesRegisteredDashedNamesOnly) {
+  EXPECT_EQ(Normalize({"prog", "--test-prompt-text=a-b", "--test-json-output", "-x-y", "pos-arg",
+                       "--unknown-flag"}),
+            (std::vector<std::string>{"prog", "--test_prompt_text=a-b", "--test_json_output",
+                                      "-x-y", "pos-arg", "--unknown-flag"}));
+}
+
+TEST(FlagNamesTest, ValueAfterAStringFlagIsNeverRewritten) {
+  // "--test-prompt-text --test-json-output": the second word is the prompt, not a flag.
+  EXPECT_EQ(Normalize({"prog", "--test-prompt-text", "--test-json-output", "--test-json-output"}),
+            (std::vector<std::string>{"prog", "--test_prompt_text", "--test-json-output",
+                                      "--test_json_output"}));
+  EXPECT_EQ(Normalize({"prog", "--test-prompt-text", "-well-known"}),
+            (std::vector<std::string>{"prog", "--test_prompt_text", "-well-known"}));
+}
+
+TEST(FlagNamesTest, NegatedBoolsAndDoubleDash) {
+  EXPECT_EQ(Normalize({"prog", "--notest-json-output", "--", "--test-json-output"}),
+            (std::vector<std::string>{"prog", "--notest_json_output", "--",
+                                      "--test-json-output"}));
+}
+
+}  // namespace
+}  // namespace dcf
