@@ -1,0 +1,319 @@
+// dcformer-cli: command-line client of dcformer-server.
+//
+//   dcformer-cli generate --prompt "Hello" [--max-new-tokens 32] [--temperature 0] [--json]
+//   dcformer-cli generate --prompt-ids 1,2,3 --max-new-tokens 8
+//   dcformer-cli tokenize --prompt "Hello"      dcformer-cli detokenize --prompt-ids 1,2,3
+//   dcformer-cli info                            dcformer-cli health [--service NAME]
+//
+// Common flags: --target host:port, --api-key-file, --tls / --tls-ca / --tls-cert / --tls-key
+// / --tls-server-name, --timeout (e.g. 30s). generate streams text to stdout as it arrives
+// (token ids, comma-separated, when the response carries no text); the finish reason and
+// usage go to stderr. --json prints each response message as one JSON line instead.
+// Exit codes: 0 success, 1 RPC failure (code and message on stderr) or NOT_SERVING, 2 usage.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/client_channel.h"
+#include "dcformer/v1/dcformer.grpc.pb.h"
+#include "engine/common/flag_names.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address host:port");
+ABSL_FLAG(std::string, api_key_file, "", "file whose first line is the API key");
+ABSL_FLAG(bool, tls, false, "use TLS (system roots unless --tls-ca)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA certificate(s) to verify the server");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mTLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM client private key (mTLS)");
+ABSL_FLAG(std::string, tls_server_name, "", "name to verify in the server certificate");
+ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(), "call deadline, e.g. 30s; 0 = none");
+ABSL_FLAG(std::string, prompt, "", "prompt text (generate, tokenize)");
+ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
+ABSL_FLAG(std::string, request_id, "", "request id to send (echoed back)");
+ABSL_FLAG(int, max_new_tokens, 0, "tokens to generate (default: the server's)");
+ABSL_FLAG(double, temperature, 1.0, "sampling temperature; 0 = greedy");
+ABSL_FLAG(int, top_k, 0, "top-k sampling (0 = off)");
+ABSL_FLAG(double, top_p, 1.0, "nucleus sampling mass");
+ABSL_FLAG(double, min_p, 0.0, "min-p sampling");
+ABSL_FLAG(double, repetition_penalty, 1.0, "repetition penalty (1 = off)");
+ABSL_FLAG(double, presence_penalty, 0.0, "presence penalty");
+ABSL_FLAG(double, frequency_penalty, 0.0, "frequency penalty");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
+ABSL_FLAG(std::string, stop_token_ids, "", "stop token ids, comma-separated");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating after EOS");
+ABSL_FLAG(bool, logprobs, false, "request logprobs (shown with --json)");
+ABSL_FLAG(int, top_logprobs, 0, "request this many alternatives per token (shown with --json)");
+ABSL_FLAG(bool, text, true, "ask for text (--notext: token ids only)");
+ABSL_FLAG(bool, json, false, "print each response message as one JSON line");
+ABSL_FLAG(bool, skip_special_tokens, false, "detokenize: leave out special tokens");
+ABSL_FLAG(std::string, service, "", "health: service name ('' = whole server)");
+
+namespace {
+
+namespace v1 = ::dcformer::v1;
+
+// Flags given on the command line (absl keeps this private in Debian's version), so that
+// unset sampling flags stay unset in the request instead of sending the defaults.
+absl::flat_hash_set<std::string>& GivenFlags() {
+  static auto* given = new absl::flat_hash_set<std::string>();
+  return *given;
+}
+
+void RecordGivenFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    arg = arg.substr(0, arg.find('='));
+    GivenFlags().insert(std::string(arg));
+    if (absl::ConsumePrefix(&arg, "no")) GivenFlags().insert(std::string(arg));
+  }
+}
+
+bool Specified(absl::string_view name) { return GivenFlags().contains(name); }
+
+int Usage(absl::string_view message) {
+  std::cerr << "dcformer-cli: " << message << "\n";
+  return 2;
+}
+
+int RpcFailed(const grpc::Status& status) {
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  const int code = status.error_code();
+  std::cerr << "dcformer-cli: RPC failed: " << (code >= 0 && code <= 16 ? kNames[code] : "?")
+            << ": " << status.error_message() << "\n";
+  return 1;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(absl::string_view flag, absl::string_view text) {
+  std::vector<int32_t> ids;
+  if (absl::StripAsciiWhitespace(text).empty()) return ids;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    piece = absl::StripAsciiWhitespace(piece);
+    int32_t id;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", piece, "' is not an integer token id"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest() {
+  v1::GenerateRequest request;
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  if (Specified("prompt_ids")) {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        ParseIds("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
+    if (!ids.ok()) return ids.status();
+    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else if (Specified("prompt")) {
+    request.set_text(absl::GetFlag(FLAGS_prompt));
+  } else {
+    return absl::InvalidArgumentError("give --prompt or --prompt-ids");
+  }
+  v1::SamplingParams* s = request.mutable_sampling();
+  if (Specified("temperature")) s->set_temperature(absl::GetFlag(FLAGS_temperature));
+  if (Specified("top_k")) s->set_top_k(absl::GetFlag(FLAGS_top_k));
+  if (Specified("top_p")) s->set_top_p(absl::GetFlag(FLAGS_top_p));
+  if (Specified("min_p")) s->set_min_p(absl::GetFlag(FLAGS_min_p));
+  if (Specified("repetition_penalty")) {
+    s->set_repetition_penalty(absl::GetFlag(FLAGS_repetition_penalty));
+  }
+  if (Specified("presence_penalty")) s->set_presence_penalty(absl::GetFlag(FLAGS_presence_penalty));
+  if (Specified("frequency_penalty")) {
+    s->set_frequency_penalty(absl::GetFlag(FLAGS_frequency_penalty));
+  }
+  if (Specified("seed")) s->set_seed(absl::GetFlag(FLAGS_seed));
+  v1::StoppingCriteria* stop = request.mutable_stopping();
+  if (Specified("max_new_tokens")) stop->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  for (const std::string& s : absl::GetFlag(FLAGS_stop)) stop->add_stop_strings(s);
+  absl::StatusOr<std::vector<int32_t>> stop_ids =
+      ParseIds("stop-token-ids", absl::GetFlag(FLAGS_stop_token_ids));
+  if (!stop_ids.ok()) return stop_ids.status();
+  stop->mutable_stop_token_ids()->Add(stop_ids->begin(), stop_ids->end());
+  stop->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  v1::OutputOptions* out = request.mutable_output();
+  out->set_logprobs(absl::GetFlag(FLAGS_logprobs));
+  out->set_top_logprobs(absl::GetFlag(FLAGS_top_logprobs));
+  if (Specified("text")) out->set_return_text(absl::GetFlag(FLAGS_text));
+  return request;
+}
+
+int Generate(const dcf::client::ClientChannel& channel) {
+  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest();
+  if (!request.ok()) return Usage(request.status().message());
+  auto stub = v1::TextGeneration::NewStub(channel.channel());
+  grpc::ClientContext context;
+  channel.Prepare(&context);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(&context, *request);
+  const bool json = absl::GetFlag(FLAGS_json);
+  v1::GenerateResponse response;
+  bool first_id = true;
+  bool printed_anything = false;
+  v1::GenerateResponse final_message;
+  while (reader->Read(&response)) {
+    if (json) {
+      std::cout << ToJson(response) << "\n" << std::flush;
+    } else if (!response.text().empty()) {
+      std::cout << response.text() << std::flush;
+      printed_anything = true;
+    } else if (response.token_ids_size() > 0 && !request->output().return_text()) {
+      for (int32_t id : response.token_ids()) {
+        std::cout << (first_id ? "" : ",") << id;
+        first_id = false;
+      }
+      std::cout << std::flush;
+      printed_anything = true;
+    }
+    if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) final_message = response;
+  }
+  grpc::Status status = reader->Finish();
+  if (!json && printed_anything) std::cout << "\n" << std::flush;
+  if (!json && final_message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    std::cerr << "[" << v1::FinishReason_Name(final_message.finish_reason())
+              << " prompt_tokens=" << final_message.usage().prompt_tokens()
+              << " generated_tokens=" << final_message.usage().generated_tokens() << "]\n";
+  }
+  if (!status.ok()) return RpcFailed(status);
+  return 0;
+}
+
+template <typename Request, typename Response, typename Method>
+int Unary(const dcf::client::ClientChannel& channel, const Request& request, Response* response,
+          Method method) {
+  auto stub = v1::TextGeneration::NewStub(channel.channel());
+  grpc::ClientContext context;
+  channel.Prepare(&context);
+  grpc::Status status = ((*stub).*method)(&context, request, response);
+  if (!status.ok()) return RpcFailed(status);
+  return 0;
+}
+
+int Tokenize(const dcf::client::ClientChannel& channel) {
+  if (!Specified("prompt")) return Usage("tokenize needs --prompt");
+  v1::TokenizeRequest request;
+  request.set_text(absl::GetFlag(FLAGS_prompt));
+  v1::TokenizeResponse response;
+  if (int rc = Unary(channel, request, &response, &v1::TextGeneration::Stub::Tokenize)) return rc;
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(response) << "\n";
+  } else {
+    std::cout << absl::StrJoin(response.token_ids(), ",") << "\n";
+  }
+  return 0;
+}
+
+int Detokenize(const dcf::client::ClientChannel& channel) {
+  absl::StatusOr<std::vector<int32_t>> ids =
+      ParseIds("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
+  if (!ids.ok()) return Usage(ids.status().message());
+  v1::DetokenizeRequest request;
+  request.mutable_token_ids()->Add(ids->begin(), ids->end());
+  request.set_skip_special_tokens(absl::GetFlag(FLAGS_skip_special_tokens));
+  v1::DetokenizeResponse response;
+  if (int rc = Unary(channel, request, &response, &v1::TextGeneration::Stub::Detokenize)) {
+    return rc;
+  }
+  std::cout << (absl::GetFlag(FLAGS_json) ? ToJson(response) : response.text()) << "\n";
+  return 0;
+}
+
+int Info(const dcf::client::ClientChannel& channel) {
+  v1::GetModelInfoResponse response;
+  if (int rc = Unary(channel, v1::GetModelInfoRequest(), &response,
+                     &v1::TextGeneration::Stub::GetModelInfo)) {
+    return rc;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(response) << "\n";
+  } else {
+    std::cout << response.DebugString();
+  }
+  return 0;
+}
+
+int Health(const dcf::client::ClientChannel& channel) {
+  auto stub = grpc::health::v1::Health::NewStub(channel.channel());
+  grpc::ClientContext context;
+  channel.Prepare(&context);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(absl::GetFlag(FLAGS_service));
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return RpcFailed(status);
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
+            << "\n";
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "client of dcformer-server\n"
+      "  dcformer-cli generate|tokenize|detokenize|info|health [--target host:port] ...");
+  std::vector<std::string> arg_storage;
+  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
+  RecordGivenFlags(argc, args.data());
+  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  if (rest.size() != 2) {
+    return Usage("give one command: generate, tokenize, detokenize, info or health");
+  }
+  const std::string command = rest[1];
+  dcf::client::ChannelOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.tls = absl::GetFlag(FLAGS_tls);
+  options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  absl::StatusOr<dcf::client::ClientChannel> channel = dcf::client::ClientChannel::Create(options);
+  if (!channel.ok()) return Usage(channel.status().message());
+  if (command == "generate") return Generate(*channel);
+  if (command == "tokenize") return Tokenize(*channel);
+  if (command == "detokenize") return Detokenize(*channel);
+  if (command == "info") return Info(*channel);
+  if (command == "health") return Health(*channel);
+  return Usage(absl::StrCat("unknown command '", command, "'"));
+}

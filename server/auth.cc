@@ -1,0 +1,77 @@
+#include "server/auth.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace dcf::server {
+namespace {
+
+// Compares without an early exit so the time does not depend on where the first mismatch is.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = a.size() < b.size() ? a.size() : b.size();
+  for (size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--api-key-file: cannot read '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<std::string> keys;
+  for (absl::string_view line : absl::StrSplit(text.str(), '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || absl::StartsWith(line, "#")) continue;
+    keys.emplace_back(line);
+  }
+  if (keys.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api-key-file: '", path, "' contains no key"));
+  }
+  return FromKeys(std::move(keys));
+}
+
+absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromKeys(std::vector<std::string> keys) {
+  for (const std::string& key : keys) {
+    if (key.empty()) return absl::InvalidArgumentError("api key: empty key");
+    for (char c : key) {
+      if (c <= ' ' || c > '~') {
+        return absl::InvalidArgumentError("api key: keys must be printable ASCII without spaces");
+      }
+    }
+  }
+  return ApiKeyChecker(std::move(keys));
+}
+
+absl::Status ApiKeyChecker::Check(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <api key>' metadata");
+  }
+  return CheckHeader(absl::string_view(it->second.data(), it->second.size()));
+}
+
+absl::Status ApiKeyChecker::CheckHeader(absl::string_view authorization) const {
+  authorization = absl::StripAsciiWhitespace(authorization);
+  constexpr absl::string_view kBearer = "bearer ";
+  if (authorization.size() < kBearer.size() ||
+      !absl::EqualsIgnoreCase(authorization.substr(0, kBearer.size()), kBearer)) {
+    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <api key>'");
+  }
+  absl::string_view presented = absl::StripAsciiWhitespace(authorization.substr(kBearer.size()));
+  bool ok = false;
+  for (const std::string& key : keys_) ok |= ConstantTimeEquals(presented, key);
+  if (!ok) return absl::UnauthenticatedError("invalid api key");
+  return absl::OkStatus();
+}
+
+}  // namespace dcf::server

@@ -1,0 +1,250 @@
+#include "server/dcformer_server.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "engine/common/logging.h"
+#include "engine/common/status_macros.h"
+#include "engine/model/model_loader.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace dcf::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string HostPort(const std::string& host, int port) {
+  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+const std::string& ServiceName() {
+  static const std::string* name = new std::string(v1::TextGeneration::service_full_name());
+  return *name;
+}
+
+}  // namespace
+
+DcformerServer::DcformerServer(ServerOptions options) : options_(std::move(options)) {}
+
+DcformerServer::~DcformerServer() { Shutdown(); }
+
+absl::Status DcformerServer::Start() {
+  if (!options_.api_key_file.empty()) {
+    ASSIGN_OR_RETURN(ApiKeyChecker checker, ApiKeyChecker::FromFile(options_.api_key_file));
+    auth_ = std::make_unique<ApiKeyChecker>(std::move(checker));
+  }
+  state_ = std::make_unique<ServingState>(&options_, auth_.get(), &metrics_);
+  service_ = std::make_unique<TextGenerationService>(state_.get());
+
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!options_.tls_cert.empty()) {
+    ASSIGN_OR_RETURN(std::string cert, ReadFile("tls-cert", options_.tls_cert));
+    ASSIGN_OR_RETURN(std::string key, ReadFile("tls-key", options_.tls_key));
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    if (!options_.tls_client_ca.empty()) {
+      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("tls-client-ca", options_.tls_client_ca));
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = HostPort(options_.host, options_.port);
+  builder.AddListeningPort(address, credentials, &bound_port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port is an error
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                             options_.keepalive_permit_without_calls ? 1 : 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             options_.min_client_ping_interval_ms);
+  if (options_.max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, options_.max_connection_idle_ms);
+  }
+  if (options_.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, options_.max_connection_age_ms);
+  }
+  if (options_.max_concurrent_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams);
+  }
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || bound_port_ == 0) {
+    grpc_server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  SetServing(false);
+  DCF_LOG(Info) << "listening on " << HostPort(options_.host, bound_port_)
+                << (options_.tls_cert.empty() ? " (plaintext)" : " (TLS)")
+                << (options_.tls_client_ca.empty() ? "" : " (mTLS)")
+                << (auth_ ? " (api key required)" : "");
+
+  if (options_.metrics_port != 0) {
+    const std::string metrics_address = HostPort(options_.metrics_host, options_.metrics_port);
+    RETURN_IF_ERROR(metrics_.StartExposer(metrics_address));
+    DCF_LOG(Info) << "metrics on http://" << metrics_address << "/metrics";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DcformerServer::LoadModel() {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(LoadedModel loaded, dcf::LoadModel(options_.model_dir));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromModelDir(options_.model_dir);
+  if (tokenizer.ok()) {
+    tokenizer_ = std::move(*tokenizer);
+  } else if (absl::IsNotFound(tokenizer.status())) {
+    DCF_LOG(Info) << "no tokenizer in " << options_.model_dir << ": token-id prompts only";
+  } else {
+    return tokenizer.status();
+  }
+  const ModelConfig config = loaded.config;
+  ASSIGN_OR_RETURN(engine_, Engine::Create(std::move(loaded.backend), tokenizer_.get(),
+                                           options_.engine, &metrics_));
+  Engine* engine = engine_.get();
+  metrics_.SetStatsSource([engine]() -> std::optional<EngineStats> { return engine->Stats(); });
+  if (options_.warmup) RETURN_IF_ERROR(WarmUp());
+  metrics_.SetEnabled(true);
+
+  RequestLimits limits;
+  limits.vocab_size = config.vocab_size;
+  limits.context_length = config.max_positions;
+  limits.default_max_new_tokens = options_.default_max_new_tokens;
+  limits.tokenizer = tokenizer_.get();
+  ServedModelInfo info;
+  info.model_name = BaseName(options_.model_dir);
+  info.backend = engine->backend_name();
+  info.block_size = engine->options().block_size;
+  info.eos_token_id = engine->eos_token_id();
+  if (!info.eos_token_id.has_value()) info.eos_token_id = config.eos_token_id;
+  info.kv_blocks_total = engine->Stats().kv_blocks_total;
+  info.has_tokenizer = tokenizer_ != nullptr;
+  info.max_prompt_tokens = options_.engine.max_prompt_tokens > 0
+                               ? std::min(options_.engine.max_prompt_tokens, config.max_positions)
+                               : config.max_positions;
+  info.max_new_tokens = options_.engine.max_new_tokens_limit > 0
+                            ? std::min(options_.engine.max_new_tokens_limit, config.max_positions)
+                            : config.max_positions;
+  info.default_max_new_tokens = options_.default_max_new_tokens;
+  state_->PublishEngine(engine, limits, std::move(info));
+  SetServing(true);
+  DCF_LOG(Info) << "serving " << options_.model_dir << " (" << config.ArchitectureName() << ", "
+                << config.n_layer << " layers, backend " << engine->backend_name()
+                << ") after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  return absl::OkStatus();
+}
+
+absl::Status DcformerServer::WarmUp() {
+  GenerationRequest request;
+  request.id = "warmup";
+  request.prompt_tokens = {0};
+  request.sampling.temperature = 0;
+  request.stopping.max_new_tokens = 1;
+  request.stopping.ignore_eos = true;
+  request.output.text = false;
+  ASSIGN_OR_RETURN(RequestHandle handle, engine_->Enqueue(std::move(request)));
+  GenerationChunk chunk;
+  const absl::Time deadline = absl::Now() + absl::Minutes(5);
+  while (!chunk.finished) {
+    if (!handle.stream().WaitTake(&chunk, deadline - absl::Now())) {
+      return absl::DeadlineExceededError("warm-up request did not finish within 5 minutes");
+    }
+  }
+  if (chunk.finish_reason == FinishReason::kError) {
+    return absl::InternalError(absl::StrCat("warm-up failed: ", chunk.error.message()));
+  }
+  return absl::OkStatus();
+}
+
+void DcformerServer::SetServing(bool serving) {
+  serving_ = serving;
+  metrics_.SetServing(serving);
+  if (grpc_server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);  // the overall "" status
+  health->SetServingStatus(ServiceName(), serving);
+}
+
+void DcformerServer::Watch(absl::Notification* stop) {
+  while (!stop->WaitForNotificationWithTimeout(options_.health_poll_interval)) {
+    if (engine_ == nullptr) continue;
+    const EngineStats stats = engine_->Stats();
+    // An idle loop may not report progress; only a loop with work that stops moving (or a
+    // dead loop) is unhealthy.
+    const bool busy = stats.num_running + stats.num_waiting > 0;
+    const bool stalled = busy && absl::Now() - stats.last_progress > options_.engine_stall_timeout;
+    const bool healthy = stats.loop_alive && !stalled;
+    if (healthy != serving_) {
+      if (healthy) {
+        DCF_LOG(Info) << "engine loop recovered: SERVING";
+      } else {
+        DCF_LOG(Error) << "engine loop " << (stats.loop_alive ? "stalled" : "stopped")
+                       << ": NOT_SERVING";
+      }
+      SetServing(healthy);
+    }
+  }
+}
+
+void DcformerServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  const absl::Time start = absl::Now();
+  if (state_ != nullptr) state_->StartDraining();
+  SetServing(false);
+  if (grpc_server_ != nullptr && engine_ != nullptr) {
+    engine_->StopAccepting();
+    const int active = state_->active_streams();
+    DCF_LOG(Info) << "draining " << active << " stream(s), up to "
+                  << absl::FormatDuration(options_.drain_timeout);
+    if (!state_->AwaitNoStreams(start + options_.drain_timeout)) {
+      DCF_LOG(Warning) << "drain timeout: cancelling " << state_->active_streams()
+                       << " stream(s)";
+    }
+  }
+  // Cancels whatever still runs; their streams get a final CANCELLED message.
+  if (engine_ != nullptr) engine_->Shutdown();
+  if (grpc_server_ != nullptr) {
+    // Lets the final messages go out, then cancels any call still open.
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_server_->Wait();
+    grpc_server_.reset();
+  }
+  service_.reset();
+  metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone
+  engine_.reset();
+  DCF_LOG(Info) << "shut down after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+}
+
+}  // namespace dcf::server

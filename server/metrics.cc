@@ -1,0 +1,203 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/collectable.h"
+
+namespace dcf::server {
+namespace {
+
+// Latency buckets, seconds: fine below 10 ms (CPU decode steps of small models are ~1 ms),
+// then coarser up to a minute.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
+          0.03,   0.05,  0.075,  0.1,   0.15,  0.2,   0.3,   0.5,    0.75, 1.0,   2.5,
+          5.0,    10.0,  20.0,   30.0,  60.0};
+}
+
+const char* kOutcomes[] = {"eos",         "stop_token",         "stop_string",
+                           "length",      "cancelled",          "deadline_exceeded",
+                           "error",       "invalid_argument",   "out_of_range",
+                           "unavailable", "resource_exhausted", "unauthenticated"};
+
+const char* GroupLabel(int g) { return g == 0 ? "global" : "window"; }
+
+}  // namespace
+
+// Refreshes the engine gauges, then returns the registry's families.
+class ServerMetrics::RefreshingCollectable : public prometheus::Collectable {
+ public:
+  explicit RefreshingCollectable(ServerMetrics* owner) : owner_(owner) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    owner_->Refresh();
+    return owner_->registry_->Collect();
+  }
+
+ private:
+  ServerMetrics* owner_;
+};
+
+ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  auto& r = *registry_;
+  requests_ = &BuildCounter()
+                   .Name("dcformer_requests_total")
+                   .Help("Generate calls by outcome: a finish reason, or the gRPC code of a "
+                         "call that failed or was rejected")
+                   .Register(r);
+  for (const char* o : kOutcomes) requests_->Add({{"outcome", o}});
+  prompt_tokens_ = &BuildCounter()
+                        .Name("dcformer_prompt_tokens_total")
+                        .Help("Prompt tokens of accepted Generate requests")
+                        .Register(r)
+                        .Add({});
+  generated_tokens_ = &BuildCounter()
+                           .Name("dcformer_generation_tokens_total")
+                           .Help("Tokens generated and streamed to clients")
+                           .Register(r)
+                           .Add({});
+  preemptions_ = &BuildCounter()
+                      .Name("dcformer_num_preemptions_total")
+                      .Help("Sequences preempted (KV blocks reclaimed, recomputed later)")
+                      .Register(r)
+                      .Add({});
+  steps_ = &BuildCounter()
+                .Name("dcformer_engine_steps_total")
+                .Help("Engine steps run")
+                .Register(r)
+                .Add({});
+  waiting_ = &BuildGauge()
+                  .Name("dcformer_num_requests_waiting")
+                  .Help("Requests queued and not yet scheduled")
+                  .Register(r)
+                  .Add({});
+  running_ = &BuildGauge()
+                  .Name("dcformer_num_requests_running")
+                  .Help("Requests being prefilled or decoded")
+                  .Register(r)
+                  .Add({});
+  kv_usage_ = &BuildGauge()
+                   .Name("dcformer_kv_cache_usage_perc")
+                   .Help("KV-cache usage, 0 to 1: the fuller of the layer groups")
+                   .Register(r)
+                   .Add({});
+  serving_ = &BuildGauge()
+                  .Name("dcformer_serving")
+                  .Help("1 while the health service reports SERVING")
+                  .Register(r)
+                  .Add({});
+  engine_alive_ = &BuildGauge()
+                       .Name("dcformer_engine_loop_alive")
+                       .Help("1 while the engine loop thread runs")
+                       .Register(r)
+                       .Add({});
+  kv_blocks_used_ = &BuildGauge()
+                         .Name("dcformer_kv_cache_blocks_used")
+                         .Help("KV-cache blocks in use, per layer group")
+                         .Register(r);
+  kv_blocks_total_ = &BuildGauge()
+                          .Name("dcformer_kv_cache_blocks_total")
+                          .Help("KV-cache blocks allocated, per layer group")
+                          .Register(r);
+  kv_usage_by_group_ = &BuildGauge()
+                            .Name("dcformer_kv_cache_usage_perc_by_group")
+                            .Help("KV-cache usage, 0 to 1, per layer group")
+                            .Register(r);
+  auto histogram = [&](const char* name, const char* help,
+                       prometheus::Histogram::BucketBoundaries buckets) {
+    return &BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
+  };
+  ttft_ = histogram("dcformer_time_to_first_token_seconds",
+                    "Time from queueing to the first generated token", LatencyBuckets());
+  itl_ = histogram("dcformer_inter_token_latency_seconds",
+                   "Time between consecutive tokens of a request", LatencyBuckets());
+  e2e_ = histogram("dcformer_e2e_request_latency_seconds",
+                   "Time from queueing to the end of a request", LatencyBuckets());
+  queue_time_ = histogram("dcformer_request_queue_time_seconds",
+                          "Time a request waited before its first engine step", LatencyBuckets());
+  batch_size_ = histogram("dcformer_batch_size", "Sequences per engine step",
+                          {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  batch_tokens_ = histogram("dcformer_batch_tokens", "Tokens per engine step",
+                            {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
+  step_time_ = histogram("dcformer_engine_step_duration_seconds",
+                         "Wall time of one engine step", LatencyBuckets());
+  collectable_ = std::make_shared<RefreshingCollectable>(this);
+}
+
+ServerMetrics::~ServerMetrics() { exposer_.reset(); }
+
+void ServerMetrics::SetStatsSource(std::function<std::optional<EngineStats>()> source) {
+  std::lock_guard<std::mutex> lock(source_mu_);
+  source_ = std::move(source);
+}
+
+void ServerMetrics::SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
+
+absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(host_port, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", host_port, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(collectable_);
+  return absl::OkStatus();
+}
+
+void ServerMetrics::RecordRequest(absl::string_view outcome) {
+  requests_->Add({{"outcome", std::string(outcome)}}).Increment();
+}
+void ServerMetrics::AddPromptTokens(int64_t n) { prompt_tokens_->Increment(n); }
+void ServerMetrics::AddGeneratedTokens(int64_t n) { generated_tokens_->Increment(n); }
+
+void ServerMetrics::Refresh() {
+  std::optional<EngineStats> stats;
+  {
+    std::lock_guard<std::mutex> lock(source_mu_);
+    if (source_) stats = source_();
+  }
+  if (!stats.has_value()) return;
+  waiting_->Set(stats->num_waiting);
+  running_->Set(stats->num_running);
+  engine_alive_->Set(stats->loop_alive ? 1 : 0);
+  double worst = 0;
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    const int total = stats->kv_blocks_total[g];
+    const int used = stats->kv_blocks_used[g];
+    const std::map<std::string, std::string> labels = {{"layer_group", GroupLabel(g)}};
+    kv_blocks_used_->Add(labels).Set(used);
+    kv_blocks_total_->Add(labels).Set(total);
+    const double usage = total > 0 ? static_cast<double>(used) / total : 0.0;
+    kv_usage_by_group_->Add(labels).Set(usage);
+    worst = std::max(worst, usage);
+  }
+  kv_usage_->Set(worst);
+}
+
+void ServerMetrics::OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+                           absl::Duration step_time) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  steps_->Increment();
+  batch_size_->Observe(num_seqs);
+  batch_tokens_->Observe(num_tokens);
+  step_time_->Observe(absl::ToDoubleSeconds(step_time));
+}
+void ServerMetrics::OnPreemption() {
+  if (enabled_.load(std::memory_order_relaxed)) preemptions_->Increment();
+}
+void ServerMetrics::OnFirstToken(absl::Duration ttft) {
+  if (enabled_.load(std::memory_order_relaxed)) ttft_->Observe(absl::ToDoubleSeconds(ttft));
+}
+void ServerMetrics::OnInterTokenLatency(absl::Duration itl) {
+  if (enabled_.load(std::memory_order_relaxed)) itl_->Observe(absl::ToDoubleSeconds(itl));
+}
+void ServerMetrics::OnFinished(const GenerationChunk& final_chunk) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  e2e_->Observe(absl::ToDoubleSeconds(final_chunk.timing.total));
+  queue_time_->Observe(absl::ToDoubleSeconds(final_chunk.timing.queue_time));
+}
+
+}  // namespace dcf::server

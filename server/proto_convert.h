@@ -1,0 +1,64 @@
+// Conversions between the dcformer.v1 proto messages and the engine's plain types. Together
+// with status_util.h this is the only code that knows both worlds.
+//
+// Validation here names fields by their proto path ("sampling.top_p: ..."), so API errors
+// read the same whatever the engine would say; the engine validates again on Enqueue.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dcformer/v1/dcformer.pb.h"
+#include "engine/model/model_config.h"
+#include "engine/serving/request.h"
+
+namespace dcf {
+class Tokenizer;
+}
+
+namespace dcf::server {
+
+namespace v1 = ::dcformer::v1;
+
+// What the conversion needs to know about the model and the server's limits.
+struct RequestLimits {
+  int32_t vocab_size = 0;
+  int32_t context_length = 0;         // model positions
+  int32_t default_max_new_tokens = 256;
+  const Tokenizer* tokenizer = nullptr;  // null: text features are rejected
+};
+
+// Validates `request` and builds the engine request (text prompts are tokenized).
+// InvalidArgument naming the proto field on any bad value.
+absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                                  const RequestLimits& limits);
+
+v1::FinishReason ToProtoFinishReason(FinishReason reason);
+// Lower-case label ("eos", "length", ...) for metrics and logs.
+const char* FinishReasonLabel(FinishReason reason);
+
+void ToProtoDuration(absl::Duration d, google::protobuf::Duration* out);
+
+// Fills `out` (cleared first) from a chunk taken from a RequestStream.
+void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id,
+                     bool with_logprobs, v1::GenerateResponse* out);
+
+// Everything GetModelInfo reports that is not in ModelConfig.
+struct ServedModelInfo {
+  std::string model_name;
+  std::string backend;
+  int block_size = 0;
+  std::optional<int32_t> eos_token_id;
+  std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
+  bool has_tokenizer = false;
+  int max_prompt_tokens = 0;
+  int max_new_tokens = 0;
+  int default_max_new_tokens = 0;
+};
+void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
+                      v1::GetModelInfoResponse* out);
+
+}  // namespace dcf::server

@@ -1,0 +1,149 @@
+#include "server/server_options.h"
+
+#include <cstdint>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+#ifndef DCF_DEFAULT_MODEL_DIR
+#define DCF_DEFAULT_MODEL_DIR "models/dcformer-tiny"
+#endif
+
+ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR,
+          "model directory: config.json, weights and (optionally) tokenizer.json");
+ABSL_FLAG(std::string, host, "127.0.0.1", "gRPC listen address (0.0.0.0 / [::] for all)");
+ABSL_FLAG(int, port, 50051, "gRPC listen port");
+ABSL_FLAG(std::string, metrics_host, "", "Prometheus /metrics listen address (default: --host)");
+ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port; 0 disables the endpoint");
+ABSL_FLAG(int64_t, kv_cache_bytes, 0,
+          "KV-cache memory budget in bytes; 0 = --kv-cache-fraction of memory");
+ABSL_FLAG(double, kv_cache_fraction, 0.25,
+          "KV-cache budget as a fraction of physical memory (CPU) or free device memory (CUDA)");
+ABSL_FLAG(int, block_size, 16, "tokens per KV-cache block");
+ABSL_FLAG(int, max_num_seqs, 64, "most sequences running in one engine step");
+ABSL_FLAG(int, max_batch_tokens, 512, "token budget of one engine step (decode + prefill)");
+ABSL_FLAG(int, max_queued_requests, 256,
+          "waiting requests beyond this are rejected with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_queued_prompt_tokens, 1 << 20,
+          "total prompt tokens waiting beyond this are rejected with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_prompt_tokens, 0, "longest accepted prompt; 0 = model context");
+ABSL_FLAG(int, max_new_tokens, 0, "largest accepted max_new_tokens; 0 = model context");
+ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that leave it unset");
+ABSL_FLAG(bool, warmup, true, "run one tiny request before reporting SERVING");
+ABSL_FLAG(int, max_receive_message_bytes, 1 << 20, "largest accepted request message");
+ABSL_FLAG(int, max_send_message_bytes, 4 << 20, "largest response message");
+ABSL_FLAG(int, max_concurrent_streams, 0, "concurrent calls per HTTP/2 connection; 0 = default");
+ABSL_FLAG(int, keepalive_time_ms, 60000, "server keepalive ping interval (ms)");
+ABSL_FLAG(int, keepalive_timeout_ms, 20000, "close the connection if a ping ack takes longer");
+ABSL_FLAG(int, min_client_ping_interval_ms, 10000,
+          "clients that ping more often than this (without data) get GOAWAY");
+ABSL_FLAG(bool, keepalive_permit_without_calls, true, "allow client pings with no active call");
+ABSL_FLAG(int, max_connection_idle_ms, 0, "close idle connections after this (0 = never)");
+ABSL_FLAG(int, max_connection_age_ms, 0, "close connections after this age (0 = never)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file of API keys, one per line; TextGeneration calls then need "
+          "'authorization: Bearer <key>' (health stays open)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls-key: TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require and verify client certificates (mTLS)");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "on SIGTERM/SIGINT, let running streams finish this long, then cancel them");
+ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(30),
+          "report NOT_SERVING when the engine loop made no progress for this long");
+
+namespace dcf::server {
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
+  ServerOptions o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  o.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (o.metrics_host.empty()) o.metrics_host = o.host;
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (absl::GetFlag(FLAGS_kv_cache_bytes) < 0) {
+    return absl::InvalidArgumentError("--kv-cache-bytes must be >= 0");
+  }
+  o.engine.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_bytes));
+  o.engine.kv_cache_fraction = absl::GetFlag(FLAGS_kv_cache_fraction);
+  o.engine.block_size = absl::GetFlag(FLAGS_block_size);
+  o.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  o.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  o.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  o.engine.max_queued_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
+  o.engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens);
+  o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
+  o.max_send_message_bytes = absl::GetFlag(FLAGS_max_send_message_bytes);
+  o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  o.keepalive_time_ms = absl::GetFlag(FLAGS_keepalive_time_ms);
+  o.keepalive_timeout_ms = absl::GetFlag(FLAGS_keepalive_timeout_ms);
+  o.min_client_ping_interval_ms = absl::GetFlag(FLAGS_min_client_ping_interval_ms);
+  o.keepalive_permit_without_calls = absl::GetFlag(FLAGS_keepalive_permit_without_calls);
+  o.max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
+  o.max_connection_age_ms = absl::GetFlag(FLAGS_max_connection_age_ms);
+  o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  o.engine_stall_timeout = absl::GetFlag(FLAGS_engine_stall_timeout);
+  if (absl::Status s = ValidateServerOptions(o); !s.ok()) return s;
+  return o;
+}
+
+absl::Status ValidateServerOptions(const ServerOptions& o) {
+  auto bad = [](absl::string_view flag, absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", what));
+  };
+  if (o.model_dir.empty()) return bad("model", "must name a model directory");
+  if (o.port < 0 || o.port > 65535) return bad("port", "must be in [0, 65535]");
+  if (o.metrics_port < 0 || o.metrics_port > 65535) {
+    return bad("metrics-port", "must be in [0, 65535]");
+  }
+  if (o.metrics_port != 0 && o.metrics_port == o.port && o.metrics_host == o.host) {
+    return bad("metrics-port", "must differ from --port");
+  }
+  if (o.engine.block_size < 1) return bad("block-size", "must be >= 1");
+  if (!(o.engine.kv_cache_fraction > 0 && o.engine.kv_cache_fraction <= 1)) {
+    return bad("kv-cache-fraction", "must be in (0, 1]");
+  }
+  if (o.engine.max_num_seqs < 1) return bad("max-num-seqs", "must be >= 1");
+  if (o.engine.max_num_batched_tokens < 1) return bad("max-batch-tokens", "must be >= 1");
+  if (o.engine.max_queued_requests < 0) return bad("max-queued-requests", "must be >= 0");
+  if (o.engine.max_queued_prompt_tokens < 0) {
+    return bad("max-queued-prompt-tokens", "must be >= 0");
+  }
+  if (o.engine.max_prompt_tokens < 0) return bad("max-prompt-tokens", "must be >= 0");
+  if (o.engine.max_new_tokens_limit < 0) return bad("max-new-tokens", "must be >= 0");
+  if (o.default_max_new_tokens < 1) return bad("default-max-new-tokens", "must be >= 1");
+  if (o.max_receive_message_bytes < 1024) {
+    return bad("max-receive-message-bytes", "must be >= 1024");
+  }
+  if (o.max_send_message_bytes < 1024) return bad("max-send-message-bytes", "must be >= 1024");
+  if (o.max_concurrent_streams < 0) return bad("max-concurrent-streams", "must be >= 0");
+  if (o.keepalive_time_ms < 1) return bad("keepalive-time-ms", "must be >= 1");
+  if (o.keepalive_timeout_ms < 1) return bad("keepalive-timeout-ms", "must be >= 1");
+  if (o.min_client_ping_interval_ms < 0) {
+    return bad("min-client-ping-interval-ms", "must be >= 0");
+  }
+  if (o.max_connection_idle_ms < 0) return bad("max-connection-idle-ms", "must be >= 0");
+  if (o.max_connection_age_ms < 0) return bad("max-connection-age-ms", "must be >= 0");
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return bad(o.tls_cert.empty() ? "tls-cert" : "tls-key",
+               "--tls-cert and --tls-key go together");
+  }
+  if (!o.tls_client_ca.empty() && o.tls_cert.empty()) {
+    return bad("tls-client-ca", "needs --tls-cert and --tls-key");
+  }
+  if (o.drain_timeout < absl::ZeroDuration()) return bad("drain-timeout", "must be >= 0");
+  if (o.engine_stall_timeout <= absl::ZeroDuration()) {
+    return bad("engine-stall-timeout", "must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dcf::server

@@ -1,0 +1,48 @@
+// Everything dcformer-server can be configured with, and its command-line flags.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/serving/engine.h"
+
+namespace dcf::server {
+
+struct ServerOptions {
+  std::string model_dir;              // config.json + weights (+ tokenizer.json)
+  std::string host = "127.0.0.1";     // gRPC listen address
+  int port = 50051;
+  std::string metrics_host;           // empty: same as host
+  int metrics_port = 9090;            // 0: no metrics endpoint
+
+  EngineOptions engine;
+  int default_max_new_tokens = 256;   // when a request leaves max_new_tokens unset
+  bool warmup = true;                 // run one tiny request before reporting SERVING
+
+  int max_receive_message_bytes = 1 << 20;
+  int max_send_message_bytes = 4 << 20;
+  int max_concurrent_streams = 0;     // per HTTP/2 connection; 0 = gRPC default
+  int keepalive_time_ms = 60'000;     // server pings idle connections this often
+  int keepalive_timeout_ms = 20'000;  // ...and closes them if the ack takes longer
+  int min_client_ping_interval_ms = 10'000;  // clients pinging faster get GOAWAY
+  bool keepalive_permit_without_calls = true;
+  int max_connection_idle_ms = 0;     // 0 = never
+  int max_connection_age_ms = 0;      // 0 = never (set it behind L4 load balancers)
+
+  std::string api_key_file;           // non-empty: TextGeneration needs a Bearer key
+  std::string tls_cert;               // PEM; with tls_key enables TLS
+  std::string tls_key;
+  std::string tls_client_ca;          // PEM; requires and verifies client certs (mTLS)
+
+  absl::Duration drain_timeout = absl::Seconds(30);
+  absl::Duration engine_stall_timeout = absl::Seconds(30);
+  absl::Duration health_poll_interval = absl::Milliseconds(200);
+};
+
+// Reads the absl flags defined in server_options.cc (after absl::ParseCommandLine) and
+// validates them. InvalidArgument naming the flag.
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags();
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
+}  // namespace dcf::server

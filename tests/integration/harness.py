@@ -1,0 +1,218 @@
+"""Shared helpers of the integration tests: a real dcformer-server process on loopback.
+
+Paths come from the environment CTest sets (see CMakeLists.txt): DCF_BIN_DIR (server, CLI,
+dcformer-generate), DCF_PY_DIR (generated *_pb2 modules), DCF_SOURCE_DIR (repo root).
+
+Synchronisation never sleeps for a fixed time: readiness uses the health Watch stream, and
+state checks poll /metrics or the process until a condition holds or a deadline passes.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SOURCE_DIR = os.environ.get("DCF_SOURCE_DIR",
+                            os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BIN_DIR = os.environ.get("DCF_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
+PY_DIR = os.environ.get("DCF_PY_DIR", os.path.join(SOURCE_DIR, "build", "python"))
+sys.path.insert(0, PY_DIR)
+
+import grpc  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from dcformer.v1 import dcformer_pb2 as pb  # noqa: E402,F401
+from dcformer.v1 import dcformer_pb2_grpc as pb_grpc  # noqa: E402
+import health_pb2  # noqa: E402
+import health_pb2_grpc  # noqa: E402
+
+GOLDEN_DIR = os.path.join(SOURCE_DIR, "tests", "data", "golden")
+SHORT_MODEL = os.path.join(GOLDEN_DIR, "dcformer-f32-short-prompt")
+SERVER = os.path.join(BIN_DIR, "dcformer-server")
+CLI = os.path.join(BIN_DIR, "dcformer-cli")
+GENERATE = os.path.join(BIN_DIR, "dcformer-generate")
+MAKE_MODEL = os.path.join(BIN_DIR, "dcformer-make-model")
+SERVICE = "dcformer.v1.TextGeneration"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def golden_models():
+    """(name, dir, golden dict) of every golden checkpoint."""
+    out = []
+    for name in sorted(os.listdir(GOLDEN_DIR)):
+        d = os.path.join(GOLDEN_DIR, name)
+        if os.path.isfile(os.path.join(d, "golden.json")):
+            with open(os.path.join(d, "golden.json")) as f:
+                out.append((name, d, json.load(f)))
+    return out
+
+
+def make_slow_model(out_dir):
+    """Writes a random model big enough that a long generation takes seconds on a CPU (~5 ms
+    per token), so that tests can act deterministically while a request is still running.
+    Vocabulary 1000, context 512. Returns `out_dir`."""
+    subprocess.run([MAKE_MODEL, f"--out={out_dir}", "--dim=512", "--n_layer=8", "--n_head=8",
+                    "--ffn=2048", "--vocab=1000", "--context=512", "--window=64",
+                    "--dtype=F32", "--seed=7"], check=True, capture_output=True, timeout=300)
+    return out_dir
+
+
+def wait_until(predicate, timeout=30.0, what="condition"):
+    """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(delay)  # back-off between polls of a condition, not a synchronisation sleep
+        delay = min(delay * 2, 0.1)
+
+
+class Server:
+    """A dcformer-server child process. Use as a context manager."""
+
+    def __init__(self, model=SHORT_MODEL, args=(), tls_ca=None, ready=True):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.model = model
+        self.args = list(args)
+        self.tls_ca = tls_ca
+        self.ready = ready
+        self.log = tempfile.NamedTemporaryFile(prefix="dcformer-server-", suffix=".log",
+                                               delete=False)
+        self.proc = None
+
+    @property
+    def target(self):
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        cmd = [SERVER, f"--model={self.model}", "--host=127.0.0.1", f"--port={self.port}",
+               f"--metrics-port={self.metrics_port}", "--kv-cache-bytes=16000000"] + self.args
+        # One compute thread: the tests check the API, not throughput, and on a small shared
+        # machine spinning OpenMP/BLAS pools of several servers starve each other.
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        if self.ready:
+            try:
+                self.wait_serving()
+            except BaseException:
+                self.__exit__(*sys.exc_info())
+                raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        if exc[0] is not None:
+            print(self.read_log()[-4000:], file=sys.stderr)
+        os.unlink(self.log.name)
+
+    def read_log(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def channel(self, credentials=None, options=()):
+        if self.tls_ca and credentials is None:
+            with open(self.tls_ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(f.read())
+        if credentials is not None:
+            return grpc.secure_channel(self.target, credentials, options=list(options))
+        return grpc.insecure_channel(self.target, options=list(options))
+
+    def stub(self, **kw):
+        return pb_grpc.TextGenerationStub(self.channel(**kw))
+
+    def health_stub(self):
+        return health_pb2_grpc.HealthStub(self.channel())
+
+    def wait_serving(self, timeout=60.0):
+        """Blocks on the health Watch stream until the server reports SERVING."""
+        with self.channel() as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            stream = stub.Watch(health_pb2.HealthCheckRequest(service=""), wait_for_ready=True,
+                                timeout=timeout)
+            for msg in stream:
+                if msg.status == SERVING:
+                    stream.cancel()
+                    return
+                if self.proc.poll() is not None:
+                    break
+        raise AssertionError("server never became SERVING:\n" + self.read_log()[-3000:])
+
+    def check_health(self, service=""):
+        with self.channel() as ch:
+            return health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=10).status
+
+    def metrics(self):
+        """{(name, frozenset(labels.items())): value} of one /metrics scrape."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, frozenset(s.labels.items()))] = s.value
+        return out
+
+    def metric(self, name, **labels):
+        return self.metrics().get((name, frozenset(labels.items())), 0.0)
+
+    def kv_blocks_used(self):
+        m = self.metrics()
+        return sum(v for (n, _), v in m.items() if n == "dcformer_kv_cache_blocks_used")
+
+    def terminate(self, timeout=60):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+def ids_request(ids, max_new_tokens, greedy=True, ignore_eos=True, **kw):
+    req = pb.GenerateRequest(token_ids=pb.TokenIds(ids=ids), **kw)
+    req.stopping.max_new_tokens = max_new_tokens
+    req.stopping.ignore_eos = ignore_eos
+    if greedy:
+        req.sampling.temperature = 0.0
+    return req
+
+
+def collect(stream):
+    """(token ids, final message) of a Generate stream."""
+    tokens, final = [], None
+    for msg in stream:
+        tokens.extend(msg.token_ids)
+        if msg.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+            final = msg
+    return tokens, final
+
+
+def reference_greedy(model_dir, prompt, n):
+    """dcformer-generate's greedy ids and logprobs for `prompt`."""
+    out = subprocess.run([GENERATE, f"--model={model_dir}",
+                          "--prompt_ids=" + ",".join(map(str, prompt)),
+                          f"--max_new_tokens={n}", "--json"],
+                         check=True, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
+    j = json.loads(out.stdout)
+    return j["tokens"], j.get("logprobs", [])

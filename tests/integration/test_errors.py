@@ -1,0 +1,136 @@
+"""Invalid requests, each with its gRPC status code and a message naming the field."""
+import unittest
+
+import grpc
+
+import harness as h
+
+pb = h.pb
+OK_IDS = [5, 6, 7]
+
+
+def req(**kw):
+    r = h.ids_request(OK_IDS, 4)
+    for path, value in kw.items():
+        msg = r
+        parts = path.split("__")
+        for p in parts[:-1]:
+            msg = getattr(msg, p)
+        setattr(msg, parts[-1], value)
+    return r
+
+
+def with_stop_strings(r, strings):
+    r.stopping.stop_strings.extend(strings)
+    return r
+
+
+def with_stop_ids(r, ids):
+    r.stopping.stop_token_ids.extend(ids)
+    return r
+
+
+CASES = [
+    # (name, request, code, text expected in the message)
+    ("no prompt", pb.GenerateRequest(), grpc.StatusCode.INVALID_ARGUMENT, "prompt"),
+    ("empty token ids", pb.GenerateRequest(token_ids=pb.TokenIds()),
+     grpc.StatusCode.INVALID_ARGUMENT, "prompt.token_ids"),
+    ("empty text", pb.GenerateRequest(text=""), grpc.StatusCode.INVALID_ARGUMENT, "prompt"),
+    ("unknown token id", h.ids_request([5, 300], 4), grpc.StatusCode.INVALID_ARGUMENT,
+     "prompt.token_ids.ids[1]"),
+    ("negative token id", h.ids_request([-1], 4), grpc.StatusCode.INVALID_ARGUMENT,
+     "prompt.token_ids.ids[0]"),
+    ("text without tokenizer", pb.GenerateRequest(text="hello"),
+     grpc.StatusCode.INVALID_ARGUMENT, "prompt.text"),
+    ("negative temperature", req(sampling__temperature=-1.0), grpc.StatusCode.INVALID_ARGUMENT,
+     "sampling.temperature"),
+    ("nan temperature", req(sampling__temperature=float("nan")),
+     grpc.StatusCode.INVALID_ARGUMENT, "sampling.temperature"),
+    ("top_p zero", req(sampling__top_p=0.0), grpc.StatusCode.INVALID_ARGUMENT, "sampling.top_p"),
+    ("top_p above one", req(sampling__top_p=1.5), grpc.StatusCode.INVALID_ARGUMENT,
+     "sampling.top_p"),
+    ("negative top_k", req(sampling__top_k=-3), grpc.StatusCode.INVALID_ARGUMENT,
+     "sampling.top_k"),
+    ("min_p above one", req(sampling__min_p=2.0), grpc.StatusCode.INVALID_ARGUMENT,
+     "sampling.min_p"),
+    ("zero repetition penalty", req(sampling__repetition_penalty=0.0),
+     grpc.StatusCode.INVALID_ARGUMENT, "sampling.repetition_penalty"),
+    ("presence penalty", req(sampling__presence_penalty=3.0), grpc.StatusCode.INVALID_ARGUMENT,
+     "sampling.presence_penalty"),
+    ("frequency penalty", req(sampling__frequency_penalty=-2.5),
+     grpc.StatusCode.INVALID_ARGUMENT, "sampling.frequency_penalty"),
+    ("zero max_new_tokens", req(stopping__max_new_tokens=0), grpc.StatusCode.INVALID_ARGUMENT,
+     "stopping.max_new_tokens"),
+    ("stop token outside vocab", with_stop_ids(req(), [1000]), grpc.StatusCode.INVALID_ARGUMENT,
+     "stopping.stop_token_ids[0]"),
+    ("stop strings without tokenizer", with_stop_strings(req(), ["x"]),
+     grpc.StatusCode.INVALID_ARGUMENT, "stopping.stop_strings"),
+    ("top_logprobs too large", req(output__top_logprobs=21), grpc.StatusCode.INVALID_ARGUMENT,
+     "output.top_logprobs"),
+    ("return_text without tokenizer", req(output__return_text=True),
+     grpc.StatusCode.INVALID_ARGUMENT, "output.return_text"),
+    ("request id too long", req(request_id="x" * 200), grpc.StatusCode.INVALID_ARGUMENT,
+     "request_id"),
+    ("prompt + max_new_tokens beyond context", h.ids_request(OK_IDS, 254),
+     grpc.StatusCode.OUT_OF_RANGE, "max_new_tokens"),
+    ("prompt longer than the context", h.ids_request([5] * 300, 1),
+     grpc.StatusCode.OUT_OF_RANGE, ""),
+]
+
+
+class ErrorsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = h.Server(args=["--max-receive-message-bytes=4096"]).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__(None, None, None)
+
+    def test_invalid_requests(self):
+        stub = self.server.stub()
+        for name, request, code, needle in CASES:
+            with self.subTest(case=name):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    h.collect(stub.Generate(request, timeout=30))
+                self.assertEqual(ctx.exception.code(), code, ctx.exception.details())
+                self.assertIn(needle, ctx.exception.details())
+        # Every rejection is counted under its code; the server is still healthy.
+        m = self.server.metrics()
+        counted = sum(v for (n, labels), v in m.items() if n == "dcformer_requests_total"
+                      and dict(labels)["outcome"] in ("invalid_argument", "out_of_range"))
+        self.assertEqual(counted, len(CASES))
+        self.assertEqual(self.server.check_health(), h.SERVING)
+
+    def test_oversize_message_rejected(self):
+        stub = self.server.stub()
+        big = h.ids_request([299] * 2500, 1)  # ~5 KB of varints > --max-receive-message-bytes
+        self.assertGreater(big.ByteSize(), 4096)
+        with self.assertRaises(grpc.RpcError) as ctx:
+            h.collect(stub.Generate(big, timeout=30))
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        tokens, _ = h.collect(stub.Generate(h.ids_request(OK_IDS, 2), timeout=30))
+        self.assertEqual(len(tokens), 2)
+
+    def test_tokenizer_rpcs_without_tokenizer(self):
+        stub = self.server.stub()
+        for call, request in ((stub.Tokenize, pb.TokenizeRequest(text="hi")),
+                              (stub.Detokenize, pb.DetokenizeRequest(token_ids=[1]))):
+            with self.assertRaises(grpc.RpcError) as ctx:
+                call(request, timeout=30)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_unset_differs_from_zero(self):
+        # Unset max_new_tokens takes the server default (clipped to the context), while an
+        # explicit 0 is rejected (see CASES); unset temperature samples, 0 is greedy.
+        stub = self.server.stub()
+        r = pb.GenerateRequest(token_ids=pb.TokenIds(ids=[5] * 250))
+        r.sampling.temperature = 0
+        r.stopping.ignore_eos = True
+        tokens, final = h.collect(stub.Generate(r, timeout=60))
+        self.assertEqual(len(tokens), 6)  # 256 - 250
+        self.assertEqual(final.finish_reason, pb.FINISH_REASON_LENGTH)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,121 @@
+"""Health transitions (starting, serving, draining), graceful drain on SIGTERM, drain
+deadline, startup failures."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import unittest
+
+import grpc
+
+import harness as h
+
+PROMPT = [156, 232, 174, 60, 127, 277, 298, 270, 224, 172, 11, 203]
+SMALL_WINDOW = [("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]
+
+
+class LifecycleTest(unittest.TestCase):
+    def test_not_serving_until_model_loaded(self):
+        # config.json is a FIFO: the server blocks loading it until the test writes it, which
+        # holds it deterministically in the "starting" state.
+        tmp = tempfile.mkdtemp()
+        try:
+            fifo = os.path.join(tmp, "config.json")
+            os.mkfifo(fifo)
+            os.symlink(os.path.join(h.SHORT_MODEL, "model.safetensors"),
+                       os.path.join(tmp, "model.safetensors"))
+            with h.Server(model=tmp, ready=False) as server:
+                with server.channel() as ch:
+                    health = h.health_pb2_grpc.HealthStub(ch)
+                    status = health.Check(h.health_pb2.HealthCheckRequest(), wait_for_ready=True,
+                                          timeout=30).status
+                    self.assertEqual(status, h.NOT_SERVING)
+                    status = health.Check(h.health_pb2.HealthCheckRequest(service=h.SERVICE),
+                                          timeout=30).status
+                    self.assertEqual(status, h.NOT_SERVING)
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        h.collect(h.pb_grpc.TextGenerationStub(ch).Generate(
+                            h.ids_request(PROMPT, 2), timeout=30))
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+                    watch = health.Watch(h.health_pb2.HealthCheckRequest(), timeout=60)
+                    self.assertEqual(next(watch).status, h.NOT_SERVING)
+                    with open(os.path.join(h.SHORT_MODEL, "config.json")) as src, \
+                            open(fifo, "w") as dst:
+                        dst.write(src.read())
+                    self.assertEqual(next(watch).status, h.SERVING)
+                    watch.cancel()
+                    self.assertEqual(health.Check(h.health_pb2.HealthCheckRequest(
+                        service=h.SERVICE), timeout=30).status, h.SERVING)
+                tokens, _ = h.collect(server.stub().Generate(h.ids_request(PROMPT, 3),
+                                                             timeout=30))
+                self.assertEqual(len(tokens), 3)
+        finally:
+            shutil.rmtree(tmp)
+
+    def test_sigterm_drains_running_streams(self):
+        with h.Server(args=["--drain-timeout=60s"]) as server:
+            # Small flow-control windows: the streams cannot complete until the test reads
+            # them, so the server is certainly still draining while the test probes it.
+            streams = [server.stub(options=SMALL_WINDOW).Generate(h.ids_request(PROMPT, 240),
+                                                                  timeout=120)
+                       for _ in range(2)]
+            firsts = [next(s) for s in streams]
+            with server.channel() as ch:
+                watch = h.health_pb2_grpc.HealthStub(ch).Watch(
+                    h.health_pb2.HealthCheckRequest(), timeout=60)
+                self.assertEqual(next(watch).status, h.SERVING)
+                server.proc.send_signal(signal.SIGTERM)
+                self.assertEqual(next(watch).status, h.NOT_SERVING)
+                watch.cancel()
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    h.collect(h.pb_grpc.TextGenerationStub(ch).Generate(
+                        h.ids_request(PROMPT, 2), timeout=30))
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            for first, stream in zip(firsts, streams):
+                tokens, final = h.collect(stream)
+                self.assertEqual(len(first.token_ids) + len(tokens), 240)
+                self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+
+    def test_drain_deadline_cancels_remaining_streams(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        model = h.make_slow_model(os.path.join(tmp, "slow"))
+        with h.Server(model=model, args=["--drain-timeout=200ms",
+                                         "--kv-cache-bytes=200000000"]) as server:
+            streams = [server.stub().Generate(h.ids_request(PROMPT, 400), timeout=120)
+                       for _ in range(2)]
+            firsts = [next(s) for s in streams]
+            server.proc.send_signal(signal.SIGTERM)
+            for first, s in zip(firsts, streams):
+                tokens, final = h.collect(s)
+                # Still generating at the drain deadline: cancelled, with a final message.
+                self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_CANCELLED)
+                self.assertLess(len(first.token_ids) + len(tokens), 400)
+                self.assertEqual(final.usage.prompt_tokens, len(PROMPT))
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+
+    def test_startup_failures_exit_nonzero(self):
+        out = subprocess.run([h.SERVER, "--model=/nonexistent/model", f"--port={h.free_port()}",
+                              "--metrics-port=0"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("/nonexistent/model", out.stderr)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            out = subprocess.run([h.SERVER, f"--model={h.SHORT_MODEL}", f"--port={port}",
+                                  "--metrics-port=0"], capture_output=True, text=True,
+                                 timeout=60)
+            self.assertEqual(out.returncode, 1)
+        out = subprocess.run([h.SERVER, "--block-size=0"], capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--block-size", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

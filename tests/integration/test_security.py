@@ -1,0 +1,157 @@
+"""API keys (Bearer metadata) and TLS / mTLS accept and reject cases."""
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import grpc
+
+import harness as h
+
+PROMPT = [5, 6, 7]
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_pki(d):
+    """A CA, a server cert for localhost/127.0.0.1, a client cert, and an unrelated CA."""
+    for ca in ("ca", "other-ca"):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN={ca}", cwd=d)
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    with open(os.path.join(d, "client.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for name in ("server", "client"):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
+                "-extfile", f"{name}.ext", cwd=d)
+
+
+def read(d, name):
+    with open(os.path.join(d, name), "rb") as f:
+        return f.read()
+
+
+class ApiKeyTest(unittest.TestCase):
+    def test_api_key(self):
+        tmp = tempfile.mkdtemp()
+        try:
+            key_file = os.path.join(tmp, "keys")
+            with open(key_file, "w") as f:
+                f.write("# rotated keys\nold-key-123\nsecret-key-456\n")
+            with h.Server(args=[f"--api-key-file={key_file}"]) as server:
+                stub = server.stub()
+                cases = [([], grpc.StatusCode.UNAUTHENTICATED),
+                         ([("authorization", "Bearer wrong")], grpc.StatusCode.UNAUTHENTICATED),
+                         ([("authorization", "secret-key-456")], grpc.StatusCode.UNAUTHENTICATED),
+                         ([("authorization", "Bearer secret-key-456")], None),
+                         ([("authorization", "Bearer old-key-123")], None)]
+                for metadata, code in cases:
+                    with self.subTest(metadata=metadata):
+                        call = lambda: h.collect(stub.Generate(h.ids_request(PROMPT, 2),
+                                                               metadata=metadata, timeout=30))
+                        if code is None:
+                            self.assertEqual(len(call()[0]), 2)
+                        else:
+                            with self.assertRaises(grpc.RpcError) as ctx:
+                                call()
+                            self.assertEqual(ctx.exception.code(), code)
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    stub.GetModelInfo(h.pb.GetModelInfoRequest(), timeout=30)
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                # Health stays open for probes.
+                self.assertEqual(server.check_health(), h.SERVING)
+                # The CLI reads the key from a file.
+                out = subprocess.run([h.CLI, "info", f"--target={server.target}",
+                                      f"--api-key-file={key_file}"],
+                                     capture_output=True, text=True, timeout=30)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                out = subprocess.run([h.CLI, "info", f"--target={server.target}"],
+                                     capture_output=True, text=True, timeout=30)
+                self.assertEqual(out.returncode, 1)
+                self.assertIn("UNAUTHENTICATED", out.stderr)
+                self.assertEqual(server.metric("dcformer_requests_total",
+                                               outcome="unauthenticated"), 3)
+                log = server.read_log()
+            self.assertNotIn("secret-key-456", log)
+            self.assertNotIn("old-key-123", log)
+        finally:
+            shutil.rmtree(tmp)
+
+
+class TlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = tempfile.mkdtemp()
+        make_pki(cls.pki)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki)
+
+    def generate(self, server, credentials):
+        with grpc.secure_channel(server.target, credentials) as ch:
+            return h.collect(h.pb_grpc.TextGenerationStub(ch).Generate(
+                h.ids_request(PROMPT, 2), timeout=10))
+
+    def test_tls(self):
+        d = self.pki
+        args = [f"--tls-cert={d}/server.pem", f"--tls-key={d}/server.key"]
+        with h.Server(args=args, tls_ca=f"{d}/ca.pem") as server:
+            tokens, _ = self.generate(server, grpc.ssl_channel_credentials(read(d, "ca.pem")))
+            self.assertEqual(len(tokens), 2)
+            with self.subTest(client="untrusted CA"):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    self.generate(server, grpc.ssl_channel_credentials(read(d, "other-ca.pem")))
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            with self.subTest(client="plaintext"):
+                with grpc.insecure_channel(server.target) as ch:
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        h.collect(h.pb_grpc.TextGenerationStub(ch).Generate(
+                            h.ids_request(PROMPT, 2), timeout=10))
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            with self.subTest(client="dcformer-cli"):
+                out = subprocess.run([h.CLI, "generate", f"--target=localhost:{server.port}",
+                                      f"--tls-ca={d}/ca.pem", "--prompt-ids=5,6",
+                                      "--max-new-tokens=2"],
+                                     capture_output=True, text=True, timeout=30)
+                self.assertEqual(out.returncode, 0, out.stderr)
+
+    def test_mutual_tls(self):
+        d = self.pki
+        args = [f"--tls-cert={d}/server.pem", f"--tls-key={d}/server.key",
+                f"--tls-client-ca={d}/ca.pem"]
+        with h.Server(args=args, tls_ca=f"{d}/ca.pem", ready=False) as server:
+            with_cert = grpc.ssl_channel_credentials(read(d, "ca.pem"), read(d, "client.key"),
+                                                     read(d, "client.pem"))
+            with grpc.secure_channel(server.target, with_cert) as ch:
+                health = h.health_pb2_grpc.HealthStub(ch)
+                watch = health.Watch(h.health_pb2.HealthCheckRequest(), wait_for_ready=True,
+                                     timeout=60)
+                for msg in watch:
+                    if msg.status == h.SERVING:
+                        break
+                watch.cancel()
+            tokens, _ = self.generate(server, with_cert)
+            self.assertEqual(len(tokens), 2)
+            with self.subTest(client="no client certificate"):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    self.generate(server, grpc.ssl_channel_credentials(read(d, "ca.pem")))
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            with self.subTest(client="dcformer-cli with client cert"):
+                out = subprocess.run([h.CLI, "health", f"--target=localhost:{server.port}",
+                                      f"--tls-ca={d}/ca.pem", f"--tls-cert={d}/client.pem",
+                                      f"--tls-key={d}/client.key"],
+                                     capture_output=True, text=True, timeout=30)
+                self.assertEqual((out.returncode, out.stdout.strip()), (0, "SERVING"),
+                                 out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

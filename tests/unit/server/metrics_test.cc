@@ -1,0 +1,82 @@
+#include "server/metrics.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace dcf::server {
+namespace {
+
+double Value(const prometheus::Registry& registry, const std::string& name,
+             const std::string& label_value = "") {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& m : family.metric) {
+      if (!label_value.empty() &&
+          (m.label.empty() || m.label[0].value != label_value)) {
+        continue;
+      }
+      switch (family.type) {
+        case prometheus::MetricType::Counter: return m.counter.value;
+        case prometheus::MetricType::Gauge: return m.gauge.value;
+        case prometheus::MetricType::Histogram: return m.histogram.sample_count;
+        default: return -1;
+      }
+    }
+  }
+  return -1;
+}
+
+TEST(ServerMetricsTest, HasTheGatewayNames) {
+  ServerMetrics metrics;
+  std::set<std::string> names;
+  for (const auto& f : metrics.registry()->Collect()) names.insert(f.name);
+  for (const char* n : {"dcformer_num_requests_waiting", "dcformer_num_requests_running",
+                        "dcformer_kv_cache_usage_perc", "dcformer_requests_total",
+                        "dcformer_time_to_first_token_seconds",
+                        "dcformer_inter_token_latency_seconds",
+                        "dcformer_e2e_request_latency_seconds",
+                        "dcformer_request_queue_time_seconds", "dcformer_prompt_tokens_total",
+                        "dcformer_generation_tokens_total", "dcformer_batch_size",
+                        "dcformer_num_preemptions_total", "dcformer_engine_step_duration_seconds"}) {
+    EXPECT_TRUE(names.count(n)) << n;
+  }
+}
+
+TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
+  ServerMetrics metrics;
+  EngineStats stats;
+  stats.num_waiting = 3;
+  stats.num_running = 2;
+  stats.kv_blocks_total = {100, 10};
+  stats.kv_blocks_used = {25, 5};
+  stats.loop_alive = true;
+  metrics.SetStatsSource([&]() -> std::optional<EngineStats> { return stats; });
+  metrics.Refresh();
+  const auto& r = *metrics.registry();
+  EXPECT_EQ(Value(r, "dcformer_num_requests_waiting"), 3);
+  EXPECT_EQ(Value(r, "dcformer_num_requests_running"), 2);
+  EXPECT_DOUBLE_EQ(Value(r, "dcformer_kv_cache_usage_perc"), 0.5);  // the fuller group
+  EXPECT_EQ(Value(r, "dcformer_kv_cache_blocks_used", "global"), 25);
+  EXPECT_EQ(Value(r, "dcformer_kv_cache_blocks_used", "window"), 5);
+}
+
+TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
+  ServerMetrics metrics;
+  metrics.OnFirstToken(absl::Milliseconds(3));  // warm-up: ignored
+  metrics.SetEnabled(true);
+  metrics.OnFirstToken(absl::Milliseconds(3));
+  metrics.OnStep(4, 4, 0, absl::Milliseconds(1));
+  metrics.OnPreemption();
+  metrics.RecordRequest("length");
+  metrics.AddGeneratedTokens(7);
+  const auto& r = *metrics.registry();
+  EXPECT_EQ(Value(r, "dcformer_time_to_first_token_seconds"), 1);
+  EXPECT_EQ(Value(r, "dcformer_batch_size"), 1);
+  EXPECT_EQ(Value(r, "dcformer_num_preemptions_total"), 1);
+  EXPECT_EQ(Value(r, "dcformer_requests_total", "length"), 1);
+  EXPECT_EQ(Value(r, "dcformer_generation_tokens_total"), 7);
+}
+
+}  // namespace
+}  // namespace dcf::server

@@ -1,0 +1,172 @@
+#include "server/proto_convert.h"
+
+#include "gtest/gtest.h"
+
+// GCC 12 reports a false -Wrestrict inside std::string when protobuf setters are inlined.
+#pragma GCC diagnostic ignored "-Wrestrict"
+
+namespace dcf::server {
+namespace {
+
+RequestLimits Limits() {
+  RequestLimits l;
+  l.vocab_size = 300;
+  l.context_length = 256;
+  l.default_max_new_tokens = 100;
+  return l;
+}
+
+v1::GenerateRequest IdsRequest(std::vector<int32_t> ids) {
+  v1::GenerateRequest r;
+  r.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
+  return r;
+}
+
+TEST(ToEngineRequestTest, UnsetFieldsTakeDefaultsAndZeroIsExplicit) {
+  v1::GenerateRequest r = IdsRequest({1, 2, 3});
+  auto out = ToEngineRequest(r, Limits());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(out->sampling.temperature, 1.0f);
+  EXPECT_FALSE(out->sampling.seed.has_value());
+  EXPECT_EQ(out->stopping.max_new_tokens, 100);
+  EXPECT_FALSE(out->output.text);  // no tokenizer
+  EXPECT_FALSE(out->output.logprobs);
+
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_seed(0);
+  r.mutable_stopping()->set_max_new_tokens(7);
+  r.mutable_output()->set_top_logprobs(3);
+  r.set_request_id("abc-1");
+  out = ToEngineRequest(r, Limits());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->sampling.temperature, 0.0f);
+  EXPECT_EQ(out->sampling.seed, std::optional<uint64_t>(0));
+  EXPECT_EQ(out->stopping.max_new_tokens, 7);
+  EXPECT_TRUE(out->output.logprobs);  // implied by top_logprobs
+  EXPECT_EQ(out->output.top_logprobs, 3);
+  EXPECT_EQ(out->id, "abc-1");
+}
+
+TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheContext) {
+  auto out = ToEngineRequest(IdsRequest(std::vector<int32_t>(250, 5)), Limits());
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->stopping.max_new_tokens, 6);
+}
+
+TEST(ToEngineRequestTest, ErrorsNameTheField) {
+  struct Case {
+    const char* field;
+    void (*mutate)(v1::GenerateRequest&);
+  };
+  const Case cases[] = {
+      {"prompt", [](v1::GenerateRequest& r) { r.clear_prompt(); }},
+      {"prompt.token_ids", [](v1::GenerateRequest& r) { r.mutable_token_ids()->clear_ids(); }},
+      {"prompt.token_ids.ids[1]",
+       [](v1::GenerateRequest& r) { r.mutable_token_ids()->set_ids(1, 300); }},
+      {"prompt.text", [](v1::GenerateRequest& r) { r.set_text("hello"); }},
+      {"sampling.temperature",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-0.5f); }},
+      {"sampling.top_k", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(-1); }},
+      {"sampling.top_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0); }},
+      {"sampling.min_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(1.5f); }},
+      {"sampling.repetition_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(0); }},
+      {"sampling.presence_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(2.5f); }},
+      {"sampling.frequency_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-3); }},
+      {"stopping.max_new_tokens",
+       [](v1::GenerateRequest& r) { r.mutable_stopping()->set_max_new_tokens(0); }},
+      {"stopping.stop_token_ids[0]",
+       [](v1::GenerateRequest& r) { r.mutable_stopping()->add_stop_token_ids(-4); }},
+      {"stopping.stop_strings",
+       [](v1::GenerateRequest& r) { r.mutable_stopping()->add_stop_strings("x"); }},
+      {"output.top_logprobs",
+       [](v1::GenerateRequest& r) { r.mutable_output()->set_top_logprobs(21); }},
+      {"output.return_text",
+       [](v1::GenerateRequest& r) { r.mutable_output()->set_return_text(true); }},
+      {"request_id", [](v1::GenerateRequest& r) { r.set_request_id("has space"); }},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = IdsRequest({1, 2});
+    c.mutate(r);
+    auto out = ToEngineRequest(r, Limits());
+    ASSERT_FALSE(out.ok()) << c.field;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(std::string(out.status().message()).rfind(c.field, 0), 0u) << out.status();
+  }
+}
+
+TEST(ChunkToResponseTest, TokensLogprobsAndFinalFields) {
+  GenerationChunk chunk;
+  chunk.tokens = {{7, -0.5f, {{7, -0.5f}, {9, -1.5f}}}, {8, -0.25f, {}}};
+  chunk.text = "ab";
+  v1::GenerateResponse out;
+  ChunkToResponse(chunk, "id-1", /*with_logprobs=*/true, &out);
+  EXPECT_EQ(out.request_id(), "id-1");
+  ASSERT_EQ(out.token_ids_size(), 2);
+  EXPECT_EQ(out.token_ids(1), 8);
+  ASSERT_EQ(out.logprobs_size(), 2);
+  EXPECT_EQ(out.logprobs(0).top_logprobs_size(), 2);
+  EXPECT_EQ(out.logprobs(0).top_logprobs(1).token_id(), 9);
+  EXPECT_EQ(out.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+  EXPECT_FALSE(out.has_usage());
+
+  chunk.finished = true;
+  chunk.finish_reason = FinishReason::kStopToken;
+  chunk.usage = {5, 2};
+  chunk.timing.queue_time = absl::Microseconds(1500);
+  chunk.timing.time_to_first_token = absl::Milliseconds(20);
+  chunk.timing.total = absl::Seconds(2) + absl::Nanoseconds(5);
+  ChunkToResponse(chunk, "id-1", /*with_logprobs=*/false, &out);
+  EXPECT_EQ(out.logprobs_size(), 0);
+  EXPECT_EQ(out.finish_reason(), v1::FINISH_REASON_STOP_TOKEN);
+  EXPECT_EQ(out.usage().prompt_tokens(), 5);
+  EXPECT_EQ(out.usage().generated_tokens(), 2);
+  EXPECT_EQ(out.timing().queue_time().nanos(), 1'500'000);
+  EXPECT_EQ(out.timing().total().seconds(), 2);
+  EXPECT_EQ(out.timing().total().nanos(), 5);
+}
+
+TEST(FinishReasonTest, EveryReasonMaps) {
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kEos), v1::FINISH_REASON_EOS);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kStopString), v1::FINISH_REASON_STOP_STRING);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kLength), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kError), v1::FINISH_REASON_ERROR);
+  EXPECT_STREQ(FinishReasonLabel(FinishReason::kStopToken), "stop_token");
+}
+
+TEST(ModelInfoTest, LayerGroupsAndLimits) {
+  ModelConfig config;
+  config.n_layer = 4;
+  config.n_head = 8;
+  config.head_dim = 16;
+  config.dim = 128;
+  config.vocab_size = 300;
+  config.max_positions = 256;
+  config.window_size = 16;
+  config.window_pattern = WindowPattern::kLG;
+  config.torch_dtype = "float32";
+  ServedModelInfo info;
+  info.model_name = "tiny";
+  info.backend = "cpu";
+  info.block_size = 16;
+  info.eos_token_id = 2;
+  info.kv_blocks_total = {10, 20};
+  v1::GetModelInfoResponse out;
+  ToProtoModelInfo(config, info, &out);
+  EXPECT_EQ(out.context_length(), 256);
+  EXPECT_EQ(out.eos_token_ids_size(), 1);
+  ASSERT_EQ(out.layer_groups_size(), 2);
+  EXPECT_EQ(out.layer_groups(0).name(), "global");
+  EXPECT_EQ(out.layer_groups(0).window(), 0);
+  EXPECT_EQ(out.layer_groups(0).kv_blocks_total(), 10);
+  EXPECT_EQ(out.layer_groups(1).name(), "window");
+  EXPECT_EQ(out.layer_groups(1).window(), 16);
+  EXPECT_EQ(out.layer_groups(1).layers_size() + out.layer_groups(0).layers_size(), 4);
+}
+
+}  // namespace
+}  // namespace dcf::server

@@ -1,0 +1,63 @@
+#include "server/server_options.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dcf::server {
+namespace {
+
+TEST(ServerOptionsTest, DefaultsServeLocalhost) {
+  ServerOptions o;
+  o.model_dir = "models/dcformer-tiny";
+  o.metrics_host = o.host;
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+  EXPECT_EQ(o.host, "127.0.0.1");
+  EXPECT_EQ(o.port, 50051);
+  EXPECT_EQ(o.metrics_port, 9090);
+}
+
+TEST(ServerOptionsTest, FlagsParseWithDefaults) {
+  auto o = ServerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->port, 50051);
+  EXPECT_EQ(o->metrics_host, "127.0.0.1");
+  EXPECT_NE(o->model_dir.find("dcformer-tiny"), std::string::npos);
+}
+
+TEST(ServerOptionsTest, RejectsBadValuesNamingTheFlag) {
+  auto base = [] {
+    ServerOptions o;
+    o.model_dir = "m";
+    o.metrics_host = o.host;
+    return o;
+  };
+  struct Case {
+    const char* flag;
+    void (*mutate)(ServerOptions&);
+  };
+  const Case cases[] = {
+      {"--port", [](ServerOptions& o) { o.port = 70000; }},
+      {"--metrics-port", [](ServerOptions& o) { o.metrics_port = o.port; }},
+      {"--block-size", [](ServerOptions& o) { o.engine.block_size = 0; }},
+      {"--max-batch-tokens", [](ServerOptions& o) { o.engine.max_num_batched_tokens = 0; }},
+      {"--kv-cache-fraction", [](ServerOptions& o) { o.engine.kv_cache_fraction = 1.5; }},
+      {"--max-queued-requests", [](ServerOptions& o) { o.engine.max_queued_requests = -1; }},
+      {"--default-max-new-tokens", [](ServerOptions& o) { o.default_max_new_tokens = 0; }},
+      {"--max-receive-message-bytes", [](ServerOptions& o) { o.max_receive_message_bytes = 1; }},
+      {"--tls-key", [](ServerOptions& o) { o.tls_cert = "c.pem"; }},
+      {"--tls-client-ca", [](ServerOptions& o) { o.tls_client_ca = "ca.pem"; }},
+      {"--drain-timeout", [](ServerOptions& o) { o.drain_timeout = absl::Seconds(-1); }},
+  };
+  for (const Case& c : cases) {
+    ServerOptions o = base();
+    c.mutate(o);
+    absl::Status s = ValidateServerOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.flag;
+    EXPECT_NE(std::string(s.message()).find(c.flag), std::string::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace dcf::server
