@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: dependencies, build, then greedy generation on
-# the repo's default model (models/dcformer-tiny). Extra arguments go to dcformer-generate.
+# The main job on a fresh Debian 12 machine: dependencies, build, then dcformer-server on
+# the repo's default model (models/dcformer-tiny) at 127.0.0.1:50051, Prometheus metrics at
+# http://127.0.0.1:9090/metrics. Runs in the foreground; Ctrl-C (SIGINT) or SIGTERM drains
+# and exits 0. Extra arguments go to dcformer-server (e.g. --model DIR --port N).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 bash scripts/build.sh
-if [[ $# -eq 0 ]]; then
-  set -- --prompt "The quick brown fox" --max-new-tokens 24
-fi
-exec build/bin/dcformer-generate --model models/dcformer-tiny "$@"
+exec build/bin/dcformer-server "$@"

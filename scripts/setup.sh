@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libzip-dev libutf8proc-dev
   clang libclang-rt-14-dev
-  python3-grpcio python3-protobuf python3-prometheus-client python3-numpy
+  python3-grpcio python3-protobuf python3-prometheus-client python3-numpy python3-yaml
   prometheus openssl curl
 )
 # Node.js is used only by the example client; machines may already carry a non-Debian build
