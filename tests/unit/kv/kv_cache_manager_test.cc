@@ -1,6 +1,7 @@
 #include "engine/kv/kv_cache_manager.h"
 
 #include "gtest/gtest.h"
+#include "tests/testing/kv_shape.h"
 
 namespace dcf {
 namespace {
@@ -8,13 +9,7 @@ namespace {
 constexpr LayerGroup kG = LayerGroup::kGlobal;
 constexpr LayerGroup kW = LayerGroup::kWindow;
 
-KvCacheShape Shape(int global, int window_blocks, int window, int B = 4) {
-  KvCacheShape s;
-  s.block_size = B;
-  s.num_blocks = {global, window_blocks};
-  s.window = window;
-  return s;
-}
+using testing::Shape;
 
 TEST(KvCacheManagerTest, WindowGroupStaysBoundedOverLongGeneration) {
   KvCacheManager kv(Shape(64, 8, /*window=*/6, /*B=*/4));

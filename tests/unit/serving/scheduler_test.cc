@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "tests/testing/kv_shape.h"
 
 namespace dcf {
 namespace {
@@ -11,13 +12,7 @@ namespace {
 constexpr LayerGroup kG = LayerGroup::kGlobal;
 constexpr LayerGroup kW = LayerGroup::kWindow;
 
-KvCacheShape Shape(int global, int window_blocks, int window, int B = 4) {
-  KvCacheShape s;
-  s.block_size = B;
-  s.num_blocks = {global, window_blocks};
-  s.window = window;
-  return s;
-}
+using testing::Shape;
 
 int32_t FakeToken(int64_t seq_id, int pos) { return static_cast<int32_t>((seq_id * 31 + pos) % 97); }
 
