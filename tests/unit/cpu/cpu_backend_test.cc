@@ -18,6 +18,8 @@ struct Param {
   int block_size;
 };
 
+void PrintTo(const Param& p, std::ostream* os) { *os << p.model << " B=" << p.block_size; }
+
 class MultiSpanTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MultiSpanTest, BatchedSpansEqualEachSequenceAlone) {

@@ -17,6 +17,8 @@ struct GoldenParam {
   int chunk;  // tokens per forward step; 0 = the whole sequence at once
 };
 
+void PrintTo(const GoldenParam& p, std::ostream* os) { *os << p.name << " chunk " << p.chunk; }
+
 std::string ParamName(const ::testing::TestParamInfo<GoldenParam>& info) {
   std::string n = info.param.name + "_chunk" + std::to_string(info.param.chunk);
   for (char& c : n) {
