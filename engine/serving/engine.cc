@@ -67,7 +67,7 @@ class Engine::Impl {
   void Start() { thread_ = std::thread([this] { Loop(); }); }
 
   absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(GenerationRequest request);
-  void Cancel(const std::string& id);
+  void Cancel(uint64_t key);
   void StopAccepting() {
     absl::MutexLock lock(&mu_);
     accepting_ = false;
@@ -93,9 +93,9 @@ class Engine::Impl {
   }
   void Loop();
   void Step();
-  // Samples the next token of `r` from `logits` ([vocab] f32) and emits it; finishes `r`
+  // Emits `token`, sampled for `r` from `logits` ([vocab] f32, for logprobs); finishes `r`
   // when a stop condition holds.
-  void ProcessToken(ActiveRequest* r, absl::Span<const float> logits);
+  void ProcessToken(ActiveRequest* r, int32_t token, absl::Span<const float> logits);
   // Ends `r`: frees its blocks, sets its final state and queues its final chunk. `chunk`
   // holds output not yet emitted (the last token).
   void Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
@@ -113,9 +113,9 @@ class Engine::Impl {
   // Engine loop thread only.
   KvCacheManager kv_;
   Scheduler scheduler_;
-  absl::flat_hash_map<std::string, std::unique_ptr<ActiveRequest>> requests_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<ActiveRequest>> requests_;  // by stream key
   absl::flat_hash_map<const Sequence*, ActiveRequest*> by_seq_;  // live requests only
-  std::vector<std::string> finished_ids_;  // to drop from active_ids_ at the next publish
+  std::vector<uint64_t> finished_keys_;  // to drop from live_keys_ at the next publish
   std::vector<std::pair<std::shared_ptr<RequestStream>, GenerationChunk>> outbox_;
   std::vector<float> logits_;  // [rows, vocab] f32
   int64_t next_seq_id_ = 0;
@@ -130,13 +130,13 @@ class Engine::Impl {
   // Shared with the API threads.
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<ActiveRequest>> inbox_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> cancels_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> live_keys_ ABSL_GUARDED_BY(mu_);  // accepted, not finished
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_auto_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   StepHook step_hook_ ABSL_GUARDED_BY(mu_);
 
@@ -159,7 +159,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
   r->sampler = std::make_unique<Sampler>(request.sampling, request.prompt_tokens,
                                          config_.vocab_size);
   r->eos = request.stopping.eos_token_id.has_value() ? request.stopping.eos_token_id : eos_;
-  if (request.output.text) {
+  // Stop strings need the text even when the client does not want it.
+  if (request.output.text || !request.stopping.stop_strings.empty()) {
     r->detok = std::make_unique<StreamingDetokenizer>(*tokenizer_, /*skip_special_tokens=*/true);
   }
   if (request.output.text || !request.stopping.stop_strings.empty()) {
@@ -184,15 +185,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
                        " prompt tokens waiting, limit ", options_.max_queued_prompt_tokens,
                        "); retry later"));
     }
-    if (request.id.empty()) request.id = absl::StrCat("req-", next_auto_id_++);
-    if (active_ids_.contains(request.id)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("a request with id '", request.id, "' is already running"));
-    }
-    active_ids_.insert(request.id);
+    const uint64_t key = next_key_++;
+    if (request.id.empty()) request.id = absl::StrCat("req-", key);
+    live_keys_.insert(key);
     ++queued_requests_;
     queued_prompt_tokens_ += prompt_len;
-    r->stream = std::make_shared<RequestStream>(request.id);
+    r->stream = std::make_shared<RequestStream>(request.id, key);
     r->request = std::move(request);
     auto stream = r->stream;
     inbox_.push_back(std::move(r));
@@ -200,9 +198,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
   }
 }
 
-void Engine::Impl::Cancel(const std::string& id) {
+void Engine::Impl::Cancel(uint64_t key) {
   absl::MutexLock lock(&mu_);
-  if (active_ids_.contains(id)) cancels_.push_back(id);
+  if (live_keys_.contains(key)) cancels_.push_back(key);
 }
 
 void Engine::Impl::Shutdown() {
@@ -218,7 +216,7 @@ void Engine::Impl::Shutdown() {
 void Engine::Impl::Loop() {
   while (true) {
     std::vector<std::unique_ptr<ActiveRequest>> incoming;
-    std::vector<std::string> cancels;
+    std::vector<uint64_t> cancels;
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
@@ -234,11 +232,11 @@ void Engine::Impl::Loop() {
       r->seq.seq_id = next_seq_id_++;
       scheduler_.Add(&r->seq);
       by_seq_[&r->seq] = r.get();
-      const std::string id = r->request.id;
-      requests_[id] = std::move(r);
+      const uint64_t key = r->stream->key();
+      requests_[key] = std::move(r);
     }
-    for (const std::string& id : cancels) {
-      auto it = requests_.find(id);
+    for (uint64_t key : cancels) {
+      auto it = requests_.find(key);
       if (it != requests_.end() && !IsFinal(it->second->seq.state)) {
         Finish(it->second.get(), FinishReason::kCancelled, absl::OkStatus());
       }
@@ -250,7 +248,7 @@ void Engine::Impl::Loop() {
     } else if (scheduler_.HasWork()) {
       Step();
     }
-    for (const std::string& id : finished_ids_) requests_.erase(id);
+    for (uint64_t key : finished_keys_) requests_.erase(key);
     PublishAndFlush();
     if (stop) break;
   }
@@ -304,9 +302,19 @@ void Engine::Impl::Step() {
   }
   scheduler_.Commit(out);
   prompt_tokens_computed_ += out.num_prefill_tokens;
-  for (size_t i = 0; i < out.chunks.size(); ++i) {
+  // Sampling is independent per request (own RNG and buffers): run it in parallel, then
+  // emit in order on this thread.
+  const int64_t n = static_cast<int64_t>(out.chunks.size());
+  std::vector<int32_t> tokens(n, -1);
+#pragma omp parallel for schedule(dynamic) if (n >= 4)
+  for (int64_t i = 0; i < n; ++i) {
+    if (out.chunks[i].samples) {
+      tokens[i] = owners[i]->sampler->Sample(absl::MakeConstSpan(logits_).subspan(i * V, V));
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
     if (!out.chunks[i].samples) continue;
-    ProcessToken(owners[i], absl::MakeConstSpan(logits_).subspan(i * V, V));
+    ProcessToken(owners[i], tokens[i], absl::MakeConstSpan(logits_).subspan(i * V, V));
   }
   if (observer_ != nullptr) {
     observer_->OnStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens,
@@ -314,8 +322,8 @@ void Engine::Impl::Step() {
   }
 }
 
-void Engine::Impl::ProcessToken(ActiveRequest* r, absl::Span<const float> logits) {
-  const int32_t token = r->sampler->Sample(logits);
+void Engine::Impl::ProcessToken(ActiveRequest* r, int32_t token,
+                                 absl::Span<const float> logits) {
   r->seq.tokens.push_back(token);
   ++tokens_generated_;
   const OutputOptions& o = r->request.output;
@@ -335,13 +343,16 @@ void Engine::Impl::ProcessToken(ActiveRequest* r, absl::Span<const float> logits
 
   FinishReason reason = FinishReason::kUnspecified;
   if (r->detok != nullptr) {
-    absl::StatusOr<std::string> piece = r->detok->Push(token);
+    // Models often pad their vocabulary beyond the tokenizer's: such ids have no text.
+    absl::StatusOr<std::string> piece =
+        tokenizer_->TokenBytes(token).has_value() ? r->detok->Push(token) : std::string();
     if (!piece.ok()) {
       Finish(r, FinishReason::kError, piece.status(), std::move(chunk));
       return;
     }
     chunk.text = r->stop->Push(*piece);
     if (r->stop->matched()) reason = FinishReason::kStopString;
+    if (!o.text) chunk.text.clear();
   }
   const StoppingCriteria& s = r->request.stopping;
   if (reason == FinishReason::kUnspecified &&
@@ -371,6 +382,7 @@ void Engine::Impl::Finish(ActiveRequest* r, FinishReason reason, absl::Status er
     if (r->detok != nullptr) chunk.text += r->stop->Push(r->detok->Finish());
     chunk.text += r->stop->Flush();
   }
+  if (!r->request.output.text) chunk.text.clear();
   scheduler_.Remove(&r->seq);
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
                           : reason == FinishReason::kError   ? RequestState::kFailed
@@ -393,7 +405,7 @@ void Engine::Impl::Finish(ActiveRequest* r, FinishReason reason, absl::Status er
   chunk.timing.total = now - r->enqueue_time;
   if (observer_ != nullptr) observer_->OnFinished(chunk);
   outbox_.emplace_back(r->stream, std::move(chunk));
-  finished_ids_.push_back(r->request.id);
+  finished_keys_.push_back(r->stream->key());
   by_seq_.erase(&r->seq);
 }
 
@@ -401,7 +413,7 @@ void Engine::Impl::PublishAndFlush() {
   StepHook hook;
   {
     absl::MutexLock lock(&mu_);
-    for (const std::string& id : finished_ids_) active_ids_.erase(id);
+    for (uint64_t key : finished_keys_) live_keys_.erase(key);
     queued_requests_ -= queue_dequeued_requests_;
     queued_prompt_tokens_ -= queue_dequeued_tokens_;
     stats_.num_waiting = scheduler_.num_waiting() + static_cast<int>(inbox_.size());
@@ -416,7 +428,7 @@ void Engine::Impl::PublishAndFlush() {
     stats_.prompt_tokens_computed = prompt_tokens_computed_;
     hook = step_hook_;
   }
-  finished_ids_.clear();
+  finished_keys_.clear();
   queue_dequeued_requests_ = 0;
   queue_dequeued_tokens_ = 0;
   if (hook) {
@@ -495,7 +507,7 @@ absl::StatusOr<RequestHandle> Engine::Enqueue(GenerationRequest request) {
   ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream, impl_->Enqueue(std::move(request)));
   return RequestHandle(this, std::move(stream));
 }
-void Engine::Cancel(const std::string& request_id) { impl_->Cancel(request_id); }
+void Engine::Cancel(uint64_t request_key) { impl_->Cancel(request_key); }
 void Engine::StopAccepting() { impl_->StopAccepting(); }
 void Engine::Shutdown() { impl_->Shutdown(); }
 EngineStats Engine::Stats() const { return impl_->Stats(); }
@@ -520,7 +532,7 @@ RequestHandle& RequestHandle::operator=(RequestHandle&& other) {
 RequestHandle::~RequestHandle() { Cancel(); }
 
 void RequestHandle::Cancel() {
-  if (engine_ != nullptr && stream_ != nullptr && !stream_->done()) engine_->Cancel(stream_->id());
+  if (engine_ != nullptr && stream_ != nullptr && !stream_->done()) engine_->Cancel(stream_->key());
 }
 
 }  // namespace dcf

@@ -103,7 +103,6 @@ class Engine {
   ~Engine();  // Shutdown()
 
   // Validates and queues a request. Errors (nothing is queued then):
-  //   AlreadyExists: another live request has the same (non-empty) id.
   //   InvalidArgument: bad sampling/stopping/output values, empty prompt, token id outside
   //     the vocabulary, text/stop strings without a tokenizer; the message names the field.
   //   OutOfRange: prompt + max_new_tokens exceeds the context or the whole KV pool.
@@ -111,9 +110,11 @@ class Engine {
   //   Unavailable: the engine is shutting down or draining.
   absl::StatusOr<RequestHandle> Enqueue(GenerationRequest request);
 
-  // Cancels by id; the request's blocks are freed within one step and its stream gets a
-  // final chunk with kCancelled. Unknown or finished ids are ignored.
-  void Cancel(const std::string& request_id);
+  // Cancels the request whose stream has `request_key` (RequestStream::key(); client ids
+  // need not be unique, so cancellation never goes by them). Its blocks are freed within one
+  // step and its stream gets a final chunk with kCancelled. Unknown or finished keys are
+  // ignored, so a late cancel can never hit another request.
+  void Cancel(uint64_t request_key);
 
   // New requests get Unavailable; running and queued ones continue.
   void StopAccepting();

@@ -6,6 +6,7 @@
 // destruction).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,9 +22,12 @@ class Engine;
 
 class RequestStream {
  public:
-  explicit RequestStream(std::string id) : id_(std::move(id)) {}
+  // `id` is the client's request id (echoed and logged, not necessarily unique); `key` is
+  // the engine's unique handle for this request.
+  RequestStream(std::string id, uint64_t key) : id_(std::move(id)), key_(key) {}
 
   const std::string& id() const { return id_; }
+  uint64_t key() const { return key_; }
 
   // --- consumer side (any thread) ---
 
@@ -48,6 +52,7 @@ class RequestStream {
 
  private:
   const std::string id_;
+  const uint64_t key_;
   mutable absl::Mutex mu_;
   GenerationChunk pending_ ABSL_GUARDED_BY(mu_);
   bool has_pending_ ABSL_GUARDED_BY(mu_) = false;

@@ -15,6 +15,28 @@ absl::Status FieldError(const char* field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("sampling.", field, " ", what));
 }
 
+// Puts the k ids of `order` with the largest `values` first, sorted (ties: lower id first).
+// A heap (partial_sort) is fastest for small k, nth_element + sorting the prefix for medium
+// k; for large k one sort of (value, id) pairs, which avoids the indirect comparisons.
+void SortPrefix(std::vector<int32_t>& order, int k, const std::vector<float>& values,
+                std::vector<std::pair<float, int32_t>>& scratch) {
+  const int V = static_cast<int>(order.size());
+  const auto better = [&](int32_t a, int32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
+  };
+  if (k <= 1024) {
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+  } else if (k < V / 4) {
+    std::nth_element(order.begin(), order.begin() + k, order.end(), better);
+    std::sort(order.begin(), order.begin() + k, better);
+  } else {
+    scratch.resize(V);
+    for (int i = 0; i < V; ++i) scratch[i] = {-values[order[i]], order[i]};
+    std::sort(scratch.begin(), scratch.end());
+    for (int i = 0; i < V; ++i) order[i] = scratch[i].second;
+  }
+}
+
 int32_t ArgMaxLowest(absl::Span<const float> l) {
   int32_t best = 0;
   for (int32_t i = 1; i < static_cast<int32_t>(l.size()); ++i) {
@@ -97,7 +119,7 @@ int32_t Sampler::Sample(absl::Span<const float> raw_logits) {
     bool top_p_done = false;
     if (params_.top_k > 0 && params_.top_k < V) {
       n = params_.top_k;
-      std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), by_logit);
+      SortPrefix(order_, n, work_, pairs_);
     } else if (params_.top_p < 1.0f) {
       // Top-p without top-k: sort only a growing prefix until it holds mass p, instead of the
       // whole vocabulary (the nucleus is usually a few dozen ids out of ~50k).
@@ -105,8 +127,8 @@ int32_t Sampler::Sample(absl::Span<const float> raw_logits) {
       double total = 0;
       for (float v : work_) total += std::exp(static_cast<double>(v) - mx);
       const double target = params_.top_p * total;
-      for (int k = std::min(V, 64);; k = std::min(V, 4 * k)) {
-        std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
+      for (int k = std::min(V, 64);;) {
+        SortPrefix(order_, k, work_, pairs_);
         double cum = 0;
         int keep = 0;
         for (int i = 0; i < k; ++i) {
@@ -120,6 +142,10 @@ int32_t Sampler::Sample(absl::Span<const float> raw_logits) {
           n = keep > 0 ? keep : V;
           break;
         }
+        // Grow at least 4x; when the prefix holds little of the mass (a flat distribution),
+        // jump straight to twice the size its density predicts.
+        const double predicted = 2.0 * k * target / std::max(cum, 1e-300);
+        k = static_cast<int>(std::min<double>(V, std::max<double>(4.0 * k, predicted)));
       }
       top_p_done = true;
     } else {
@@ -178,14 +204,16 @@ void ComputeLogprobs(absl::Span<const float> l, int32_t token, int top_n, TokenO
   if (top_n <= 0) return;
   const int V = static_cast<int>(l.size());
   top_n = std::min(top_n, V);
-  std::vector<int32_t> ids(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + top_n, ids.end(), [&](int32_t a, int32_t b) {
-    return l[a] > l[b] || (l[a] == l[b] && a < b);
-  });
-  for (int i = 0; i < top_n; ++i) {
-    out->top.push_back({ids[i], static_cast<float>(l[ids[i]] - log_z)});
+  // One pass keeping the best top_n ids sorted (top_n <= 20): no vocab-sized buffer.
+  const auto better = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  std::vector<int32_t> best;
+  best.reserve(top_n + 1);
+  for (int32_t i = 0; i < V; ++i) {
+    if (static_cast<int>(best.size()) == top_n && !better(i, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), i, better), i);
+    if (static_cast<int>(best.size()) > top_n) best.pop_back();
   }
+  for (int32_t id : best) out->top.push_back({id, static_cast<float>(l[id] - log_z)});
 }
 
 }  // namespace dcf

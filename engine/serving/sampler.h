@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +55,7 @@ class Sampler {
   std::vector<float> work_;       // [vocab] scratch logits
   std::vector<int32_t> order_;    // [vocab] scratch candidate ids
   std::vector<double> probs_;     // [vocab] scratch probabilities
+  std::vector<std::pair<float, int32_t>> pairs_;  // [vocab] scratch (-logit, id) for sorting
 };
 
 // Fills out->logprob (log-softmax of raw_logits at `token`) and, when top_n > 0, out->top

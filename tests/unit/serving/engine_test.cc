@@ -2,6 +2,7 @@
 // SequenceRunner::Greedy on its own backend: one request, alone.
 #include "engine/serving/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <random>
@@ -340,7 +341,7 @@ TEST(EngineTest, CancelRunningAndQueuedFreesBlocks) {
   c_q.Drain(queued->stream());
   EXPECT_EQ(c_q.final_chunk.finish_reason, FinishReason::kCancelled);
   EXPECT_TRUE(c_q.tokens.empty());
-  engine->Cancel(running->stream().id());
+  engine->Cancel(running->stream().key());
   c_run.Drain(running->stream());
   EXPECT_EQ(c_run.final_chunk.finish_reason, FinishReason::kCancelled);
   EXPECT_LT(c_run.tokens.size(), 200u);
@@ -569,6 +570,80 @@ TEST(EngineTest, StopStringAcrossTokenBoundaries) {
     EXPECT_EQ(c.ids(), std::vector<int32_t>(ids.begin(), ids.begin() + c.ids().size()));
     EXPECT_GE(*tok->Decode(c.ids(), true), c.text);
   }
+  // Stop strings work without text output too (the text is matched, not returned).
+  r.stopping.stop_strings = {stop};
+  r.stopping.include_stop_string = false;
+  r.output.text = false;
+  h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected no_text;
+  no_text.Drain(h->stream());
+  EXPECT_EQ(no_text.final_chunk.finish_reason, FinishReason::kStopString);
+  EXPECT_TRUE(no_text.text.empty());
+  EXPECT_LT(no_text.ids().size(), ids.size());
+}
+
+// A model whose vocabulary is larger than its tokenizer's (padded embeddings): ids without
+// text stream as tokens with empty text instead of failing the request.
+TEST(EngineTest, IdsTheTokenizerCannotDecodeHaveNoText) {
+  TokenizerSpec spec;
+  for (int b = 0; b < 256; ++b) {
+    std::string t;
+    AppendByteLevel(std::string(1, static_cast<char>(b)), &t);
+    spec.vocab[t] = b;
+  }
+  auto tok = Tokenizer::FromSpec(std::move(spec));  // ids 256..299 of the model have no token
+  ASSERT_TRUE(tok.ok());
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o, tok->get());
+  GenerationRequest r = Greedy(RandomPrompt(8, 31), 80);
+  r.output.text = true;
+  auto h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected c;
+  c.Drain(h->stream());
+  EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kLength) << c.final_chunk.error;
+  const std::vector<int32_t> ids = c.ids();
+  ASSERT_TRUE(std::any_of(ids.begin(), ids.end(), [](int32_t t) { return t >= 256; }))
+      << "the greedy output never used an id beyond the tokenizer; pick another prompt";
+  std::vector<int32_t> decodable;
+  for (int32_t t : ids) {
+    if (t < 256) decodable.push_back(t);
+  }
+  EXPECT_EQ(c.text, *(*tok)->Decode(decodable));
+}
+
+// Client ids are only labels: two live requests may share one, and cancelling one (by its
+// stream's key) never touches the other.
+TEST(EngineTest, DuplicateClientIdsAreIndependent) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto engine = MakeEngine(o);
+  GenerationRequest a = Greedy(RandomPrompt(10, 41), 150);
+  a.id = "same-id";
+  GenerationRequest b = Greedy(RandomPrompt(12, 42), 30);
+  b.id = "same-id";
+  auto ha = engine->Enqueue(a);
+  auto hb = engine->Enqueue(b);
+  ASSERT_TRUE(ha.ok() && hb.ok()) << ha.status() << hb.status();
+  EXPECT_NE(ha->stream().key(), hb->stream().key());
+  EXPECT_EQ(hb->stream().id(), "same-id");
+  Collected ca, cb;
+  ca.TakeOne(ha->stream());
+  ha->Cancel();
+  ca.Drain(ha->stream());
+  cb.Drain(hb->stream());
+  EXPECT_EQ(ca.final_chunk.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(cb.final_chunk.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(cb.ids(), Reference(b.prompt_tokens, 30));
+  // A late cancel of a finished request's key is ignored: it cannot hit a newer request.
+  auto hc = engine->Enqueue(b);
+  ASSERT_TRUE(hc.ok());
+  engine->Cancel(hb->stream().key());
+  Collected cc;
+  cc.Drain(hc->stream());
+  EXPECT_EQ(cc.final_chunk.finish_reason, FinishReason::kLength);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ GenerationChunk Tokens(std::initializer_list<int32_t> ids, const std::string& te
 }
 
 TEST(RequestStreamTest, TakeMergesPendingChunksInOrder) {
-  RequestStream s("r1");
+  RequestStream s("r1", 1);
   GenerationChunk out;
   EXPECT_FALSE(s.TryTake(&out));
   s.Push(Tokens({1, 2}, "ab"));
@@ -37,7 +37,7 @@ TEST(RequestStreamTest, TakeMergesPendingChunksInOrder) {
 }
 
 TEST(RequestStreamTest, OnReadyRunsForPendingOutputAndEachPush) {
-  RequestStream s("r2");
+  RequestStream s("r2", 2);
   s.Push(Tokens({1}, ""));
   int calls = 0;
   s.SetOnReady([&] { ++calls; });
@@ -47,7 +47,7 @@ TEST(RequestStreamTest, OnReadyRunsForPendingOutputAndEachPush) {
 }
 
 TEST(RequestStreamTest, WaitTakeWakesOnPushFromAnotherThread) {
-  RequestStream s("r3");
+  RequestStream s("r3", 3);
   GenerationChunk out;
   EXPECT_FALSE(s.WaitTake(&out, absl::ZeroDuration()));
   std::thread producer([&] { s.Push(Tokens({7}, "x")); });
