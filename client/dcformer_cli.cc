@@ -181,11 +181,28 @@ int Generate(const dcf::client::ClientChannel& channel) {
   absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest();
   if (!request.ok()) return Usage(request.status().message());
   auto stub = v1::TextGeneration::NewStub(channel.channel());
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (!json && !request->output().has_return_text()) {
+    // Without --text/--notext the server returns text exactly when the model has a
+    // tokenizer. Ask which, so that a model without one still prints its token ids; when the
+    // question fails, leave the field unset and let Generate report the error.
+    grpc::ClientContext info_context;
+    channel.Prepare(&info_context);
+    v1::GetModelInfoResponse info;
+    if (stub->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok() &&
+        !info.has_tokenizer()) {
+      request->mutable_output()->set_return_text(false);
+    }
+  }
+  // Token ids are printed only when the request asked for no text: in text mode a message
+  // may carry ids whose text is still held back (stop strings, partial UTF-8), and printing
+  // them would mix ids into the text.
+  const bool print_ids =
+      request->output().has_return_text() && !request->output().return_text();
   grpc::ClientContext context;
   channel.Prepare(&context);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub->Generate(&context, *request);
-  const bool json = absl::GetFlag(FLAGS_json);
   v1::GenerateResponse response;
   bool first_id = true;
   bool printed_anything = false;
@@ -193,10 +210,10 @@ int Generate(const dcf::client::ClientChannel& channel) {
   while (reader->Read(&response)) {
     if (json) {
       std::cout << ToJson(response) << "\n" << std::flush;
-    } else if (!response.text().empty()) {
+    } else if (!print_ids && !response.text().empty()) {
       std::cout << response.text() << std::flush;
       printed_anything = true;
-    } else if (response.token_ids_size() > 0 && !request->output().return_text()) {
+    } else if (print_ids && response.token_ids_size() > 0) {
       for (int32_t id : response.token_ids()) {
         std::cout << (first_id ? "" : ",") << id;
         first_id = false;

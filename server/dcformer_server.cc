@@ -140,6 +140,7 @@ absl::Status DcformerServer::LoadModel() {
   limits.vocab_size = config.vocab_size;
   limits.context_length = config.max_positions;
   limits.default_max_new_tokens = options_.default_max_new_tokens;
+  limits.max_new_tokens_limit = options_.engine.max_new_tokens_limit;
   limits.tokenizer = tokenizer_.get();
   ServedModelInfo info;
   info.model_name = BaseName(options_.model_dir);

@@ -94,8 +94,8 @@ GenerateReactor::Action GenerateReactor::Pump() {
     timing_ = chunk.timing;
     have_timing_ = true;
     if (chunk.finish_reason == FinishReason::kError) {
-      finish_status_ = chunk.error.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "engine error")
-                                        : ToGrpcStatus(chunk.error);
+      // Accepted, then failed: INTERNAL with the engine's message, whatever its code.
+      finish_status_ = AcceptedRequestFailedStatus(chunk.error);
     } else {
       finish_status_ = grpc::Status::OK;
     }

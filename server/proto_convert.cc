@@ -117,9 +117,12 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
     if (stop.max_new_tokens() < 1) return Invalid("stopping.max_new_tokens", "must be >= 1");
     out.stopping.max_new_tokens = stop.max_new_tokens();
   } else {
-    // Unset: the server default, shortened so that it fits the context after the prompt.
+    // Unset: the server default, shortened to the server's max_new_tokens limit and to the
+    // context left after the prompt.
     const int room = limits.context_length - static_cast<int>(out.prompt_tokens.size());
-    out.stopping.max_new_tokens = std::max(1, std::min(limits.default_max_new_tokens, room));
+    int max_new = std::min(limits.default_max_new_tokens, room);
+    if (limits.max_new_tokens_limit > 0) max_new = std::min(max_new, limits.max_new_tokens_limit);
+    out.stopping.max_new_tokens = std::max(1, max_new);
   }
   if (stop.stop_token_ids_size() > kMaxStopTokenIds) {
     return Invalid("stopping.stop_token_ids", absl::StrCat("more than ", kMaxStopTokenIds));

@@ -28,6 +28,7 @@ struct RequestLimits {
   int32_t vocab_size = 0;
   int32_t context_length = 0;         // model positions
   int32_t default_max_new_tokens = 256;
+  int32_t max_new_tokens_limit = 0;   // --max-new-tokens; 0 = no limit beyond the context
   const Tokenizer* tokenizer = nullptr;  // null: text features are rejected
 };
 

@@ -113,9 +113,10 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   }
   if (o.engine.max_num_seqs < 1) return bad("max-num-seqs", "must be >= 1");
   if (o.engine.max_num_batched_tokens < 1) return bad("max-batch-tokens", "must be >= 1");
-  if (o.engine.max_queued_requests < 0) return bad("max-queued-requests", "must be >= 0");
-  if (o.engine.max_queued_prompt_tokens < 0) {
-    return bad("max-queued-prompt-tokens", "must be >= 0");
+  // At least one waiting request must fit: the warm-up (and every request) is queued first.
+  if (o.engine.max_queued_requests < 1) return bad("max-queued-requests", "must be >= 1");
+  if (o.engine.max_queued_prompt_tokens < 1) {
+    return bad("max-queued-prompt-tokens", "must be >= 1");
   }
   if (o.engine.max_prompt_tokens < 0) return bad("max-prompt-tokens", "must be >= 0");
   if (o.engine.max_new_tokens_limit < 0) return bad("max-new-tokens", "must be >= 0");

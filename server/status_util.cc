@@ -31,6 +31,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(code, std::string(status.message()));
 }
 
+grpc::Status AcceptedRequestFailedStatus(const absl::Status& engine_error) {
+  std::string message(engine_error.message());
+  if (message.empty()) message = "engine error";
+  return grpc::Status(grpc::StatusCode::INTERNAL, message);
+}
+
 const char* GrpcCodeLabel(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return "ok";

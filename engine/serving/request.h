@@ -22,7 +22,7 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL style, over prompt + output)
   float presence_penalty = 0.0f;    // [-2, 2] (OpenAI style, over generated tokens)
   float frequency_penalty = 0.0f;   // [-2, 2]
-  std::optional<uint64_t> seed;     // same seed + same request => same tokens
+  std::optional<uint64_t> seed;     // fixes this request's own random stream (see sampler.h)
 };
 
 struct StoppingCriteria {

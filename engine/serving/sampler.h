@@ -1,6 +1,8 @@
 // Per-request token sampling: penalties, greedy / temperature, top-k, top-p, min-p, with the
-// request's own seeded RNG, so the same seed and request give the same tokens whatever the
-// batch (one RNG draw per sampled token, never shared between requests).
+// request's own seeded RNG (one draw per sampled token, never shared between requests), so
+// other requests in the batch never change a request's random stream. The logits themselves
+// vary at the ~1e-6 level with the batch composition (BLAS blocking), which can flip a
+// sampled token where two candidates nearly tie.
 //
 // Pipeline for one step, on a copy of the raw logits ([vocab] f32):
 //   1. repetition penalty (HF/CTRL): over tokens of prompt + output, l > 0 ? l / r : l * r

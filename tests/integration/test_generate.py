@@ -151,6 +151,20 @@ class GoldenGenerateTest(unittest.TestCase):
             full = stub.Detokenize(h.pb.DetokenizeRequest(token_ids=tokens), timeout=30).text
             streamed = "".join(m.text for m in stub.Generate(req, timeout=60))
             self.assertEqual(streamed, full)
+            # dcformer-cli prints text only, never token ids, also while a stop string that
+            # the whole output is a prefix of holds the text back until the end; with
+            # --notext it prints the ids.
+            cli = [h.CLI, "generate", f"--target={server.target}", "--prompt=Hello world",
+                   "--max-new-tokens=8", "--temperature=0", "--ignore-eos"]
+            if "," not in full:  # --stop splits at commas
+                out = subprocess.run(cli + ["--stop=" + full + "\u2603"], capture_output=True,
+                                     text=True, timeout=60)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertEqual(out.stdout, full + "\n")
+                self.assertIn("FINISH_REASON_LENGTH", out.stderr)
+            out = subprocess.run(cli + ["--notext"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual([int(t) for t in out.stdout.strip().split(",")], list(tokens))
             # A stop string taken from the middle of the greedy text ends generation there.
             req.stopping.max_new_tokens = 24
             messages = list(stub.Generate(req, timeout=60))

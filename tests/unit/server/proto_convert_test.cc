@@ -54,6 +54,37 @@ TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheContext) {
   EXPECT_EQ(out->stopping.max_new_tokens, 6);
 }
 
+TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheServerLimit) {
+  RequestLimits limits = Limits();
+  limits.max_new_tokens_limit = 40;  // below the default (100) and the room (253)
+  auto out = ToEngineRequest(IdsRequest({1, 2, 3}), limits);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->stopping.max_new_tokens, 40);
+
+  // The smaller of the limit and the room wins.
+  out = ToEngineRequest(IdsRequest(std::vector<int32_t>(250, 5)), limits);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->stopping.max_new_tokens, 6);
+
+  // A limit above the default leaves the default alone; 0 means no limit.
+  limits.max_new_tokens_limit = 200;
+  out = ToEngineRequest(IdsRequest({1, 2, 3}), limits);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->stopping.max_new_tokens, 100);
+  limits.max_new_tokens_limit = 0;
+  out = ToEngineRequest(IdsRequest({1, 2, 3}), limits);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->stopping.max_new_tokens, 100);
+
+  // An explicit max_new_tokens is not clipped here: the engine rejects it (OUT_OF_RANGE).
+  limits.max_new_tokens_limit = 40;
+  v1::GenerateRequest r = IdsRequest({1, 2, 3});
+  r.mutable_stopping()->set_max_new_tokens(50);
+  out = ToEngineRequest(r, limits);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->stopping.max_new_tokens, 50);
+}
+
 TEST(ToEngineRequestTest, ErrorsNameTheField) {
   struct Case {
     const char* field;

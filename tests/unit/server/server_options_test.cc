@@ -26,6 +26,15 @@ TEST(ServerOptionsTest, FlagsParseWithDefaults) {
   EXPECT_NE(o->model_dir.find("dcformer-tiny"), std::string::npos);
 }
 
+TEST(ServerOptionsTest, QueueLimitsOfOneAreAccepted) {
+  ServerOptions o;
+  o.model_dir = "m";
+  o.metrics_host = o.host;
+  o.engine.max_queued_requests = 1;
+  o.engine.max_queued_prompt_tokens = 1;
+  EXPECT_TRUE(ValidateServerOptions(o).ok());
+}
+
 TEST(ServerOptionsTest, RejectsBadValuesNamingTheFlag) {
   auto base = [] {
     ServerOptions o;
@@ -44,6 +53,11 @@ TEST(ServerOptionsTest, RejectsBadValuesNamingTheFlag) {
       {"--max-batch-tokens", [](ServerOptions& o) { o.engine.max_num_batched_tokens = 0; }},
       {"--kv-cache-fraction", [](ServerOptions& o) { o.engine.kv_cache_fraction = 1.5; }},
       {"--max-queued-requests", [](ServerOptions& o) { o.engine.max_queued_requests = -1; }},
+      {"--max-queued-requests", [](ServerOptions& o) { o.engine.max_queued_requests = 0; }},
+      {"--max-queued-prompt-tokens",
+       [](ServerOptions& o) { o.engine.max_queued_prompt_tokens = 0; }},
+      {"--max-queued-prompt-tokens",
+       [](ServerOptions& o) { o.engine.max_queued_prompt_tokens = -1; }},
       {"--default-max-new-tokens", [](ServerOptions& o) { o.default_max_new_tokens = 0; }},
       {"--max-receive-message-bytes", [](ServerOptions& o) { o.max_receive_message_bytes = 1; }},
       {"--tls-key", [](ServerOptions& o) { o.tls_cert = "c.pem"; }},

@@ -33,5 +33,25 @@ TEST(StatusUtilTest, MapsEveryCodeAndKeepsTheMessage) {
   EXPECT_STREQ(GrpcCodeLabel(grpc::StatusCode::RESOURCE_EXHAUSTED), "resource_exhausted");
 }
 
+TEST(StatusUtilTest, AcceptedRequestFailuresAreInternal) {
+  // Whatever code the engine failed with after accepting the request, the client sees
+  // INTERNAL with the engine's message: an INVALID_ARGUMENT would blame the client.
+  for (const absl::Status& in :
+       {absl::InvalidArgumentError("bad utf-8 from the detokenizer"),
+        absl::ResourceExhaustedError("bad utf-8 from the detokenizer"),
+        absl::OutOfRangeError("bad utf-8 from the detokenizer"),
+        absl::InternalError("bad utf-8 from the detokenizer")}) {
+    grpc::Status out = AcceptedRequestFailedStatus(in);
+    EXPECT_EQ(out.error_code(), grpc::StatusCode::INTERNAL) << in;
+    EXPECT_EQ(out.error_message(), "bad utf-8 from the detokenizer");
+  }
+  // No message (or even an OK status by mistake): still INTERNAL, never OK.
+  for (const absl::Status& in : {absl::OkStatus(), absl::UnknownError("")}) {
+    grpc::Status out = AcceptedRequestFailedStatus(in);
+    EXPECT_EQ(out.error_code(), grpc::StatusCode::INTERNAL) << in;
+    EXPECT_EQ(out.error_message(), "engine error");
+  }
+}
+
 }  // namespace
 }  // namespace dcf::server
