@@ -36,3 +36,12 @@ if ((${#missing[@]})); then
 else
   echo "setup: all system packages present"
 fi
+
+# The Node.js example client's packages (package-lock.json pins them), installed here so no
+# test downloads anything. Skipped when already present.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NODE_EXAMPLE="${ROOT}/client/examples/node"
+if [[ ! -d "${NODE_EXAMPLE}/node_modules/@grpc/grpc-js" ]]; then
+  echo "setup: installing the Node example's packages (npm ci)"
+  (cd "${NODE_EXAMPLE}" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -123,6 +123,19 @@ void GenerateReactor::Perform(Action action) {
   }
 }
 
+std::string GenerateReactor::CancelOutcome() const {
+  // gRPC does not say why a call ended. A cancel at its deadline is its expiry; the slack
+  // covers the server's deadline timer firing a hair before the system clock reaches the
+  // deadline (they run on different clocks).
+  constexpr auto kSlack = std::chrono::milliseconds(50);
+  const auto deadline = context_->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max() &&
+      deadline <= std::chrono::system_clock::now() + kSlack) {
+    return "deadline_exceeded";
+  }
+  return "cancelled";
+}
+
 void GenerateReactor::OnWriteDone(bool ok) {
   bool cancel_engine = false;
   Action action;
@@ -135,7 +148,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
       // The stream broke (client gone): stop generating for it.
       cancelled_ = true;
       cancel_engine = true;
-      if (outcome_.empty()) outcome_ = "cancelled";
+      if (outcome_.empty()) outcome_ = CancelOutcome();
     }
     action = Pump();
   }
@@ -144,15 +157,14 @@ void GenerateReactor::OnWriteDone(bool ok) {
 }
 
 void GenerateReactor::OnCancel() {
-  const bool deadline_passed = context_->deadline() <= std::chrono::system_clock::now();
+  const std::string cancel_outcome = CancelOutcome();
   Action action;
   {
     absl::MutexLock lock(&link_->mu);
     cancelled_ = true;
-    // A rejected call keeps its status as outcome; a finished one its finish reason.
-    if (!final_written_ && handle_.shared_stream()) {
-      outcome_ = deadline_passed ? "deadline_exceeded" : "cancelled";
-    }
+    // A rejected call keeps its status as outcome; a finished one its finish reason. This
+    // also overrides a "cancelled" set by a failed write that the deadline caused.
+    if (!final_written_ && handle_.shared_stream()) outcome_ = cancel_outcome;
     action = Pump();
   }
   if (handle_.shared_stream()) handle_.Cancel();  // frees the KV blocks within one step

@@ -50,6 +50,8 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   // Runs on the engine loop thread whenever the stream has new output.
   static void OnStreamReady(const std::shared_ptr<Link>& link);
   Action Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu);
+  // "deadline_exceeded" when the call's deadline has (about) passed, else "cancelled".
+  std::string CancelOutcome() const;
   void Perform(Action action);
   // Fails the call before anything was enqueued.
   void Reject(const grpc::Status& status);
