@@ -19,14 +19,13 @@
 #include "absl/flags/parse.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/client_channel.h"
 #include "dcformer/v1/dcformer.grpc.pb.h"
 #include "engine/common/flag_names.h"
+#include "engine/common/id_list.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -113,21 +112,6 @@ int RpcFailed(const grpc::Status& status) {
   return 1;
 }
 
-absl::StatusOr<std::vector<int32_t>> ParseIds(absl::string_view flag, absl::string_view text) {
-  std::vector<int32_t> ids;
-  if (absl::StripAsciiWhitespace(text).empty()) return ids;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    piece = absl::StripAsciiWhitespace(piece);
-    int32_t id;
-    if (!absl::SimpleAtoi(piece, &id)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": '", piece, "' is not an integer token id"));
-    }
-    ids.push_back(id);
-  }
-  return ids;
-}
-
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -141,7 +125,7 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest() {
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
   if (Specified("prompt_ids")) {
     absl::StatusOr<std::vector<int32_t>> ids =
-        ParseIds("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
+        dcf::ParseIdList("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
     if (!ids.ok()) return ids.status();
     request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
   } else if (Specified("prompt")) {
@@ -166,7 +150,7 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest() {
   if (Specified("max_new_tokens")) stop->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
   for (const std::string& s : absl::GetFlag(FLAGS_stop)) stop->add_stop_strings(s);
   absl::StatusOr<std::vector<int32_t>> stop_ids =
-      ParseIds("stop-token-ids", absl::GetFlag(FLAGS_stop_token_ids));
+      dcf::ParseIdList("stop-token-ids", absl::GetFlag(FLAGS_stop_token_ids));
   if (!stop_ids.ok()) return stop_ids.status();
   stop->mutable_stop_token_ids()->Add(stop_ids->begin(), stop_ids->end());
   stop->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
@@ -261,7 +245,7 @@ int Tokenize(const dcf::client::ClientChannel& channel) {
 
 int Detokenize(const dcf::client::ClientChannel& channel) {
   absl::StatusOr<std::vector<int32_t>> ids =
-      ParseIds("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
+      dcf::ParseIdList("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
   if (!ids.ok()) return Usage(ids.status().message());
   v1::DetokenizeRequest request;
   request.mutable_token_ids()->Add(ids->begin(), ids->end());

@@ -162,9 +162,7 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
   }
 
   for (const Expected& e : expected) {
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel *= d;
-    e.dst->assign(static_cast<size_t>(numel), 0.0f);
+    e.dst->assign(static_cast<size_t>(NumElements(e.shape)), 0.0f);
     RETURN_IF_ERROR(reader.ReadF32(e.name, absl::MakeSpan(*e.dst)));
   }
   for (int l = 0; l < c.n_layer; ++l) {

@@ -20,10 +20,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "engine/common/flag_names.h"
-#include "absl/strings/numbers.h"
+#include "engine/common/id_list.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "engine/common/logging.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/sequence_runner.h"
@@ -46,20 +44,6 @@ namespace {
 int Fail(int code, absl::string_view message) {
   std::cerr << "dcformer-generate: " << message << "\n";
   return code;
-}
-
-absl::StatusOr<std::vector<int32_t>> ParseIds(absl::string_view text) {
-  std::vector<int32_t> ids;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    piece = absl::StripAsciiWhitespace(piece);
-    int32_t id;
-    if (piece.empty() || !absl::SimpleAtoi(piece, &id)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--prompt-ids: '", piece, "' is not an integer token id"));
-    }
-    ids.push_back(id);
-  }
-  return ids;
 }
 
 // The explicit --tokenizer file, else the model directory's tokenizer, else none.
@@ -107,7 +91,7 @@ int main(int argc, char** argv) {
   if (!tokenizer.ok()) return Fail(1, tokenizer.status().ToString());
   std::vector<int32_t> prompt;
   if (have_ids) {
-    auto ids = ParseIds(absl::GetFlag(FLAGS_prompt_ids));
+    auto ids = dcf::ParseIdList("prompt-ids", absl::GetFlag(FLAGS_prompt_ids));
     if (!ids.ok()) return Fail(2, ids.status().message());
     prompt = std::move(*ids);
   } else {

@@ -101,11 +101,13 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenSharded(const fs::path& in
 
 }  // namespace
 
-int64_t TensorInfo::NumElements() const {
+int64_t NumElements(absl::Span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+int64_t TensorInfo::NumElements() const { return dcf::NumElements(shape); }
 
 std::string ShapeToString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");

@@ -24,6 +24,9 @@ struct TensorInfo {
   int64_t NumElements() const;
 };
 
+// Product of the dimensions (1 for a scalar).
+int64_t NumElements(absl::Span<const int64_t> shape);
+
 // "[3, 4]" style rendering for error messages.
 std::string ShapeToString(absl::Span<const int64_t> shape);
 

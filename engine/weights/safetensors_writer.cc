@@ -46,8 +46,7 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorSh
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const TensorShape& t : tensors) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
+    const int64_t n = NumElements(t.shape);
     const uint64_t bytes = static_cast<uint64_t>(n) * DTypeSize(dtype);
     header[t.name] = {{"dtype", std::string(DTypeName(dtype))},
                       {"shape", t.shape},
@@ -64,9 +63,7 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorSh
   std::vector<float> values;
   std::vector<uint16_t> half;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t d : tensors[i].shape) n *= d;
-    values.assign(static_cast<size_t>(n), 0.0f);
+    values.assign(static_cast<size_t>(NumElements(tensors[i].shape)), 0.0f);
     fill(i, absl::MakeSpan(values));
     if (dtype == DType::kF32) {
       out.write(reinterpret_cast<const char*>(values.data()),
@@ -89,9 +86,7 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorTo
                               DType dtype) {
   std::vector<TensorShape> shapes;
   for (const TensorToWrite& t : tensors) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    if (n != static_cast<int64_t>(t.data.size())) {
+    if (NumElements(t.shape) != static_cast<int64_t>(t.data.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name, "': shape and data size disagree"));
     }

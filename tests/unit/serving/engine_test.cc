@@ -90,6 +90,16 @@ struct Collected {
   }
 };
 
+// Enqueues `r` and collects its whole stream. An Enqueue error is a test failure and leaves
+// the result unfinished (finish_reason kUnspecified), so later expectations fail too.
+Collected RunToEnd(Engine& engine, const GenerationRequest& r) {
+  Collected c;
+  auto h = engine.Enqueue(r);
+  EXPECT_TRUE(h.ok()) << h.status();
+  if (h.ok()) c.Drain(h->stream());
+  return c;
+}
+
 std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr) {
   auto e = Engine::Create(LoadBackend(), tok, options);
   DCF_CHECK(e.ok()) << e.status();
@@ -236,10 +246,7 @@ TEST(EngineTest, OneNewTokenAndOneTokenPrompt) {
   o.kv_num_blocks = {64, 32};
   auto engine = MakeEngine(o);
   const auto p = RandomPrompt(1, 77);
-  auto h = engine->Enqueue(Greedy(p, 1));
-  ASSERT_TRUE(h.ok());
-  Collected c;
-  c.Drain(h->stream());
+  const Collected c = RunToEnd(*engine, Greedy(p, 1));
   EXPECT_EQ(c.ids(), Reference(p, 1));
   EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kLength);
   EXPECT_GE(c.final_chunk.timing.total, c.final_chunk.timing.time_to_first_token);
@@ -269,10 +276,7 @@ TEST(EngineTest, MatchesGoldenGreedyAndLogprobs) {
   GenerationRequest r = Greedy(g.prompt, static_cast<int>(g.greedy.size()));
   r.output.logprobs = true;
   r.output.top_logprobs = 3;
-  auto h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok()) << h.status();
-  Collected c;
-  c.Drain(h->stream());
+  const Collected c = RunToEnd(*engine, r);
   EXPECT_EQ(c.ids(), g.greedy);
   ASSERT_EQ(c.tokens.size(), g.greedy_logprobs.size());
   for (size_t i = 0; i < c.tokens.size(); ++i) {
@@ -437,27 +441,18 @@ TEST(EngineTest, StopTokenAndEosOverride) {
   const size_t first = std::find(ref.begin(), ref.end(), stop) - ref.begin();
   auto r = Greedy(p, 30);
   r.stopping.stop_token_ids = {stop};
-  auto h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok());
-  Collected c;
-  c.Drain(h->stream());
+  const Collected c = RunToEnd(*engine, r);
   EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kStopToken);
   EXPECT_EQ(c.ids(), std::vector<int32_t>(ref.begin(), ref.begin() + first + 1));
 
   r = Greedy(p, 30);
   r.stopping.eos_token_id = stop;
-  h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok());
-  Collected e;
-  e.Drain(h->stream());
+  const Collected e = RunToEnd(*engine, r);
   EXPECT_EQ(e.final_chunk.finish_reason, FinishReason::kEos);
   EXPECT_EQ(e.ids().size(), first + 1);
 
   r.stopping.ignore_eos = true;
-  h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok());
-  Collected i;
-  i.Drain(h->stream());
+  const Collected i = RunToEnd(*engine, r);
   EXPECT_EQ(i.final_chunk.finish_reason, FinishReason::kLength);
   EXPECT_EQ(i.ids(), ref);
 }
@@ -539,10 +534,7 @@ TEST(EngineTest, StopStringAcrossTokenBoundaries) {
   GenerationRequest r = Greedy(RandomPrompt(8, 31), 80);
   r.output.text = true;
   r.stopping.ignore_eos = true;
-  auto h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok());
-  Collected full;
-  full.Drain(h->stream());
+  const Collected full = RunToEnd(*engine, r);
   ASSERT_EQ(full.text, *tok->Decode(full.ids(), /*skip_special_tokens=*/true));
   // A stop string made of the last byte of one ASCII token and the next ASCII token.
   const auto ids = full.ids();
@@ -559,10 +551,7 @@ TEST(EngineTest, StopStringAcrossTokenBoundaries) {
   for (bool include : {false, true}) {
     r.stopping.stop_strings = {stop, "never-matches-this"};
     r.stopping.include_stop_string = include;
-    h = engine->Enqueue(r);
-    ASSERT_TRUE(h.ok());
-    Collected c;
-    c.Drain(h->stream());
+    const Collected c = RunToEnd(*engine, r);
     EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kStopString);
     EXPECT_EQ(c.text, full.text.substr(0, at + (include ? stop.size() : 0)));
     // Tokens up to the one that completed the match were emitted, and none after.
@@ -574,10 +563,7 @@ TEST(EngineTest, StopStringAcrossTokenBoundaries) {
   r.stopping.stop_strings = {stop};
   r.stopping.include_stop_string = false;
   r.output.text = false;
-  h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok());
-  Collected no_text;
-  no_text.Drain(h->stream());
+  const Collected no_text = RunToEnd(*engine, r);
   EXPECT_EQ(no_text.final_chunk.finish_reason, FinishReason::kStopString);
   EXPECT_TRUE(no_text.text.empty());
   EXPECT_LT(no_text.ids().size(), ids.size());
@@ -599,10 +585,7 @@ TEST(EngineTest, IdsTheTokenizerCannotDecodeHaveNoText) {
   auto engine = MakeEngine(o, tok->get());
   GenerationRequest r = Greedy(RandomPrompt(8, 31), 80);
   r.output.text = true;
-  auto h = engine->Enqueue(r);
-  ASSERT_TRUE(h.ok());
-  Collected c;
-  c.Drain(h->stream());
+  const Collected c = RunToEnd(*engine, r);
   EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kLength) << c.final_chunk.error;
   const std::vector<int32_t> ids = c.ids();
   ASSERT_TRUE(std::any_of(ids.begin(), ids.end(), [](int32_t t) { return t >= 256; }))
