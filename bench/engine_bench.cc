@@ -20,7 +20,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "engine/common/logging.h"
-#include "engine/model/model_loader.h"
+#include "engine/common/status_macros.h"
+#include "engine/backends/backend_flags.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/engine.h"
 
@@ -137,7 +138,8 @@ int64_t Drain(RequestStream& s) {
 
 absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool batched,
                                Recorder* rec, int64_t* tokens) {
-  auto model = LoadModel(dir);
+  ASSIGN_OR_RETURN(BackendOptions backend_options, BackendOptionsFromFlags());
+  auto model = LoadModel(dir, backend_options);
   if (!model.ok()) return model.status();
   EngineOptions o;
   o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
@@ -181,7 +183,12 @@ int Main() {
       return 1;
     }
   }
-  auto probe = LoadModel(dir);
+  auto backend_options = BackendOptionsFromFlags();
+  if (!backend_options.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(backend_options.status().message()).c_str());
+    return 2;
+  }
+  auto probe = LoadModel(dir, *backend_options);
   if (!probe.ok()) {
     std::fprintf(stderr, "%s\n", std::string(probe.status().message()).c_str());
     return 1;

@@ -7,9 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
-#include "engine/model/model_loader.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -118,7 +118,7 @@ absl::Status DcformerServer::Start() {
 
 absl::Status DcformerServer::LoadModel() {
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(LoadedModel loaded, dcf::LoadModel(options_.model_dir));
+  ASSIGN_OR_RETURN(LoadedModel loaded, dcf::LoadModel(options_.model_dir, options_.backend));
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       Tokenizer::FromModelDir(options_.model_dir);
   if (tokenizer.ok()) {
@@ -144,11 +144,13 @@ absl::Status DcformerServer::LoadModel() {
   limits.tokenizer = tokenizer_.get();
   ServedModelInfo info;
   info.model_name = BaseName(options_.model_dir);
-  info.backend = engine->backend_name();
+  const EngineStats stats = engine->Stats();
+  info.backend = stats.backend;
+  info.kv_cache_bytes = stats.kv_cache_bytes;
   info.block_size = engine->options().block_size;
   info.eos_token_id = engine->eos_token_id();
   if (!info.eos_token_id.has_value()) info.eos_token_id = config.eos_token_id;
-  info.kv_blocks_total = engine->Stats().kv_blocks_total;
+  info.kv_blocks_total = stats.kv_blocks_total;
   info.has_tokenizer = tokenizer_ != nullptr;
   info.max_prompt_tokens = options_.engine.max_prompt_tokens > 0
                                ? std::min(options_.engine.max_prompt_tokens, config.max_positions)
@@ -160,7 +162,8 @@ absl::Status DcformerServer::LoadModel() {
   state_->PublishEngine(engine, limits, std::move(info));
   SetServing(true);
   DCF_LOG(Info) << "serving " << options_.model_dir << " (" << config.ArchitectureName() << ", "
-                << config.n_layer << " layers, backend " << engine->backend_name()
+                << config.n_layer << " layers, backend " << info.backend.name << " on "
+                << info.backend.device << ", " << ComputeDTypeName(info.backend.dtype)
                 << ") after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   return absl::OkStatus();
 }
@@ -205,12 +208,14 @@ void DcformerServer::Watch(absl::Notification* stop) {
     // dead loop) is unhealthy.
     const bool busy = stats.num_running + stats.num_waiting > 0;
     const bool stalled = busy && absl::Now() - stats.last_progress > options_.engine_stall_timeout;
-    const bool healthy = stats.loop_alive && !stalled;
+    const bool healthy = stats.loop_alive && !stalled && stats.healthy;
     if (healthy != serving_) {
       if (healthy) {
         DCF_LOG(Info) << "engine loop recovered: SERVING";
       } else {
-        DCF_LOG(Error) << "engine loop " << (stats.loop_alive ? "stalled" : "stopped")
+        DCF_LOG(Error) << (!stats.healthy       ? "engine backend failed"
+                           : stats.loop_alive ? "engine loop stalled"
+                                              : "engine loop stopped")
                        << ": NOT_SERVING";
       }
       SetServing(healthy);

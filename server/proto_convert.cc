@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -14,7 +15,6 @@ constexpr int kMaxRequestIdLength = 128;
 constexpr int kMaxStopStrings = 16;
 constexpr int kMaxStopStringBytes = 256;
 constexpr int kMaxStopTokenIds = 64;
-constexpr int kMaxTopLogprobs = 20;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -244,8 +244,10 @@ void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
   out->set_vocab_size(config.vocab_size);
   if (info.eos_token_id.has_value()) out->add_eos_token_ids(*info.eos_token_id);
   out->set_block_size(info.block_size);
-  out->set_backend(info.backend);
-  out->set_dtype(config.torch_dtype.empty() ? "float32" : config.torch_dtype);
+  out->set_backend(info.backend.name);
+  out->set_dtype(ComputeDTypeName(info.backend.dtype));
+  out->set_device(info.backend.device);
+  out->set_kv_cache_bytes(static_cast<int64_t>(info.kv_cache_bytes));
   for (LayerGroup group : {LayerGroup::kGlobal, LayerGroup::kWindow}) {
     if (config.NumLayersIn(group) == 0) continue;
     v1::LayerGroup* g = out->add_layer_groups();

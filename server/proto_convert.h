@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "dcformer/v1/dcformer.pb.h"
 #include "engine/model/model_config.h"
+#include "engine/model/backend.h"
 #include "engine/serving/request.h"
 
 namespace dcf {
@@ -50,7 +51,8 @@ void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id
 // Everything GetModelInfo reports that is not in ModelConfig.
 struct ServedModelInfo {
   std::string model_name;
-  std::string backend;
+  BackendInfo backend;
+  size_t kv_cache_bytes = 0;
   int block_size = 0;
   std::optional<int32_t> eos_token_id;
   std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};

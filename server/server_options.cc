@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "engine/backends/backend_flags.h"
 
 #ifndef DCF_DEFAULT_MODEL_DIR
 #define DCF_DEFAULT_MODEL_DIR "models/dcformer-tiny"
@@ -18,7 +19,8 @@ ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port; 0 disables the end
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV-cache memory budget in bytes; 0 = --kv-cache-fraction of memory");
 ABSL_FLAG(double, kv_cache_fraction, 0.25,
-          "KV-cache budget as a fraction of physical memory (CPU) or free device memory (CUDA)");
+          "KV-cache budget as a fraction of the memory left after weights and workspace: free "
+          "device memory (cuda), or host memory within the container's limit (cpu)");
 ABSL_FLAG(int, block_size, 16, "tokens per KV-cache block");
 ABSL_FLAG(int, max_num_seqs, 64, "most sequences running in one engine step");
 ABSL_FLAG(int, max_batch_tokens, 512, "token budget of one engine step (decode + prefill)");
@@ -65,6 +67,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (absl::GetFlag(FLAGS_kv_cache_bytes) < 0) {
     return absl::InvalidArgumentError("--kv-cache-bytes must be >= 0");
   }
+  absl::StatusOr<BackendOptions> backend = BackendOptionsFromFlags();
+  if (!backend.ok()) return backend.status();
+  o.backend = *backend;
   o.engine.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_bytes));
   o.engine.kv_cache_fraction = absl::GetFlag(FLAGS_kv_cache_fraction);
   o.engine.block_size = absl::GetFlag(FLAGS_block_size);

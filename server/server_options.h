@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/serving/engine.h"
 
 namespace dcf::server {
@@ -16,6 +17,7 @@ struct ServerOptions {
   std::string metrics_host;           // empty: same as host
   int metrics_port = 9090;            // 0: no metrics endpoint
 
+  BackendOptions backend;             // --backend, --dtype
   EngineOptions engine;
   int default_max_new_tokens = 256;   // when a request leaves max_new_tokens unset
   bool warmup = true;                 // run one tiny request before reporting SERVING

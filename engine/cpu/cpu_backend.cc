@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <new>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "engine/common/memory_info.h"
 #include "engine/common/status_macros.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/dcmha.h"
@@ -32,17 +36,12 @@ void HeadRmsNorm(float* x, const float* scale, int hd) {
 
 }  // namespace
 
-int NumLogitRows(absl::Span<const ForwardSpan> spans) {
-  int rows = 0;
-  for (const ForwardSpan& s : spans) rows += s.all_logits ? static_cast<int>(s.tokens.size()) : 1;
-  return rows;
-}
-
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
                                                                ModelWeights weights) {
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
+  weights.ConvertTo(DType::kF32);
   return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights)));
 }
 
@@ -51,6 +50,65 @@ CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights)
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
+}
+
+BackendInfo CpuBackend::info() const {
+  BackendInfo info;
+  info.name = "cpu";
+  info.dtype = DType::kF32;
+  // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        info.device = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+      break;
+    }
+  }
+  if (info.device.empty()) info.device = "CPU";
+  absl::StrAppend(&info.device, ", ", omp_get_max_threads(), " threads");
+  return info;
+}
+
+absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
+  if (limits.max_tokens <= 0 || limits.max_seqs <= 0 || limits.blocks_per_seq <= 0 ||
+      limits.num_penalty_slots < 0 || limits.max_logit_rows < 0) {
+    return absl::InvalidArgumentError("step limits must be positive");
+  }
+  limits_ = limits;
+  try {  // std::vector reports allocation failure by exception; turn it into a Status
+    penalty_slots_.assign(limits.num_penalty_slots, PenaltyState(config_.vocab_size));
+    sampler_scratch_.resize(omp_get_max_threads());
+    // The largest step's activations, so no step allocates (and the report below counts them).
+    const int64_t T = limits.max_tokens, E = config_.dim, F = config_.intermediate_size;
+    const int64_t N = config_.n_head, K = config_.dynamic_hidden();
+    const int64_t rows = std::min<int64_t>(T, std::max(limits.max_seqs, limits.max_logit_rows));
+    for (std::vector<float>* v : {&s_.x, &s_.a, &s_.y, &s_.o}) v->reserve(T * E);
+    s_.qkv.reserve(T * 3 * E);
+    s_.u.reserve(T * C * K);
+    s_.dw.reserve(T * C * 2 * kI * N);
+    s_.g.reserve(T * C * N);
+    s_.rows.reserve(T * layout_.row_floats());
+    s_.ff1.reserve(T * F);
+    s_.ff3.reserve(T * F);
+    s_.logits.reserve(rows * config_.vocab_size);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("cannot allocate the CPU backend's step workspace");
+  }
+  return AvailableHostMemoryBytes();
+}
+
+absl::Status CpuBackend::SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
+                                         absl::Span<const int32_t> generated) {
+  if (slot < 0 || slot >= static_cast<int>(penalty_slots_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("penalty slot ", slot, " is not one of the ",
+                                                   penalty_slots_.size(), " prepared"));
+  }
+  penalty_slots_[slot].Reset(prompt, generated);
+  return absl::OkStatus();
 }
 
 size_t CpuBackend::BytesPerBlock(LayerGroup g, int block_size) const {
@@ -97,70 +155,98 @@ float* CpuBackend::CacheRows(LayerGroup g, int32_t block, int layer_in_group) {
              layout_.row_floats();
 }
 
-absl::Status CpuBackend::Validate(absl::Span<const ForwardSpan> spans,
-                                  absl::Span<float> logits) const {
-  const int B = cache_shape_.block_size;
-  if (B <= 0) return absl::FailedPreconditionError("AllocateCache was not called");
-  for (size_t i = 0; i < spans.size(); ++i) {
-    const ForwardSpan& s = spans[i];
-    if (s.kv == nullptr || s.tokens.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("span ", i, " is empty"));
+absl::Status CpuBackend::Launch(const StepBatch& batch) {
+  launched_ = false;
+  RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
+  const int S = batch.num_seqs();
+  const int V = config_.vocab_size;
+  // Rows whose logits are computed, in sequence order: every row of a sequence that returns
+  // logits, else the last row of a sequence that samples. last_row[s]: its last row's index
+  // among them (-1: none).
+  std::vector<int64_t> rows;
+  std::vector<int64_t> last_row(S, -1);
+  for (int s = 0; s < S; ++s) {
+    const int64_t begin = batch.seq_offsets[s], end = batch.seq_offsets[s + 1];
+    if (batch.return_logits[s]) {
+      for (int64_t t = begin; t < end; ++t) rows.push_back(t);
+    } else if (batch.sample[s]) {
+      rows.push_back(end - 1);
     }
-    if (s.start_pos != s.kv->num_tokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("span ", i, " starts at position ", s.start_pos, " but its sequence holds ",
-                       s.kv->num_tokens, " tokens"));
-    }
-    const int end = s.start_pos + static_cast<int>(s.tokens.size());
-    if (s.start_pos < 0 || end > config_.max_positions) {
-      return absl::OutOfRangeError(absl::StrCat("positions [", s.start_pos, ", ", end,
-                                                ") exceed the model context of ",
-                                                config_.max_positions));
-    }
-    for (int32_t t : s.tokens) {
-      if (t < 0 || t >= config_.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("token id ", t, " is outside the vocabulary [0, ", config_.vocab_size,
-                         ")"));
-      }
-    }
-    // Every block read (past keys) or written (new rows) must be present.
-    for (int g = 0; g < kNumLayerGroups; ++g) {
-      if (layers_in_group_[g] == 0) continue;
-      const int window = g == static_cast<int>(LayerGroup::kWindow) ? config_.window_size : 0;
-      const int read_from = FirstKeptPosition(window, s.start_pos);
-      const int write_from = std::max(s.start_pos, FirstKeptPosition(window, end));
-      const auto& table = s.kv->blocks[g];
-      for (int p = std::min(read_from, write_from); p < end; ++p) {
-        if (p >= s.start_pos && p < write_from) continue;  // new rows that are not kept
-        const int blk = p / B;
-        if (blk >= static_cast<int>(table.size()) || table[blk] < 0 ||
-            table[blk] >= cache_shape_.num_blocks[g]) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("span ", i, ": no KV block for position ", p, " in the ",
-                           g == 0 ? "global" : "window", " group"));
-        }
-      }
-    }
+    if (batch.return_logits[s] || batch.sample[s]) last_row[s] = static_cast<int64_t>(rows.size()) - 1;
   }
-  const size_t rows = NumLogitRows(spans);
-  if (logits.size() != rows * config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(),
-                                                   " floats, expected ", rows, " rows"));
+  Forward(batch, rows);
+
+  result_.Resize(S, batch.num_logit_rows(), V);
+  int64_t out_row = 0;
+  for (int s = 0; s < S; ++s) {
+    if (!batch.return_logits[s]) continue;
+    const int64_t n = batch.seq_len(s);
+    std::memcpy(&result_.logits[out_row * V], &s_.logits[(last_row[s] - n + 1) * V],
+                sizeof(float) * n * V);
+    out_row += n;
   }
+  Sample(batch, last_row);
+  launched_ = true;
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Forward(absl::Span<const ForwardSpan> spans, absl::Span<float> logits) {
-  RETURN_IF_ERROR(Validate(spans, logits));
+absl::Status CpuBackend::Wait(StepOutput* out) {
+  if (!launched_) return absl::FailedPreconditionError("Wait without a successful Launch");
+  launched_ = false;
+  std::swap(*out, result_);
+  return absl::OkStatus();
+}
+
+void CpuBackend::Sample(const StepBatch& batch, const std::vector<int64_t>& last_row) {
+  const int64_t S = batch.num_seqs();
+  const int V = config_.vocab_size;
+  int64_t num_samples = 0;
+  for (int64_t s = 0; s < S; ++s) num_samples += batch.sample[s];
+  // Sequences sample independently (own draw counter, own penalty slot): in parallel.
+#pragma omp parallel for schedule(dynamic) if (num_samples >= 4)
+  for (int64_t s = 0; s < S; ++s) {
+    if (!batch.sample[s]) continue;
+    const SamplingRow& r = batch.sampling[s];
+    const absl::Span<const float> logits =
+        absl::MakeConstSpan(s_.logits).subspan(last_row[s] * V, V);
+    const PenaltyState* penalties = r.penalty_slot >= 0 ? &penalty_slots_[r.penalty_slot] : nullptr;
+    const int32_t token = SampleToken(logits, r.params, r.seed, r.step, penalties,
+                                      &sampler_scratch_[omp_get_thread_num()]);
+    result_.tokens[s] = token;
+    if (r.logprob || r.top_logprobs > 0) {
+      std::vector<TopLogprob> top;
+      result_.logprobs[s] = ComputeLogprobs(logits, token, r.top_logprobs, &top);
+      for (size_t i = 0; i < top.size(); ++i) {
+        result_.top_tokens[s * kMaxTopLogprobs + i] = top[i].token;
+        result_.top_logprobs[s * kMaxTopLogprobs + i] = top[i].logprob;
+      }
+    }
+  }
+  for (int64_t s = 0; s < S; ++s) {
+    const int32_t slot = batch.sampling[s].penalty_slot;
+    if (batch.sample[s] && slot >= 0) penalty_slots_[slot].Record(result_.tokens[s]);
+  }
+}
+
+void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& want) {
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
   const int64_t N = config_.n_head, K = config_.dynamic_hidden();
   const int half = config_.rotary_dim / 2;
-  int64_t T = 0;
-  for (const ForwardSpan& s : spans) T += static_cast<int64_t>(s.tokens.size());
+  const int64_t T = batch.num_tokens();
+  const int S = batch.num_seqs();
 
   Scratch& s = s_;
-  s.span_of.resize(T);
+  s.seqs.resize(S);
+  for (int i = 0; i < S; ++i) {
+    SeqView& v = s.seqs[i];
+    v.start_pos = batch.start_pos(i);
+    v.num_tokens = batch.seq_len(i);
+    v.first_token = batch.seq_offsets[i];
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      v.table[g] = &batch.block_tables[g][static_cast<size_t>(i) * batch.blocks_per_seq];
+    }
+  }
+  s.seq_of.resize(T);
   s.pos.resize(T);
   s.x.resize(T * E);
   s.a.resize(T * E);
@@ -176,15 +262,13 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardSpan> spans, absl::Span
   s.rope_cos.resize(T * half);
   s.rope_sin.resize(T * half);
 
-  {
-    int64_t t = 0;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      for (size_t j = 0; j < spans[i].tokens.size(); ++j, ++t) {
-        s.span_of[t] = static_cast<int32_t>(i);
-        s.pos[t] = spans[i].start_pos + static_cast<int64_t>(j);
-        std::memcpy(&s.x[t * E], &weights_.tok_embeddings[spans[i].tokens[j] * E],
-                    sizeof(float) * E);
-      }
+  const float* emb = weights_.tok_embeddings.f32();
+  for (int i = 0; i < S; ++i) {
+    for (int64_t t = batch.seq_offsets[i]; t < batch.seq_offsets[i + 1]; ++t) {
+      s.seq_of[t] = i;
+      s.pos[t] = batch.positions[t];
+      std::memcpy(&s.x[t * E], emb + static_cast<int64_t>(batch.tokens[t]) * E,
+                  sizeof(float) * E);
     }
   }
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
@@ -194,20 +278,18 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardSpan> spans, absl::Span
   }
 
   const bool pythia = config_.architecture == Architecture::kDcPythia;
-  auto norm = [&](const std::vector<float>& w, const std::vector<float>& b, const float* in,
-                  int64_t rows, float* out) {
+  auto norm = [&](const Tensor& w, const Tensor& b, const float* in, int64_t rows, float* out) {
     if (pythia) {
-      cpu::LayerNorm(in, w.data(), b.empty() ? nullptr : b.data(), rows, E, config_.norm_eps,
-                     out);
+      cpu::LayerNorm(in, w.f32(), b.f32_or_null(), rows, E, config_.norm_eps, out);
     } else {
-      cpu::RmsNorm(in, w.data(), rows, E, config_.norm_eps, out);
+      cpu::RmsNorm(in, w.f32(), rows, E, config_.norm_eps, out);
     }
   };
 
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& L = weights_.layers[l];
     norm(L.attention_norm_w, L.attention_norm_b, s.x.data(), T, s.a.data());
-    AttentionLayer(l, spans);  // reads s.a, writes s.y = attention output (with bias)
+    AttentionLayer(l);  // reads s.a, writes s.y = attention output (with bias)
     if (pythia) {
       // Parallel residual: both branches read the same x.
       norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
@@ -222,25 +304,16 @@ absl::Status CpuBackend::Forward(absl::Span<const ForwardSpan> spans, absl::Span
   }
 
   // Final norm and output projection, only for the rows that want logits.
-  std::vector<int64_t> want;
-  {
-    int64_t t = 0;
-    for (const ForwardSpan& sp : spans) {
-      const int64_t n = static_cast<int64_t>(sp.tokens.size());
-      for (int64_t j = sp.all_logits ? 0 : n - 1; j < n; ++j) want.push_back(t + j);
-      t += n;
-    }
-  }
   const int64_t R = static_cast<int64_t>(want.size());
   for (int64_t r = 0; r < R; ++r) {
     std::memcpy(&s.y[r * E], &s.x[want[r] * E], sizeof(float) * E);
   }
   norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
-  cpu::Linear(s.a.data(), weights_.output.data(), nullptr, R, E, V, logits.data());
-  return absl::OkStatus();
+  s.logits.resize(R * V);
+  cpu::Linear(s.a.data(), weights_.output.f32(), nullptr, R, E, V, s.logits.data());
 }
 
-void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) {
+void CpuBackend::AttentionLayer(int layer) {
   const LayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
@@ -251,14 +324,14 @@ void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) 
   const int row = layout_.row_floats();
 
   // Projections for all tokens of the step at once.
-  cpu::Linear(s.a.data(), L.wqkv_w.data(), L.wqkv_b.empty() ? nullptr : L.wqkv_b.data(), T, E,
+  cpu::Linear(s.a.data(), L.wqkv_w.f32(), L.wqkv_b.f32_or_null(), T, E,
               3 * E, s.qkv.data());
-  cpu::MatMul(s.a.data(), E, L.dw1.data(), C * K, T, E, C * K, s.u.data(), C * K);
-  cpu::MatMul(s.a.data(), E, L.dd.data(), C * N, T, E, C * N, s.g.data(), C * N);
+  cpu::MatMul(s.a.data(), E, L.dw1.f32(), C * K, T, E, C * K, s.u.data(), C * K);
+  cpu::MatMul(s.a.data(), E, L.dd.f32(), C * N, T, E, C * N, s.g.data(), C * N);
   for (int64_t i = 0; i < T * C * K; ++i) s.u[i] = cpu::GeluErf(s.u[i]);
   for (int c = 0; c < C; ++c) {
     // w[t, c, :, :] = u[t, c, :] @ qkw[c]   ([K] x [K, 2I*N])
-    cpu::MatMul(s.u.data() + c * K, C * K, L.qkw.data() + c * K * W2I, W2I, T, K, W2I,
+    cpu::MatMul(s.u.data() + c * K, C * K, L.qkw.f32() + c * K * W2I, W2I, T, K, W2I,
                 s.dw.data() + c * W2I, C * W2I);
   }
 
@@ -280,8 +353,8 @@ void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) 
     const float* v = q + 2 * E;
     for (int64_t n = 0; n < N; ++n) {
       if (config_.use_qk_norm) {
-        HeadRmsNorm(q + n * hd, L.q_norm.data(), hd);
-        HeadRmsNorm(k + n * hd, L.k_norm.data(), hd);
+        HeadRmsNorm(q + n * hd, L.q_norm.f32(), hd);
+        HeadRmsNorm(k + n * hd, L.k_norm.f32(), hd);
       }
       cpu::ApplyRope(q + n * hd, config_.rotary_dim, &s.rope_cos[t * half], &s.rope_sin[t * half]);
       cpu::ApplyRope(k + n * hd, config_.rotary_dim, &s.rope_cos[t * half], &s.rope_sin[t * half]);
@@ -297,38 +370,33 @@ void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) 
     }
   }
 
-  // Keep the new rows future queries need, and describe every span's keys as segments.
+  // Keep the new rows future queries need, and describe every sequence's keys as segments.
   const LayerGroup group = config_.GroupOf(layer);
   const int gi = static_cast<int>(group);
   const int lig = config_.IndexInGroup(layer);
   const int window = group == LayerGroup::kWindow ? config_.window_size : 0;
   const int B = cache_shape_.block_size;
-  std::vector<std::vector<cpu::KeySegment>> segments(spans.size());
-  std::vector<int64_t> first_token(spans.size());
-  {
-    int64_t t0 = 0;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      const ForwardSpan& sp = spans[i];
-      const int n = static_cast<int>(sp.tokens.size());
-      const int end = sp.start_pos + n;
-      first_token[i] = t0;
-      const auto& table = sp.kv->blocks[gi];
-      for (int p = std::max(sp.start_pos, FirstKeptPosition(window, end)); p < end; ++p) {
-        std::memcpy(CacheRows(group, table[p / B], lig) + static_cast<int64_t>(p % B) * row,
-                    &s.rows[(t0 + p - sp.start_pos) * row], sizeof(float) * row);
-      }
-      for (int p0 = FirstKeptPosition(window, sp.start_pos) / B * B; p0 < sp.start_pos;
-           p0 += B) {
-        const int lo = std::max(p0, FirstKeptPosition(window, sp.start_pos));
-        const int hi = std::min(p0 + B, sp.start_pos);
-        segments[i].push_back({lo, hi - lo,
-                               CacheRows(group, table[p0 / B], lig) +
-                                   static_cast<int64_t>(lo - p0) * row,
-                               row});
-      }
-      segments[i].push_back({sp.start_pos, n, &s.rows[t0 * row], row});
-      t0 += n;
+  const int S = static_cast<int>(s.seqs.size());
+  std::vector<std::vector<cpu::KeySegment>> segments(S);
+  for (int i = 0; i < S; ++i) {
+    const SeqView& sp = s.seqs[i];
+    const int n = sp.num_tokens;
+    const int end = sp.start_pos + n;
+    const int64_t t0 = sp.first_token;
+    const int32_t* table = sp.table[gi];
+    for (int p = std::max(sp.start_pos, FirstKeptPosition(window, end)); p < end; ++p) {
+      std::memcpy(CacheRows(group, table[p / B], lig) + static_cast<int64_t>(p % B) * row,
+                  &s.rows[(t0 + p - sp.start_pos) * row], sizeof(float) * row);
     }
+    for (int p0 = FirstKeptPosition(window, sp.start_pos) / B * B; p0 < sp.start_pos; p0 += B) {
+      const int lo = std::max(p0, FirstKeptPosition(window, sp.start_pos));
+      const int hi = std::min(p0 + B, sp.start_pos);
+      segments[i].push_back(
+          {lo, hi - lo, CacheRows(group, table[p0 / B], lig) + static_cast<int64_t>(lo - p0) * row,
+           row});
+    }
+    // The chunk's own keys come from the fresh rows, also where no window block keeps them.
+    segments[i].push_back({sp.start_pos, n, &s.rows[t0 * row], row});
   }
 
   int64_t max_keys = 0;
@@ -348,11 +416,11 @@ void CpuBackend::AttentionLayer(int layer, absl::Span<const ForwardSpan> spans) 
       qi.post_w = &s.dw[(t * C + 2) * W2I];
       qi.post_g = &s.g[(t * C + 2) * N];
       const int64_t pos = s.pos[t];
-      cpu::AttendOne(layout_, qi, segments[s.span_of[t]], FirstKeptPosition(window, pos), pos,
+      cpu::AttendOne(layout_, qi, segments[s.seq_of[t]], FirstKeptPosition(window, pos), pos,
                      scratch.data(), &s.o[t * E]);
     }
   }
-  cpu::Linear(s.o.data(), L.wo_w.data(), L.wo_b.empty() ? nullptr : L.wo_b.data(), T, E, E,
+  cpu::Linear(s.o.data(), L.wo_w.f32(), L.wo_b.f32_or_null(), T, E, E,
               s.y.data());
 }
 
@@ -362,17 +430,17 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
   if (config_.architecture == Architecture::kDcPythia) {
-    cpu::Linear(h, L.w1_w.data(), L.w1_b.empty() ? nullptr : L.w1_b.data(), T, E, F,
+    cpu::Linear(h, L.w1_w.f32(), L.w1_b.f32_or_null(), T, E, F,
                 s.ff1.data());
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
     for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::GeluErf(s.ff1[i]);
   } else {
-    cpu::Linear(h, L.w1_w.data(), nullptr, T, E, F, s.ff1.data());
-    cpu::Linear(h, L.w3_w.data(), nullptr, T, E, F, s.ff3.data());
+    cpu::Linear(h, L.w1_w.f32(), nullptr, T, E, F, s.ff1.data());
+    cpu::Linear(h, L.w3_w.f32(), nullptr, T, E, F, s.ff3.data());
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
     for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::Silu(s.ff1[i]) * s.ff3[i];
   }
-  cpu::Linear(s.ff1.data(), L.w2_w.data(), L.w2_b.empty() ? nullptr : L.w2_b.data(), T, F, E,
+  cpu::Linear(s.ff1.data(), L.w2_w.f32(), L.w2_b.f32_or_null(), T, F, E,
               out);
 }
 

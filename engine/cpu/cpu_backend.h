@@ -1,8 +1,8 @@
-// The CPU backend: fp32 math, OpenBLAS GEMMs, OpenMP threads over tokens. It is the oracle
-// the CUDA backend is tested against, so it follows DCFORMER.md literally.
+// The CPU backend: fp32 math, OpenBLAS GEMMs, OpenMP threads over tokens, the host token
+// sampler. It is the oracle the CUDA backend is tested against, so it follows DCFORMER.md
+// literally.
 //
-// Thread-compatibility: Forward and AllocateCache must not run concurrently (the engine loop
-// is the only caller).
+// Thread-compatibility: one caller at a time (the engine loop); see backend.h.
 #pragma once
 
 #include <array>
@@ -13,41 +13,64 @@
 #include "engine/kv/kv_layout.h"
 #include "engine/model/backend.h"
 #include "engine/model/model_weights.h"
+#include "engine/sampling/token_sampler.h"
 
 namespace dcf {
 
 class CpuBackend final : public Backend {
  public:
-  // Takes ownership of the weights. InvalidArgument when the config exceeds what the kernels
-  // support (n_head > 256).
+  // Takes ownership of the weights (converted to fp32 if they are not). InvalidArgument when
+  // the config exceeds what the kernels support (n_head > 256).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
                                                             ModelWeights weights);
 
   const ModelConfig& config() const override { return config_; }
-  std::string name() const override { return "cpu"; }
+  BackendInfo info() const override;
   size_t BytesPerBlock(LayerGroup g, int block_size) const override;
+  absl::StatusOr<size_t> Prepare(const StepLimits& limits) override;
   absl::Status AllocateCache(const KvCacheShape& shape) override;
-  absl::Status Forward(absl::Span<const ForwardSpan> spans, absl::Span<float> logits) override;
+  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
+                               absl::Span<const int32_t> generated) override;
+  // Runs the whole step on the calling thread; Wait hands over the result.
+  absl::Status Launch(const StepBatch& batch) override;
+  absl::Status Wait(StepOutput* out) override;
 
  private:
   CpuBackend(const ModelConfig& config, ModelWeights weights);
 
-  absl::Status Validate(absl::Span<const ForwardSpan> spans, absl::Span<float> logits) const;
+  // The new tokens of one sequence of the batch and its block tables.
+  struct SeqView {
+    int start_pos = 0;
+    int num_tokens = 0;
+    int64_t first_token = 0;  // index of its first token in the step
+    std::array<const int32_t*, kNumLayerGroups> table{nullptr, nullptr};  // [blocks_per_seq]
+  };
+
+  // Runs the model over the batch and writes the logits of `rows` (step token indices) into
+  // s_.logits ([rows, vocab]).
+  void Forward(const StepBatch& batch, const std::vector<int64_t>& rows);
   // First row of (block, layer) in the cache of group `g`: [B, row] floats.
   float* CacheRows(LayerGroup g, int32_t block, int layer_in_group);
-  void AttentionLayer(int layer, absl::Span<const ForwardSpan> spans);
+  void AttentionLayer(int layer);
   void FeedForward(int layer, const float* h, float* out);
+  void Sample(const StepBatch& batch, const std::vector<int64_t>& last_row_index);
 
   ModelConfig config_;
   ModelWeights weights_;
   KvRowLayout layout_;
+  StepLimits limits_;
   KvCacheShape cache_shape_;
   std::array<std::vector<float>, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row]
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
+  std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
+  std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread
+  StepOutput result_;
+  bool launched_ = false;
 
   // Per-step activations, resized to the step's T tokens.
   struct Scratch {
-    std::vector<int32_t> span_of;              // [T]
+    std::vector<SeqView> seqs;                 // [S]
+    std::vector<int32_t> seq_of;               // [T]
     std::vector<int64_t> pos;                  // [T]
     std::vector<float> x, a, y;                // [T, E]
     std::vector<float> qkv;                    // [T, 3E]
@@ -58,6 +81,7 @@ class CpuBackend final : public Backend {
     std::vector<float> o;                      // [T, E]
     std::vector<float> ff1, ff3;               // [T, F]
     std::vector<float> rope_cos, rope_sin;     // [T, r/2]
+    std::vector<float> logits;                 // [rows, V]
   } s_;
 };
 

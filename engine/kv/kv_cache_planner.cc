@@ -1,7 +1,5 @@
 #include "engine/kv/kv_cache_planner.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -62,13 +60,6 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
   shape.num_blocks[static_cast<int>(LayerGroup::kGlobal)] = static_cast<int>(global_blocks);
   shape.num_blocks[static_cast<int>(LayerGroup::kWindow)] = static_cast<int>(window_blocks);
   return shape;
-}
-
-size_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return static_cast<size_t>(pages) * static_cast<size_t>(page);
 }
 
 }  // namespace dcf

@@ -44,7 +44,4 @@ int WindowGroupDemand(const KvPlanInput& in);
 // budget cannot hold one full-context sequence (the message gives the bytes needed).
 absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in);
 
-// Bytes of physical memory of this machine (0 when unknown).
-size_t PhysicalMemoryBytes();
-
 }  // namespace dcf

@@ -1,7 +1,9 @@
 #include "engine/model/model_weights.h"
 
+#include <cstring>
 #include <functional>
 #include <map>
+#include <new>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
@@ -26,28 +28,45 @@ bool IsIgnoredTensor(absl::string_view name) {
 struct Expected {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float>* dst;
+  Tensor* dst;
 };
 
 }  // namespace
 
-size_t ModelWeights::TotalFloats() const {
-  size_t n = tok_embeddings.size() + norm_w.size() + norm_b.size() + output.size();
-  for (const LayerWeights& l : layers) {
-    for (const std::vector<float>* v :
-         {&l.attention_norm_w, &l.attention_norm_b, &l.wqkv_w, &l.wqkv_b, &l.wo_w, &l.wo_b,
-          &l.q_norm, &l.k_norm, &l.dw1, &l.qkw, &l.dd, &l.ffn_norm_w, &l.ffn_norm_b, &l.w1_w,
-          &l.w1_b, &l.w3_w, &l.w2_w, &l.w2_b}) {
-      n += v->size();
-    }
+std::vector<Tensor*> LayerWeights::All() {
+  return {&attention_norm_w, &attention_norm_b, &wqkv_w, &wqkv_b, &wo_w,   &wo_b,
+          &q_norm,           &k_norm,           &dw1,    &qkw,    &dd,     &ffn_norm_w,
+          &ffn_norm_b,       &w1_w,             &w1_b,   &w3_w,   &w2_w,   &w2_b};
+}
+
+std::vector<Tensor*> ModelWeights::All() {
+  std::vector<Tensor*> all = {&tok_embeddings, &norm_w, &norm_b, &output};
+  for (LayerWeights& l : layers) {
+    for (Tensor* t : l.All()) all.push_back(t);
   }
+  return all;
+}
+
+int64_t ModelWeights::NumParameters() {
+  int64_t n = 0;
+  for (const Tensor* t : All()) n += t->numel();
   return n;
+}
+
+size_t ModelWeights::NumBytes() {
+  size_t n = 0;
+  for (const Tensor* t : All()) n += t->nbytes();
+  return n;
+}
+
+void ModelWeights::ConvertTo(DType dtype) {
+  for (Tensor* t : All()) t->ConvertTo(dtype);
 }
 
 namespace {
 
 struct SplitQkv {
-  std::vector<float> q, k, v;  // [E, E] each
+  Tensor q, k, v;  // [E, E] each
 };
 
 // Lists every tensor a model with config `c` reads, with the shape the file must have and
@@ -70,7 +89,7 @@ absl::StatusOr<std::vector<Expected>> BuildExpected(const ModelConfig& c, ModelW
   for (int l = 0; l < c.n_layer; ++l) {
     LayerWeights& L = w.layers[l];
     const std::string p = absl::StrCat("layers.", l, ".");
-    auto add = [&](std::string suffix, std::vector<int64_t> shape, std::vector<float>* dst) {
+    auto add = [&](std::string suffix, std::vector<int64_t> shape, Tensor* dst) {
       expected.push_back({p + suffix, std::move(shape), dst});
     };
     add("attention_norm.weight", {E}, &L.attention_norm_w);
@@ -125,7 +144,8 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config) {
   return specs;
 }
 
-absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointReader& reader) {
+absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointReader& reader,
+                                              const WeightLoadOptions& options) {
   // Files may split wqkv into wq/wk/wv; those are concatenated after reading.
   absl::flat_hash_map<std::string, const TensorInfo*> present;
   for (const TensorInfo& t : reader.tensors()) present[t.name] = &t;
@@ -161,19 +181,34 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
     }
   }
 
-  for (const Expected& e : expected) {
-    e.dst->assign(static_cast<size_t>(NumElements(e.shape)), 0.0f);
-    RETURN_IF_ERROR(reader.ReadF32(e.name, absl::MakeSpan(*e.dst)));
-  }
-  for (int l = 0; l < c.n_layer; ++l) {
-    SplitQkv& s = split[l];
-    if (!split_layers[l]) continue;
-    std::vector<float>& dst = w.layers[l].wqkv_w;
-    dst.reserve(3 * s.q.size());
-    for (std::vector<float>* part : {&s.q, &s.k, &s.v}) {
-      dst.insert(dst.end(), part->begin(), part->end());
-      std::vector<float>().swap(*part);
+  absl::flat_hash_map<std::string, DType> stored;
+  for (const TensorInfo& t : reader.tensors()) stored[t.name] = t.dtype;
+  try {  // allocation failure (a model larger than host memory) becomes a Status
+    for (const Expected& e : expected) {
+      const DType dtype = options.dtype.value_or(stored.at(e.name));
+      *e.dst = Tensor(dtype, e.shape);
+      RETURN_IF_ERROR(reader.Read(e.name, dtype, e.dst->data(), e.dst->numel()));
     }
+    for (int l = 0; l < c.n_layer; ++l) {
+      SplitQkv& s = split[l];
+      if (!split_layers[l]) continue;
+      // The three parts may be stored in different dtypes: concatenate in the widest.
+      DType dtype = s.q.dtype();
+      if (s.k.dtype() != dtype || s.v.dtype() != dtype) dtype = DType::kF32;
+      const int64_t E = c.dim;
+      Tensor& dst = w.layers[l].wqkv_w;
+      dst = Tensor(dtype, {3 * E, E});
+      size_t offset = 0;
+      for (Tensor* part : {&s.q, &s.k, &s.v}) {
+        part->ConvertTo(dtype);
+        std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, part->data(), part->nbytes());
+        offset += part->nbytes();
+        *part = Tensor();
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "out of host memory while loading the weights (the model is too large)");
   }
   return w;
 }

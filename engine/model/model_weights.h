@@ -1,43 +1,62 @@
-// The weights of a DCFormer / DCPythia model as contiguous fp32 host arrays, loaded from a
-// checkpoint and validated against the ModelConfig before anything runs.
+// The weights of a DCFormer / DCPythia model as host tensors, loaded from a checkpoint and
+// validated against the ModelConfig before anything runs. Tensors keep the checkpoint's
+// dtype, or are converted while reading (WeightLoadOptions::dtype); backends convert or
+// upload them as they need.
 //
-// Loading reads one tensor at a time straight into its final fp32 buffer, so peak memory is
-// the fp32 weights plus at most one tensor of file pages.
+// Loading reads one tensor at a time straight into its final buffer, so peak memory is the
+// loaded weights plus at most one tensor of file pages.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
 #include "engine/weights/checkpoint.h"
+#include "engine/weights/tensor.h"
 
 namespace dcf {
 
-// Empty vectors mean "absent" (biases of dcformer, qk-norm scales when use_qk_norm is off).
+// Empty tensors mean "absent" (biases of dcformer, qk-norm scales when use_qk_norm is off).
+// Shapes are the file's (e.g. dw1 is [E, 1, C, K]); the comments give the row-major view the
+// backends use.
 struct LayerWeights {
-  std::vector<float> attention_norm_w, attention_norm_b;  // [E]
-  std::vector<float> wqkv_w;                              // [3E, E] rows: Q | K | V, head-major
-  std::vector<float> wqkv_b;                              // [3E]
-  std::vector<float> wo_w;                                // [E, E]
-  std::vector<float> wo_b;                                // [E]
-  std::vector<float> q_norm, k_norm;                      // [hd]
-  std::vector<float> dw1;                                 // [E, C*K]  (file: [E,1,C,K])
-  std::vector<float> qkw;                                 // [C, K, 2I, N] (file: [1,C,K,2I,N])
-  std::vector<float> dd;                                  // [E, C*N]  (file: [E,1,C*N])
-  std::vector<float> ffn_norm_w, ffn_norm_b;              // [E]
-  std::vector<float> w1_w, w1_b;                          // [F, E], [F]
-  std::vector<float> w3_w;                                // [F, E] (dcformer only)
-  std::vector<float> w2_w, w2_b;                          // [E, F], [E]
+  Tensor attention_norm_w, attention_norm_b;  // [E]
+  Tensor wqkv_w;                              // [3E, E] rows: Q | K | V, head-major
+  Tensor wqkv_b;                              // [3E]
+  Tensor wo_w;                                // [E, E]
+  Tensor wo_b;                                // [E]
+  Tensor q_norm, k_norm;                      // [hd]
+  Tensor dw1;                                 // [E, C*K]  (file: [E,1,C,K])
+  Tensor qkw;                                 // [C, K, 2I, N] (file: [1,C,K,2I,N])
+  Tensor dd;                                  // [E, C*N]  (file: [E,1,C*N])
+  Tensor ffn_norm_w, ffn_norm_b;              // [E]
+  Tensor w1_w, w1_b;                          // [F, E], [F]
+  Tensor w3_w;                                // [F, E] (dcformer only)
+  Tensor w2_w, w2_b;                          // [E, F], [E]
+
+  // Every tensor of the layer (absent ones included, as empty tensors).
+  std::vector<Tensor*> All();
 };
 
 struct ModelWeights {
-  std::vector<float> tok_embeddings;  // [V, E]
+  Tensor tok_embeddings;  // [V, E]
   std::vector<LayerWeights> layers;
-  std::vector<float> norm_w, norm_b;  // [E]
-  std::vector<float> output;          // [V, E]
+  Tensor norm_w, norm_b;  // [E]
+  Tensor output;          // [V, E]
 
-  size_t TotalFloats() const;
+  // Every tensor of the model (absent ones included, as empty tensors).
+  std::vector<Tensor*> All();
+  int64_t NumParameters();
+  size_t NumBytes();
+  // Converts every tensor to `dtype` in place, one at a time.
+  void ConvertTo(DType dtype);
+};
+
+struct WeightLoadOptions {
+  // Convert every tensor to this dtype while reading; nullopt keeps the checkpoint's dtype.
+  std::optional<DType> dtype = DType::kF32;
 };
 
 struct TensorSpec {
@@ -50,8 +69,9 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 
 // Validates the checkpoint's names, shapes and dtypes against `config` (derived/dead keys
 // listed in DCFORMER.md are ignored; any other missing, extra or misshapen tensor is an
-// InvalidArgument naming it), then reads everything as fp32.
-absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config,
-                                              CheckpointReader& reader);
+// InvalidArgument naming it), then reads everything (see WeightLoadOptions).
+// ResourceExhausted when host memory runs out.
+absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, CheckpointReader& reader,
+                                              const WeightLoadOptions& options = {});
 
 }  // namespace dcf

@@ -21,8 +21,8 @@ struct GreedyResult {
 
 class SequenceRunner {
  public:
-  // Allocates a cache big enough for one sequence of the model's full context. Replaces any
-  // cache the backend had.
+  // Prepares the backend for one sequence of the model's full context and allocates a cache
+  // that holds it. Replaces any workspace and cache the backend had.
   static absl::StatusOr<std::unique_ptr<SequenceRunner>> Create(Backend* backend,
                                                                 int block_size = 16);
 
@@ -31,9 +31,10 @@ class SequenceRunner {
   absl::Status Append(absl::Span<const int32_t> tokens, int chunk,
                       std::vector<float>* logits = nullptr);
 
-  // Greedy decoding: feeds `prompt` (chunked), then picks the argmax token until
-  // `max_new_tokens`, until a token equals `eos` (which is included), or until the model
-  // context is full. OutOfRange when the prompt alone does not fit the context.
+  // Greedy decoding (the backend's sampler at temperature 0): feeds `prompt` (chunked), then
+  // takes the argmax token until `max_new_tokens`, until a token equals `eos` (which is
+  // included), or until the model context is full. OutOfRange when the prompt alone does
+  // not fit the context.
   absl::StatusOr<GreedyResult> Greedy(absl::Span<const int32_t> prompt, int max_new_tokens,
                                       int chunk, std::optional<int32_t> eos = std::nullopt);
 
@@ -45,17 +46,19 @@ class SequenceRunner {
   const KvCacheManager& cache() const { return *manager_; }
 
  private:
-  SequenceRunner(Backend* backend, std::unique_ptr<KvCacheManager> manager)
-      : backend_(backend), manager_(std::move(manager)) {}
+  SequenceRunner(Backend* backend, std::unique_ptr<KvCacheManager> manager, int blocks_per_seq)
+      : backend_(backend), manager_(std::move(manager)), blocks_per_seq_(blocks_per_seq) {}
+
+  // Runs `tokens` as one step; samples greedily from the last row when `sample`, returns all
+  // rows' logits in out_.logits when `logits`.
+  absl::Status RunStep(absl::Span<const int32_t> tokens, bool sample, bool logits);
 
   Backend* backend_;
   std::unique_ptr<KvCacheManager> manager_;
+  const int blocks_per_seq_;
   SequenceKv seq_;
-  std::vector<float> last_logits_;  // [vocab] logits after the last appended token
+  StepBatch batch_;
+  StepOutput out_;
 };
-
-// Index of the largest logit (lowest index on ties), and log-softmax of that entry.
-int32_t ArgMax(absl::Span<const float> logits);
-float LogSoftmaxAt(absl::Span<const float> logits, int32_t index);
 
 }  // namespace dcf

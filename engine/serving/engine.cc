@@ -6,12 +6,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
+#include "engine/common/memory_info.h"
 #include "engine/kv/kv_cache_planner.h"
 #include "engine/serving/request_validator.h"
-#include "engine/serving/sampler.h"
 #include "engine/serving/scheduler.h"
 #include "engine/serving/stop_checker.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -25,7 +26,8 @@ struct ActiveRequest {
   GenerationRequest request;
   Sequence seq;
   std::shared_ptr<RequestStream> stream;
-  std::unique_ptr<Sampler> sampler;
+  uint64_t seed = 0;       // the request's random stream (its own, or drawn at Enqueue)
+  int penalty_slot = -1;   // backend penalty state while running with penalties
   std::unique_ptr<StreamingDetokenizer> detok;  // when output.text
   std::unique_ptr<StopStringMatcher> stop;      // when output.text or stop strings
   std::optional<int32_t> eos;
@@ -41,7 +43,7 @@ struct ActiveRequest {
 class Engine::Impl {
  public:
   Impl(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, const EngineOptions& options,
-       EngineObserver* observer, const KvCacheShape& shape)
+       EngineObserver* observer, const KvCacheShape& shape, const StepLimits& limits)
       : backend_(std::move(backend)),
         tokenizer_(tokenizer),
         options_(options),
@@ -51,7 +53,11 @@ class Engine::Impl {
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark},
                    &kv_),
-        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt) {
+        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt),
+        blocks_per_seq_(limits.blocks_per_seq) {
+    for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
+      free_penalty_slots_.push_back(slot);
+    }
     limits_.vocab_size = config_.vocab_size;
     limits_.context = config_.max_positions;
     limits_.max_prompt_tokens =
@@ -59,8 +65,16 @@ class Engine::Impl {
     limits_.max_new_tokens_limit =
         options.max_new_tokens_limit > 0 ? options.max_new_tokens_limit : config_.max_positions;
     limits_.has_tokenizer = tokenizer != nullptr;
-    for (int g = 0; g < kNumLayerGroups; ++g) stats_.kv_blocks_total[g] = shape.num_blocks[g];
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      const LayerGroup group = static_cast<LayerGroup>(g);
+      stats_.kv_blocks_total[g] = shape.num_blocks[g];
+      if (config_.NumLayersIn(group) > 0) {
+        stats_.kv_cache_bytes += backend_->BytesPerBlock(group, shape.block_size) *
+                                 static_cast<size_t>(shape.num_blocks[g]);
+      }
+    }
     stats_.loop_alive = true;
+    stats_.backend = backend_->info();
     stats_.last_progress = absl::Now();
   }
 
@@ -84,7 +98,7 @@ class Engine::Impl {
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
-  std::string backend_name() const { return backend_->name(); }
+  BackendInfo backend_info() const { return backend_->info(); }
   std::optional<int32_t> eos_token_id() const { return eos_; }
 
  private:
@@ -93,9 +107,15 @@ class Engine::Impl {
   }
   void Loop();
   void Step();
-  // Emits `token`, sampled for `r` from `logits` ([vocab] f32, for logprobs); finishes `r`
-  // when a stop condition holds.
-  void ProcessToken(ActiveRequest* r, int32_t token, absl::Span<const float> logits);
+  // Emits the token the backend sampled for `r` (row `i` of out_); finishes `r` when a stop
+  // condition holds.
+  void ProcessToken(ActiveRequest* r, int i);
+  // Gives `r` a penalty slot with its current tokens, when its sampling has penalties.
+  absl::Status AcquirePenaltySlot(ActiveRequest* r);
+  void ReleasePenaltySlot(ActiveRequest* r);
+  // A step failed: the backend is treated as broken. Fails every request, stops accepting
+  // new ones and reports the failure in Stats (health NOT_SERVING).
+  void FailBackend(const absl::Status& status);
   // Ends `r`: frees its blocks, sets its final state and queues its final chunk. `chunk`
   // holds output not yet emitted (the last token).
   void Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
@@ -117,7 +137,11 @@ class Engine::Impl {
   absl::flat_hash_map<const Sequence*, ActiveRequest*> by_seq_;  // live requests only
   std::vector<uint64_t> finished_keys_;  // to drop from live_keys_ at the next publish
   std::vector<std::pair<std::shared_ptr<RequestStream>, GenerationChunk>> outbox_;
-  std::vector<float> logits_;  // [rows, vocab] f32
+  StepBatch batch_;
+  StepOutput out_;
+  const int blocks_per_seq_;
+  std::vector<int> free_penalty_slots_;
+  absl::Status failure_;  // set once a step failed
   int64_t next_seq_id_ = 0;
   int64_t steps_ = 0;
   int64_t tokens_generated_ = 0;
@@ -156,8 +180,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
   }
   auto r = std::make_unique<ActiveRequest>();
   r->enqueue_time = absl::Now();
-  r->sampler = std::make_unique<Sampler>(request.sampling, request.prompt_tokens,
-                                         config_.vocab_size);
+  r->seed = request.sampling.seed.has_value() ? *request.sampling.seed
+                                               : absl::Uniform<uint64_t>(absl::BitGen());
   r->eos = request.stopping.eos_token_id.has_value() ? request.stopping.eos_token_id : eos_;
   // Stop strings need the text even when the client does not want it.
   if (request.output.text || !request.stopping.stop_strings.empty()) {
@@ -172,6 +196,10 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
   r->seq.max_len = max_len;
   {
     absl::MutexLock lock(&mu_);
+    if (!stats_.healthy) {
+      return absl::UnavailableError(
+          absl::StrCat("the engine failed and accepts no requests: ", stats_.failure));
+    }
     if (shutdown_ || !accepting_) {
       return absl::UnavailableError("the engine is not accepting requests (shutting down)");
     }
@@ -281,40 +309,42 @@ void Engine::Impl::Step() {
     return;
   }
 
+  for (Sequence* seq : out.preempted) ReleasePenaltySlot(by_seq_.at(seq));
+  for (Sequence* seq : out.admitted) {
+    if (absl::Status st = AcquirePenaltySlot(by_seq_.at(seq)); !st.ok()) {
+      FailBackend(st);
+      return;
+    }
+  }
+
   std::vector<ActiveRequest*> owners;
   owners.reserve(out.chunks.size());
-  std::vector<ForwardSpan> spans;
-  spans.reserve(out.chunks.size());
+  batch_.Reset(blocks_per_seq_);
   for (const ScheduledChunk& c : out.chunks) {
-    owners.push_back(by_seq_.at(c.seq));
-    spans.push_back(ForwardSpan{&c.seq->kv, c.start,
-                                absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
-                                false});
+    ActiveRequest* r = by_seq_.at(c.seq);
+    owners.push_back(r);
+    SamplingRow row;
+    if (c.samples) {
+      row.params = r->request.sampling;
+      row.seed = r->seed;
+      row.step = static_cast<uint64_t>(c.seq->num_generated());
+      row.penalty_slot = r->penalty_slot;
+      row.logprob = r->request.output.logprobs;
+      row.top_logprobs = r->request.output.top_logprobs;
+    }
+    batch_.AddSequence(absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
+                       c.seq->kv, c.samples, row, /*return_logits=*/false);
   }
-  const int V = config_.vocab_size;
-  logits_.resize(static_cast<size_t>(spans.size()) * V);
-  const absl::Status status = backend_->Forward(spans, absl::MakeSpan(logits_));
+  const absl::Status status = backend_->Step(batch_, &out_);
   ++steps_;
   if (!status.ok()) {
-    DCF_LOG(Error) << "forward failed: " << status;
-    for (ActiveRequest* r : owners) Finish(r, FinishReason::kError, status);
+    FailBackend(status);
     return;
   }
   scheduler_.Commit(out);
   prompt_tokens_computed_ += out.num_prefill_tokens;
-  // Sampling is independent per request (own RNG and buffers): run it in parallel, then
-  // emit in order on this thread.
-  const int64_t n = static_cast<int64_t>(out.chunks.size());
-  std::vector<int32_t> tokens(n, -1);
-#pragma omp parallel for schedule(dynamic) if (n >= 4)
-  for (int64_t i = 0; i < n; ++i) {
-    if (out.chunks[i].samples) {
-      tokens[i] = owners[i]->sampler->Sample(absl::MakeConstSpan(logits_).subspan(i * V, V));
-    }
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (!out.chunks[i].samples) continue;
-    ProcessToken(owners[i], tokens[i], absl::MakeConstSpan(logits_).subspan(i * V, V));
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    if (out.chunks[i].samples) ProcessToken(owners[i], static_cast<int>(i));
   }
   if (observer_ != nullptr) {
     observer_->OnStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens,
@@ -322,14 +352,56 @@ void Engine::Impl::Step() {
   }
 }
 
-void Engine::Impl::ProcessToken(ActiveRequest* r, int32_t token,
-                                 absl::Span<const float> logits) {
+absl::Status Engine::Impl::AcquirePenaltySlot(ActiveRequest* r) {
+  if (!r->request.sampling.HasPenalties() || r->penalty_slot >= 0) return absl::OkStatus();
+  // Every running sequence can hold one: there are as many slots as sequences per step.
+  DCF_CHECK(!free_penalty_slots_.empty()) << "no free penalty slot";
+  r->penalty_slot = free_penalty_slots_.back();
+  free_penalty_slots_.pop_back();
+  const Sequence& seq = r->seq;
+  const absl::Span<const int32_t> tokens(seq.tokens);
+  return backend_->SetPenaltyState(r->penalty_slot, tokens.subspan(0, seq.prompt_len),
+                                   tokens.subspan(seq.prompt_len));
+}
+
+void Engine::Impl::ReleasePenaltySlot(ActiveRequest* r) {
+  if (r->penalty_slot < 0) return;
+  free_penalty_slots_.push_back(r->penalty_slot);
+  r->penalty_slot = -1;
+}
+
+void Engine::Impl::FailBackend(const absl::Status& status) {
+  DCF_LOG(Error) << "backend " << backend_->info().name << " failed; the engine stops serving: "
+                 << status;
+  failure_ = status;
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.healthy = false;
+    stats_.failure = std::string(status.message());
+    accepting_ = false;
+  }
+  const absl::Status error = absl::InternalError(
+      absl::StrCat("the model backend failed: ", status.message()));
+  for (auto& [key, r] : requests_) {
+    if (!IsFinal(r->seq.state)) Finish(r.get(), FinishReason::kError, error);
+  }
+}
+
+void Engine::Impl::ProcessToken(ActiveRequest* r, int i) {
+  const int32_t token = out_.tokens[i];
   r->seq.tokens.push_back(token);
   ++tokens_generated_;
   const OutputOptions& o = r->request.output;
   TokenOutput t;
   t.token = token;
-  if (o.logprobs || o.top_logprobs > 0) ComputeLogprobs(logits, token, o.top_logprobs, &t);
+  if (o.logprobs || o.top_logprobs > 0) {
+    t.logprob = out_.logprobs[i];
+    for (int j = 0; j < o.top_logprobs; ++j) {
+      const size_t k = static_cast<size_t>(i) * kMaxTopLogprobs + j;
+      if (out_.top_tokens[k] < 0) break;  // fewer ids than asked (tiny vocabularies)
+      t.top.push_back({out_.top_tokens[k], out_.top_logprobs[k]});
+    }
+  }
   const absl::Time now = absl::Now();
   if (!r->first_token.has_value()) {
     r->first_token = now;
@@ -384,6 +456,7 @@ void Engine::Impl::Finish(ActiveRequest* r, FinishReason reason, absl::Status er
   }
   if (!r->request.output.text) chunk.text.clear();
   scheduler_.Remove(&r->seq);
+  ReleasePenaltySlot(r);
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
                           : reason == FinishReason::kError   ? RequestState::kFailed
                                                              : RequestState::kFinished;
@@ -460,6 +533,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   if (!(options.watermark >= 0 && options.watermark < 1)) {
     return absl::InvalidArgumentError("watermark must be in [0, 1)");
   }
+  StepLimits limits;
+  limits.max_tokens = options.max_num_batched_tokens;
+  limits.max_seqs = std::min(options.max_num_seqs, options.max_num_batched_tokens);
+  limits.max_logit_rows = 0;  // the engine never asks for logits
+  limits.blocks_per_seq = (c.max_positions + options.block_size - 1) / options.block_size;
+  limits.num_penalty_slots = limits.max_seqs;  // one per running sequence
+  ASSIGN_OR_RETURN(const size_t available, backend->Prepare(limits));
   KvCacheShape shape;
   if (options.kv_num_blocks[0] > 0 || options.kv_num_blocks[1] > 0) {
     if (options.kv_num_blocks[0] <= 0 || options.kv_num_blocks[1] <= 0) {
@@ -474,15 +554,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
       if (!(options.kv_cache_fraction > 0 && options.kv_cache_fraction <= 1)) {
         return absl::InvalidArgumentError("kv_cache_fraction must be in (0, 1]");
       }
-      budget = static_cast<size_t>(options.kv_cache_fraction *
-                                   static_cast<double>(PhysicalMemoryBytes()));
+      budget = static_cast<size_t>(options.kv_cache_fraction * static_cast<double>(available));
     }
     KvPlanInput in;
     in.budget_bytes = budget;
     in.block_size = options.block_size;
     in.window = c.window_size;
     in.context = c.max_positions;
-    in.max_num_seqs = std::min(options.max_num_seqs, options.max_num_batched_tokens);
+    in.max_num_seqs = limits.max_seqs;
     in.max_num_batched_tokens = options.max_num_batched_tokens;
     for (int g = 0; g < kNumLayerGroups; ++g) {
       in.bytes_per_block[g] =
@@ -493,9 +572,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
     ASSIGN_OR_RETURN(shape, PlanKvCache(in));
   }
   RETURN_IF_ERROR(backend->AllocateCache(shape));
-  DCF_LOG(Info) << "KV cache: " << shape.num_blocks[0] << " global + " << shape.num_blocks[1]
-                << " window blocks of " << shape.block_size << " tokens";
-  auto impl = std::make_unique<Impl>(std::move(backend), tokenizer, options, observer, shape);
+  const BackendInfo info = backend->info();
+  auto impl =
+      std::make_unique<Impl>(std::move(backend), tokenizer, options, observer, shape, limits);
+  DCF_LOG(Info) << "backend " << info.name << " on " << info.device << ", "
+                << DTypeName(info.dtype) << "; KV cache "
+                << (impl->Stats().kv_cache_bytes >> 20) << " MiB of " << (available >> 20)
+                << " MiB available: " << shape.num_blocks[0] << " global + "
+                << shape.num_blocks[1] << " window blocks of " << shape.block_size
+                << " tokens";
   impl->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -513,7 +598,7 @@ void Engine::Shutdown() { impl_->Shutdown(); }
 EngineStats Engine::Stats() const { return impl_->Stats(); }
 const ModelConfig& Engine::config() const { return impl_->config(); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
-std::string Engine::backend_name() const { return impl_->backend_name(); }
+BackendInfo Engine::backend_info() const { return impl_->backend_info(); }
 std::optional<int32_t> Engine::eos_token_id() const { return impl_->eos_token_id(); }
 void Engine::SetStepHookForTesting(StepHook hook) { impl_->SetStepHook(std::move(hook)); }
 

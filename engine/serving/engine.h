@@ -30,8 +30,9 @@ class Tokenizer;
 struct EngineOptions {
   int block_size = 16;                 // tokens per KV block
   size_t kv_cache_bytes = 0;           // KV memory budget; 0 = use kv_cache_fraction
-  double kv_cache_fraction = 0.25;     // of physical memory (CPU). TODO(cuda): free device
-                                       // memory, once Backend can report it
+  double kv_cache_fraction = 0.25;     // of the memory the backend reports available after
+                                       // weights and workspace (Backend::Prepare): free
+                                       // device memory, or host memory within the cgroup limit
   int max_num_seqs = 64;               // running sequences per step (clamped to the token budget)
   int max_num_batched_tokens = 512;    // token budget per step (decode + prefill chunks)
   int max_queued_requests = 256;       // waiting requests beyond this: ResourceExhausted
@@ -53,10 +54,14 @@ struct EngineStats {
   int64_t steps = 0;
   std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
   std::array<int, kNumLayerGroups> kv_blocks_used{0, 0};
+  size_t kv_cache_bytes = 0;           // memory of the whole KV pool
   bool loop_alive = false;
   absl::Time last_progress;            // last time the loop finished a step or idled
   int64_t tokens_generated = 0;        // sampled tokens, all requests
   int64_t prompt_tokens_computed = 0;  // prefill tokens run (recomputation included)
+  bool healthy = true;                 // false once a backend step failed (fatal)
+  std::string failure;                 // the failure's message when !healthy
+  BackendInfo backend;
 };
 
 // Callbacks for metrics, run on the engine loop thread; must be cheap and never block.
@@ -102,6 +107,10 @@ class Engine {
                                                         EngineObserver* observer = nullptr);
   ~Engine();  // Shutdown()
 
+  // A failed backend step (Backend::Launch/Wait error) is fatal: every request in flight
+  // finishes with kError (INTERNAL), new requests get Unavailable, and Stats() reports
+  // healthy = false, so the server turns NOT_SERVING and the orchestrator restarts it.
+
   // Validates and queues a request. Errors (nothing is queued then):
   //   InvalidArgument: bad sampling/stopping/output values, empty prompt, token id outside
   //     the vocabulary, text/stop strings without a tokenizer; the message names the field.
@@ -124,7 +133,7 @@ class Engine {
   EngineStats Stats() const;
   const ModelConfig& config() const;
   const EngineOptions& options() const;
-  std::string backend_name() const;
+  BackendInfo backend_info() const;
   std::optional<int32_t> eos_token_id() const;
 
   // Test-only: runs `hook` on the engine loop thread after every step (blocks committed, the

@@ -9,21 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "engine/sampling/sampling_params.h"
 
 namespace dcf {
-
-// temperature == 0 selects greedy decoding (argmax; ties -> lowest id) and ignores the
-// other sampling fields except the penalties.
-struct SamplingParams {
-  float temperature = 1.0f;         // >= 0, finite
-  int32_t top_k = 0;                // 0 = off; else >= 1
-  float top_p = 1.0f;               // (0, 1]
-  float min_p = 0.0f;               // [0, 1]
-  float repetition_penalty = 1.0f;  // > 0; 1 = off (HF/CTRL style, over prompt + output)
-  float presence_penalty = 0.0f;    // [-2, 2] (OpenAI style, over generated tokens)
-  float frequency_penalty = 0.0f;   // [-2, 2]
-  std::optional<uint64_t> seed;     // fixes this request's own random stream (see sampler.h)
-};
 
 struct StoppingCriteria {
   int32_t max_new_tokens = 16;              // >= 1
@@ -36,7 +24,7 @@ struct StoppingCriteria {
 
 struct OutputOptions {
   bool logprobs = false;      // logprob of each chosen token
-  int32_t top_logprobs = 0;   // also the n most likely alternatives, [0, 20]
+  int32_t top_logprobs = 0;   // also the n most likely alternatives, [0, kMaxTopLogprobs]
   bool text = true;           // detokenize (needs a tokenizer)
 };
 
@@ -73,11 +61,6 @@ inline bool IsFinal(RequestState s) {
 // The transition table above: true when `from` may move to `to`. (A prefill whose last chunk
 // samples a token that already ends the request goes kPrefill -> kFinished directly.)
 bool IsValidTransition(RequestState from, RequestState to);
-
-struct TopLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-};
 
 struct TokenOutput {
   int32_t token = 0;

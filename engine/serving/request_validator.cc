@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
-#include "engine/serving/sampler.h"
+#include "engine/sampling/sampling_params.h"
 
 namespace dcf {
 namespace {
@@ -47,9 +47,10 @@ absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& li
         absl::StrCat("stopping.eos_token_id = ", *s.eos_token_id,
                      " is outside the model vocabulary [0, ", lim.vocab_size, ")"));
   }
-  if (r.output.top_logprobs < 0 || r.output.top_logprobs > 20) {
+  if (r.output.top_logprobs < 0 || r.output.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
-        absl::StrCat("output.top_logprobs must be in [0, 20], got ", r.output.top_logprobs));
+        absl::StrCat("output.top_logprobs must be in [0, ", kMaxTopLogprobs, "], got ",
+                     r.output.top_logprobs));
   }
   if (r.output.text && !lim.has_tokenizer) {
     return absl::InvalidArgumentError("output.text needs a tokenizer, and the engine has none");

@@ -15,7 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "engine/common/flag_names.h"
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_flags.h"
 #include "engine/model/sequence_runner.h"
 
 ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR, "model directory");
@@ -43,8 +43,14 @@ int main(int argc, char** argv) {
                          "must be >= 1\n");
     return 2;
   }
+  auto backend_options = dcf::BackendOptionsFromFlags();
+  if (!backend_options.ok()) {
+    std::fprintf(stderr, "dcformer-decode-bench: %s\n",
+                 std::string(backend_options.status().message()).c_str());
+    return 2;
+  }
   const absl::Time t0 = absl::Now();
-  auto model = dcf::LoadModel(absl::GetFlag(FLAGS_model));
+  auto model = dcf::LoadModel(absl::GetFlag(FLAGS_model), *backend_options);
   if (!model.ok()) {
     std::fprintf(stderr, "dcformer-decode-bench: %s\n", model.status().ToString().c_str());
     return 1;
@@ -89,6 +95,9 @@ int main(int argc, char** argv) {
   std::printf("model: %s (%s, E=%d, layers=%d, heads=%d, ffn=%d, vocab=%d)\n",
               absl::GetFlag(FLAGS_model).c_str(), c.ArchitectureName().c_str(), c.dim, c.n_layer,
               c.n_head, c.intermediate_size, c.vocab_size);
+  const dcf::BackendInfo info = model->backend->info();
+  std::printf("backend: %s on %s, %s\n", info.name.c_str(), info.device.c_str(),
+              dcf::ComputeDTypeName(info.dtype));
   std::printf("load: %.2f s, peak RSS after load: %.1f MiB\n", load_s, rss_after_load);
   std::printf("prefill: %d tokens, %.1f tokens/s (median of %zu)\n", prompt_len,
               prefill_tps[prefill_tps.size() / 2], prefill_tps.size());

@@ -1,12 +1,14 @@
-// dcformer-generate: offline greedy generation with the CPU engine, and a tokenize tool.
+// dcformer-generate: offline greedy generation on any backend, and a tokenize tool.
 //
 //   dcformer-generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--json]
+//                     [--backend auto|cpu|cuda|cuda-sim] [--dtype float32|bfloat16|float16]
 //   dcformer-generate --model DIR --prompt "text" --max-new-tokens N [--json]
 //   dcformer-generate --tokenizer FILE --tokenize < text.txt
 //
 // Prints the generated ids comma-separated (and, with a tokenizer, the generated text on a
-// second line), or with --json one object {"tokens": [...], "logprobs": [...]} (plus "text"
-// with a tokenizer). Generation stops at the tokenizer's EOS (<|endoftext|>) unless
+// second line), or with --json one object {"tokens": [...], "logprobs": [...], "backend":
+// "cpu", "dtype": "float32"} (plus "text" with a tokenizer; backend and dtype are what
+// actually ran). Generation stops at the tokenizer's EOS (<|endoftext|>) unless
 // --ignore-eos; models without a tokenizer have no EOS. --tokenize prints the ids of stdin as
 // one JSON array. Bad arguments or models: a message on stderr and exit code 2 (usage) or 1
 // (runtime failure).
@@ -23,7 +25,7 @@
 #include "engine/common/id_list.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/logging.h"
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_flags.h"
 #include "engine/model/sequence_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -119,7 +121,9 @@ int main(int argc, char** argv) {
                                 " tokens, more than the model context of ",
                                 config->max_positions));
   }
-  auto model = dcf::LoadModel(model_dir);
+  auto backend_options = dcf::BackendOptionsFromFlags();
+  if (!backend_options.ok()) return Fail(2, backend_options.status().message());
+  auto model = dcf::LoadModel(model_dir, *backend_options);
   if (!model.ok()) return Fail(1, model.status().ToString());
   auto runner = dcf::SequenceRunner::Create(model->backend.get());
   if (!runner.ok()) return Fail(1, runner.status().ToString());
@@ -139,6 +143,9 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json j;
     j["tokens"] = result->tokens;
     j["logprobs"] = result->logprobs;
+    const dcf::BackendInfo info = model->backend->info();
+    j["backend"] = info.name;
+    j["dtype"] = dcf::ComputeDTypeName(info.dtype);
     if (text.has_value()) j["text"] = *text;
     std::cout << j.dump() << "\n";
   } else {

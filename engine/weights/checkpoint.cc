@@ -29,10 +29,10 @@ class ShardedReader final : public CheckpointReader {
 
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
 
-  absl::Status ReadF32(const std::string& name, absl::Span<float> dst) override {
+  absl::Status Read(const std::string& name, DType dtype, void* dst, int64_t count) override {
     auto it = owner_.find(name);
     if (it == owner_.end()) return absl::NotFoundError(absl::StrCat("no tensor '", name, "'"));
-    return shards_[it->second]->ReadF32(name, dst);
+    return shards_[it->second]->Read(name, dtype, dst, count);
   }
 
  private:

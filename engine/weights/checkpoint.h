@@ -1,9 +1,10 @@
-// Format-independent view of a checkpoint: a set of named tensors that can be read as fp32.
+// Format-independent view of a checkpoint: a set of named tensors that can be read in their
+// stored dtype or converted (fp32, or rounded to F16/BF16).
 //
 // Implementations: safetensors (safetensors_reader.h), PyTorch zip checkpoints
 // (torch_checkpoint.h), and a sharded reader that merges several files
 // (OpenCheckpointDir below). Readers validate their container (headers, offsets, sizes) when
-// opened, so a later ReadF32 fails only on I/O errors. Not thread-safe: one reader, one thread.
+// opened, so a later Read fails only on I/O errors. Not thread-safe: one reader, one thread.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +38,17 @@ class CheckpointReader {
   // Every tensor in the checkpoint, in file order. Names are unique.
   virtual const std::vector<TensorInfo>& tensors() const = 0;
 
-  // Writes tensor `name` converted to fp32, contiguous row-major, into `dst`
-  // (dst.size() must equal NumElements()). Source pages are released afterwards where the
-  // format allows it, so reading every tensor once never holds the file and the fp32 copy
-  // in memory at the same time. NotFound for an unknown name.
-  virtual absl::Status ReadF32(const std::string& name, absl::Span<float> dst) = 0;
+  // Writes tensor `name` converted to `dtype` (a plain copy when it is the stored dtype),
+  // contiguous row-major, into `dst`, which holds `count` elements of `dtype`; `count` must
+  // equal NumElements(). Source pages are released afterwards where the format allows it,
+  // so reading every tensor once never holds the file and the copy in memory at the same
+  // time. NotFound for an unknown name, InvalidArgument for a wrong count.
+  virtual absl::Status Read(const std::string& name, DType dtype, void* dst, int64_t count) = 0;
+
+  // Read() into fp32.
+  absl::Status ReadF32(const std::string& name, absl::Span<float> dst) {
+    return Read(name, DType::kF32, dst.data(), static_cast<int64_t>(dst.size()));
+  }
 };
 
 // Opens the weights in a model directory, detecting the layout in this order:

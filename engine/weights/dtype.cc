@@ -1,5 +1,8 @@
 #include "engine/weights/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 #if defined(__x86_64__)
@@ -88,6 +91,54 @@ void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst) {
         dst[i] = BF16ToFloat(b);
       }
       return;
+    }
+  }
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // subnormal half (or zero): scale into the subnormal grid
+    float a;
+    std::memcpy(&a, &abs, 4);
+    const float scaled = a * 16777216.0f;  // 2^24: one half-subnormal ulp becomes 1.0
+    const uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));
+    return static_cast<uint16_t>(sign | m);
+  }
+  // Normal: rebias the exponent and round the mantissa to 10 bits, ties to even.
+  uint32_t h = ((abs >> 13) - ((127u - 15u) << 10));
+  const uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+void ConvertDType(DType from, const void* src, int64_t count, DType to, void* dst) {
+  if (from == to) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * DTypeSize(from));
+    return;
+  }
+  if (to == DType::kF32) {
+    ConvertToF32(from, src, count, static_cast<float*>(dst));
+    return;
+  }
+  // Narrowing: through fp32 in chunks (the widening step is exact, so F16 -> BF16 rounds
+  // once).
+  constexpr int64_t kChunk = 4096;
+  float buf[kChunk];
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < count; i += kChunk) {
+    const int64_t n = std::min(kChunk, count - i);
+    ConvertToF32(from, s + i * DTypeSize(from), n, buf);  // a copy for F32 (any alignment)
+    const float* f = buf;
+    if (to == DType::kBF16) {
+      for (int64_t j = 0; j < n; ++j) d[i + j] = FloatToBF16(f[j]);
+    } else {
+      for (int64_t j = 0; j < n; ++j) d[i + j] = FloatToHalf(f[j]);
     }
   }
 }

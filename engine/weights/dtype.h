@@ -54,7 +54,25 @@ inline float BF16ToFloat(uint16_t b) {
   return f;
 }
 
+// float to bfloat16 bits, rounding to nearest even (NaN stays a quiet NaN), as CUDA's
+// __float2bfloat16 does.
+inline uint16_t FloatToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// float to IEEE half bits, rounding to nearest even, with subnormals, overflow to inf and
+// quiet NaN, as CUDA's __float2half does.
+uint16_t FloatToHalf(float f);
+
 // Converts `count` little-endian elements of `dtype` at `src` to fp32 at `dst`.
 void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst);
+
+// Converts `count` elements of `from` at `src` to `to` at `dst` (a plain copy when the dtypes
+// are equal; narrowing rounds to nearest even).
+void ConvertDType(DType from, const void* src, int64_t count, DType to, void* dst);
 
 }  // namespace dcf

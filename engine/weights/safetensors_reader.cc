@@ -33,19 +33,19 @@ class SafetensorsReader final : public CheckpointReader {
 
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
 
-  absl::Status ReadF32(const std::string& name, absl::Span<float> dst) override {
+  absl::Status Read(const std::string& name, DType dtype, void* dst, int64_t count) override {
     auto it = index_.find(name);
     if (it == index_.end()) {
       return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
     }
     const TensorInfo& info = tensors_[it->second];
     const Entry& e = entries_[it->second];
-    if (static_cast<int64_t>(dst.size()) != info.NumElements()) {
+    if (count != info.NumElements()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ",
                                                      info.NumElements(), " elements, buffer ",
-                                                     dst.size()));
+                                                     count));
     }
-    ConvertToF32(info.dtype, file_.data() + e.begin, info.NumElements(), dst.data());
+    ConvertDType(info.dtype, file_.data() + e.begin, count, dtype, dst);
     file_.Release(e.begin, e.bytes);
     return absl::OkStatus();
   }

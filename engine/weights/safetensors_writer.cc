@@ -10,35 +10,6 @@
 
 namespace dcf {
 
-uint16_t FloatToBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // subnormal half (or zero): scale into the subnormal grid
-    float a;
-    std::memcpy(&a, &abs, 4);
-    const float scaled = a * 16777216.0f;  // 2^24: one half-subnormal ulp becomes 1.0
-    const uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));
-    return static_cast<uint16_t>(sign | m);
-  }
-  // Normal: rebias the exponent and round the mantissa to 10 bits, ties to even.
-  uint32_t h = ((abs >> 13) - ((127u - 15u) << 10));
-  const uint32_t rem = abs & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
 absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorShape> tensors,
                               DType dtype,
                               const std::function<void(size_t, absl::Span<float>)>& fill) {

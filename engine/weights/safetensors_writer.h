@@ -33,8 +33,4 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorSh
                               DType dtype,
                               const std::function<void(size_t, absl::Span<float>)>& fill);
 
-// fp32 -> IEEE half / bfloat16 bits, round-to-nearest-even; NaN stays NaN.
-uint16_t FloatToHalf(float f);
-uint16_t FloatToBF16(float f);
-
 }  // namespace dcf

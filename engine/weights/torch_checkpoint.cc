@@ -161,12 +161,14 @@ class TorchCheckpointReader : public CheckpointReader {
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& path);
 
   const std::vector<TensorInfo>& tensors() const override { return infos_; }
-  absl::Status ReadF32(const std::string& name, absl::Span<float> dst) override;
+  absl::Status Read(const std::string& name, DType dtype, void* dst, int64_t count) override;
 
  private:
   absl::Status Index(std::vector<PickledTensor> pickled, const std::string& prefix);
-  absl::Status ReadContiguous(const TensorEntry& t, MemberReader& reader, float* dst);
-  absl::Status ReadStrided(const TensorEntry& t, MemberReader& reader, float* dst);
+  // Both write t.numel elements of `to` at `dst`.
+  absl::Status ReadContiguous(const TensorEntry& t, MemberReader& reader, DType to,
+                              uint8_t* dst);
+  absl::Status ReadStrided(const TensorEntry& t, MemberReader& reader, DType to, uint8_t* dst);
 
   std::string path_;
   ZipPtr zip_;
@@ -320,7 +322,8 @@ bool IsContiguous(const PickledTensor& v) {
 }
 
 absl::Status TorchCheckpointReader::ReadContiguous(const TensorEntry& t, MemberReader& reader,
-                                                   float* dst) {
+                                                   DType to, uint8_t* dst) {
+  const int64_t ds = DTypeSize(to);
   const DType dtype = storages_[t.storage].dtype;
   const uint64_t es = static_cast<uint64_t>(DTypeSize(dtype));
   const uint64_t chunk_elems = kChunkBytes / es;
@@ -329,16 +332,17 @@ absl::Status TorchCheckpointReader::ReadContiguous(const TensorEntry& t, MemberR
   for (int64_t done = 0; done < t.numel;) {
     const int64_t count = std::min<int64_t>(t.numel - done, static_cast<int64_t>(chunk_elems));
     RETURN_IF_ERROR(reader.Read(buf.data(), static_cast<uint64_t>(count) * es));
-    ConvertToF32(dtype, buf.data(), count, dst + done);
+    ConvertDType(dtype, buf.data(), count, to, dst + done * ds);
     done += count;
   }
   return absl::OkStatus();
 }
 
 absl::Status TorchCheckpointReader::ReadStrided(const TensorEntry& t, MemberReader& reader,
-                                                float* dst) {
+                                                DType to, uint8_t* dst) {
   const DType dtype = storages_[t.storage].dtype;
   const int64_t es = DTypeSize(dtype);
+  const int64_t ds = DTypeSize(to);
   // The span [offset, last] of the storage that this view touches: [span] raw bytes.
   std::vector<uint8_t> span(static_cast<size_t>(t.last - t.view.storage_offset + 1) * es);
   RETURN_IF_ERROR(reader.Read(span.data(), span.size()));
@@ -347,7 +351,7 @@ absl::Status TorchCheckpointReader::ReadStrided(const TensorEntry& t, MemberRead
   const std::vector<int64_t>& strides = t.view.strides;
   const size_t rank = shape.size();
   if (rank == 0) {
-    ConvertToF32(dtype, span.data(), 1, dst);
+    ConvertDType(dtype, span.data(), 1, to, dst);
     return absl::OkStatus();
   }
   const int64_t inner = shape[rank - 1];
@@ -357,10 +361,10 @@ absl::Status TorchCheckpointReader::ReadStrided(const TensorEntry& t, MemberRead
   for (int64_t row_start = 0; row_start < t.numel; row_start += inner) {
     const uint8_t* src = span.data() + base * es;
     if (inner_stride == 1) {
-      ConvertToF32(dtype, src, inner, dst + row_start);
+      ConvertDType(dtype, src, inner, to, dst + row_start * ds);
     } else {
       for (int64_t j = 0; j < inner; ++j) {
-        ConvertToF32(dtype, src + j * inner_stride * es, 1, dst + row_start + j);
+        ConvertDType(dtype, src + j * inner_stride * es, 1, to, dst + (row_start + j) * ds);
       }
     }
     // Odometer increment of the outer index.
@@ -376,15 +380,16 @@ absl::Status TorchCheckpointReader::ReadStrided(const TensorEntry& t, MemberRead
   return absl::OkStatus();
 }
 
-absl::Status TorchCheckpointReader::ReadF32(const std::string& name, absl::Span<float> dst) {
+absl::Status TorchCheckpointReader::Read(const std::string& name, DType dtype, void* dst,
+                                         int64_t count) {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) {
     return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", name, "'"));
   }
   const TensorEntry& t = entries_[it->second];
-  if (dst.size() != static_cast<size_t>(t.numel)) {
+  if (count != t.numel) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ReadF32('", name, "'): destination has ", dst.size(), " floats, tensor ",
+        "Read('", name, "'): destination has ", count, " elements, tensor ",
         ShapeToString(t.view.shape), " has ", t.numel));
   }
   if (t.numel == 0) return absl::OkStatus();
@@ -394,9 +399,9 @@ absl::Status TorchCheckpointReader::ReadF32(const std::string& name, absl::Span<
                    MemberReader::Open(zip_.get(), storage.index, storage.member));
   RETURN_IF_ERROR(reader.Skip(static_cast<uint64_t>(t.view.storage_offset) * es));
   if (IsContiguous(t.view)) {
-    RETURN_IF_ERROR(ReadContiguous(t, reader, dst.data()));
+    RETURN_IF_ERROR(ReadContiguous(t, reader, dtype, static_cast<uint8_t*>(dst)));
   } else {
-    RETURN_IF_ERROR(ReadStrided(t, reader, dst.data()));
+    RETURN_IF_ERROR(ReadStrided(t, reader, dtype, static_cast<uint8_t*>(dst)));
   }
   if (static_cast<uint64_t>(t.last + 1) * es == storage.size_bytes) {
     RETURN_IF_ERROR(reader.CheckEnd());

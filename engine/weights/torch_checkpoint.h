@@ -4,14 +4,14 @@
 // unpickler in pickle_reader.h) and one raw little-endian member per storage at
 // `<prefix>/data/<key>`; <prefix> is whatever top folder torch.save chose ("archive",
 // "pytorch_model", ...). Tensors are strided views into storages: several may share one
-// storage, start at an offset and be non-contiguous; ReadF32 gathers them into contiguous
-// row-major fp32.
+// storage, start at an offset and be non-contiguous; Read gathers them into contiguous
+// row-major elements of the requested dtype.
 //
 // Open-time validation: the zip's central directory, data.pkl (fully read, CRC-checked),
 // the pickle, that every storage member exists, that every tensor's dtype is F32/F16/BF16,
 // and that every tensor's extent (offset + the furthest element its shape/strides reach)
 // fits in its storage member. Errors name the tensor. Storage bytes are only read by
-// ReadF32, which streams one member and holds at most that tensor's span of the storage in
+// Read, which streams one member and holds at most that tensor's span of the storage in
 // memory (contiguous tensors are converted in small chunks), so CRC errors in storage
 // members surface there as DataLoss.
 //

@@ -109,6 +109,9 @@ class GoldenGenerateTest(unittest.TestCase):
                 self.assertEqual(info["num_layers"], 4)
                 self.assertEqual(info["num_heads"], 8)
                 self.assertEqual(info["backend"], "cpu")
+                self.assertEqual(info["dtype"], "float32")
+                self.assertTrue(info["device"])
+                self.assertGreater(int(info["kv_cache_bytes"]), 0)
                 self.assertEqual(info["eos_token_ids"], [2])
                 groups = {g["name"]: g for g in info["layer_groups"]}
                 self.assertEqual(groups["window"]["window"], 16)

@@ -1,11 +1,11 @@
-// CpuBackend::Forward with several sequences per call (the path the scheduler uses) against
-// each sequence run alone, for several block sizes; and its argument checking.
+// CpuBackend steps with several sequences per batch (the path the scheduler uses) against
+// each sequence run alone, for several block sizes; its argument checking; its sampler.
 #include "engine/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
@@ -48,37 +48,44 @@ TEST_P(MultiSpanTest, BatchedSpansEqualEachSequenceAlone) {
   shape.block_size = B;
   shape.window = model->config.window_size;
   shape.num_blocks = {600, 600};
+  StepLimits limits;
+  limits.max_tokens = 512;
+  limits.max_seqs = 3;
+  limits.max_logit_rows = 512;
+  limits.blocks_per_seq = (model->config.max_positions + B - 1) / B;
+  ASSERT_TRUE(model->backend->Prepare(limits).ok());
   ASSERT_TRUE(model->backend->AllocateCache(shape).ok());
   KvCacheManager manager(shape);
   std::vector<SequenceKv> kv(3);
   std::vector<std::vector<float>> got(3);
-  // Mixed prefill chunks and single tokens; span order reversed every other step.
+  StepBatch batch;
+  StepOutput out;
+  // Mixed prefill chunks and single tokens; sequence order reversed every other step.
   const int chunks[3][6] = {{7, 1, 3, 17, 1, 2}, {1, 5, 9, 1, 1, 20}, {3, 3, 1, 11, 2, 1}};
   for (int step = 0;; ++step) {
-    std::vector<ForwardSpan> spans;
     std::vector<int> owner;
     for (int s = 0; s < 3; ++s) {
+      if (kv[s].num_tokens < static_cast<int>(seqs[s].size())) owner.push_back(s);
+    }
+    if (owner.empty()) break;
+    if (step % 2 == 1) std::reverse(owner.begin(), owner.end());
+    batch.Reset(limits.blocks_per_seq);
+    std::vector<int> count;
+    for (int s : owner) {
       const int n0 = kv[s].num_tokens, total = static_cast<int>(seqs[s].size());
-      if (n0 >= total) continue;
       const int c = std::min(chunks[s][step % 6], total - n0);
       ASSERT_TRUE(manager.Reserve(kv[s], n0 + c).ok());
-      spans.push_back({&kv[s], n0, absl::MakeConstSpan(seqs[s]).subspan(n0, c), true});
-      owner.push_back(s);
+      batch.AddSequence(absl::MakeConstSpan(seqs[s]).subspan(n0, c), kv[s], false, {}, true);
+      count.push_back(c);
     }
-    if (spans.empty()) break;
-    if (step % 2 == 1) {
-      std::reverse(spans.begin(), spans.end());
-      std::reverse(owner.begin(), owner.end());
-    }
-    std::vector<float> logits(static_cast<size_t>(NumLogitRows(spans)) * V);
-    ASSERT_TRUE(model->backend->Forward(spans, absl::MakeSpan(logits)).ok());
+    ASSERT_TRUE(model->backend->Step(batch, &out).ok());
     size_t offset = 0;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      const size_t n = spans[i].tokens.size() * V;
-      got[owner[i]].insert(got[owner[i]].end(), logits.begin() + offset,
-                           logits.begin() + offset + n);
+    for (size_t i = 0; i < owner.size(); ++i) {
+      const size_t n = static_cast<size_t>(count[i]) * V;
+      got[owner[i]].insert(got[owner[i]].end(), out.logits.begin() + offset,
+                           out.logits.begin() + offset + n);
       offset += n;
-      manager.Commit(kv[owner[i]], spans[i].start_pos + static_cast<int>(spans[i].tokens.size()));
+      manager.Commit(kv[owner[i]], kv[owner[i]].num_tokens + count[i]);
       EXPECT_LE(kv[owner[i]].HeldBlocks(LayerGroup::kWindow), manager.WindowBlockBound());
     }
   }
@@ -105,10 +112,26 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
-TEST(CpuBackendTest, RejectsBadCacheShapesAndSpans) {
+// A one-sequence batch of `tokens` after `kv` (blocks reserved by the caller).
+StepBatch OneSequence(const std::vector<int32_t>& tokens, const SequenceKv& kv, int capacity,
+                      bool sample = false, const SamplingRow& row = {}) {
+  StepBatch b;
+  b.Reset(capacity);
+  b.AddSequence(tokens, kv, sample, row, !sample);
+  return b;
+}
+
+TEST(CpuBackendTest, RejectsBadCacheShapesAndBatches) {
   auto model = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
   ASSERT_TRUE(model.ok());
   Backend& backend = *model->backend;
+  StepLimits limits;
+  limits.max_tokens = 8;
+  limits.max_seqs = 2;
+  limits.max_logit_rows = 8;
+  limits.blocks_per_seq = 64;
+  limits.num_penalty_slots = 1;
+  ASSERT_TRUE(backend.Prepare(limits).ok());
   KvCacheShape shape;
   shape.block_size = 4;
   shape.window = 16;
@@ -124,26 +147,97 @@ TEST(CpuBackendTest, RejectsBadCacheShapesAndSpans) {
   SequenceKv kv;
   ASSERT_TRUE(manager.Reserve(kv, 3).ok());
   const std::vector<int32_t> tokens = {1, 2, 3};
-  std::vector<float> logits(300);
-  // start_pos must equal the tokens the sequence already holds.
-  ForwardSpan wrong_start{&kv, 2, tokens, false};
-  EXPECT_EQ(backend.Forward({&wrong_start, 1}, absl::MakeSpan(logits)).code(),
-            absl::StatusCode::kInvalidArgument);
+  StepOutput out;
+  EXPECT_EQ(backend.Wait(&out).code(), absl::StatusCode::kFailedPrecondition);  // no Launch
   // Token ids outside the vocabulary.
-  const std::vector<int32_t> bad_ids = {1, 300, 2};
-  ForwardSpan bad{&kv, 0, bad_ids, false};
-  EXPECT_EQ(backend.Forward({&bad, 1}, absl::MakeSpan(logits)).code(),
+  EXPECT_EQ(backend.Step(OneSequence({1, 300, 2}, kv, 64), &out).code(),
             absl::StatusCode::kInvalidArgument);
-  // A logits buffer of the wrong size.
-  ForwardSpan ok{&kv, 0, tokens, false};
-  std::vector<float> small(10);
-  EXPECT_FALSE(backend.Forward({&ok, 1}, absl::MakeSpan(small)).ok());
+  // Positions that are not consecutive.
+  StepBatch gap = OneSequence(tokens, kv, 64);
+  gap.positions[2] = 5;
+  EXPECT_EQ(backend.Step(gap, &out).code(), absl::StatusCode::kInvalidArgument);
+  // More tokens than prepared for.
+  EXPECT_EQ(backend.Step(OneSequence(std::vector<int32_t>(9, 1), kv, 64), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Block tables of another capacity.
+  EXPECT_EQ(backend.Step(OneSequence(tokens, kv, 32), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Penalties without a slot, and a slot that does not exist.
+  SamplingRow row;
+  row.params.repetition_penalty = 1.5f;
+  EXPECT_EQ(backend.Step(OneSequence(tokens, kv, 64, true, row), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  row.penalty_slot = 1;
+  EXPECT_EQ(backend.Step(OneSequence(tokens, kv, 64, true, row), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.SetPenaltyState(1, {}, {}).code(), absl::StatusCode::kInvalidArgument);
   // Positions without reserved blocks.
   SequenceKv unreserved;
-  ForwardSpan missing{&unreserved, 0, tokens, false};
-  EXPECT_EQ(backend.Forward({&missing, 1}, absl::MakeSpan(logits)).code(),
+  EXPECT_EQ(backend.Step(OneSequence(tokens, unreserved, 64), &out).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(backend.Forward({&ok, 1}, absl::MakeSpan(logits)).ok());
+  EXPECT_TRUE(backend.Step(OneSequence(tokens, kv, 64), &out).ok());
+  EXPECT_EQ(out.logits.size(), 3u * 300);
+  manager.Free(kv);
+}
+
+// The backend's sampler draws what the host reference draws from the same logits, records
+// the tokens of penalised rows in their slot, and returns the logprobs asked for.
+TEST(CpuBackendTest, SamplesLikeTheHostReference) {
+  auto model = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  const int V = model->config.vocab_size;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 16;
+  limits.blocks_per_seq = 64;
+  limits.num_penalty_slots = 1;
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {64, 64};
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  KvCacheManager manager(shape);
+  const std::vector<int32_t> prompt = {5, 17, 42, 7};
+  ASSERT_TRUE(backend.SetPenaltyState(0, prompt, {}).ok());
+  PenaltyState reference(V);
+  reference.Reset(prompt, {});
+  SamplerScratch scratch;
+
+  SamplingRow row;
+  row.params.temperature = 0.9f;
+  row.params.top_k = 40;
+  row.params.repetition_penalty = 1.3f;
+  row.params.frequency_penalty = 0.5f;
+  row.seed = 99;
+  row.penalty_slot = 0;
+  row.logprob = true;
+  row.top_logprobs = 5;
+  SequenceKv kv;
+  std::vector<int32_t> feed = prompt;
+  StepOutput out;
+  for (int step = 0; step < 12; ++step) {
+    ASSERT_TRUE(manager.Reserve(kv, kv.num_tokens + static_cast<int>(feed.size())).ok());
+    row.step = step;
+    StepBatch b;
+    b.Reset(64);
+    b.AddSequence(feed, kv, /*sample=*/true, row, /*return_logits=*/true);
+    ASSERT_TRUE(backend.Step(b, &out).ok());
+    manager.Commit(kv, kv.num_tokens + static_cast<int>(feed.size()));
+    const auto last = absl::MakeConstSpan(out.logits).subspan((feed.size() - 1) * V, V);
+    const int32_t want = SampleToken(last, row.params, row.seed, row.step, &reference, &scratch);
+    ASSERT_EQ(out.tokens[0], want) << "step " << step;
+    reference.Record(want);
+    std::vector<TopLogprob> top;
+    EXPECT_FLOAT_EQ(out.logprobs[0], ComputeLogprobs(last, want, 5, &top));
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(out.top_tokens[i], top[i].token);
+      EXPECT_FLOAT_EQ(out.top_logprobs[i], top[i].logprob);
+    }
+    feed = {want};
+  }
   manager.Free(kv);
 }
 

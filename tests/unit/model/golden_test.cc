@@ -2,7 +2,7 @@
 // logit within 1e-4 and the same greedy continuation, whichever way the sequence is fed.
 #include <cmath>
 
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"

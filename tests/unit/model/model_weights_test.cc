@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/model/random_model.h"
 #include "engine/model/sequence_runner.h"
 #include "engine/weights/checkpoint.h"

@@ -10,8 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/common/logging.h"
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
+#include "engine/sampling/token_sampler.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -627,6 +628,125 @@ TEST(EngineTest, DuplicateClientIdsAreIndependent) {
   Collected cc;
   cc.Drain(hc->stream());
   EXPECT_EQ(cc.final_chunk.finish_reason, FinishReason::kLength);
+}
+
+// The engine's sampled tokens (penalties, seed, top-k) equal a host replay of the same
+// request: the CPU backend's logits for the sequence alone, drawn by the reference sampler
+// with the request's seed and its draw counter, even when the request is preempted and
+// recomputed in a crowded pool.
+TEST(EngineTest, PenalisedSeededSamplingMatchesHostReplayThroughPreemption) {
+  GenerationRequest r;
+  r.prompt_tokens = RandomPrompt(6, 77);
+  r.sampling.temperature = 0.8f;
+  r.sampling.top_k = 50;
+  r.sampling.repetition_penalty = 1.4f;
+  r.sampling.presence_penalty = 0.3f;
+  r.sampling.frequency_penalty = 0.2f;
+  r.sampling.seed = 1234;
+  r.stopping.max_new_tokens = 120;
+  r.output.text = false;
+
+  // Host replay.
+  std::vector<int32_t> want;
+  {
+    auto backend = LoadBackend();
+    auto runner = SequenceRunner::Create(backend.get());
+    ASSERT_TRUE(runner.ok());
+    const int V = backend->config().vocab_size;
+    PenaltyState penalties(V);
+    penalties.Reset(r.prompt_tokens, {});
+    SamplerScratch scratch;
+    std::vector<float> logits;
+    ASSERT_TRUE((*runner)->Append(r.prompt_tokens, 16, &logits).ok());
+    for (int i = 0; i < r.stopping.max_new_tokens; ++i) {
+      const auto last = absl::MakeConstSpan(logits).subspan(logits.size() - V, V);
+      const int32_t t = SampleToken(last, r.sampling, *r.sampling.seed, i, &penalties, &scratch);
+      penalties.Record(t);
+      want.push_back(t);
+      logits.clear();
+      ASSERT_TRUE((*runner)->Append({t}, 1, &logits).ok());
+    }
+  }
+
+  EngineOptions o;
+  o.max_num_seqs = 8;
+  o.watermark = 0;
+  o.kv_num_blocks = {12, 6};  // too small for the crowd: forces preemption
+  auto engine = MakeEngine(o);
+  std::vector<RequestHandle> crowd;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest other = r;
+    other.prompt_tokens = RandomPrompt(5 + i, 200 + i);
+    other.sampling.seed = 7 + i;
+    auto h = engine->Enqueue(other);
+    ASSERT_TRUE(h.ok());
+    crowd.push_back(std::move(*h));
+  }
+  auto h = engine->Enqueue(r);
+  ASSERT_TRUE(h.ok());
+  Collected got;
+  got.Drain(h->stream());
+  for (auto& c : crowd) {
+    Collected x;
+    x.Drain(c.stream());
+  }
+  EXPECT_EQ(got.ids(), want);
+  EXPECT_GT(engine->Stats().num_preemptions, 0);
+}
+
+// A backend whose step `fail_at` (0-based) fails like a sticky device fault.
+class FailingBackend : public Backend {
+ public:
+  FailingBackend(std::unique_ptr<Backend> inner, int fail_at)
+      : inner_(std::move(inner)), fail_at_(fail_at) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  BackendInfo info() const override { return inner_->info(); }
+  size_t BytesPerBlock(LayerGroup g, int b) const override { return inner_->BytesPerBlock(g, b); }
+  absl::StatusOr<size_t> Prepare(const StepLimits& l) override { return inner_->Prepare(l); }
+  absl::Status AllocateCache(const KvCacheShape& s) override { return inner_->AllocateCache(s); }
+  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> p,
+                               absl::Span<const int32_t> g) override {
+    return inner_->SetPenaltyState(slot, p, g);
+  }
+  absl::Status Launch(const StepBatch& b) override {
+    if (steps_++ == fail_at_) return absl::InternalError("injected device fault");
+    return inner_->Launch(b);
+  }
+  absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int fail_at_;
+  int steps_ = 0;
+};
+
+TEST(EngineTest, BackendFailureIsFatalAndReported) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto created =
+      Engine::Create(std::make_unique<FailingBackend>(LoadBackend(), /*fail_at=*/5), nullptr, o);
+  ASSERT_TRUE(created.ok());
+  Engine& engine = **created;
+  EXPECT_TRUE(engine.Stats().healthy);
+  auto a = engine.Enqueue(Greedy(RandomPrompt(8, 1), 50));
+  auto b = engine.Enqueue(Greedy(RandomPrompt(9, 2), 50));
+  ASSERT_TRUE(a.ok() && b.ok());
+  Collected ca, cb;
+  ca.Drain(a->stream());
+  cb.Drain(b->stream());
+  for (const Collected* c : {&ca, &cb}) {
+    EXPECT_EQ(c->final_chunk.finish_reason, FinishReason::kError);
+    EXPECT_EQ(c->final_chunk.error.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(c->final_chunk.error.message().find("injected device fault"), std::string::npos);
+    EXPECT_LT(c->tokens.size(), 50u);
+  }
+  const EngineStats st = engine.Stats();
+  EXPECT_FALSE(st.healthy);
+  EXPECT_NE(st.failure.find("injected device fault"), std::string::npos);
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+  EXPECT_EQ(st.num_running, 0);
+  auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/serving/sampler.h"
+#include "engine/sampling/token_sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,10 +6,73 @@
 #include <random>
 #include <vector>
 
+#include "engine/sampling/philox.h"
 #include "gtest/gtest.h"
 
 namespace dcf {
 namespace {
+
+// One sequence's sampling as the engine drives it: a draw counter and the penalty state.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, std::vector<int32_t> prompt, int vocab)
+      : params_(params), penalties_(vocab) {
+    penalties_.Reset(prompt, {});
+  }
+  int32_t Sample(const std::vector<float>& logits) {
+    const int32_t t = SampleToken(logits, params_, params_.seed.value_or(0), step_++,
+                                  &penalties_, &scratch_);
+    penalties_.Record(t);
+    return t;
+  }
+  void ApplyPenalties(absl::Span<float> l) const { penalties_.Apply(params_, l); }
+
+ private:
+  SamplingParams params_;
+  PenaltyState penalties_;
+  SamplerScratch scratch_;
+  uint64_t step_ = 0;
+};
+
+// Known-answer vectors of Philox4x32-10 from the Random123 distribution (kat_vectors).
+TEST(PhiloxTest, KnownAnswers) {
+  using philox::Uint4;
+  const Uint4 a = philox::Philox4x32({0, 0, 0, 0}, 0, 0);
+  EXPECT_EQ(a.x, 0x6627e8d5u);
+  EXPECT_EQ(a.y, 0xe169c58du);
+  EXPECT_EQ(a.z, 0xbc57ac4cu);
+  EXPECT_EQ(a.w, 0x9b00dbd8u);
+  const Uint4 b = philox::Philox4x32({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                                     0xffffffffu, 0xffffffffu);
+  EXPECT_EQ(b.x, 0x408f276du);
+  EXPECT_EQ(b.y, 0x41c83b0eu);
+  EXPECT_EQ(b.z, 0xa20bc7c6u);
+  EXPECT_EQ(b.w, 0x6d5451fdu);
+  const Uint4 c = philox::Philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+                                     0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(c.x, 0xd16cfe09u);
+  EXPECT_EQ(c.y, 0x94fdccebu);
+  EXPECT_EQ(c.z, 0x5001e420u);
+  EXPECT_EQ(c.w, 0x24126ea1u);
+}
+
+TEST(PhiloxTest, UniformIsAPureFunctionOfSeedAndStepAndLooksUniform) {
+  EXPECT_EQ(philox::Uniform(7, 3), philox::Uniform(7, 3));
+  EXPECT_NE(philox::Uniform(7, 3), philox::Uniform(7, 4));
+  EXPECT_NE(philox::Uniform(7, 3), philox::Uniform(8, 3));
+  double sum = 0;
+  int below_tenth = 0;
+  constexpr int kN = 100000;
+  for (int i = 0; i < kN; ++i) {
+    const double u = philox::Uniform(42, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+    below_tenth += u < 0.1;
+  }
+  EXPECT_NEAR(sum / kN, 0.5, 0.005);
+  EXPECT_NEAR(below_tenth / static_cast<double>(kN), 0.1, 0.005);
+}
 
 // Logits whose softmax is `probs`.
 std::vector<float> LogitsOf(const std::vector<double>& probs) {
@@ -179,14 +242,14 @@ TEST(SamplerTest, PresenceAndFrequencyPenaltiesOverGeneratedTokens) {
 
 TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
   const std::vector<float> l = LogitsOf(kProbs);
-  TokenOutput t;
-  ComputeLogprobs(l, 2, 3, &t);
-  EXPECT_NEAR(t.logprob, std::log(0.15), 1e-6);
-  ASSERT_EQ(t.top.size(), 3u);
-  EXPECT_EQ(t.top[0].token, 0);
-  EXPECT_EQ(t.top[1].token, 1);
-  EXPECT_EQ(t.top[2].token, 2);
-  EXPECT_NEAR(t.top[1].logprob, std::log(0.3), 1e-6);
+  std::vector<TopLogprob> top;
+  EXPECT_NEAR(ComputeLogprobs(l, 2, 3, &top), std::log(0.15), 1e-6);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].token, 0);
+  EXPECT_EQ(top[1].token, 1);
+  EXPECT_EQ(top[2].token, 2);
+  EXPECT_NEAR(top[1].logprob, std::log(0.3), 1e-6);
+  EXPECT_NEAR(ComputeLogprobs(l, 3, 0, nullptr), std::log(0.05), 1e-6);
 }
 
 TEST(SamplerTest, ValidationNamesTheField) {

@@ -1,0 +1,58 @@
+// Chooses and builds a backend for a model directory: the one place that knows every
+// backend (cpu, cuda, cuda-sim). Tools, the server and the benchmarks load models through
+// it (--backend, --dtype).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/model/backend.h"
+#include "engine/weights/dtype.h"
+
+namespace dcf {
+
+enum class BackendKind {
+  kAuto,     // cuda when this build has it and a device is visible, else cpu
+  kCpu,      // fp32 on the host (the oracle)
+  kCuda,     // NVIDIA GPU
+  kCudaSim,  // the CUDA backend's kernels on the host SIMT emulator (docs/CUDA_SIM.md)
+};
+
+// "auto", "cpu", "cuda", "cuda-sim" (InvalidArgument naming the choices otherwise).
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
+const char* BackendKindName(BackendKind kind);
+
+// "float32" | "bfloat16" | "float16" (also "f32", "bf16", "f16"; InvalidArgument otherwise).
+absl::StatusOr<DType> ParseComputeDType(absl::string_view name);
+const char* ComputeDTypeName(DType dtype);  // "float32", "bfloat16", "float16"
+
+struct BackendOptions {
+  BackendKind kind = BackendKind::kAuto;
+  // The dtype weights are kept and multiplied in; nullopt: the backend's default (cpu:
+  // float32; cuda and cuda-sim: bfloat16).
+  std::optional<DType> dtype;
+  int device = 0;  // CUDA device ordinal
+};
+
+// Whether this build contains the real CUDA backend, and how many devices it sees (0 when
+// not built or no driver/device).
+bool CudaBackendBuilt();
+int CudaDeviceCount();
+
+// The backend `kind` resolves to on this machine (kAuto becomes kCuda or kCpu).
+BackendKind ResolveBackendKind(BackendKind kind);
+
+struct LoadedModel {
+  ModelConfig config;
+  std::unique_ptr<Backend> backend;
+};
+
+// Parses `dir`/config.json, validates and loads the weights (LoadModelWeights) and builds
+// the chosen backend. Errors name the file, key, tensor or option at fault; Unavailable when
+// the chosen backend cannot run here (e.g. cuda without a device).
+absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptions& options = {});
+
+}  // namespace dcf

@@ -1,0 +1,31 @@
+#include "engine/backends/backend_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, backend, "auto",
+          "model backend: auto (cuda when a GPU is visible, else cpu), cpu, cuda, or cuda-sim "
+          "(the CUDA kernels on the host SIMT emulator; for testing)");
+ABSL_FLAG(std::string, dtype, "",
+          "dtype the weights are kept and multiplied in: float32, bfloat16 or float16 "
+          "(default: float32 on cpu, bfloat16 on cuda and cuda-sim)");
+
+namespace dcf {
+
+absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
+  BackendOptions o;
+  absl::StatusOr<BackendKind> kind = ParseBackendKind(absl::GetFlag(FLAGS_backend));
+  if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("--backend: ", kind.status().message()));
+  o.kind = *kind;
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (!dtype.empty()) {
+    absl::StatusOr<DType> d = ParseComputeDType(dtype);
+    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", d.status().message()));
+    o.dtype = *d;
+  }
+  return o;
+}
+
+}  // namespace dcf

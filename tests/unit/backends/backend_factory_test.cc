@@ -1,0 +1,57 @@
+// Backend and dtype names, and what LoadModel does with each choice on this build.
+#include "engine/backends/backend_factory.h"
+
+#include "gtest/gtest.h"
+#include "tests/testing/golden.h"
+
+namespace dcf {
+namespace {
+
+TEST(BackendFactoryTest, ParsesNamesAndRefusesOthers) {
+  for (BackendKind k : {BackendKind::kAuto, BackendKind::kCpu, BackendKind::kCuda,
+                        BackendKind::kCudaSim}) {
+    auto parsed = ParseBackendKind(BackendKindName(k));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, k);
+  }
+  const absl::Status bad = ParseBackendKind("tpu").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("cuda-sim"), std::string::npos) << bad.message();
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto parsed = ParseComputeDType(ComputeDTypeName(d));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, d);
+  }
+  EXPECT_EQ(*ParseComputeDType("bf16"), DType::kBF16);
+  EXPECT_EQ(ParseComputeDType("int8").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
+  auto m = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const BackendInfo info = m->backend->info();
+  EXPECT_EQ(info.name, "cpu");
+  EXPECT_EQ(info.dtype, DType::kF32);
+  EXPECT_FALSE(info.device.empty());
+}
+
+TEST(BackendFactoryTest, RefusesWhatCannotRunWithAClearError) {
+  BackendOptions o;
+  o.kind = BackendKind::kCpu;
+  o.dtype = DType::kBF16;
+  const absl::Status s = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("float32"), std::string::npos) << s.message();
+  if (CudaDeviceCount() == 0) {
+    o.kind = BackendKind::kCuda;
+    o.dtype.reset();
+    const absl::Status c = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
+    EXPECT_EQ(c.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(c.message().find("cuda"), std::string::npos) << c.message();
+  }
+}
+
+}  // namespace
+}  // namespace dcf
