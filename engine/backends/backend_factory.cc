@@ -80,7 +80,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(m.config, *reader, load));
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;
-  ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights)));
+  ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
   return m;
 }
 

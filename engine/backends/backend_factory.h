@@ -35,6 +35,9 @@ struct BackendOptions {
   // float32; cuda and cuda-sim: bfloat16).
   std::optional<DType> dtype;
   int device = 0;  // CUDA device ordinal
+  // false: skip the DCMHA compose (plain multi-head attention with the same weights and
+  // cache). Only for benchmarks that price DCMHA against MHA; the output is not the model's.
+  bool compose = true;
 };
 
 // Whether this build contains the real CUDA backend, and how many devices it sees (0 when

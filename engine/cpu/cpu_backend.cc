@@ -37,16 +37,17 @@ void HeadRmsNorm(float* x, const float* scale, int hd) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
-                                                               ModelWeights weights) {
+                                                               ModelWeights weights,
+                                                               bool compose) {
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
   weights.ConvertTo(DType::kF32);
-  return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights)));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose));
 }
 
-CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights)
-    : config_(config), weights_(std::move(weights)), layout_(config) {
+CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose)
+    : config_(config), weights_(std::move(weights)), layout_(config), compose_(compose) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -415,6 +416,7 @@ void CpuBackend::AttentionLayer(int layer) {
       qi.pre_g = &s.g[(t * C + 0) * N];
       qi.post_w = &s.dw[(t * C + 2) * W2I];
       qi.post_g = &s.g[(t * C + 2) * N];
+      qi.compose = compose_;
       const int64_t pos = s.pos[t];
       cpu::AttendOne(layout_, qi, segments[s.seq_of[t]], FirstKeptPosition(window, pos), pos,
                      scratch.data(), &s.o[t * E]);

@@ -20,9 +20,12 @@ namespace dcf {
 class CpuBackend final : public Backend {
  public:
   // Takes ownership of the weights (converted to fp32 if they are not). InvalidArgument when
-  // the config exceeds what the kernels support (n_head > 256).
+  // the config exceeds what the kernels support (n_head > 256). `compose` false skips the
+  // DCMHA compose (plain multi-head attention): for benchmarks that price DCMHA, never for
+  // serving a DCFormer.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
-                                                            ModelWeights weights);
+                                                            ModelWeights weights,
+                                                            bool compose = true);
 
   const ModelConfig& config() const override { return config_; }
   BackendInfo info() const override;
@@ -36,7 +39,7 @@ class CpuBackend final : public Backend {
   absl::Status Wait(StepOutput* out) override;
 
  private:
-  CpuBackend(const ModelConfig& config, ModelWeights weights);
+  CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose);
 
   // The new tokens of one sequence of the batch and its block tables.
   struct SeqView {
@@ -58,6 +61,7 @@ class CpuBackend final : public Backend {
   ModelConfig config_;
   ModelWeights weights_;
   KvRowLayout layout_;
+  const bool compose_;
   StepLimits limits_;
   KvCacheShape cache_shape_;
   std::array<std::vector<float>, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row]

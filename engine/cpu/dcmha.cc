@@ -68,11 +68,11 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
       s[n] = dot * scale;
     }
     const float* kt = row + layout.branch_offset(0);
-    Compose(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s, s);
+    if (qi.compose) Compose(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s, s);
   });
 
   // Softmax over keys, per head.
-  float mx[256], sum[256];  // N <= 256 (checked by CpuModel)
+  float mx[256], sum[256];  // N <= 256 (checked by CpuBackend::Create)
   std::fill(mx, mx + N, -std::numeric_limits<float>::infinity());
   std::fill(sum, sum + N, 0.0f);
   for (int64_t j = 0; j < L; ++j) {
@@ -93,7 +93,7 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
     float* p = S + j * N;
     for (int n = 0; n < N; ++n) p[n] *= sum[n];
     const float* kt = row + layout.branch_offset(1);
-    Compose(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, p, p);
+    if (qi.compose) Compose(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, p, p);
     const float* v = row + layout.v_offset();
     for (int n = 0; n < N; ++n) {
       const float w = p[n];

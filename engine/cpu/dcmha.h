@@ -34,6 +34,7 @@ struct QueryInputs {
   const float* pre_g = nullptr;   // branch 0: G [N]
   const float* post_w = nullptr;  // branch 2
   const float* post_g = nullptr;  // branch 2
+  bool compose = true;            // false: plain multi-head attention (benchmarks only)
 };
 
 // Attends query `qi` to the visible keys [lo, hi] (inclusive) found in `segments` (which

@@ -126,6 +126,34 @@ TEST(AttendOneTest, ZeroComposeIsSoftmaxAttentionAndWindowMasksKeys) {
   }
 }
 
+// With compose switched off (benchmarks' plain MHA), non-zero compose terms have no effect:
+// the result equals attention with all terms zero.
+TEST(AttendOneTest, ComposeOffIgnoresTheTerms) {
+  const int N = 2, hd = 2;
+  const KvRowLayout layout(N, hd);
+  const int row = layout.row_floats();
+  const int P = 3;
+  std::vector<float> rows(P * row), zero_terms(P * row);
+  for (int i = 0; i < P * row; ++i) rows[i] = std::sin(0.7f * i);
+  zero_terms = rows;
+  for (int p = 0; p < P; ++p) {
+    for (int i = layout.terms_offset(); i < row; ++i) zero_terms[p * row + i] = 0;
+  }
+  const float q[4] = {0.5f, 1.0f, -1.0f, 2.0f};
+  std::vector<float> terms(4 * N);
+  for (int i = 0; i < 4 * N; ++i) terms[i] = 0.3f * i - 1;
+  const std::vector<float> zeros(4 * N, 0.0f);
+  QueryInputs off{q, terms.data(), terms.data(), terms.data(), terms.data(), /*compose=*/false};
+  QueryInputs plain{q, zeros.data(), zeros.data(), zeros.data(), zeros.data()};
+  std::vector<float> scratch(P * N);
+  float a[4], b[4];
+  const KeySegment with_terms[1] = {{0, P, rows.data(), row}};
+  const KeySegment without[1] = {{0, P, zero_terms.data(), row}};
+  AttendOne(layout, off, with_terms, 0, P - 1, scratch.data(), a);
+  AttendOne(layout, plain, without, 0, P - 1, scratch.data(), b);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(a[i], b[i]) << i;
+}
+
 // Post-compose acts on normalised probabilities, with no renormalisation afterwards: with
 // a key-side G of g on every key, the output is (1 + g) times plain attention.
 TEST(AttendOneTest, PostComposeScalesProbabilitiesWithoutRenormalising) {
