@@ -37,7 +37,8 @@
 //     the helper (a DCF_SHARED declaration is one array per block, however often reached);
 //   - several dynamic arrays share the one dynamic area: declare one DCF_DYNAMIC_SHARED per
 //     element type and offset the index (`DCF_DYNAMIC_SHARED(float, smem); smem[n + i]`).
-//   T is a trivial type; a multi-dimensional array is a 1-D array indexed by hand.
+//   T is a trivial type; a multi-dimensional array is a 1-D array indexed by hand. Declare
+//   shared arrays inside kernels and __device__ functions only (not at namespace scope).
 // Atomics on global and shared memory (return the old value):
 //   atomicAdd (int, unsigned int, unsigned long long, float, double),
 //   atomicMax / atomicMin (int, unsigned int), atomicCAS (int, unsigned int,

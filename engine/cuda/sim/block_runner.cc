@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <memory>
 
 #include "engine/cuda/sim/config.h"
@@ -49,7 +50,7 @@ std::string Site(const std::source_location& where) {
 
 bool SameSite(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && a.column() == b.column() &&
-         std::strcmp(a.file_name(), b.file_name()) == 0;
+         (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
 }
 
 BlockRunner& ActiveOrDie(const char* what) {
@@ -93,6 +94,7 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
     PushReady(i);
   }
   warp_waiting_.assign((num_threads_ + kWarpSize - 1) / kWarpSize, 0);
+  warp_blocked_.assign(warp_waiting_.size(), 0);
   exited_ = 0;
   first_exited_ = -1;
   at_barrier_ = 0;
@@ -102,6 +104,7 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
 
   active_runner = this;
   current_block = &coords_;
+  FiberStacks::SetActive(&stacks_, request.kernel_name);
   while (!faulted_) {
     const int next = PopReady();
     if (next < 0) {
@@ -114,6 +117,7 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
   current_thread_idx = nullptr;
   current_block = nullptr;
   active_runner = nullptr;
+  FiberStacks::SetActive(nullptr, nullptr);
   return !faulted_;
 }
 
@@ -126,6 +130,7 @@ void BlockRunner::FiberMain(void* thread) {
 void BlockRunner::Exit(Thread& self) {
   self.state = State::kExited;
   ++exited_;
+  ++warp_blocked_[self.id / kWarpSize];
   if (first_exited_ < 0) first_exited_ = self.id;
   if (at_barrier_ > 0) {
     Fault(Format("exits while %d thread(s) wait at __syncthreads at %s: a barrier must be "
@@ -210,6 +215,7 @@ void BlockRunner::SyncThreads(const std::source_location& where) {
   }
   if (++at_barrier_ == num_threads_) {
     // The last thread releases the others (in linear order) and carries on itself.
+    // Nobody has exited (checked above), so no lane is blocked any more.
     at_barrier_ = 0;
     for (int i = 0; i < num_threads_; ++i) {
       if (i != self.id) {
@@ -217,10 +223,12 @@ void BlockRunner::SyncThreads(const std::source_location& where) {
         PushReady(i);
       }
     }
+    std::fill(warp_blocked_.begin(), warp_blocked_.end(), 0);
     return;
   }
   self.state = State::kAtBarrier;
   self.where = where;
+  ++warp_blocked_[self.id / kWarpSize];
   SwitchAway(self);
 }
 
@@ -247,7 +255,9 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
     Fault(Format("%s at %s: width %d is not a power of two in [1, 32]", name,
                  Site(where).c_str(), width));
   }
-  for (int l = 0; l < lanes_in_warp; ++l) {
+  // Lanes that exited or wait at __syncthreads can never arrive: look for them only when the
+  // warp has any (the common path costs two loads).
+  for (int l = 0; warp_blocked_[warp] > 0 && l < lanes_in_warp; ++l) {
     if (l == lane || !(mask >> l & 1u)) continue;
     const Thread& o = threads_[base + l];
     if (o.state == State::kExited) {

@@ -95,6 +95,7 @@ class BlockRunner {
   int ready_head_ = 0;
   int ready_count_ = 0;
   std::vector<int> warp_waiting_;  // [num warps] lanes at a collective
+  std::vector<int> warp_blocked_;  // [num warps] lanes exited or at __syncthreads
   Thread* current_ = nullptr;      // the running fiber; nullptr in the scheduler
   const LaunchRequest* request_ = nullptr;
   BlockCoords coords_{};

@@ -95,6 +95,14 @@ __global__ void WarpKernel(Violation v, int* out) {
 
 __global__ void IotaKernel(int* out) { out[threadIdx.x] = threadIdx.x; }
 
+__device__ int Deep(int depth) {
+  volatile char frame[512];
+  frame[0] = static_cast<char>(depth);
+  return depth == 0 ? 0 : Deep(depth - 1) + frame[0];
+}
+
+__global__ void StackOverflowKernel(int* out, int depth) { out[threadIdx.x] = Deep(depth); }
+
 }  // namespace
 
 cudaError_t LaunchViolation(Violation v, int* out) {
@@ -124,6 +132,11 @@ cudaError_t LaunchViolation(Violation v, int* out) {
       DCF_LAUNCH(WarpKernel, 1, 32, 0, nullptr, v, out);
       break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchStackOverflow(int* out) {
+  DCF_LAUNCH(StackOverflowKernel, 1, 2, 0, nullptr, out, 100000);
   return cudaGetLastError();
 }
 

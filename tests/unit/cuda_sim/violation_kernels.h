@@ -27,6 +27,9 @@ enum class Violation {
 // device memory: the emulator does not tell them apart).
 cudaError_t LaunchViolation(Violation v, int* out);
 
+// A kernel whose threads recurse far past their fiber stack.
+cudaError_t LaunchStackOverflow(int* out);
+
 // A correct kernel: out[i] = i for one block of `threads` threads.
 cudaError_t LaunchIota(int* out, int threads, size_t dynamic_bytes);
 

@@ -149,5 +149,12 @@ TEST_F(ViolationTest, AbortModeAbortsWithTheMessage) {
   unsetenv("DCF_SIMT_ABORT");
 }
 
+TEST_F(ViolationTest, StackOverflowIsReportedByName) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<int> out(2, 0);
+  EXPECT_DEATH(LaunchStackOverflow(out.data()),
+               "fiber stack overflow in kernel 'StackOverflowKernel'.*DCF_SIMT_STACK_KB");
+}
+
 }  // namespace
 }  // namespace dcf::cuda_test
