@@ -119,11 +119,12 @@ int main(int argc, char** argv) {
   float* out = nullptr;
   cudaMalloc(&out, blocks * sizeof(float));
   dcf::simt::SetWorkerThreads(1);
-  const double empty = PerBlockMicros(blocks, Timer::kThreadCpu, [&] { DCF_LAUNCH(EmptyKernel, blocks, 256, 0, nullptr, out); });
-  const double barriers =
-      PerBlockMicros(blocks, Timer::kThreadCpu, [&] { DCF_LAUNCH(BarrierKernel, blocks, 256, 0, nullptr, out); });
-  const double shuffles =
-      PerBlockMicros(blocks, Timer::kThreadCpu, [&] { DCF_LAUNCH(ShuffleKernel, blocks, 256, 0, nullptr, out); });
+  const double empty = PerBlockMicros(
+      blocks, Timer::kThreadCpu, [&] { DCF_LAUNCH(EmptyKernel, blocks, 256, 0, nullptr, out); });
+  const double barriers = PerBlockMicros(
+      blocks, Timer::kThreadCpu, [&] { DCF_LAUNCH(BarrierKernel, blocks, 256, 0, nullptr, out); });
+  const double shuffles = PerBlockMicros(
+      blocks, Timer::kThreadCpu, [&] { DCF_LAUNCH(ShuffleKernel, blocks, 256, 0, nullptr, out); });
   std::printf("(CPU time of the calling thread, best of 5)\n");
   std::printf("block of 256 threads, no barrier:      %8.2f us\n", empty);
   std::printf("block of 256 threads, 8 __syncthreads: %8.2f us (%.1f ns per thread-barrier)\n",
@@ -139,12 +140,16 @@ int main(int argc, char** argv) {
     const double heavy = PerBlockMicros(blocks, Timer::kWall, [&] {
       DCF_LAUNCH(ComputeKernel, blocks, 256, 0, nullptr, out, iterations);
     });
-    const double small = PerBlockMicros(4, Timer::kWall, [&] {
-      for (int i = 0; i < 100; ++i) DCF_LAUNCH(EmptyKernel, 4, 64, 0, nullptr, out);
-    }) / 100;
-    std::printf("workers %d: %d blocks x 256 threads x %d mul-adds: %8.2f us/block; "
-                "4 blocks x 64 threads: %6.2f us/block\n",
-                threads, blocks, iterations, heavy, small);
+    const double small = PerBlockMicros(4, Timer::kWall,
+                                        [&] {
+                                          for (int i = 0; i < 100; ++i)
+                                            DCF_LAUNCH(EmptyKernel, 4, 64, 0, nullptr, out);
+                                        }) /
+                         100;
+    std::printf(
+        "workers %d: %d blocks x 256 threads x %d mul-adds: %8.2f us/block; "
+        "4 blocks x 64 threads: %6.2f us/block\n",
+        threads, blocks, iterations, heavy, small);
   }
   cudaFree(out);
   return 0;

@@ -115,7 +115,7 @@
 #define DCF_CUDA_NS gpu
 
 #define DCF_SHARED(T, name, N) __shared__ T name[N]
-#define DCF_DYNAMIC_SHARED(T, name)                                          \
+#define DCF_DYNAMIC_SHARED(T, name)                                         \
   extern __shared__ __align__(16) unsigned char dcf_dynamic_shared_bytes[]; \
   T* const name = reinterpret_cast<T*>(dcf_dynamic_shared_bytes)
 #define DCF_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
@@ -129,11 +129,11 @@
 
 // The key of a static shared array is the address of a function-local static: one per
 // declaration (and per template instantiation), like a __shared__ variable.
-#define DCF_SHARED(T, name, N)                                                          \
-  static char dcf_shared_key_##name;                                                    \
-  const ::dcf::simt::SharedArray<T, (N)> name(                                          \
-      static_cast<T*>(::dcf::simt::detail::StaticShared(&dcf_shared_key_##name,         \
-                                                        sizeof(T) * (N), alignof(T), #name)), \
+#define DCF_SHARED(T, name, N)                                                                   \
+  static char dcf_shared_key_##name;                                                             \
+  const ::dcf::simt::SharedArray<T, (N)> name(                                                   \
+      static_cast<T*>(::dcf::simt::detail::StaticShared(&dcf_shared_key_##name, sizeof(T) * (N), \
+                                                        alignof(T), #name)),                     \
       #name)
 #define DCF_DYNAMIC_SHARED(T, name) \
   const ::dcf::simt::DynamicSharedArray<T> name(::dcf::simt::detail::DynamicShared(), #name)
@@ -141,5 +141,6 @@
   ::dcf::simt::Launch(#kernel, kernel, grid, block, smem_bytes, stream __VA_OPT__(, ) __VA_ARGS__)
 
 #else
-#error "engine/cuda sources are built by dcf_add_cuda_library (cmake/Cuda.cmake), which defines DCF_CUDA_SIM or DCF_CUDA_REAL"
+// dcf_add_cuda_library / dcf_add_cuda_test (cmake/Cuda.cmake) define one of them.
+#error "define DCF_CUDA_SIM or DCF_CUDA_REAL (or compile with nvcc)"
 #endif

@@ -24,16 +24,14 @@ inline T AtomicExch(T* address, T value) {
 }
 template <typename T>
 inline T AtomicCas(T* address, T compare, T value) {
-  std::atomic_ref<T>(*address).compare_exchange_strong(compare, value,
-                                                       std::memory_order_relaxed);
+  std::atomic_ref<T>(*address).compare_exchange_strong(compare, value, std::memory_order_relaxed);
   return compare;  // the old value, whether or not it matched
 }
 template <typename T, typename Better>
 inline T AtomicUpdateIf(T* address, T value, Better better) {
   std::atomic_ref<T> ref(*address);
   T old = ref.load(std::memory_order_relaxed);
-  while (better(value, old) &&
-         !ref.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
+  while (better(value, old) && !ref.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
   }
   return old;
 }
@@ -47,9 +45,7 @@ inline unsigned long long atomicAdd(unsigned long long* address, unsigned long l
   return detail::AtomicAdd(address, value);
 }
 inline float atomicAdd(float* address, float value) { return detail::AtomicAdd(address, value); }
-inline double atomicAdd(double* address, double value) {
-  return detail::AtomicAdd(address, value);
-}
+inline double atomicAdd(double* address, double value) { return detail::AtomicAdd(address, value); }
 
 inline int atomicMax(int* address, int value) {
   return detail::AtomicUpdateIf(address, value, [](int v, int old) { return v > old; });
@@ -81,9 +77,7 @@ inline int atomicExch(int* address, int value) { return detail::AtomicExch(addre
 inline unsigned int atomicExch(unsigned int* address, unsigned int value) {
   return detail::AtomicExch(address, value);
 }
-inline float atomicExch(float* address, float value) {
-  return detail::AtomicExch(address, value);
-}
+inline float atomicExch(float* address, float value) { return detail::AtomicExch(address, value); }
 
 }  // namespace dcf::simt
 

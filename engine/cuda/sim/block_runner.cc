@@ -1,10 +1,10 @@
 #include "engine/cuda/sim/block_runner.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <memory>
 
 #include "engine/cuda/sim/config.h"
@@ -133,15 +133,15 @@ void BlockRunner::Exit(Thread& self) {
   ++warp_blocked_[self.id / kWarpSize];
   if (first_exited_ < 0) first_exited_ = self.id;
   if (at_barrier_ > 0) {
-    Fault(Format("exits while %d thread(s) wait at __syncthreads at %s: a barrier must be "
-                 "reached by every thread of the block",
-                 at_barrier_, Site(barrier_site_).c_str()));
+    Fault(
+        Format("exits while %d thread(s) wait at __syncthreads at %s: a barrier must be "
+               "reached by every thread of the block",
+               at_barrier_, Site(barrier_site_).c_str()));
   }
   if (const Thread* waiter = WarpWaiterFor(self)) {
     Fault(Format("exits while lane %d (%s) waits for it at %s at %s with mask 0x%08x",
-                 waiter->id % kWarpSize, Describe(*waiter).c_str(),
-                 WarpOpName(waiter->request.op), Site(waiter->where).c_str(),
-                 waiter->request.mask));
+                 waiter->id % kWarpSize, Describe(*waiter).c_str(), WarpOpName(waiter->request.op),
+                 Site(waiter->where).c_str(), waiter->request.mask));
   }
   SwitchAway(self);
   std::fprintf(stderr, "dcf simt: an exited fiber was resumed\n");
@@ -197,17 +197,18 @@ void BlockRunner::SyncThreads(const std::source_location& where) {
                  Describe(threads_[first_exited_]).c_str()));
   }
   if (at_barrier_ > 0 && !SameSite(where, barrier_site_)) {
-    Fault(Format("waits at __syncthreads at %s while %s waits at a different __syncthreads at "
-                 "%s: all threads must reach the same barrier",
-                 Site(where).c_str(), Describe(threads_[barrier_first_]).c_str(),
-                 Site(barrier_site_).c_str()));
+    Fault(
+        Format("waits at __syncthreads at %s while %s waits at a different __syncthreads at "
+               "%s: all threads must reach the same barrier",
+               Site(where).c_str(), Describe(threads_[barrier_first_]).c_str(),
+               Site(barrier_site_).c_str()));
   }
   if (const Thread* waiter = WarpWaiterFor(self)) {
-    Fault(Format("waits at __syncthreads at %s while lane %d (%s) waits for it at %s at %s "
-                 "with mask 0x%08x",
-                 Site(where).c_str(), waiter->id % kWarpSize, Describe(*waiter).c_str(),
-                 WarpOpName(waiter->request.op), Site(waiter->where).c_str(),
-                 waiter->request.mask));
+    Fault(
+        Format("waits at __syncthreads at %s while lane %d (%s) waits for it at %s at %s "
+               "with mask 0x%08x",
+               Site(where).c_str(), waiter->id % kWarpSize, Describe(*waiter).c_str(),
+               WarpOpName(waiter->request.op), Site(waiter->where).c_str(), waiter->request.mask));
   }
   if (at_barrier_ == 0) {
     barrier_site_ = where;
@@ -247,13 +248,14 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
                  Site(where).c_str(), mask, lane));
   }
   if ((mask & ~existing) != 0) {
-    Fault(Format("%s at %s: mask 0x%08x names lanes that do not exist (warp %d of this "
-                 "%d-thread block has lanes 0..%d)",
-                 name, Site(where).c_str(), mask, warp, num_threads_, lanes_in_warp - 1));
+    Fault(
+        Format("%s at %s: mask 0x%08x names lanes that do not exist (warp %d of this "
+               "%d-thread block has lanes 0..%d)",
+               name, Site(where).c_str(), mask, warp, num_threads_, lanes_in_warp - 1));
   }
   if (IsShuffle(op) && (width < 1 || width > kWarpSize || (width & (width - 1)) != 0)) {
-    Fault(Format("%s at %s: width %d is not a power of two in [1, 32]", name,
-                 Site(where).c_str(), width));
+    Fault(Format("%s at %s: width %d is not a power of two in [1, 32]", name, Site(where).c_str(),
+                 width));
   }
   // Lanes that exited or wait at __syncthreads can never arrive: look for them only when the
   // warp has any (the common path costs two loads).
@@ -265,10 +267,10 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
                    Site(where).c_str(), mask, l, Describe(o).c_str()));
     }
     if (o.state == State::kAtBarrier) {
-      Fault(Format("%s at %s with mask 0x%08x: lane %d (%s) waits at __syncthreads at %s and "
-                   "never arrives",
-                   name, Site(where).c_str(), mask, l, Describe(o).c_str(),
-                   Site(o.where).c_str()));
+      Fault(
+          Format("%s at %s with mask 0x%08x: lane %d (%s) waits at __syncthreads at %s and "
+                 "never arrives",
+                 name, Site(where).c_str(), mask, l, Describe(o).c_str(), Site(o.where).c_str()));
     }
   }
   self.request = LaneRequest{op, mask, arg, width, value};
@@ -295,10 +297,11 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
   int bad_lane = 0;
   int bad_source = 0;
   if (!ResolveCollective(mask, lanes, results, &bad_lane, &bad_source)) {
-    Fault(Format("%s at %s: lane %d (%s) reads lane %d, which is not in mask 0x%08x (the value "
-                 "is undefined in CUDA)",
-                 name, Site(where).c_str(), bad_lane, Describe(threads_[base + bad_lane]).c_str(),
-                 bad_source, mask));
+    Fault(
+        Format("%s at %s: lane %d (%s) reads lane %d, which is not in mask 0x%08x (the value "
+               "is undefined in CUDA)",
+               name, Site(where).c_str(), bad_lane, Describe(threads_[base + bad_lane]).c_str(),
+               bad_source, mask));
   }
   for (int l = 0; l < lanes_in_warp; ++l) {
     if (!(mask >> l & 1u)) continue;
@@ -360,10 +363,11 @@ void BlockRunner::DiagnoseDeadlock() {
       return;
     }
   }
-  ReportViolation(Format("kernel '%s' block (%u,%u,%u): deadlock: %d of %d threads wait and "
-                         "none can proceed",
-                         request_->kernel_name, coords_.block_idx.x, coords_.block_idx.y,
-                         coords_.block_idx.z, num_threads_ - exited_, num_threads_));
+  ReportViolation(
+      Format("kernel '%s' block (%u,%u,%u): deadlock: %d of %d threads wait and "
+             "none can proceed",
+             request_->kernel_name, coords_.block_idx.x, coords_.block_idx.y, coords_.block_idx.z,
+             num_threads_ - exited_, num_threads_));
   faulted_ = true;
 }
 

@@ -21,8 +21,8 @@ size_t ParseSize(const char* name, const char* value, bool allow_suffix) {
   char* end = nullptr;
   const unsigned long long n = std::strtoull(value, &end, 10);
   if (end == value || errno != 0 || n == 0 || value[0] == '-') {
-    BadValue(name, value, allow_suffix ? "a positive size such as 4096, 512M or 8G"
-                                       : "a positive integer");
+    BadValue(name, value,
+             allow_suffix ? "a positive size such as 4096, 512M or 8G" : "a positive integer");
   }
   unsigned long long scale = 1;
   const std::string suffix(end);
@@ -33,8 +33,8 @@ size_t ParseSize(const char* name, const char* value, bool allow_suffix) {
   } else if (allow_suffix && (suffix == "G" || suffix == "GiB")) {
     scale = 1ull << 30;
   } else if (!suffix.empty()) {
-    BadValue(name, value, allow_suffix ? "a positive size such as 4096, 512M or 8G"
-                                       : "a positive integer");
+    BadValue(name, value,
+             allow_suffix ? "a positive size such as 4096, 512M or 8G" : "a positive integer");
   }
   return static_cast<size_t>(n * scale);
 }

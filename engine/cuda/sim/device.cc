@@ -37,9 +37,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (cudaError_t e = detail::StickyError(); e != cudaSuccess) return e;
   if (prop == nullptr) return detail::Fail(cudaErrorInvalidValue, "cudaGetDeviceProperties: null");
   if (device != 0) {
-    return detail::Fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" +
-                                                    std::to_string(device) +
-                                                    "): the emulator has device 0");
+    return detail::Fail(
+        cudaErrorInvalidDevice,
+        "cudaGetDeviceProperties(" + std::to_string(device) + "): the emulator has device 0");
   }
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "dcformer SIMT emulator");
@@ -74,10 +74,9 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
                                                    std::to_string(static_cast<int>(attr)));
   }
   if (value < 0 || static_cast<size_t>(value) > kMaxSharedPerBlockOptin) {
-    return detail::Fail(cudaErrorInvalidValue,
-                        "cudaFuncSetAttribute: max dynamic shared memory " +
-                            std::to_string(value) + " is outside [0, " +
-                            std::to_string(kMaxSharedPerBlockOptin) + "]");
+    return detail::Fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: max dynamic shared memory " +
+                                                   std::to_string(value) + " is outside [0, " +
+                                                   std::to_string(kMaxSharedPerBlockOptin) + "]");
   }
   detail::SetMaxDynamicSharedBytes(func, static_cast<size_t>(value));
   return cudaSuccess;

@@ -67,7 +67,7 @@ inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 // min/max for two arguments of the same type. Mixed types (int with unsigned, float with
 // double) are ambiguous here on purpose: CUDA resolves them with promotion rules that are
 // easy to get wrong; cast one side.
-#define DCF_SIMT_MIN_MAX(T)                         \
+#define DCF_SIMT_MIN_MAX(T)                        \
   inline T min(T a, T b) { return b < a ? b : a; } \
   inline T max(T a, T b) { return a < b ? b : a; }
 DCF_SIMT_MIN_MAX(int)

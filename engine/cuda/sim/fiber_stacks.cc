@@ -86,8 +86,8 @@ void FiberStacks::Reserve(int count) {
   const int add = count - have > have ? count - have : have;
   const size_t slot = page_bytes_ + stack_bytes_;  // guard page, then the stack above it
   const size_t bytes = slot * static_cast<size_t>(add);
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
-                    MAP_NORESERVE, -1, 0);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) {
     std::perror("dcf simt: mmap of fiber stacks");
     std::abort();

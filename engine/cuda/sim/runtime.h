@@ -59,8 +59,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* dev_ptr, int value, size_t count);
-cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count,
-                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t stream = nullptr);
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);

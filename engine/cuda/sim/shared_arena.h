@@ -36,7 +36,7 @@ class SharedArena {
   unsigned char* base_ = nullptr;  // 64-byte aligned start of storage_
   size_t dynamic_bytes_ = 0;
   size_t limit_bytes_ = 0;
-  size_t used_ = 0;         // end of the last static array, from base_
+  size_t used_ = 0;          // end of the last static array, from base_
   size_t static_bytes_ = 0;  // sum of the static arrays' sizes
   std::vector<std::pair<const void*, void*>> static_arrays_;  // key -> storage
 };

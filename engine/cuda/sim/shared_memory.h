@@ -49,8 +49,7 @@ inline void CheckSharedIndex(const char* name, I i, size_t size) {
 template <typename T, size_t N>
 class SharedArray {
  public:
-  static_assert(std::is_trivially_default_constructible_v<T> &&
-                    std::is_trivially_destructible_v<T>,
+  static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
                 "shared memory holds trivial types only, as in CUDA");
   static_assert(N > 0, "a shared array needs at least one element");
   SharedArray(T* data, const char* name) : data_(data), name_(name) {}
@@ -71,8 +70,7 @@ template <typename T>
 class DynamicSharedArray {
  public:
   static_assert(alignof(T) <= 16, "dynamic shared memory is 16-byte aligned");
-  static_assert(std::is_trivially_default_constructible_v<T> &&
-                    std::is_trivially_destructible_v<T>,
+  static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
                 "shared memory holds trivial types only, as in CUDA");
   DynamicSharedArray(detail::DynamicSharedSpan span, const char* name)
       : data_(static_cast<T*>(span.data)), size_(span.bytes / sizeof(T)), name_(name) {}

@@ -52,8 +52,7 @@ inline constexpr float4 make_float4(float x, float y, float z, float w) {
 inline constexpr int2 make_int2(int x, int y) { return int2{x, y}; }
 inline constexpr int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 inline constexpr uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
-inline constexpr uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z,
-                                  unsigned int w) {
+inline constexpr uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) {
   return uint4{x, y, z, w};
 }
 

@@ -1,6 +1,5 @@
 #include "engine/cuda/sim/warp_collective.h"
 
-
 namespace dcf::simt::detail {
 
 bool IsShuffle(WarpOp op) {

@@ -67,25 +67,24 @@ inline void __syncwarp(unsigned int mask = 0xffffffffu,
   detail::WarpCollective(detail::WarpOp::kSyncWarp, mask, 0, 0, 32, where);
 }
 
-#define DCF_SIMT_DEFINE_SHUFFLES(T)                                                        \
-  inline T __shfl_sync(unsigned int mask, T var, int src_lane, int width = 32,             \
-                       std::source_location where = std::source_location::current()) {    \
-    return detail::Shuffle(detail::WarpOp::kShflIdx, mask, var, src_lane, width, where);   \
-  }                                                                                        \
-  inline T __shfl_up_sync(unsigned int mask, T var, unsigned int delta, int width = 32,    \
-                          std::source_location where = std::source_location::current()) { \
-    return detail::Shuffle(detail::WarpOp::kShflUp, mask, var, static_cast<int>(delta),    \
-                           width, where);                                                  \
-  }                                                                                        \
-  inline T __shfl_down_sync(unsigned int mask, T var, unsigned int delta, int width = 32,  \
-                            std::source_location where =                                   \
-                                std::source_location::current()) {                         \
-    return detail::Shuffle(detail::WarpOp::kShflDown, mask, var, static_cast<int>(delta),  \
-                           width, where);                                                  \
-  }                                                                                        \
-  inline T __shfl_xor_sync(unsigned int mask, T var, int lane_mask, int width = 32,        \
-                           std::source_location where = std::source_location::current()) { \
-    return detail::Shuffle(detail::WarpOp::kShflXor, mask, var, lane_mask, width, where);  \
+#define DCF_SIMT_DEFINE_SHUFFLES(T)                                                              \
+  inline T __shfl_sync(unsigned int mask, T var, int src_lane, int width = 32,                   \
+                       std::source_location where = std::source_location::current()) {           \
+    return detail::Shuffle(detail::WarpOp::kShflIdx, mask, var, src_lane, width, where);         \
+  }                                                                                              \
+  inline T __shfl_up_sync(unsigned int mask, T var, unsigned int delta, int width = 32,          \
+                          std::source_location where = std::source_location::current()) {        \
+    return detail::Shuffle(detail::WarpOp::kShflUp, mask, var, static_cast<int>(delta), width,   \
+                           where);                                                               \
+  }                                                                                              \
+  inline T __shfl_down_sync(unsigned int mask, T var, unsigned int delta, int width = 32,        \
+                            std::source_location where = std::source_location::current()) {      \
+    return detail::Shuffle(detail::WarpOp::kShflDown, mask, var, static_cast<int>(delta), width, \
+                           where);                                                               \
+  }                                                                                              \
+  inline T __shfl_xor_sync(unsigned int mask, T var, int lane_mask, int width = 32,              \
+                           std::source_location where = std::source_location::current()) {       \
+    return detail::Shuffle(detail::WarpOp::kShflXor, mask, var, lane_mask, width, where);        \
   }
 
 DCF_SIMT_DEFINE_SHUFFLES(int)

@@ -6,8 +6,7 @@ namespace dcf::cuda_test {
 inline namespace DCF_CUDA_NS {
 namespace {
 
-__global__ void HistogramKernel(const int* __restrict__ values, int n, int bins,
-                                HistogramOut out) {
+__global__ void HistogramKernel(const int* __restrict__ values, int n, int bins, HistogramOut out) {
   DCF_SHARED(int, local, 64);
   for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
   __syncthreads();

@@ -28,8 +28,8 @@ TEST(AtomicsTest, MultiBlockHistogramMatchesHost) {
   DeviceBuffer<int> min_value(std::vector<int>{INT_MAX});
   DeviceBuffer<unsigned int> umax(std::vector<unsigned int>{0});
   DeviceBuffer<float> fsum(std::vector<float>{0.0f});
-  const HistogramOut out{hist.get(), total.get(), max_value.get(), min_value.get(), umax.get(),
-                         fsum.get()};
+  const HistogramOut out{hist.get(),      total.get(), max_value.get(),
+                         min_value.get(), umax.get(),  fsum.get()};
   ASSERT_TRUE(CudaOk(LaunchHistogram(d_values.get(), n, bins, out, 8, 128, nullptr)));
   ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
 
@@ -51,8 +51,8 @@ TEST(AtomicsTest, CasLoopCountsEveryThreadAndExchangeLosesNoValue) {
   DeviceBuffer<int> counter(std::vector<int>{5});
   DeviceBuffer<unsigned int> slot(std::vector<unsigned int>{initial});
   DeviceBuffer<unsigned int> olds(total);
-  ASSERT_TRUE(CudaOk(LaunchCasExch(counter.get(), slot.get(), olds.get(), blocks, threads,
-                                   nullptr)));
+  ASSERT_TRUE(
+      CudaOk(LaunchCasExch(counter.get(), slot.get(), olds.get(), blocks, threads, nullptr)));
   ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
   EXPECT_EQ(counter.ToHost()[0], 5 + static_cast<int>(total));
   // The exchanges form a chain: the old values plus the final one are every id plus the

@@ -25,9 +25,9 @@ __global__ void ReverseDynamicKernel(const float* __restrict__ in, float* __rest
 cudaError_t LaunchReverseDynamic(const float* in, float* out, int* src, int blocks, int threads,
                                  size_t dynamic_bytes, bool opt_in, cudaStream_t stream) {
   if (opt_in) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        ReverseDynamicKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(dynamic_bytes));
+    const cudaError_t e =
+        cudaFuncSetAttribute(ReverseDynamicKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(dynamic_bytes));
     if (e != cudaSuccess) return e;
   }
   DCF_LAUNCH(ReverseDynamicKernel, blocks, threads, dynamic_bytes, stream, in, out, src);

@@ -1,11 +1,12 @@
 // The context switch under the emulator's fibers, for both implementations: control moves
 // exactly where asked, callee-saved and floating-point state survive switches, and a fiber
 // keeps its own stack.
+#include "engine/cuda/sim/fiber_context.h"
+
 #include <cmath>
 #include <vector>
 
 #include "engine/cuda/sim/config.h"
-#include "engine/cuda/sim/fiber_context.h"
 #include "engine/cuda/sim/fiber_stacks.h"
 #include "gtest/gtest.h"
 

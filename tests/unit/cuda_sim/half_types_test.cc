@@ -119,8 +119,7 @@ const Case kEdgeCases[] = {
     {0x3f801000, 0x3f80, 0x3c00},  // half tie (1 + 2^-11), even below
     {0x3f803000, 0x3f80, 0x3c02},  // half tie (1 + 3 * 2^-11), even above
     {0x7f7fffff, 0x7f80, 0x7c00},  // FLT_MAX: bf16 rounds up to inf
-    {0x7f7f7fff, 0x7f7f, 0x7c00},
-    {0xff7fffff, 0xff80, 0xfc00},
+    {0x7f7f7fff, 0x7f7f, 0x7c00}, {0xff7fffff, 0xff80, 0xfc00},
     {0x477fe000, 0x4780, 0x7bff},  // 65504, the largest half
     {0x477fefff, 0x4780, 0x7bff},  // just below 65520
     {0x477ff000, 0x4780, 0x7c00},  // 65520 rounds to inf in half
@@ -132,12 +131,11 @@ const Case kEdgeCases[] = {
     {0x00000001, 0x0000, 0x0000},  // smallest float subnormal
     {0x00008000, 0x0000, 0x0000},  // bf16 subnormal tie, even (0) below
     {0x00018000, 0x0002, 0x0000},  // bf16 subnormal tie, even above
-    {0x00008001, 0x0001, 0x0000},
-    {0x33800000, 0x3380, 0x0001},  // 2^-24: smallest half subnormal
-    {0x33000000, 0x3300, 0x0000},  // 2^-25: half tie, even (0)
-    {0x33000001, 0x3300, 0x0001},  // just above
-    {0x33c00000, 0x33c0, 0x0002},  // 1.5 * 2^-24: tie, even above
-    {0x34200000, 0x3420, 0x0002},  // 2.5 * 2^-24: tie, even below
+    {0x00008001, 0x0001, 0x0000}, {0x33800000, 0x3380, 0x0001},  // 2^-24: smallest half subnormal
+    {0x33000000, 0x3300, 0x0000},                                // 2^-25: half tie, even (0)
+    {0x33000001, 0x3300, 0x0001},                                // just above
+    {0x33c00000, 0x33c0, 0x0002},                                // 1.5 * 2^-24: tie, even above
+    {0x34200000, 0x3420, 0x0002},                                // 2.5 * 2^-24: tie, even below
     {0x387fffff, 0x3880, 0x0400},  // just below 2^-14 rounds up to the smallest normal half
     {0x38800000, 0x3880, 0x0400},  // 2^-14
     {0xb8800000, 0xb880, 0x8400},
@@ -180,8 +178,8 @@ TEST(HalfTypesTest, AroundEveryRepresentableValueAndMidpoint) {
   };
   for (uint32_t h = 0; h < 65536; ++h) {
     if ((h & 0x7f80) == 0x7f80) continue;  // inf / NaN patterns: covered by the edge cases
-    add_around(h << 16);             // a bf16 value and its float neighbours
-    add_around((h << 16) | 0x8000);  // the midpoint to the next bf16 value
+    add_around(h << 16);                   // a bf16 value and its float neighbours
+    add_around((h << 16) | 0x8000);        // the midpoint to the next bf16 value
   }
   for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite half (sign added below)
     const float value = FromBits(RefHalfToFloatBits(static_cast<uint16_t>(h)));

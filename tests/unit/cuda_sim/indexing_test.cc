@@ -20,9 +20,9 @@ void CheckIndices(dim3 grid, dim3 block) {
         for (unsigned tz = 0; tz < block.z; ++tz) {
           for (unsigned ty = 0; ty < block.y; ++ty) {
             for (unsigned tx = 0; tx < block.x; ++tx, i += 12) {
-              const std::vector<int> want = {
-                  int(tx),      int(ty),      int(tz),      int(bx),     int(by),     int(bz),
-                  int(block.x), int(block.y), int(block.z), int(grid.x), int(grid.y), int(grid.z)};
+              const std::vector<int> want = {int(tx),      int(ty),     int(tz),      int(bx),
+                                             int(by),      int(bz),     int(block.x), int(block.y),
+                                             int(block.z), int(grid.x), int(grid.y),  int(grid.z)};
               const std::vector<int> have(got.begin() + i, got.begin() + i + 12);
               ASSERT_EQ(have, want) << "block (" << bx << "," << by << "," << bz << ") thread ("
                                     << tx << "," << ty << "," << tz << ")";

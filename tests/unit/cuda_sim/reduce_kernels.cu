@@ -27,8 +27,8 @@ __device__ float BlockSum(float v, Smem& warp_sums) {
   return v;
 }
 
-__global__ void __launch_bounds__(1024) BlockSumKernel(const float* __restrict__ in,
-                                                       float* __restrict__ out, int chunk) {
+__global__ void __launch_bounds__(1024)
+    BlockSumKernel(const float* __restrict__ in, float* __restrict__ out, int chunk) {
   DCF_SHARED(float, warp_sums, 32);
   const float* block_in = in + static_cast<long long>(blockIdx.x) * chunk;
   float v = 0.0f;

@@ -58,9 +58,9 @@ TEST_F(RuntimeTest, FuncSetAttributeRejectsMoreThanTheOptInMaximum) {
   EXPECT_EQ(cudaFuncSetAttribute(some_function, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(prop.sharedMemPerBlockOptin) + 1),
             cudaErrorInvalidValue);
-  EXPECT_TRUE(CudaOk(cudaFuncSetAttribute(some_function,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(prop.sharedMemPerBlockOptin))));
+  EXPECT_TRUE(
+      CudaOk(cudaFuncSetAttribute(some_function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(prop.sharedMemPerBlockOptin))));
 }
 
 TEST_F(RuntimeTest, InjectedStickyErrorIsReportedUntilCleared) {

@@ -19,12 +19,12 @@ cudaError_t LaunchBlockSum(const float* in, float* out, int chunk, int blocks, i
 // *max_value / *min_value (int atomicMax / atomicMin), *umax (unsigned atomicMax of the values)
 // and *fsum += 1.0f per value (float atomicAdd).
 struct HistogramOut {
-  int* hist;                 // [bins] int, zeroed by the caller
+  int* hist;                  // [bins] int, zeroed by the caller
   unsigned long long* total;  // [1]
-  int* max_value;            // [1], INT_MIN initially
-  int* min_value;            // [1], INT_MAX initially
-  unsigned int* umax;        // [1], 0 initially
-  float* fsum;               // [1], 0 initially
+  int* max_value;             // [1], INT_MIN initially
+  int* min_value;             // [1], INT_MAX initially
+  unsigned int* umax;         // [1], 0 initially
+  float* fsum;                // [1], 0 initially
 };
 cudaError_t LaunchHistogram(const int* values, int n, int bins, HistogramOut out, int blocks,
                             int threads, cudaStream_t stream);

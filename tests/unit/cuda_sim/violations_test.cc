@@ -104,8 +104,7 @@ TEST_F(ViolationTest, LaneThatExitedBeforeAShuffle) {
 }
 
 TEST_F(ViolationTest, CallerNotInItsMask) {
-  EXPECT_THAT(Run(Violation::kCallerNotInMask),
-              HasSubstr("thread (3,0,0): __shfl_sync at"));
+  EXPECT_THAT(Run(Violation::kCallerNotInMask), HasSubstr("thread (3,0,0): __shfl_sync at"));
   EXPECT_THAT(simt::LastErrorMessage(),
               HasSubstr("mask 0x00000001 does not name the calling lane 3"));
 }
@@ -116,9 +115,10 @@ TEST_F(ViolationTest, ShuffleReadingALaneOutsideTheMask) {
 }
 
 TEST_F(ViolationTest, LanesAtDifferentCollectives) {
-  EXPECT_THAT(Run(Violation::kMismatchedCollectives),
-              AllOf(HasSubstr("thread (0,0,0): __shfl_sync at"),
-                    HasSubstr("never completes: lane 16 (thread (16,0,0)) waits at __ballot_sync")));
+  EXPECT_THAT(
+      Run(Violation::kMismatchedCollectives),
+      AllOf(HasSubstr("thread (0,0,0): __shfl_sync at"),
+            HasSubstr("never completes: lane 16 (thread (16,0,0)) waits at __ballot_sync")));
 }
 
 TEST_F(ViolationTest, BarrierWhileTheWarpWaitsAtAShuffle) {

@@ -54,8 +54,8 @@ cudaError_t LaunchWarpOp(WarpOpKind op, const T* values, T* out, int arg, int wi
 }
 
 template cudaError_t LaunchWarpOp<int>(WarpOpKind, const int*, int*, int, int, int, cudaStream_t);
-template cudaError_t LaunchWarpOp<unsigned int>(WarpOpKind, const unsigned int*, unsigned int*,
-                                                int, int, int, cudaStream_t);
+template cudaError_t LaunchWarpOp<unsigned int>(WarpOpKind, const unsigned int*, unsigned int*, int,
+                                                int, int, cudaStream_t);
 template cudaError_t LaunchWarpOp<long long>(WarpOpKind, const long long*, long long*, int, int,
                                              int, cudaStream_t);
 template cudaError_t LaunchWarpOp<unsigned long long>(WarpOpKind, const unsigned long long*,

@@ -128,17 +128,27 @@ TYPED_TEST(VoteTest, BallotAnyAllMatchHost) {
       std::vector<T> predicates(threads);
       for (int t = 0; t < threads; ++t) {
         switch (pattern) {
-          case 0: predicates[t] = 0; break;
-          case 1: predicates[t] = 7; break;
-          case 2: predicates[t] = t % 2; break;
-          case 3: predicates[t] = t == 37 ? 1 : 0; break;
-          default: predicates[t] = static_cast<T>(rng() % 2); break;
+          case 0:
+            predicates[t] = 0;
+            break;
+          case 1:
+            predicates[t] = 7;
+            break;
+          case 2:
+            predicates[t] = t % 2;
+            break;
+          case 3:
+            predicates[t] = t == 37 ? 1 : 0;
+            break;
+          default:
+            predicates[t] = static_cast<T>(rng() % 2);
+            break;
         }
       }
       DeviceBuffer<T> d_pred(predicates);
       DeviceBuffer<T> d_out(threads);
-      for (WarpOpKind op : {WarpOpKind::kBallot, WarpOpKind::kAny, WarpOpKind::kAll,
-                            WarpOpKind::kSyncWarp}) {
+      for (WarpOpKind op :
+           {WarpOpKind::kBallot, WarpOpKind::kAny, WarpOpKind::kAll, WarpOpKind::kSyncWarp}) {
         ASSERT_TRUE(
             CudaOk(LaunchWarpOp<T>(op, d_pred.get(), d_out.get(), 0, 32, threads, nullptr)));
         const std::vector<T> out = d_out.ToHost();

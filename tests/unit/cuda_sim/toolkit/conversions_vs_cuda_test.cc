@@ -31,10 +31,10 @@ TEST(ConversionsVsCudaTest, SixteenBitToFloat) {
 
 void ExpectSame(uint32_t bits) {
   const float f = FromBits(bits);
-  ASSERT_EQ(sim_host::FloatToBf16(f), cuda_host::FloatToBf16(f)) << "bf16 of 0x" << std::hex
-                                                                 << bits;
-  ASSERT_EQ(sim_host::FloatToHalf(f), cuda_host::FloatToHalf(f)) << "half of 0x" << std::hex
-                                                                 << bits;
+  ASSERT_EQ(sim_host::FloatToBf16(f), cuda_host::FloatToBf16(f))
+      << "bf16 of 0x" << std::hex << bits;
+  ASSERT_EQ(sim_host::FloatToHalf(f), cuda_host::FloatToHalf(f))
+      << "half of 0x" << std::hex << bits;
 }
 
 TEST(ConversionsVsCudaTest, FloatToSixteenBitAtRoundingBoundaries) {
