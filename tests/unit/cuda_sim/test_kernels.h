@@ -62,5 +62,16 @@ cudaError_t LaunchFloatToHalfs(const float* in, unsigned short* bf16, unsigned s
 // from_bf16[i] = __bfloat162float(bits i), from_half[i] = __half2float(bits i), i < 65536.
 cudaError_t LaunchHalfsToFloat(float* from_bf16, float* from_half, cudaStream_t stream);
 
+// The contract's math on the device: for each x = in[i], out[i * kMathFunctions + f] is
+// function f of x (see math_kernels.cu for the order). Inputs must lie in every function's
+// domain (0 < x).
+inline constexpr int kMathFunctions = 21;
+cudaError_t LaunchMath(const float* in, float* out, int n, cudaStream_t stream);
+
+// Vector types: out[i] = in[i] as float4, read through __ldg, plus make_* round trips:
+// out[i].x += make_int2(1, 2).y, out[i].y += make_uint4(...).w, out[i].z += make_float2().x,
+// out[i].w += make_int4(...).z + make_uint2(...).x. n float4 elements.
+cudaError_t LaunchVectorTypes(const float4* in, float4* out, int n, cudaStream_t stream);
+
 }  // namespace DCF_CUDA_NS
 }  // namespace dcf::cuda_test
