@@ -5,6 +5,7 @@
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend_factory.h"
 #include "engine/model/model_weights.h"
 #include "engine/weights/checkpoint.h"
 
@@ -48,8 +49,23 @@ const char* ComputeDTypeName(DType dtype) {
   return "?";
 }
 
-bool CudaBackendBuilt() { return false; }
-int CudaDeviceCount() { return 0; }
+bool CudaBackendBuilt() {
+#if defined(DCF_HAVE_CUDA_BACKEND)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int CudaDeviceCount() {
+#if defined(DCF_HAVE_CUDA_BACKEND)
+  // Asking initialises the CUDA runtime (slow once); devices do not come and go.
+  static const int count = cuda::gpu::VisibleDeviceCount();
+  return count;
+#else
+  return 0;
+#endif
+}
 
 BackendKind ResolveBackendKind(BackendKind kind) {
   if (kind != BackendKind::kAuto) return kind;
@@ -63,24 +79,37 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     return absl::InvalidArgumentError(absl::StrCat("the cpu backend computes in float32, not ",
                                                    ComputeDTypeName(*options.dtype)));
   }
-  if (kind == BackendKind::kCuda) {
+  if (kind == BackendKind::kCuda && (!CudaBackendBuilt() || CudaDeviceCount() == 0)) {
     return absl::UnavailableError(
         CudaBackendBuilt() ? "--backend cuda: no CUDA device is visible"
                            : "--backend cuda: this build has no CUDA backend (configure with "
                              "the CUDA toolkit, DCFORMER_CUDA=ON)");
   }
-  if (kind == BackendKind::kCudaSim) {
-    return absl::UnimplementedError("--backend cuda-sim: not available in this build");
-  }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpointDir(dir));
   WeightLoadOptions load;
-  load.dtype = DType::kF32;
+  // The CPU computes in f32; the CUDA backends convert tensor by tensor while uploading.
+  load.dtype = kind == BackendKind::kCpu ? std::optional<DType>(DType::kF32) : std::nullopt;
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(m.config, *reader, load));
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;
-  ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
+  if (kind == BackendKind::kCpu) {
+    ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
+    return m;
+  }
+  cuda::BackendCreateOptions cuda_options;
+  cuda_options.dtype = options.dtype.value_or(DType::kBF16);
+  cuda_options.device = options.device;
+  cuda_options.compose = options.compose;
+  if (kind == BackendKind::kCudaSim) {
+    ASSIGN_OR_RETURN(m.backend,
+                     cuda::sim::CreateBackend(m.config, std::move(weights), cuda_options));
+    return m;
+  }
+#if defined(DCF_HAVE_CUDA_BACKEND)
+  ASSIGN_OR_RETURN(m.backend, cuda::gpu::CreateBackend(m.config, std::move(weights), cuda_options));
+#endif
   return m;
 }
 

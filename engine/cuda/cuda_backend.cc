@@ -1,0 +1,644 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/cuda/activation.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/dyn_weights.h"
+#include "engine/cuda/embedding.h"
+#include "engine/cuda/norm.h"
+#include "engine/cuda/qk_rope.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+namespace {
+
+static_assert(kSampleMaxTop == kMaxTopLogprobs, "device and host top-logprob capacity differ");
+static_assert(kBranches == ModelConfig::kComposeBranches && kRank == ModelConfig::kRank,
+              "DCMHA constants differ between the CUDA kernels and the model");
+
+#if defined(DCF_CUDA_SIM)
+constexpr char kBackendName[] = "cuda-sim";
+#else
+constexpr char kBackendName[] = "cuda";
+#endif
+
+constexpr int C = ModelConfig::kComposeBranches;
+constexpr int kI = ModelConfig::kRank;
+// cuBLASLt workspace (NVIDIA recommends 32 MiB on Hopper).
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+// Device memory Prepare keeps back from the KV cache (allocator slack, library handles).
+constexpr size_t kReserveBytes = size_t{256} << 20;
+
+ElemType ToElemType(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return ElemType::kF32;
+    case DType::kBF16:
+      return ElemType::kBF16;
+    case DType::kF16:
+      return ElemType::kF16;
+  }
+  return ElemType::kF32;
+}
+
+size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Appends arrays at 16-byte aligned offsets into a host staging buffer.
+class Packer {
+ public:
+  explicit Packer(uint8_t* base) : base_(base) {}
+  template <typename T>
+  size_t Put(const T* data, size_t count) {
+    const size_t at = used_;
+    if (count > 0) std::memcpy(base_ + at, data, count * sizeof(T));
+    used_ = Align16(used_ + count * sizeof(T));
+    return at;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  uint8_t* base_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const ModelConfig& config, ModelWeights weights, const CudaBackendOptions& options) {
+  if (config.n_head > kMaxDynHeads || config.head_dim > kMaxQkRopeHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",
+        kMaxQkRopeHeadDim, " (model: ", config.n_head, ", ", config.head_dim, ")"));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= options.device ||
+      options.device < 0) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("--backend ", kBackendName, ": CUDA device ",
+                                               options.device, " is not visible (", count,
+                                               " devices)"));
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
+  RETURN_IF_ERROR(b->Init(std::move(weights)));
+  return b;
+}
+
+CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+    : config_(config), layout_(config), options_(options), dtype_(ToElemType(options.dtype)) {
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (done_ != nullptr) cudaEventDestroy(done_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::Init(ModelWeights weights) {
+  DCF_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device),
+                           "cudaGetDeviceProperties");
+  device_name_ = prop.name;
+  DCF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                           "cudaStreamCreate");
+  DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
+                           "cudaEventCreate");
+  ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
+  ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_));
+
+  // RoPE angles of every position, as cpu::RopeAngles computes them (double, then f32), so
+  // both backends rotate by bit-identical cos/sin.
+  const int half = config_.rotary_dim / 2;
+  if (half > 0) {
+    const int64_t n = static_cast<int64_t>(config_.max_positions) * half;
+    std::vector<float> cs(n), sn(n);
+    for (int64_t pos = 0; pos < config_.max_positions; ++pos) {
+      for (int j = 0; j < half; ++j) {
+        const double angle = static_cast<double>(pos) *
+                             std::pow(config_.rope_base, -2.0 * j / config_.rotary_dim);
+        cs[pos * half + j] = static_cast<float>(std::cos(angle));
+        sn[pos * half + j] = static_cast<float>(std::sin(angle));
+      }
+    }
+    ASSIGN_OR_RETURN(rope_cos_, DeviceBuffer::Allocate(n * sizeof(float), "RoPE table"));
+    ASSIGN_OR_RETURN(rope_sin_, DeviceBuffer::Allocate(n * sizeof(float), "RoPE table"));
+    DCF_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(rope_cos_.get(), cs.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+        "RoPE table upload");
+    DCF_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(rope_sin_.get(), sn.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+        "RoPE table upload");
+  }
+  return absl::OkStatus();
+}
+
+BackendInfo CudaBackend::info() const {
+  BackendInfo info;
+  info.name = kBackendName;
+  info.device = device_name_;
+  info.dtype = options_.dtype;
+  return info;
+}
+
+size_t CudaBackend::BytesPerBlock(LayerGroup g, int block_size) const {
+  return static_cast<size_t>(ElemBytes(dtype_)) * layers_in_group_[static_cast<int>(g)] *
+         block_size * layout_.row_floats();
+}
+
+absl::Status CudaBackend::Fail(absl::Status status) {
+  if (health_.ok()) {
+    health_ = absl::InternalError(absl::StrCat(kBackendName, " backend failed: ",
+                                               status.message()));
+  }
+  launched_ = false;
+  return health_;
+}
+
+absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
+  RETURN_IF_ERROR(health_);
+  if (limits.max_tokens <= 0 || limits.max_seqs <= 0 || limits.blocks_per_seq <= 0 ||
+      limits.num_penalty_slots < 0 || limits.max_logit_rows < 0) {
+    return absl::InvalidArgumentError("step limits must be positive");
+  }
+  prepared_ = false;
+  launched_ = false;
+  // Release the previous workspace first, so that it does not count twice.
+  for (DeviceBuffer* b : {&x_, &a_, &a2_, &proj_, &dyn_, &attn_out_, &up_, &act_, &final_in_,
+                          &logits_, &sample_work_, &results_, &attn_workspace_, &step_dev_,
+                          &seen_, &counts_}) {
+    b->Reset();
+  }
+  step_host_.Reset();
+  results_host_.Reset();
+
+  const int64_t T = limits.max_tokens, S = limits.max_seqs, E = config_.dim,
+                F = config_.intermediate_size, V = config_.vocab_size, N = config_.n_head;
+  const int64_t P = FusedInputRows(config_);
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+  const int eb = ElemBytes(dtype_);
+  rows_cap_ = static_cast<int>(std::min<int64_t>(T, int64_t{limits.max_logit_rows} + S));
+  const int64_t slots = limits.num_penalty_slots;
+  const size_t step_bytes =
+      Align16(4 * T) * 3 + Align16(4 * (S + 1)) + 2 * Align16(4 * S * limits.blocks_per_seq) +
+      Align16(4 * rows_cap_) + Align16(sizeof(DeviceSamplingRow) * S) + 16;
+
+  ASSIGN_OR_RETURN(x_, DeviceBuffer::Allocate(4 * T * E, "the residual stream"));
+  ASSIGN_OR_RETURN(a_, DeviceBuffer::Allocate(eb * T * E, "normed activations"));
+  if (pythia) {
+    ASSIGN_OR_RETURN(a2_, DeviceBuffer::Allocate(eb * T * E, "normed activations"));
+  }
+  ASSIGN_OR_RETURN(proj_, DeviceBuffer::Allocate(4 * T * P, "the input projection"));
+  ASSIGN_OR_RETURN(dyn_, DeviceBuffer::Allocate(4 * T * C * 2 * kI * N, "dynamic weights"));
+  ASSIGN_OR_RETURN(attn_out_, DeviceBuffer::Allocate(eb * T * E, "attention output"));
+  ASSIGN_OR_RETURN(up_, DeviceBuffer::Allocate(4 * T * F * (pythia ? 1 : 2), "MLP input"));
+  ASSIGN_OR_RETURN(act_, DeviceBuffer::Allocate(eb * T * F, "MLP activations"));
+  ASSIGN_OR_RETURN(final_in_, DeviceBuffer::Allocate(eb * rows_cap_ * E, "final norm rows"));
+  ASSIGN_OR_RETURN(logits_, DeviceBuffer::Allocate(4 * rows_cap_ * V, "logits"));
+  ASSIGN_OR_RETURN(sample_work_, DeviceBuffer::Allocate(4 * S * V, "sampler workspace"));
+  ASSIGN_OR_RETURN(results_, DeviceBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
+  ASSIGN_OR_RETURN(attn_workspace_,
+                   DeviceBuffer::Allocate(DcmhaWorkspaceBytes(config_.n_head, config_.head_dim,
+                                                              T, S, config_.max_positions),
+                                          "attention workspace"));
+  ASSIGN_OR_RETURN(step_dev_, DeviceBuffer::Allocate(step_bytes, "step arrays"));
+  ASSIGN_OR_RETURN(seen_, DeviceBuffer::Allocate(slots * V, "penalty state"));
+  ASSIGN_OR_RETURN(counts_, DeviceBuffer::Allocate(4 * slots * V, "penalty state"));
+  ASSIGN_OR_RETURN(step_host_, PinnedBuffer::Allocate(step_bytes, "step staging"));
+  ASSIGN_OR_RETURN(results_host_,
+                   PinnedBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
+  if (slots > 0) {
+    DCF_CUDA_RETURN_IF_ERROR(cudaMemset(seen_.get(), 0, seen_.bytes()), "penalty state reset");
+    DCF_CUDA_RETURN_IF_ERROR(cudaMemset(counts_.get(), 0, counts_.bytes()),
+                             "penalty state reset");
+  }
+  limits_ = limits;
+  prepared_ = true;
+  size_t free_bytes = 0, total_bytes = 0;
+  DCF_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  // Whatever the caches already hold counts as available: AllocateCache replaces them.
+  for (const DeviceBuffer& c : cache_) free_bytes += c.bytes();
+  return free_bytes > kReserveBytes ? free_bytes - kReserveBytes : 0;
+}
+
+absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
+  RETURN_IF_ERROR(health_);
+  if (!prepared_) return absl::FailedPreconditionError("AllocateCache before Prepare");
+  if (shape.block_size <= 0 || shape.num_blocks[0] < 0 || shape.num_blocks[1] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache shape: block size ", shape.block_size, " and block counts ",
+        shape.num_blocks[0], ", ", shape.num_blocks[1], " must be positive"));
+  }
+  const bool has_window_layers = layers_in_group_[static_cast<int>(LayerGroup::kWindow)] > 0;
+  if (has_window_layers && shape.window != config_.window_size) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: window ", shape.window,
+                                                   " differs from the model's window_size ",
+                                                   config_.window_size));
+  }
+  cache_shape_ = KvCacheShape();  // unusable until the allocation succeeded
+  for (DeviceBuffer& c : cache_) c.Reset();
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    const size_t bytes = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) *
+                         static_cast<size_t>(shape.num_blocks[g]);
+    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Allocate(bytes, "the KV cache");
+    if (!buf.ok()) {
+      for (DeviceBuffer& c : cache_) c.Reset();
+      return buf.status();
+    }
+    cache_[g] = std::move(*buf);
+    // Zero, so that no kernel can ever read uninitialised (possibly NaN) cache memory.
+    if (bytes > 0) {
+      DCF_CUDA_RETURN_IF_ERROR(cudaMemset(cache_[g].get(), 0, bytes), "KV cache reset");
+    }
+  }
+  cache_shape_ = shape;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
+                                          absl::Span<const int32_t> generated) {
+  RETURN_IF_ERROR(health_);
+  if (slot < 0 || slot >= limits_.num_penalty_slots || !prepared_) {
+    return absl::InvalidArgumentError(absl::StrCat("penalty slot ", slot, " is not one of the ",
+                                                   prepared_ ? limits_.num_penalty_slots : 0,
+                                                   " prepared"));
+  }
+  const int V = config_.vocab_size;
+  std::vector<uint8_t> seen(V, 0);
+  std::vector<int32_t> counts(V, 0);
+  for (int32_t t : prompt) {
+    if (t >= 0 && t < V) seen[t] = 1;
+  }
+  for (int32_t t : generated) {
+    if (t >= 0 && t < V) {
+      seen[t] = 1;
+      ++counts[t];
+    }
+  }
+  // Stream-ordered after any step still in flight, and complete before returning (the host
+  // vectors die here).
+  cudaError_t e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V,
+                                  seen.data(), V, cudaMemcpyHostToDevice, stream_);
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(counts_.as<int32_t>() + static_cast<int64_t>(slot) * V, counts.data(),
+                        sizeof(int32_t) * V, cudaMemcpyHostToDevice, stream_);
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) return Fail(CudaStatus(e, "SetPenaltyState"));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Launch(const StepBatch& batch) {
+  RETURN_IF_ERROR(health_);
+  if (launched_) return absl::FailedPreconditionError("Launch while a step is in flight");
+  if (!prepared_) return absl::FailedPreconditionError("Launch before Prepare");
+  RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
+  const int S = batch.num_seqs();
+
+  StepPlan plan;
+  plan.num_tokens = batch.num_tokens();
+  plan.num_seqs = S;
+  // Logits rows: every row of the return_logits sequences (sequence order) first, then the
+  // last row of each other sampled sequence.
+  std::vector<int32_t> rows;
+  std::vector<int32_t> sample_row(S, -1);
+  for (int s = 0; s < S; ++s) {
+    plan.max_seq_tokens = std::max(plan.max_seq_tokens, batch.seq_len(s));
+    plan.max_position = std::max(plan.max_position, batch.start_pos(s) + batch.seq_len(s) - 1);
+    if (!batch.return_logits[s]) continue;
+    for (int t = batch.seq_offsets[s]; t < batch.seq_offsets[s + 1]; ++t) rows.push_back(t);
+    sample_row[s] = static_cast<int32_t>(rows.size()) - 1;
+  }
+  plan.num_logit_rows = static_cast<int>(rows.size());
+  for (int s = 0; s < S; ++s) {
+    if (!batch.sample[s]) continue;
+    if (!batch.return_logits[s]) {
+      rows.push_back(batch.seq_offsets[s + 1] - 1);
+      sample_row[s] = static_cast<int32_t>(rows.size()) - 1;
+    }
+    const SamplingRow& r = batch.sampling[s];
+    DeviceSamplingRow d;
+    d.logit_row = sample_row[s];
+    d.penalty_slot = r.penalty_slot;
+    d.temperature = r.params.temperature;
+    d.inv_temperature = r.params.temperature > 0.0f ? 1.0f / r.params.temperature : 1.0f;
+    d.top_k = r.params.top_k;
+    d.top_p = r.params.top_p;
+    d.min_p = r.params.min_p;
+    d.repetition_penalty = r.params.repetition_penalty;
+    d.presence_penalty = r.params.presence_penalty;
+    d.frequency_penalty = r.params.frequency_penalty;
+    d.top_logprobs = r.top_logprobs;
+    d.want_logprob = r.logprob ? 1 : 0;
+    d.seed = r.seed;
+    d.step = r.step;
+    plan.record_penalties |= r.penalty_slot >= 0;
+    plan.rows.push_back(d);
+    plan.sampled_seq.push_back(s);
+  }
+  plan.num_rows = static_cast<int>(rows.size());
+  if (plan.num_rows > rows_cap_) {
+    return absl::InternalError(absl::StrCat("step needs ", plan.num_rows,
+                                            " logits rows, more than the prepared ", rows_cap_));
+  }
+
+  // Pack every array into the staging buffer; one copy to the device.
+  Packer pk(step_host_.as<uint8_t>());
+  const size_t o_tokens = pk.Put(batch.tokens.data(), batch.tokens.size());
+  const size_t o_pos = pk.Put(batch.positions.data(), batch.positions.size());
+  const size_t o_offsets = pk.Put(batch.seq_offsets.data(), batch.seq_offsets.size());
+  std::vector<int32_t> token_seq(plan.num_tokens);
+  for (int s = 0; s < S; ++s) {
+    for (int t = batch.seq_offsets[s]; t < batch.seq_offsets[s + 1]; ++t) token_seq[t] = s;
+  }
+  const size_t o_seq = pk.Put(token_seq.data(), token_seq.size());
+  std::array<size_t, kNumLayerGroups> o_tables;
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    o_tables[g] = pk.Put(batch.block_tables[g].data(), batch.block_tables[g].size());
+  }
+  const size_t o_rows = pk.Put(rows.data(), rows.size());
+  const size_t o_sampling = pk.Put(plan.rows.data(), plan.rows.size());
+  if (pk.used() > step_host_.bytes()) {
+    return absl::InternalError("step arrays exceed the prepared staging buffer");
+  }
+  uint8_t* dev = step_dev_.as<uint8_t>();
+  StepArrays d;
+  d.tokens = reinterpret_cast<const int32_t*>(dev + o_tokens);
+  d.positions = reinterpret_cast<const int32_t*>(dev + o_pos);
+  d.seq_offsets = reinterpret_cast<const int32_t*>(dev + o_offsets);
+  d.token_seq = reinterpret_cast<const int32_t*>(dev + o_seq);
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    d.tables[g] = reinterpret_cast<const int32_t*>(dev + o_tables[g]);
+  }
+  d.logit_rows = reinterpret_cast<const int32_t*>(dev + o_rows);
+  d.sampling = reinterpret_cast<const DeviceSamplingRow*>(dev + o_sampling);
+
+  const cudaError_t e =
+      cudaMemcpyAsync(dev, step_host_.get(), pk.used(), cudaMemcpyHostToDevice, stream_);
+  if (e != cudaSuccess) return Fail(CudaStatus(e, "step upload"));
+  if (absl::Status st = Forward(d, plan); !st.ok()) return Fail(st);
+
+  const int num_sampled = static_cast<int>(plan.rows.size());
+  if (num_sampled > 0) {
+    SampleParams sp;
+    sp.num_rows = num_sampled;
+    sp.vocab = config_.vocab_size;
+    sp.logits = logits_.as<float>();
+    sp.rows = d.sampling;
+    sp.seen = seen_.as<uint8_t>();
+    sp.counts = counts_.as<int32_t>();
+    sp.work = sample_work_.as<float>();
+    sp.results = results_.as<SampleResult>();
+    if (cudaError_t se = LaunchSample(sp, stream_); se != cudaSuccess) {
+      return Fail(CudaStatus(se, "sampling"));
+    }
+    if (plan.record_penalties) {
+      RecordSampledParams rp;
+      rp.num_rows = num_sampled;
+      rp.vocab = config_.vocab_size;
+      rp.rows = d.sampling;
+      rp.results = results_.as<SampleResult>();
+      rp.seen = seen_.as<uint8_t>();
+      rp.counts = counts_.as<int32_t>();
+      if (cudaError_t re = LaunchRecordSampled(rp, stream_); re != cudaSuccess) {
+        return Fail(CudaStatus(re, "penalty update"));
+      }
+    }
+    if (cudaError_t ce = cudaMemcpyAsync(results_host_.get(), results_.get(),
+                                         sizeof(SampleResult) * num_sampled,
+                                         cudaMemcpyDeviceToHost, stream_);
+        ce != cudaSuccess) {
+      return Fail(CudaStatus(ce, "result download"));
+    }
+  }
+  if (cudaError_t ee = cudaEventRecord(done_, stream_); ee != cudaSuccess) {
+    return Fail(CudaStatus(ee, "cudaEventRecord"));
+  }
+  plan_ = std::move(plan);
+  launched_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Wait(StepOutput* out) {
+  RETURN_IF_ERROR(health_);
+  if (!launched_) return absl::FailedPreconditionError("Wait without a successful Launch");
+  launched_ = false;
+  if (cudaError_t e = cudaEventSynchronize(done_); e != cudaSuccess) {
+    return Fail(CudaStatus(e, "step"));
+  }
+  const int V = config_.vocab_size;
+  out->Resize(plan_.num_seqs, plan_.num_logit_rows, V);
+  if (plan_.num_logit_rows > 0) {
+    const cudaError_t e =
+        cudaMemcpy(out->logits.data(), logits_.get(),
+                   sizeof(float) * plan_.num_logit_rows * V, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return Fail(CudaStatus(e, "logits download"));
+  }
+  const SampleResult* res = results_host_.as<SampleResult>();
+  for (size_t i = 0; i < plan_.sampled_seq.size(); ++i) {
+    const int s = plan_.sampled_seq[i];
+    const DeviceSamplingRow& row = plan_.rows[i];
+    out->tokens[s] = res[i].token;
+    if (row.want_logprob != 0 || row.top_logprobs > 0) out->logprobs[s] = res[i].logprob;
+    for (int k = 0; k < row.top_logprobs; ++k) {
+      out->top_tokens[static_cast<size_t>(s) * kMaxTopLogprobs + k] = res[i].top_tokens[k];
+      out->top_logprobs[static_cast<size_t>(s) * kMaxTopLogprobs + k] = res[i].top_logprobs[k];
+    }
+  }
+  return absl::OkStatus();
+}
+
+CacheView CudaBackend::CacheFor(LayerGroup g, const int32_t* table) const {
+  const int gi = static_cast<int>(g);
+  CacheView v;
+  v.base = cache_[gi].get();
+  v.dtype = dtype_;
+  v.num_blocks = cache_shape_.num_blocks[gi];
+  v.layers_in_group = layers_in_group_[gi];
+  v.block_size = cache_shape_.block_size;
+  v.row_elems = layout_.row_floats();
+  v.block_table = table;
+  return v;
+}
+
+absl::Status CudaBackend::Forward(const StepArrays& d, const StepPlan& plan) {
+  const int T = plan.num_tokens;
+  const int64_t E = config_.dim, N = config_.n_head, hd = config_.head_dim,
+                F = config_.intermediate_size, V = config_.vocab_size,
+                K = config_.dynamic_hidden();
+  const int64_t P = FusedInputRows(config_);
+  const int64_t dyn_stride = C * 2 * kI * N;
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+  auto check = [](cudaError_t e, const char* what) { return CudaStatus(e, what); };
+
+  EmbeddingParams ep;
+  ep.num_tokens = T;
+  ep.dim = static_cast<int>(E);
+  ep.tokens = d.tokens;
+  ep.table = weights_.embed.get();
+  ep.table_type = dtype_;
+  ep.out = x_.as<float>();
+  RETURN_IF_ERROR(check(LaunchEmbedding(ep, stream_), "embedding"));
+
+  StepView sv;
+  sv.num_tokens = T;
+  sv.num_seqs = plan.num_seqs;
+  sv.positions = d.positions;
+  sv.seq_offsets = d.seq_offsets;
+  sv.token_seq = d.token_seq;
+  sv.blocks_per_seq = limits_.blocks_per_seq;
+  sv.max_seq_tokens = plan.max_seq_tokens;
+  sv.max_position = plan.max_position;
+
+  // y[T, n] (+)= in[T, k] . w^T (+ bias)
+  auto linear = [&](const void* in, int64_t k, const DeviceBuffer& w, const DeviceBuffer& bias,
+                    float* y, int64_t n, bool accumulate) {
+    GemmArgs g;
+    g.m = T;
+    g.n = static_cast<int>(n);
+    g.k = static_cast<int>(k);
+    g.x = in;
+    g.ldx = k;
+    g.w = w.get();
+    g.dtype = dtype_;
+    g.bias = bias.empty() ? nullptr : bias.as<float>();
+    g.y = y;
+    g.ldy = n;
+    g.accumulate = accumulate;
+    return gemm_->Linear(g, stream_);
+  };
+
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const DeviceLayerWeights& L = weights_.layers[l];
+    NormParams np;
+    np.rows = T;
+    np.dim = static_cast<int>(E);
+    np.x = x_.as<float>();
+    np.layer_norm = pythia;
+    np.eps = config_.norm_eps;
+    np.weight = L.attn_norm_w.as<float>();
+    np.bias = L.attn_norm_b.empty() ? nullptr : L.attn_norm_b.as<float>();
+    np.out = a_.get();
+    np.out_type = dtype_;
+    if (pythia) {  // parallel residual: both branches normalise the same x
+      np.weight2 = L.ffn_norm_w.as<float>();
+      np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
+      np.out2 = a2_.get();
+    }
+    RETURN_IF_ERROR(check(LaunchNorm(np, stream_), "attention norm"));
+    RETURN_IF_ERROR(linear(a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
+
+    QkRopeParams qp;
+    qp.num_tokens = T;
+    qp.n_head = static_cast<int>(N);
+    qp.head_dim = static_cast<int>(hd);
+    qp.rotary_dim = config_.rotary_dim;
+    qp.qkv = proj_.as<float>();
+    qp.stride = P;
+    if (config_.use_qk_norm) {
+      qp.q_norm = L.q_norm.as<float>();
+      qp.k_norm = L.k_norm.as<float>();
+    }
+    qp.positions = d.positions;
+    qp.cos_table = rope_cos_.as<float>();
+    qp.sin_table = rope_sin_.as<float>();
+    RETURN_IF_ERROR(check(LaunchQkRope(qp, stream_), "qk-norm and RoPE"));
+
+    DynWeightsParams dp;
+    dp.num_tokens = T;
+    dp.n_head = static_cast<int>(N);
+    dp.proj = proj_.as<float>();
+    dp.stride = P;
+    dp.u_offset = 3 * E;
+    dp.g_offset = 3 * E + C * K;
+    dp.qkw = L.qkw.as<float>();
+    dp.dyn = dyn_.as<float>();
+    dp.dyn_stride = dyn_stride;
+    RETURN_IF_ERROR(check(LaunchDynWeights(dp, stream_), "dynamic weights"));
+
+    const LayerGroup group = config_.GroupOf(l);
+    DcmhaLayerArgs args;
+    args.n_head = static_cast<int>(N);
+    args.head_dim = static_cast<int>(hd);
+    args.window = group == LayerGroup::kWindow ? config_.window_size : 0;
+    args.layer_in_group = config_.IndexInGroup(l);
+    args.compose = options_.compose;
+    args.qkv = proj_.as<float>();
+    args.qkv_stride = P;
+    args.dyn = dyn_.as<float>();
+    args.dyn_stride = dyn_stride;
+    args.gates = proj_.as<float>() + 3 * E + C * K;
+    args.gates_stride = P;
+    args.cache = CacheFor(group, d.tables[static_cast<int>(group)]);
+    args.out = attn_out_.get();
+    args.out_dtype = dtype_;
+    args.workspace = attn_workspace_.get();
+    args.workspace_bytes = attn_workspace_.bytes();
+    RETURN_IF_ERROR(check(LaunchKvCacheWrite(sv, args, stream_), "KV cache write"));
+    RETURN_IF_ERROR(check(LaunchDcmha(sv, args, stream_), "DCMHA attention"));
+    // x += attention . Wo^T (+ b)
+    RETURN_IF_ERROR(linear(attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true));
+
+    const void* mlp_in = a2_.get();
+    if (!pythia) {
+      np.weight = L.ffn_norm_w.as<float>();
+      np.bias = nullptr;
+      RETURN_IF_ERROR(check(LaunchNorm(np, stream_), "MLP norm"));
+      mlp_in = a_.get();
+    }
+    ActivationParams ap;
+    ap.rows = T;
+    ap.width = static_cast<int>(F);
+    ap.in = up_.as<float>();
+    ap.out = act_.get();
+    ap.out_type = dtype_;
+    if (pythia) {
+      RETURN_IF_ERROR(linear(mlp_in, E, L.w_up, L.b_up, up_.as<float>(), F, false));
+      ap.kind = Activation::kGelu;
+    } else {
+      RETURN_IF_ERROR(linear(mlp_in, E, L.w_up, L.b_up, up_.as<float>(), 2 * F, false));
+      ap.kind = Activation::kSwiGlu;
+    }
+    RETURN_IF_ERROR(check(LaunchActivation(ap, stream_), "MLP activation"));
+    // x += act . W2^T (+ b)
+    RETURN_IF_ERROR(linear(act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true));
+  }
+
+  if (plan.num_rows > 0) {
+    NormParams np;
+    np.rows = plan.num_rows;
+    np.dim = static_cast<int>(E);
+    np.x = x_.as<float>();
+    np.row_index = d.logit_rows;
+    np.layer_norm = pythia;
+    np.eps = config_.norm_eps;
+    np.weight = weights_.norm_w.as<float>();
+    np.bias = weights_.norm_b.empty() ? nullptr : weights_.norm_b.as<float>();
+    np.out = final_in_.get();
+    np.out_type = dtype_;
+    RETURN_IF_ERROR(check(LaunchNorm(np, stream_), "final norm"));
+    GemmArgs g;
+    g.m = plan.num_rows;
+    g.n = static_cast<int>(V);
+    g.k = static_cast<int>(E);
+    g.x = final_in_.get();
+    g.ldx = E;
+    g.w = weights_.output.get();
+    g.dtype = dtype_;
+    g.y = logits_.as<float>();
+    g.ldy = V;
+    RETURN_IF_ERROR(gemm_->Linear(g, stream_));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

@@ -1,0 +1,147 @@
+// The CUDA backend: the DCFormer forward pass and the token sampler on an NVIDIA GPU, or,
+// built against the SIMT emulator (docs/CUDA_SIM.md), the very same kernels on the host
+// (backend name "cuda-sim"). The CPU backend (engine/cpu) is its oracle: same math, same
+// window rule, same sampler semantics.
+//
+// Numerics: weights and GEMM inputs in the compute dtype (float32, bfloat16 or float16);
+// norms, biases, qk-norm scales and qkw in f32; the residual stream, the projection outputs,
+// the DCMHA terms and the logits in f32; fp32 accumulation everywhere. With float32 it
+// reproduces the CPU backend to rounding.
+//
+// One step (Launch): the batch is packed into one page-locked buffer and copied with one
+// async copy; every layer runs on one stream (embedding, norm, fused q|k|v|dw1|dd GEMM,
+// qk-norm + RoPE, dynamic-weight tail, KV-cache write, DCMHA, Wo GEMM accumulating into the
+// residual, norm, MLP GEMMs and activation); the final norm and output projection run only
+// for rows whose logits are needed (sampled rows and return_logits sequences); the device
+// sampler draws the tokens; only the sampled ids and logprobs come back asynchronously.
+// Wait synchronises on an event and copies return_logits rows, if any.
+//
+// Failures: any CUDA or cuBLAS error during a step is fatal and sticky: health() returns it
+// and every later Launch/Wait fails fast with it (after a device fault the context is lost).
+//
+// Thread-compatibility: one owner thread (see backend.h).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_compat.h"
+#include "engine/cuda/dcmha_attention.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/sampling.h"
+#include "engine/kv/kv_layout.h"
+#include "engine/model/backend.h"
+#include "engine/model/model_weights.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+
+struct CudaBackendOptions {
+  DType dtype = DType::kBF16;  // compute dtype
+  int device = 0;              // CUDA device ordinal
+  bool compose = true;         // false: plain multi-head attention (benchmarks only)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Uploads `weights` (any stored dtype) to device `options.device` in `options.dtype`.
+  // InvalidArgument when the model exceeds what the kernels support (n_head or head_dim >
+  // 256); Unavailable without a usable device; ResourceExhausted when the weights do not fit.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
+                                                             ModelWeights weights,
+                                                             const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  const ModelConfig& config() const override { return config_; }
+  BackendInfo info() const override;
+  size_t BytesPerBlock(LayerGroup g, int block_size) const override;
+  absl::StatusOr<size_t> Prepare(const StepLimits& limits) override;
+  absl::Status AllocateCache(const KvCacheShape& shape) override;
+  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
+                               absl::Span<const int32_t> generated) override;
+  absl::Status Launch(const StepBatch& batch) override;
+  absl::Status Wait(StepOutput* out) override;
+  absl::Status health() const override { return health_; }
+
+  // Device bytes of the weights.
+  size_t weight_bytes() const { return weights_.bytes; }
+
+ private:
+  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
+
+  // Device addresses of one step's uploaded arrays.
+  struct StepArrays {
+    const int32_t* tokens = nullptr;       // [T]
+    const int32_t* positions = nullptr;    // [T]
+    const int32_t* seq_offsets = nullptr;  // [S + 1]
+    const int32_t* token_seq = nullptr;    // [T]
+    std::array<const int32_t*, kNumLayerGroups> tables{nullptr, nullptr};  // [S, bps]
+    const int32_t* logit_rows = nullptr;   // [R] step token of each logits row
+    const DeviceSamplingRow* sampling = nullptr;  // [num_sampled]
+  };
+  // Host-side facts about the step, for the launch configuration and for Wait.
+  struct StepPlan {
+    int num_tokens = 0, num_seqs = 0;
+    int max_seq_tokens = 0, max_position = 0;
+    int num_rows = 0;            // R: logits rows computed
+    int num_logit_rows = 0;      // the first of them, returned to the host
+    std::vector<int32_t> sampled_seq;  // sequence of each sampled row
+    std::vector<DeviceSamplingRow> rows;
+    bool record_penalties = false;
+  };
+
+  absl::Status Init(ModelWeights weights);
+  absl::Status Fail(absl::Status status);
+  absl::Status Enqueue(const StepBatch& batch, const StepPlan& plan);
+  absl::Status Forward(const StepArrays& d, const StepPlan& plan);
+  CacheView CacheFor(LayerGroup g, const int32_t* table) const;
+
+  ModelConfig config_;
+  KvRowLayout layout_;
+  CudaBackendOptions options_;
+  ElemType dtype_ = ElemType::kBF16;
+  std::string device_name_;
+  std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
+  absl::Status health_;
+
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  DeviceWeights weights_;
+  DeviceBuffer rope_cos_, rope_sin_;  // [max_positions, r/2] f32
+
+  // Per-step workspace (Prepare), for T = limits.max_tokens tokens:
+  StepLimits limits_;
+  bool prepared_ = false;
+  int rows_cap_ = 0;              // R_max: logits rows of one step
+  DeviceBuffer x_;                // [T, E] f32 residual stream
+  DeviceBuffer a_, a2_;           // [T, E] dtype normed inputs (a2_: dcpythia MLP input)
+  DeviceBuffer proj_;             // [T, 3E + C*K + C*N] f32: q | k | v | a.dw1 | a.dd (-> G)
+  DeviceBuffer dyn_;              // [T, C, 2I, N] f32
+  DeviceBuffer attn_out_;         // [T, E] dtype
+  DeviceBuffer up_;               // [T, 2F] (dcformer) or [T, F] f32
+  DeviceBuffer act_;              // [T, F] dtype
+  DeviceBuffer final_in_;         // [R_max, E] dtype
+  DeviceBuffer logits_;           // [R_max, V] f32
+  DeviceBuffer sample_work_;      // [S, V] f32
+  DeviceBuffer results_;          // [S] SampleResult
+  DeviceBuffer attn_workspace_;   // DcmhaWorkspaceBytes
+  DeviceBuffer step_dev_;         // the uploaded step arrays
+  DeviceBuffer seen_;             // [slots, V] u8
+  DeviceBuffer counts_;           // [slots, V] i32
+  PinnedBuffer step_host_;        // staging of the step arrays
+  PinnedBuffer results_host_;     // [S] SampleResult
+
+  KvCacheShape cache_shape_;
+  std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype
+
+  bool launched_ = false;
+  StepPlan plan_;  // of the launched step
+};
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

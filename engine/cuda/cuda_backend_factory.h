@@ -1,0 +1,39 @@
+// Plain C++ entry points to the two builds of the CUDA backend, for the backend factory
+// (engine/backends), which must not include CUDA headers. The definitions live in
+// cuda_backend_factory.cc inside `inline namespace DCF_CUDA_NS` (cuda_compat.h), i.e. in
+// dcf::cuda::sim (the SIMT emulator build, always linked) and dcf::cuda::gpu (the real
+// build, linked only when the toolkit exists: DCF_HAVE_CUDA_BACKEND).
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/model/backend.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
+#include "engine/weights/dtype.h"
+
+namespace dcf::cuda {
+
+struct BackendCreateOptions {
+  DType dtype = DType::kBF16;
+  int device = 0;
+  bool compose = true;
+};
+
+namespace sim {
+// Devices this build sees (the emulator always has one) and a backend on one of them.
+int VisibleDeviceCount();
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelConfig& config,
+                                                       ModelWeights weights,
+                                                       const BackendCreateOptions& options);
+}  // namespace sim
+
+namespace gpu {
+int VisibleDeviceCount();
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelConfig& config,
+                                                       ModelWeights weights,
+                                                       const BackendCreateOptions& options);
+}  // namespace gpu
+
+}  // namespace dcf::cuda

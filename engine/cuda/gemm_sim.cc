@@ -1,0 +1,72 @@
+// Gemm on the SIMT emulator: OpenBLAS on the emulated device memory. The emulator runs all
+// stream work synchronously, so computing at the call keeps stream order.
+#include "engine/cuda/gemm.h"
+
+#if defined(DCF_CUDA_SIM)
+
+#include <cblas.h>
+
+#include <vector>
+
+#include "engine/cuda/cuda_status.h"
+#include "engine/weights/dtype.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+namespace {
+
+// f32 view of `rows` rows of `cols` elements (`ld` apart) of `type` at `src`: `src` itself
+// for f32, else a packed converted copy in `buf` (then the returned ld is `cols`).
+const float* AsF32(const void* src, ElemType type, int64_t rows, int64_t cols, int64_t ld,
+                   std::vector<float>& buf, int64_t* out_ld) {
+  if (type == ElemType::kF32) {
+    *out_ld = ld;
+    return static_cast<const float*>(src);
+  }
+  const DType dt = type == ElemType::kBF16 ? DType::kBF16 : DType::kF16;
+  buf.resize(static_cast<size_t>(rows * cols));
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (int64_t r = 0; r < rows; ++r) ConvertToF32(dt, s + r * ld, cols, buf.data() + r * cols);
+  *out_ld = cols;
+  return buf.data();
+}
+
+}  // namespace
+
+struct Gemm::Impl {
+  std::vector<float> x_buf, w_buf;  // converted 16-bit inputs
+};
+
+Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Gemm::~Gemm() = default;
+
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t /*workspace_bytes*/) {
+  return std::unique_ptr<Gemm>(new Gemm(std::make_unique<Impl>()));
+}
+
+size_t Gemm::workspace_bytes() const { return 0; }
+
+absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
+  if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
+  // A real library call fails after a sticky device error; so does this one.
+  const cudaError_t e = cudaStreamQuery(stream);
+  if (e != cudaSuccess && e != cudaErrorNotReady) return CudaStatus(e, "GEMM");
+  if (a.m == 0) return absl::OkStatus();
+  int64_t ldx = 0, ldw = 0;
+  const float* x = AsF32(a.x, a.dtype, a.m, a.k, a.ldx, impl_->x_buf, &ldx);
+  const float* w = AsF32(a.w, a.dtype, a.n, a.k, a.k, impl_->w_buf, &ldw);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.m, a.n, a.k, 1.0f, x, ldx, w, ldw,
+              a.accumulate ? 1.0f : 0.0f, a.y, a.ldy);
+  if (a.bias != nullptr) {
+    for (int r = 0; r < a.m; ++r) {
+      float* row = a.y + r * a.ldy;
+      for (int c = 0; c < a.n; ++c) row[c] += a.bias[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda
+
+#endif  // DCF_CUDA_SIM

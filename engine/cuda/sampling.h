@@ -1,0 +1,84 @@
+// The device sampler: one token per sampled sequence from its row of logits, with exactly
+// the pipeline of the host reference (engine/sampling/token_sampler.h), plus logprobs.
+//
+// Per row (one thread block):
+//   1. penalties from the row's slot (repetition over seen ids, presence/frequency over
+//      generated counts), then temperature == 0: argmax, lowest id on ties;
+//   2. otherwise l / T, then top-k, top-p, min-p and one Philox draw u = Uniform(seed, step)
+//      (engine/sampling/philox.h, the same function the host calls), inverse CDF over the
+//      kept ids in descending probability order (ties: lower id first).
+//   The order is never materialised: top-k, top-p and the draw are each a radix search over
+//   the 32-bit order-preserving key of the logits (4 passes of 8-bit digits, per-digit
+//   counts or probability mass in shared memory), which finds the boundary element of a
+//   prefix of the sorted order by its rank or by its cumulative mass; ties at the boundary
+//   are resolved by id with one ordered count.
+//   3. logprobs from the RAW logits: log-softmax of the chosen id, and the top-n ids (radix
+//      select of the n-th, then a sort of the n candidates).
+// Probabilities are float exp(l - max) accumulated in double (the host uses double exp): a
+// choice can differ from the host's only where the draw or a top-p boundary falls within
+// float rounding of a cumulative sum.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cuda/cuda_compat.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+
+// Alternatives a row may ask for (dcf::kMaxTopLogprobs; checked in cuda_backend.cc).
+inline constexpr int kSampleMaxTop = 20;
+
+// One sampled sequence, as the host uploads it.
+struct DeviceSamplingRow {
+  int32_t logit_row = 0;         // row of the logits buffer
+  int32_t penalty_slot = -1;     // -1: no penalties apply
+  float temperature = 1.0f;      // 0: greedy
+  float inv_temperature = 1.0f;  // 1.0f / temperature, in float as the host sampler does
+  int32_t top_k = 0;             // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t top_logprobs = 0;      // [0, kSampleMaxTop]
+  int32_t want_logprob = 0;      // nonzero: compute the chosen token's logprob
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
+struct SampleResult {
+  int32_t token;
+  float logprob;
+  int32_t top_tokens[kSampleMaxTop];  // best first; the first top_logprobs are valid
+  float top_logprobs[kSampleMaxTop];
+};
+
+struct SampleParams {
+  int num_rows = 0;                          // R sampled rows
+  int vocab = 0;                             // V
+  const float* logits = nullptr;             // [*, V] f32
+  const DeviceSamplingRow* rows = nullptr;   // [R]
+  const uint8_t* seen = nullptr;             // [slots, V] id occurred in prompt or output
+  const int32_t* counts = nullptr;           // [slots, V] occurrences among generated ids
+  float* work = nullptr;                     // [R, V] f32 scratch (adjusted logits)
+  SampleResult* results = nullptr;           // [R]
+};
+
+cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream);
+
+// Records every row's sampled token in its penalty slot (seen = 1, count + 1), as
+// PenaltyState::Record does on the host. Run after LaunchSample, before the next step.
+struct RecordSampledParams {
+  int num_rows = 0;
+  int vocab = 0;
+  const DeviceSamplingRow* rows = nullptr;  // [R]
+  const SampleResult* results = nullptr;    // [R]
+  uint8_t* seen = nullptr;                  // [slots, V]
+  int32_t* counts = nullptr;                // [slots, V]
+};
+
+cudaError_t LaunchRecordSampled(const RecordSampledParams& p, cudaStream_t stream);
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

@@ -1,0 +1,106 @@
+// Helpers of the CUDA backend's kernel tests (both builds): random data, 16-bit conversion
+// on the host, and the error measures the tests bound (NMSE and max-abs against the CPU op).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/dcmha_attention.h"
+#include "engine/weights/dtype.h"
+#include "tests/unit/cuda_sim/cuda_test_util.h"
+
+namespace dcf::cuda_test {
+
+inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f,
+                                       float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Normalised mean squared error sum((got - want)^2) / sum(want^2).
+inline double Nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+inline double MaxAbs(const std::vector<float>& got, const std::vector<float>& want) {
+  double m = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    m = std::max(m, std::abs(static_cast<double>(got[i]) - want[i]));
+  }
+  return m;
+}
+
+// Host values rounded to `type` (what the kernel sees after an upload in that dtype).
+inline std::vector<float> RoundTo(const std::vector<float>& v, cuda::ElemType type) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (type) {
+      case cuda::ElemType::kF32: out[i] = v[i]; break;
+      case cuda::ElemType::kBF16: out[i] = BF16ToFloat(FloatToBF16(v[i])); break;
+      case cuda::ElemType::kF16: out[i] = HalfToFloat(FloatToHalf(v[i])); break;
+    }
+  }
+  return out;
+}
+
+// A device array holding `v` in `type` (raw bytes).
+class TypedBuffer {
+ public:
+  TypedBuffer(const std::vector<float>& v, cuda::ElemType type)
+      : type_(type), count_(v.size()), bytes_(v.size() * cuda::ElemBytes(type)) {
+    std::vector<uint8_t> host(bytes_);
+    if (type == cuda::ElemType::kF32) {
+      std::memcpy(host.data(), v.data(), bytes_);
+    } else {
+      uint16_t* h = reinterpret_cast<uint16_t*>(host.data());
+      for (size_t i = 0; i < v.size(); ++i) {
+        h[i] = type == cuda::ElemType::kBF16 ? FloatToBF16(v[i]) : FloatToHalf(v[i]);
+      }
+    }
+    buf_ = std::make_unique<DeviceBuffer<uint8_t>>(host);
+  }
+  // Uninitialised storage for `count` elements.
+  TypedBuffer(size_t count, cuda::ElemType type)
+      : type_(type), count_(count), bytes_(count * cuda::ElemBytes(type)) {
+    buf_ = std::make_unique<DeviceBuffer<uint8_t>>(bytes_);
+  }
+  void* get() const { return buf_->get(); }
+  std::vector<float> ToHost() const {
+    const std::vector<uint8_t> host = buf_->ToHost();
+    std::vector<float> out(count_);
+    if (type_ == cuda::ElemType::kF32) {
+      std::memcpy(out.data(), host.data(), bytes_);
+    } else {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(host.data());
+      for (size_t i = 0; i < count_; ++i) {
+        out[i] = type_ == cuda::ElemType::kBF16 ? BF16ToFloat(h[i]) : HalfToFloat(h[i]);
+      }
+    }
+    return out;
+  }
+
+ private:
+  cuda::ElemType type_;
+  size_t count_, bytes_;
+  std::unique_ptr<DeviceBuffer<uint8_t>> buf_;
+};
+
+inline const char* TypeName(cuda::ElemType t) {
+  return t == cuda::ElemType::kF32 ? "f32" : t == cuda::ElemType::kBF16 ? "bf16" : "f16";
+}
+
+}  // namespace dcf::cuda_test

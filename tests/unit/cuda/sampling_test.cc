@@ -1,0 +1,230 @@
+// The device sampler against the host reference (engine/sampling/token_sampler.h) on the same
+// logits: the same token for greedy and seeded sampling with top-k / top-p / min-p /
+// penalties (the logits here are random, so no draw lands within float rounding of a
+// cumulative boundary), logprobs within 1e-4, the same top-n ids; then the penalty update.
+#include "engine/cuda/sampling.h"
+
+#include <cmath>
+#include <string>
+
+#include "engine/sampling/token_sampler.h"
+#include "gtest/gtest.h"
+#include "tests/unit/cuda/kernel_test_util.h"
+
+namespace dcf::cuda_test {
+namespace {
+
+struct Case {
+  std::string name;
+  SamplingParams params;
+  int slot = -1;  // penalty slot (penalties need one)
+  int top_n = 0;
+  bool logprob = true;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string name, auto&& set, int slot = -1, int top_n = 0) {
+    Case c;
+    c.name = std::move(name);
+    set(c.params);
+    c.slot = slot;
+    c.top_n = top_n;
+    cases.push_back(c);
+  };
+  add("greedy", [](SamplingParams& p) { p.temperature = 0; }, -1, 5);
+  add("greedy_penalties", [](SamplingParams& p) {
+    p.temperature = 0;
+    p.repetition_penalty = 1.8f;
+    p.presence_penalty = 0.7f;
+    p.frequency_penalty = 0.4f;
+  }, 0);
+  add("temperature", [](SamplingParams& p) { p.temperature = 0.8f; }, -1, 20);
+  add("temperature_hot", [](SamplingParams& p) { p.temperature = 2.5f; });
+  add("top_k_1", [](SamplingParams& p) { p.top_k = 1; });
+  add("top_k_5", [](SamplingParams& p) { p.top_k = 5; p.temperature = 1.3f; });
+  add("top_k_40", [](SamplingParams& p) { p.top_k = 40; p.temperature = 0.7f; }, -1, 3);
+  add("top_k_all", [](SamplingParams& p) { p.top_k = 100000; });
+  add("top_p_90", [](SamplingParams& p) { p.top_p = 0.9f; });
+  add("top_p_50", [](SamplingParams& p) { p.top_p = 0.5f; p.temperature = 1.7f; });
+  add("top_k_top_p", [](SamplingParams& p) { p.top_k = 30; p.top_p = 0.6f; });
+  add("min_p", [](SamplingParams& p) { p.min_p = 0.05f; p.temperature = 1.5f; });
+  add("min_p_high", [](SamplingParams& p) { p.min_p = 0.3f; });
+  add("min_p_top_p", [](SamplingParams& p) { p.min_p = 0.02f; p.top_p = 0.95f; });
+  add("min_p_top_k", [](SamplingParams& p) { p.min_p = 0.1f; p.top_k = 20; });
+  add("all_penalties", [](SamplingParams& p) {
+    p.temperature = 0.9f;
+    p.top_k = 50;
+    p.top_p = 0.9f;
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = -0.4f;
+  }, 1, 4);
+  add("penalties_plain", [](SamplingParams& p) { p.repetition_penalty = 0.7f; }, 2);
+  return cases;
+}
+
+// Runs `cases` (one row each, over `logits` rows) with draw `step`, checks against the host.
+void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& logits, int V,
+                      uint64_t step, const std::vector<PenaltyState>& slots) {
+  const int R = cases.size();
+  std::vector<cuda::DeviceSamplingRow> rows(R);
+  for (int r = 0; r < R; ++r) {
+    const SamplingParams& p = cases[r].params;
+    cuda::DeviceSamplingRow& d = rows[r];
+    d.logit_row = r;
+    d.penalty_slot = cases[r].slot;
+    d.temperature = p.temperature;
+    d.inv_temperature = p.temperature > 0 ? 1.0f / p.temperature : 1.0f;
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.min_p = p.min_p;
+    d.repetition_penalty = p.repetition_penalty;
+    d.presence_penalty = p.presence_penalty;
+    d.frequency_penalty = p.frequency_penalty;
+    d.top_logprobs = cases[r].top_n;
+    d.want_logprob = cases[r].logprob;
+    d.seed = 1000 + r;
+    d.step = step;
+  }
+  std::vector<uint8_t> seen(slots.size() * V);
+  std::vector<int32_t> counts(slots.size() * V);
+  for (size_t s = 0; s < slots.size(); ++s) {
+    for (int v = 0; v < V; ++v) {
+      seen[s * V + v] = slots[s].seen(v);
+      counts[s * V + v] = slots[s].count(v);
+    }
+  }
+  DeviceBuffer<float> dlogits(logits), work(static_cast<size_t>(R) * V);
+  DeviceBuffer<uint8_t> dseen(seen);
+  DeviceBuffer<int32_t> dcounts(counts);
+  DeviceBuffer<uint8_t> drows(std::vector<uint8_t>(
+      reinterpret_cast<const uint8_t*>(rows.data()),
+      reinterpret_cast<const uint8_t*>(rows.data() + R)));
+  DeviceBuffer<uint8_t> dres(sizeof(cuda::SampleResult) * R);
+  cuda::SampleParams sp;
+  sp.num_rows = R;
+  sp.vocab = V;
+  sp.logits = dlogits.get();
+  sp.rows = reinterpret_cast<const cuda::DeviceSamplingRow*>(drows.get());
+  sp.seen = dseen.get();
+  sp.counts = dcounts.get();
+  sp.work = work.get();
+  sp.results = reinterpret_cast<cuda::SampleResult*>(dres.get());
+  ASSERT_TRUE(CudaOk(cuda::LaunchSample(sp, nullptr)));
+  const std::vector<uint8_t> res_bytes = dres.ToHost();
+  const auto* res = reinterpret_cast<const cuda::SampleResult*>(res_bytes.data());
+
+  SamplerScratch scratch;
+  for (int r = 0; r < R; ++r) {
+    const Case& c = cases[r];
+    const auto row = absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * V, V);
+    const int32_t want = SampleToken(row, c.params, rows[r].seed, step,
+                                     c.slot >= 0 ? &slots[c.slot] : nullptr, &scratch);
+    EXPECT_EQ(res[r].token, want) << c.name << " step " << step;
+    std::vector<TopLogprob> top;
+    const float lp = ComputeLogprobs(row, res[r].token, c.top_n, &top);
+    EXPECT_NEAR(res[r].logprob, lp, 1e-4) << c.name;
+    for (int k = 0; k < c.top_n; ++k) {
+      EXPECT_EQ(res[r].top_tokens[k], top[k].token) << c.name << " top " << k;
+      EXPECT_NEAR(res[r].top_logprobs[k], top[k].logprob, 1e-4) << c.name << " top " << k;
+    }
+  }
+}
+
+std::vector<PenaltyState> MakeSlots(int V) {
+  std::vector<PenaltyState> slots(3, PenaltyState(V));
+  std::vector<int32_t> prompt, generated;
+  for (int i = 0; i < 60; ++i) prompt.push_back((i * 37) % V);
+  for (int i = 0; i < 40; ++i) generated.push_back((i * i * 11 + 5) % 97);
+  slots[0].Reset(prompt, generated);
+  slots[1].Reset(generated, prompt);
+  slots[2].Reset(prompt, {});
+  return slots;
+}
+
+TEST(DeviceSamplerTest, MatchesHostOnRandomLogits) {
+  const int V = 1000;
+  const std::vector<Case> cases = Cases();
+  const std::vector<PenaltyState> slots = MakeSlots(V);
+  for (uint64_t step = 0; step < 6; ++step) {
+    std::vector<float> logits = RandomVector(cases.size() * V, 100 + step, -4, 4);
+    // A peaked distribution on some rows (the usual shape of a language model's output).
+    for (size_t r = 0; r < cases.size(); r += 2) {
+      for (int i = 0; i < 12; ++i) logits[r * V + (i * 83 + step) % V] += 6 + i * 0.5f;
+    }
+    CheckAgainstHost(cases, logits, V, step, slots);
+  }
+}
+
+TEST(DeviceSamplerTest, ResolvesExactTiesByLowestId) {
+  const int V = 700;
+  const std::vector<Case> cases = Cases();
+  const std::vector<PenaltyState> slots = MakeSlots(V);
+  for (uint64_t step = 0; step < 4; ++step) {
+    // Logits on a coarse grid: many exact ties, including at every top-k / top-p boundary.
+    std::vector<float> logits = RandomVector(cases.size() * V, 200 + step, -3, 3);
+    for (float& l : logits) l = std::round(l * 2) / 2;
+    CheckAgainstHost(cases, logits, V, step, slots);
+  }
+  // All logits equal.
+  CheckAgainstHost(cases, std::vector<float>(cases.size() * V, 0.25f), V, 7, slots);
+}
+
+TEST(DeviceSamplerTest, FullVocabularyRows) {
+  const int V = 50257;  // GPT-NeoX / DCFormer vocabulary
+  std::vector<Case> cases = Cases();
+  cases.resize(4);  // greedy, greedy with penalties, temperature (id order), hot
+  Case p;
+  p.name = "top_p_full";
+  p.params.temperature = 0.7f;
+  p.params.top_p = 0.95f;
+  p.top_n = 20;
+  cases.push_back(p);
+  const std::vector<PenaltyState> slots = MakeSlots(V);
+  std::vector<float> logits = RandomVector(cases.size() * V, 300, -8, 8);
+  CheckAgainstHost(cases, logits, V, 3, slots);
+}
+
+TEST(DeviceSamplerTest, RecordsSampledTokensInTheirSlots) {
+  const int V = 64;
+  std::vector<uint8_t> seen(2 * V, 0);
+  std::vector<int32_t> counts(2 * V, 0);
+  counts[1 * V + 5] = 2;
+  seen[1 * V + 5] = 1;
+  std::vector<cuda::DeviceSamplingRow> rows(3);
+  rows[0].penalty_slot = 1;
+  rows[1].penalty_slot = -1;
+  rows[2].penalty_slot = 0;
+  std::vector<cuda::SampleResult> results(3);
+  results[0].token = 5;
+  results[1].token = 9;
+  results[2].token = 63;
+  auto bytes = [](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                reinterpret_cast<const uint8_t*>(v.data()) + v.size() * sizeof(T));
+  };
+  DeviceBuffer<uint8_t> dseen(seen), drows(bytes(rows)), dres(bytes(results));
+  DeviceBuffer<int32_t> dcounts(counts);
+  cuda::RecordSampledParams p;
+  p.num_rows = 3;
+  p.vocab = V;
+  p.rows = reinterpret_cast<const cuda::DeviceSamplingRow*>(drows.get());
+  p.results = reinterpret_cast<const cuda::SampleResult*>(dres.get());
+  p.seen = dseen.get();
+  p.counts = dcounts.get();
+  ASSERT_TRUE(CudaOk(cuda::LaunchRecordSampled(p, nullptr)));
+  const std::vector<uint8_t> s = dseen.ToHost();
+  const std::vector<int32_t> c = dcounts.ToHost();
+  EXPECT_EQ(c[1 * V + 5], 3);
+  EXPECT_EQ(s[1 * V + 5], 1);
+  EXPECT_EQ(c[0 * V + 63], 1);
+  EXPECT_EQ(s[0 * V + 63], 1);
+  int total = 0;
+  for (int32_t x : c) total += x;
+  EXPECT_EQ(total, 4);  // row 1 has no slot: nothing recorded for token 9
+}
+
+}  // namespace
+}  // namespace dcf::cuda_test
