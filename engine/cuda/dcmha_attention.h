@@ -21,6 +21,8 @@
 #include "engine/cuda/cuda_compat.h"
 
 namespace dcf::cuda {
+// DCF_CUDA_NS (cuda_compat.h) is `sim` or `gpu`: one binary may link both builds.
+inline namespace DCF_CUDA_NS {
 
 // Element types of device buffers (the backend's --dtype, or f32 for fp32 buffers).
 enum class ElemType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
@@ -90,12 +92,20 @@ size_t DcmhaWorkspaceBytes(int n_head, int head_dim, int max_tokens, int max_seq
                            int max_keys);
 
 // Writes the kept new rows of every sequence (see the window rule above) into the cache,
-// converting to the cache dtype.
+// converting to the cache dtype (round to nearest even). A kept position without a block
+// (block-table entry -1) is skipped. cudaErrorInvalidValue for inconsistent arguments
+// (row_elems, layer_in_group); otherwise the launch's error.
 cudaError_t LaunchKvCacheWrite(const StepView& step, const DcmhaLayerArgs& args,
                                cudaStream_t stream);
 
 // out[t] = DCMHA of query t over its visible keys (cache + fresh), for every token of the
-// step: decode tokens and prefill chunks alike.
+// step: decode tokens and prefill chunks alike. Asynchronous on `stream`; uses the workspace
+// until the work is done. A step whose composed scores do not fit the workspace at once runs
+// in several waves of tokens. Supported: N <= 256, N * hd <= 4096 (N * hd <= 512 where hd or
+// row_elems is not a multiple of 8) within 96 KiB of shared memory per block;
+// cudaErrorInvalidValue otherwise, and for a workspace smaller than one token's needs or
+// inconsistent arguments. Kernel design: dcmha_plan.h.
 cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaStream_t stream);
 
+}  // namespace DCF_CUDA_NS
 }  // namespace dcf::cuda

@@ -1,0 +1,286 @@
+// LaunchDcmha and DcmhaWorkspaceBytes (dcmha_attention.h): the workspace layout, the waves,
+// the split choice and the group lists; the passes themselves are in dcmha_scores.cu and
+// dcmha_output.cu (dcmha_plan.h explains the scheme).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "engine/cuda/cuda_compat.h"
+#include "engine/cuda/dcmha_attention.h"
+#include "engine/cuda/dcmha_device.cuh"
+#include "engine/cuda/dcmha_plan.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+namespace {
+
+using dcmha::kChunkQueries;
+
+constexpr size_t kAlign = 256;
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Byte offsets of the workspace areas for waves of up to `tw` tokens that see up to `keys`
+// keys each.
+struct Layout {
+  size_t scores = 0, stat_max = 0, stat_sum = 0, partial = 0, splits = 0, singles = 0, chunks = 0,
+         total = 0;
+  int64_t partial_rows = 0;
+};
+
+Layout MakeLayout(int n_head, int head_dim, int64_t tw, int64_t keys) {
+  Layout l;
+  const int64_t stat_rows = std::max<int64_t>(tw, dcmha::kMaxSplitRows);
+  const int64_t splits_possible = CeilDiv(keys + kChunkQueries - 1, dcmha::kMinSplitKeys);
+  l.partial_rows =
+      splits_possible > 1 ? std::min<int64_t>(dcmha::kMaxSplitRows, tw * splits_possible) : 0;
+  size_t at = 0;
+  auto take = [&at](size_t bytes) {
+    const size_t here = at;
+    at += AlignUp(bytes);
+    return here;
+  };
+  l.scores = take(sizeof(float) * tw * keys * n_head);
+  l.stat_max = take(sizeof(float) * stat_rows * n_head);
+  l.stat_sum = take(sizeof(float) * stat_rows * n_head);
+  l.partial = take(sizeof(float) * l.partial_rows * n_head * head_dim);
+  l.splits = take(sizeof(int32_t) * tw);
+  l.singles = take(sizeof(int32_t) * (1 + 2 * tw));
+  l.chunks = take(sizeof(int32_t) * (1 + 2 * tw));  // runs of >= 1 token: at most tw
+  l.total = at;
+  return l;
+}
+
+// Streaming multiprocessors of the current device (cached per device).
+int SmCount() {
+  static std::atomic<int> cache[16] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) device = 0;
+  std::atomic<int>& slot = cache[device < 16 ? device : 15];
+  int n = slot.load(std::memory_order_relaxed);
+  if (n == 0) {
+    cudaDeviceProp prop{};
+    n = cudaGetDeviceProperties(&prop, device) == cudaSuccess && prop.multiProcessorCount > 0
+            ? prop.multiProcessorCount
+            : 1;
+    slot.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// Exclusive prefix sum of v over the block (blockDim.x a multiple of 32, <= 1024); `total`
+// gets the block's sum. All threads call it.
+template <typename Smem>
+__device__ int BlockExclusiveScan(int v, int& total, Smem& warp_sums) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int num_warps = blockDim.x / 32;
+  int x = v;
+  for (int d = 1; d < 32; d *= 2) {
+    const int y = __shfl_up_sync(dcmha::kFullMask, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  int before = 0;
+  total = 0;
+  for (int w = 0; w < num_warps; ++w) {
+    const int s = warp_sums[w];
+    if (w < warp) before += s;
+    total += s;
+  }
+  __syncthreads();  // warp_sums is reused by the next call
+  return before + x - v;
+}
+
+// Lists the groups of the wave's tokens: the tokens of single-token sequences (decode) into
+// `singles`, the other sequences' tokens in runs of up to `chunk_qb` into `chunks`; both as
+// [count, (t0, n) * count]. One block.
+__global__ void __launch_bounds__(256)
+    DcmhaBuildGroupsKernel(dcmha::Params p, int chunk_qb, int32_t* singles, int32_t* chunks) {
+  DCF_SHARED(int, warp_sums, 32);
+  const int first_seq = p.token_seq[p.tw0];
+  const int last_seq = p.token_seq[p.tw1 - 1];
+  int num_singles = 0, num_chunks = 0;  // the same in every thread
+  for (int base = first_seq; base <= last_seq; base += blockDim.x) {
+    const int s = base + threadIdx.x;
+    int lo = 0, hi = 0, is_single = 0, groups = 0;
+    if (s <= last_seq) {
+      const int off0 = p.seq_offsets[s];
+      const int off1 = p.seq_offsets[s + 1];
+      lo = max(off0, p.tw0);
+      hi = min(off1, p.tw1);
+      if (hi > lo) {
+        if (off1 - off0 == 1) {
+          is_single = 1;
+        } else {
+          groups = (hi - lo + chunk_qb - 1) / chunk_qb;
+        }
+      }
+    }
+    int total_singles = 0, total_groups = 0;
+    const int at_single = BlockExclusiveScan(is_single, total_singles, warp_sums);
+    const int at_group = BlockExclusiveScan(groups, total_groups, warp_sums);
+    if (is_single) {
+      singles[1 + 2 * (num_singles + at_single)] = lo;
+      singles[2 + 2 * (num_singles + at_single)] = 1;
+    }
+    for (int g = 0; g < groups; ++g) {
+      const int i = num_chunks + at_group + g;
+      chunks[1 + 2 * i] = lo + g * chunk_qb;
+      chunks[2 + 2 * i] = min(chunk_qb, hi - lo - g * chunk_qb);
+    }
+    num_singles += total_singles;
+    num_chunks += total_groups;
+  }
+  if (threadIdx.x == 0) {
+    singles[0] = num_singles;
+    chunks[0] = num_chunks;
+  }
+}
+
+}  // namespace
+
+size_t DcmhaWorkspaceBytes(int n_head, int head_dim, int max_tokens, int max_seqs, int max_keys) {
+  n_head = std::max(n_head, 1);
+  head_dim = std::max(head_dim, 1);
+  const int64_t keys = std::max(max_keys, 1);
+  const int64_t per_token = static_cast<int64_t>(sizeof(float)) * keys * n_head;
+  int64_t tw = std::max<int64_t>(max_seqs, dcmha::kScoreBudgetBytes / per_token);
+  tw = std::max<int64_t>(1, std::min<int64_t>(tw, std::max(max_tokens, 1)));
+  return MakeLayout(n_head, head_dim, tw, keys).total;
+}
+
+cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaStream_t stream) {
+  const CacheView& c = args.cache;
+  const int N = args.n_head;
+  const int hd = args.head_dim;
+  if (N <= 0 || N > 32 * dcmha::kMaxHeadsPerLane || hd <= 0 || args.window < 0 ||
+      c.block_size <= 0 || c.layers_in_group <= 0 || args.layer_in_group < 0 ||
+      args.layer_in_group >= c.layers_in_group ||
+      c.row_elems != 2 * N * hd + 2 * (2 * kRank + 1) * N || args.workspace == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (step.num_tokens <= 0) return cudaSuccess;
+  if (c.dtype != ElemType::kF32 && c.dtype != ElemType::kBF16 && c.dtype != ElemType::kF16) {
+    return cudaErrorInvalidValue;
+  }
+
+  // Vector slots of kVec elements where heads, rows and the base allow (16-byte loads).
+  const int vec = hd % dcmha::kVec == 0 && c.row_elems % dcmha::kVec == 0 &&
+                          reinterpret_cast<uintptr_t>(c.base) % 16 == 0
+                      ? dcmha::kVec
+                      : 1;
+  const int nvec = N * hd / vec;
+  if (dcmha::ThreadsFor(nvec) > dcmha::kMaxThreads) return cudaErrorInvalidValue;
+  const bool has_chunks = step.max_seq_tokens > 1;
+  const int chunk_qb = kChunkQueries;
+  const int max_qb = has_chunks ? chunk_qb : 1;
+  const size_t smem_floats =
+      std::max({dcmha::ScoresSmemFloats(1, nvec, N), dcmha::OutputSmemFloats(1, N),
+                has_chunks ? dcmha::ScoresSmemFloats(max_qb, nvec, N) : 0,
+                has_chunks ? dcmha::OutputSmemFloats(max_qb, N) : 0});
+  if (smem_floats * sizeof(float) > static_cast<size_t>(dcmha::kMaxSmemBytes)) {
+    return cudaErrorInvalidValue;
+  }
+
+  // The most keys a token of this step sees, and the largest wave the workspace holds.
+  const int64_t keys = args.window > 0 ? std::min<int64_t>(args.window, step.max_position + 1)
+                                       : static_cast<int64_t>(step.max_position) + 1;
+  const int T = step.num_tokens;
+  if (MakeLayout(N, hd, 1, keys).total > args.workspace_bytes) return cudaErrorInvalidValue;
+  int64_t lo = 1, hi = T;  // largest tw with MakeLayout(tw).total <= workspace_bytes
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (MakeLayout(N, hd, mid, keys).total <= args.workspace_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t tw = std::min<int64_t>(lo, 65535 / 2);  // grid.y bound of the chunk groups
+  const Layout layout = MakeLayout(N, hd, tw, keys);
+  char* ws = static_cast<char*>(args.workspace);
+
+  dcmha::Params p{};
+  p.positions = step.positions;
+  p.seq_offsets = step.seq_offsets;
+  p.token_seq = step.token_seq;
+  p.blocks_per_seq = step.blocks_per_seq;
+  p.n_head = N;
+  p.head_dim = hd;
+  p.window = args.window;
+  p.compose = args.compose;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  p.qkv = args.qkv;
+  p.qkv_stride = args.qkv_stride;
+  p.dyn = args.dyn;
+  p.dyn_stride = args.dyn_stride;
+  p.gates = args.gates;
+  p.gates_stride = args.gates_stride;
+  p.fresh_vec_ok = vec == dcmha::kVec && reinterpret_cast<uintptr_t>(args.qkv) % 16 == 0 &&
+                   args.qkv_stride % 4 == 0 && (N * hd) % 4 == 0;
+  p.cache = c.base;
+  p.layer_offset = static_cast<int64_t>(args.layer_in_group) * c.block_size * c.row_elems;
+  p.block_elems = static_cast<int64_t>(c.layers_in_group) * c.block_size * c.row_elems;
+  p.block_size = c.block_size;
+  p.row_elems = c.row_elems;
+  p.num_blocks = c.num_blocks;
+  p.block_table = c.block_table;
+  p.out = args.out;
+  p.out_dtype = args.out_dtype;
+  p.ld_scores = keys * N;
+  p.scores = reinterpret_cast<float*>(ws + layout.scores);
+  p.stat_max = reinterpret_cast<float*>(ws + layout.stat_max);
+  p.stat_sum = reinterpret_cast<float*>(ws + layout.stat_sum);
+  p.partial = reinterpret_cast<float*>(ws + layout.partial);
+  p.splits = reinterpret_cast<int32_t*>(ws + layout.splits);
+  p.vec = vec;
+  p.nvec = nvec;
+  int32_t* singles = reinterpret_cast<int32_t*>(ws + layout.singles);  // [1 + 2 * tw]
+  int32_t* chunks = reinterpret_cast<int32_t*>(ws + layout.chunks);    // [1 + 2 * tw]
+
+  const int target_blocks = std::min(dcmha::kMaxSplitRows, dcmha::kBlocksPerSm * SmCount());
+  const int64_t group_keys = keys + max_qb - 1;  // keys of one group's union range
+  for (int tw0 = 0; tw0 < T; tw0 += static_cast<int>(tw)) {
+    const int tw1 = static_cast<int>(std::min<int64_t>(T, tw0 + tw));
+    const int wave = tw1 - tw0;
+    // Split the keys only while (token, split) blocks are fewer than the target.
+    int64_t splits =
+        std::min<int64_t>(target_blocks / wave, CeilDiv(group_keys, dcmha::kMinSplitKeys));
+    splits = std::min<int64_t>(splits, layout.partial_rows / wave);
+    if (splits < 1) splits = 1;
+    p.tw0 = tw0;
+    p.tw1 = tw1;
+    p.split_keys = static_cast<int>(CeilDiv(group_keys, splits));
+    p.max_splits = static_cast<int>(CeilDiv(group_keys, p.split_keys));
+
+    cudaError_t e = cudaSuccess;
+    if (!has_chunks) {  // decode only: every token is its own group
+      p.groups = nullptr;
+      e = dcmha::LaunchScores(p, c.dtype, 1, wave, stream);
+      if (e == cudaSuccess) e = dcmha::LaunchOutput(p, c.dtype, 1, wave, stream);
+    } else {
+      DCF_LAUNCH(DcmhaBuildGroupsKernel, 1, 256, 0, stream, p, chunk_qb, singles, chunks);
+      e = cudaGetLastError();
+      const int single_slots = std::min(wave, step.num_seqs);
+      // Groups are disjoint runs of tokens, at most one partial run per sequence.
+      const int chunk_slots = static_cast<int>(
+          std::min<int64_t>(wave, CeilDiv(wave, chunk_qb) + std::min(wave, step.num_seqs)));
+      dcmha::Params ps = p, pc = p;
+      ps.groups = singles;
+      pc.groups = chunks;
+      if (e == cudaSuccess) e = dcmha::LaunchScores(ps, c.dtype, 1, single_slots, stream);
+      if (e == cudaSuccess) e = dcmha::LaunchScores(pc, c.dtype, chunk_qb, chunk_slots, stream);
+      if (e == cudaSuccess) e = dcmha::LaunchOutput(ps, c.dtype, 1, single_slots, stream);
+      if (e == cudaSuccess) e = dcmha::LaunchOutput(pc, c.dtype, chunk_qb, chunk_slots, stream);
+    }
+    if (e == cudaSuccess && p.max_splits > 1) e = dcmha::LaunchSplitReduce(p, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

@@ -1,0 +1,214 @@
+// Pass 2 of DCMHA attention (dcmha_plan.h): softmax statistics from pass 1's splits,
+// normalised probabilities, post-compose, and P' V; plus the reduction over splits.
+//
+// Block: one (split, group); ThreadsFor(nvec) threads, thread v owning vector slot v of the
+// output row (elements [v * VEC, v * VEC + VEC) of head v / (hd / VEC)) for every query of the
+// group, accumulated in registers. Per tile of key rows:
+//   A. one warp per (query, key): P = exp(S' - M) / Z for all heads, post-compose -> shared;
+//   B. every thread: its slot of V for each key, times the key's P' of its head.
+// One split writes `out`; several write f32 partial rows that DcmhaSplitReduce adds up.
+#include <cmath>
+
+#include "engine/cuda/cuda_compat.h"
+#include "engine/cuda/dcmha_device.cuh"
+#include "engine/cuda/dcmha_plan.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+namespace dcmha {
+namespace {
+
+template <typename CT, int VEC, int QB>
+__global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
+  DCF_DYNAMIC_SHARED(float, smem);
+  int t0 = 0, nq = 0;
+  if (!FindGroup(p, t0, nq)) return;
+  const int N = p.n_head;
+  const int nhd = N * p.head_dim;
+  const int slots_per_head = p.head_dim / VEC;
+  const int seq = p.token_seq[t0];
+  const int tok0 = p.seq_offsets[seq];
+  const int start = p.positions[tok0];
+  const int pos0 = p.positions[t0];
+  const int lo_u = Lo(pos0, p.window);
+  const int keys = pos0 + nq - lo_u;
+  const int num_splits = (keys + p.split_keys - 1) / p.split_keys;
+  const int split = blockIdx.x;
+  if (split >= num_splits) return;
+  const int key_begin = lo_u + split * p.split_keys;
+  const int key_end = min(lo_u + keys, key_begin + p.split_keys);
+
+  const int KT = OutputKeyTile(QB, N);
+  const int terms = (2 * kRank + 1) * N;
+  const int max0 = 0;                // [QB][N] softmax max M over all splits
+  const int inv0 = max0 + QB * N;    // [QB][N] 1 / Z
+  const int qt0 = inv0 + QB * N;     // [QB][5N] query post-compose terms
+  const int pp0 = qt0 + QB * terms;  // [QB][KT][N] P' of the tile (0: masked)
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int num_warps = blockDim.x / 32;
+  const int tl0 = t0 - p.tw0;
+
+  for (int i = tid; i < nq * N; i += blockDim.x) {
+    const int qi = i / N;
+    const int n = i % N;
+    const int64_t row = static_cast<int64_t>(tl0 + qi) * p.max_splits;
+    float mx = -INFINITY;
+    for (int x = 0; x < num_splits; ++x) mx = fmaxf(mx, p.stat_max[(row + x) * N + n]);
+    float z = 0.0f;
+    for (int x = 0; x < num_splits; ++x) {
+      const float m = p.stat_max[(row + x) * N + n];
+      if (m != -INFINITY) z += p.stat_sum[(row + x) * N + n] * expf(m - mx);
+    }
+    smem[max0 + i] = mx;
+    smem[inv0 + i] = z > 0.0f ? 1.0f / z : 0.0f;
+  }
+  if (p.compose) {
+    for (int qi = 0; qi < nq; ++qi) LoadQueryTerms(p, t0 + qi, 2, smem, qt0 + qi * terms);
+  }
+  const bool has_slot = tid < p.nvec;
+  const int head = tid / slots_per_head;
+  float acc[QB][VEC];
+  DCMHA_UNROLL
+  for (int qi = 0; qi < QB; ++qi) {
+    DCMHA_UNROLL
+    for (int e = 0; e < VEC; ++e) acc[qi][e] = 0.0f;
+  }
+  __syncthreads();
+
+  for (int k0 = key_begin; k0 < key_end; k0 += KT) {
+    const int kn = min(KT, key_end - k0);
+    // A. Probabilities and post-compose, one warp per (query, key).
+    for (int pair = warp; pair < nq * kn; pair += num_warps) {
+      const int qi = pair / kn;
+      const int kk = pair % kn;
+      const int key = k0 + kk;
+      const int pos = pos0 + qi;
+      const int lo = Lo(pos, p.window);
+      const int base = pp0 + (qi * KT + kk) * N;
+      if (key < lo || key > pos) {
+        for (int m = lane; m < N; m += 32) smem[base + m] = 0.0f;
+        continue;
+      }
+      const float* src = p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(key - lo) * N;
+      float s[kMaxHeadsPerLane];
+      DCMHA_UNROLL
+      for (int j = 0; j < kMaxHeadsPerLane; ++j) {
+        const int m = lane + 32 * j;
+        s[j] = m < N ? expf(src[m] - smem[max0 + qi * N + m]) * smem[inv0 + qi * N + m] : 0.0f;
+      }
+      if (p.compose) {
+        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, key);
+        ComposeWarp(N, lane, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 1), s);
+      }
+      DCMHA_UNROLL
+      for (int j = 0; j < kMaxHeadsPerLane; ++j) {
+        const int m = lane + 32 * j;
+        if (m < N) smem[base + m] = s[j];
+      }
+    }
+    __syncthreads();
+
+    // B. Accumulate P' V for this thread's slot.
+    if (has_slot) {
+      for (int kk = 0; kk < kn; ++kk) {
+        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, k0 + kk);
+        float v[VEC];
+        LoadKv<CT, VEC>(p, row, 1, tid * VEC, v);
+        DCMHA_UNROLL
+        for (int qi = 0; qi < QB; ++qi) {
+          if (qi < nq) {
+            const float w = smem[pp0 + (qi * KT + kk) * N + head];
+            DCMHA_UNROLL
+            for (int e = 0; e < VEC; ++e) acc[qi][e] += w * v[e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  if (!has_slot) return;
+  DCMHA_UNROLL
+  for (int qi = 0; qi < QB; ++qi) {
+    if (qi >= nq) break;
+    if (num_splits == 1) {
+      const int64_t at = static_cast<int64_t>(t0 + qi) * nhd + tid * VEC;
+      DCMHA_UNROLL
+      for (int e = 0; e < VEC; ++e) StoreAs(p.out_dtype, p.out, at + e, acc[qi][e]);
+    } else {
+      float* dst =
+          p.partial + (static_cast<int64_t>(tl0 + qi) * p.max_splits + split) * nhd + tid * VEC;
+      DCMHA_UNROLL
+      for (int e = 0; e < VEC; ++e) dst[e] = acc[qi][e];
+    }
+  }
+}
+
+// out[t] = sum of the token's split partials, for tokens whose group used several splits.
+// Grid (ceil(N * hd / blockDim), wave tokens).
+__global__ void DcmhaSplitReduceKernel(Params p) {
+  const int tl = blockIdx.y;
+  const int nhd = p.n_head * p.head_dim;
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  const int num_splits = p.splits[tl];
+  if (num_splits <= 1 || e >= nhd) return;
+  const float* src = p.partial + static_cast<int64_t>(tl) * p.max_splits * nhd + e;
+  float sum = 0.0f;
+  for (int x = 0; x < num_splits; ++x) sum += src[static_cast<int64_t>(x) * nhd];
+  StoreAs(p.out_dtype, p.out, static_cast<int64_t>(p.tw0 + tl) * nhd + e, sum);
+}
+
+template <typename CT, int VEC, int QB>
+cudaError_t Launch(const Params& p, int num_groups, cudaStream_t stream) {
+  const size_t smem = sizeof(float) * OutputSmemFloats(QB, p.n_head);
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(DcmhaOutputKernel<CT, VEC, QB>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid(p.max_splits, num_groups);
+  DCF_LAUNCH((DcmhaOutputKernel<CT, VEC, QB>), grid, ThreadsFor(p.nvec), smem, stream, p);
+  return cudaGetLastError();
+}
+
+template <typename CT>
+cudaError_t LaunchFor(const Params& p, int qb, int num_groups, cudaStream_t stream) {
+  if (p.vec == kVec) {
+    return qb == 1 ? Launch<CT, kVec, 1>(p, num_groups, stream)
+                   : Launch<CT, kVec, kChunkQueries>(p, num_groups, stream);
+  }
+  return qb == 1 ? Launch<CT, 1, 1>(p, num_groups, stream)
+                 : Launch<CT, 1, kChunkQueries>(p, num_groups, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchOutput(const Params& p, ElemType cache_dtype, int qb, int num_groups,
+                         cudaStream_t stream) {
+  if (num_groups <= 0) return cudaSuccess;
+  switch (cache_dtype) {
+    case ElemType::kF32:
+      return LaunchFor<float>(p, qb, num_groups, stream);
+    case ElemType::kBF16:
+      return LaunchFor<__nv_bfloat16>(p, qb, num_groups, stream);
+    case ElemType::kF16:
+      return LaunchFor<__half>(p, qb, num_groups, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchSplitReduce(const Params& p, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int nhd = p.n_head * p.head_dim;
+  const dim3 grid((nhd + kThreads - 1) / kThreads, p.tw1 - p.tw0);
+  DCF_LAUNCH(DcmhaSplitReduceKernel, grid, kThreads, 0, stream, p);
+  return cudaGetLastError();
+}
+
+}  // namespace dcmha
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

@@ -1,0 +1,213 @@
+// Pass 1 of DCMHA attention (dcmha_plan.h): composed scores S' and per-split softmax
+// statistics.
+//
+// Block: one (split, group); ThreadsFor(nvec) threads. Thread v owns vector slot v of a key
+// row (elements [v * VEC, v * VEC + VEC) of K, i.e. head v / (hd / VEC)) and keeps the
+// matching slice of each query of the group in registers. Per tile of key rows:
+//   A. every thread: partial dot products of its slot for each (query, key) -> shared `part`;
+//   B. one warp per (query, key): per-head sums of the partials (lane m: head m + 32 j),
+//      pre-compose with the key's cached terms, S' -> shared `sc` and the workspace;
+//   C. thread per (query, head): running max and sum of exp over the tile (online softmax
+//      statistics, in shared memory; no reductions across threads).
+#include <cmath>
+
+#include "engine/cuda/cuda_compat.h"
+#include "engine/cuda/dcmha_device.cuh"
+#include "engine/cuda/dcmha_plan.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+namespace dcmha {
+namespace {
+
+template <typename CT, int VEC, int QB>
+__global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
+  DCF_DYNAMIC_SHARED(float, smem);
+  int t0 = 0, nq = 0;
+  if (!FindGroup(p, t0, nq)) return;
+  const int N = p.n_head;
+  const int nvec = p.nvec;
+  const int slots_per_head = p.head_dim / VEC;
+  const int seq = p.token_seq[t0];
+  const int tok0 = p.seq_offsets[seq];
+  const int start = p.positions[tok0];
+  const int pos0 = p.positions[t0];
+  const int lo_u = Lo(pos0, p.window);
+  const int keys = pos0 + nq - lo_u;  // the group's keys: [lo_u, pos0 + nq)
+  const int num_splits = (keys + p.split_keys - 1) / p.split_keys;
+  const int split = blockIdx.x;
+  if (split >= num_splits) return;
+  const int key_begin = lo_u + split * p.split_keys;
+  const int key_end = min(lo_u + keys, key_begin + p.split_keys);
+
+  const int KT = ScoresKeyTile(QB, nvec);
+  const int terms = (2 * kRank + 1) * N;
+  const int part0 = 0;                     // [QB][KT][nvec] partial dot products
+  const int sc0 = part0 + QB * KT * nvec;  // [QB][KT][N] S' of the tile (-inf: masked)
+  const int qt0 = sc0 + QB * KT * N;       // [QB][5N] query pre-compose terms
+  const int max0 = qt0 + QB * terms;       // [QB][N] running max
+  const int sum0 = max0 + QB * N;          // [QB][N] running sum of exp(S' - max)
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int num_warps = blockDim.x / 32;
+  const int tl0 = t0 - p.tw0;  // the group's first token within the wave
+  if (split == 0 && tid < nq) p.splits[tl0 + tid] = num_splits;
+
+  // This thread's slice of each query, pre-scaled by 1/sqrt(hd).
+  const bool has_slot = tid < nvec;
+  float q[QB][VEC];
+  DCMHA_UNROLL
+  for (int qi = 0; qi < QB; ++qi) {
+    DCMHA_UNROLL
+    for (int e = 0; e < VEC; ++e) q[qi][e] = 0.0f;
+    if (has_slot && qi < nq) {
+      LoadFresh<VEC>(p.qkv + (t0 + qi) * p.qkv_stride + tid * VEC, p.fresh_vec_ok, q[qi]);
+      DCMHA_UNROLL
+      for (int e = 0; e < VEC; ++e) q[qi][e] *= p.scale;
+    }
+  }
+  if (p.compose) {
+    for (int qi = 0; qi < nq; ++qi) LoadQueryTerms(p, t0 + qi, 0, smem, qt0 + qi * terms);
+  }
+  for (int i = tid; i < nq * N; i += blockDim.x) {
+    smem[max0 + i] = -INFINITY;
+    smem[sum0 + i] = 0.0f;
+  }
+  __syncthreads();
+
+  for (int k0 = key_begin; k0 < key_end; k0 += KT) {
+    const int kn = min(KT, key_end - k0);
+    // A. Partial dot products of this thread's slot.
+    if (has_slot) {
+      for (int kk = 0; kk < kn; ++kk) {
+        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, k0 + kk);
+        float k[VEC];
+        LoadKv<CT, VEC>(p, row, 0, tid * VEC, k);
+        DCMHA_UNROLL
+        for (int qi = 0; qi < QB; ++qi) {
+          if (qi < nq) {
+            float dot = 0.0f;
+            DCMHA_UNROLL
+            for (int e = 0; e < VEC; ++e) dot += q[qi][e] * k[e];
+            smem[part0 + (qi * KT + kk) * nvec + tid] = dot;
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // B. Head sums and pre-compose, one warp per visible (query, key).
+    for (int pair = warp; pair < nq * kn; pair += num_warps) {
+      const int qi = pair / kn;
+      const int kk = pair % kn;
+      const int key = k0 + kk;
+      const int pos = pos0 + qi;
+      const int lo = Lo(pos, p.window);
+      const int sbase = sc0 + (qi * KT + kk) * N;
+      if (key < lo || key > pos) {
+        for (int m = lane; m < N; m += 32) smem[sbase + m] = -INFINITY;
+        continue;
+      }
+      float s[kMaxHeadsPerLane];
+      const int pbase = part0 + (qi * KT + kk) * nvec;
+      DCMHA_UNROLL
+      for (int j = 0; j < kMaxHeadsPerLane; ++j) {
+        const int m = lane + 32 * j;
+        s[j] = 0.0f;
+        if (m < N) {
+          for (int g = 0; g < slots_per_head; ++g) s[j] += smem[pbase + m * slots_per_head + g];
+        }
+      }
+      if (p.compose) {
+        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, key);
+        ComposeWarp(N, lane, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 0), s);
+      }
+      float* dst = p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(key - lo) * N;
+      DCMHA_UNROLL
+      for (int j = 0; j < kMaxHeadsPerLane; ++j) {
+        const int m = lane + 32 * j;
+        if (m < N) {
+          smem[sbase + m] = s[j];
+          dst[m] = s[j];
+        }
+      }
+    }
+    __syncthreads();
+
+    // C. Online max / sum per (query, head); each entry always has the same owner thread.
+    for (int i = tid; i < nq * N; i += blockDim.x) {
+      const int qi = i / N;
+      const int n = i % N;
+      float mx = smem[max0 + i];
+      float sum = smem[sum0 + i];
+      for (int kk = 0; kk < kn; ++kk) {
+        const float x = smem[sc0 + (qi * KT + kk) * N + n];
+        if (x == -INFINITY) continue;
+        if (x > mx) {
+          sum = sum * expf(mx - x) + 1.0f;
+          mx = x;
+        } else {
+          sum += expf(x - mx);
+        }
+      }
+      smem[max0 + i] = mx;
+      smem[sum0 + i] = sum;
+    }
+    // The next tile's step A writes only `part`, read by step B before the barrier above;
+    // its step B rewrites `sc` only after the barrier that follows step A.
+  }
+
+  for (int i = tid; i < nq * N; i += blockDim.x) {
+    const int qi = i / N;
+    const int n = i % N;
+    const int64_t at = (static_cast<int64_t>(tl0 + qi) * p.max_splits + split) * N + n;
+    p.stat_max[at] = smem[max0 + i];
+    p.stat_sum[at] = smem[sum0 + i];
+  }
+}
+
+template <typename CT, int VEC, int QB>
+cudaError_t Launch(const Params& p, int num_groups, cudaStream_t stream) {
+  const size_t smem = sizeof(float) * ScoresSmemFloats(QB, p.nvec, p.n_head);
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(DcmhaScoresKernel<CT, VEC, QB>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid(p.max_splits, num_groups);
+  DCF_LAUNCH((DcmhaScoresKernel<CT, VEC, QB>), grid, ThreadsFor(p.nvec), smem, stream, p);
+  return cudaGetLastError();
+}
+
+template <typename CT>
+cudaError_t LaunchFor(const Params& p, int qb, int num_groups, cudaStream_t stream) {
+  if (p.vec == kVec) {
+    return qb == 1 ? Launch<CT, kVec, 1>(p, num_groups, stream)
+                   : Launch<CT, kVec, kChunkQueries>(p, num_groups, stream);
+  }
+  return qb == 1 ? Launch<CT, 1, 1>(p, num_groups, stream)
+                 : Launch<CT, 1, kChunkQueries>(p, num_groups, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchScores(const Params& p, ElemType cache_dtype, int qb, int num_groups,
+                         cudaStream_t stream) {
+  if (num_groups <= 0) return cudaSuccess;
+  switch (cache_dtype) {
+    case ElemType::kF32:
+      return LaunchFor<float>(p, qb, num_groups, stream);
+    case ElemType::kBF16:
+      return LaunchFor<__nv_bfloat16>(p, qb, num_groups, stream);
+    case ElemType::kF16:
+      return LaunchFor<__half>(p, qb, num_groups, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace dcmha
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda
