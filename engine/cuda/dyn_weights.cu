@@ -1,5 +1,6 @@
 #include "engine/cuda/dyn_weights.h"
 
+#include "engine/cuda/dcmha_attention.h"  // kBranches, kRank
 #include "engine/cuda/device_util.cuh"
 
 namespace dcf::cuda {
@@ -8,8 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kTokens = 4;  // tokens per block (each qkw element is read once per block)
-constexpr int kBranches = 4;
-constexpr int kRank = 2;
 constexpr float kDynNormEps = 1e-6f;
 
 __device__ __forceinline__ float GeluErf(float x) {

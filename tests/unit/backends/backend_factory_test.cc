@@ -37,6 +37,32 @@ TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {
   EXPECT_FALSE(info.device.empty());
 }
 
+// cuda-sim is in every build: the CUDA backend's kernels on the SIMT emulator, bfloat16 by
+// default like a GPU, float32 on request.
+TEST(BackendFactoryTest, CudaSimIsAlwaysAvailable) {
+  BackendOptions o;
+  o.kind = BackendKind::kCudaSim;
+  auto m = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  BackendInfo info = m->backend->info();
+  EXPECT_EQ(info.name, "cuda-sim");
+  EXPECT_EQ(info.dtype, DType::kBF16);
+  EXPECT_FALSE(info.device.empty());
+  // Cache blocks hold 16-bit rows: half the bytes of the CPU's f32 rows.
+  BackendOptions cpu;
+  cpu.kind = BackendKind::kCpu;
+  auto c = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), cpu);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(2 * m->backend->BytesPerBlock(LayerGroup::kGlobal, 16),
+            c->backend->BytesPerBlock(LayerGroup::kGlobal, 16));
+  o.dtype = DType::kF32;
+  m = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  info = m->backend->info();
+  EXPECT_EQ(info.name, "cuda-sim");
+  EXPECT_EQ(info.dtype, DType::kF32);
+}
+
 TEST(BackendFactoryTest, RefusesWhatCannotRunWithAClearError) {
   BackendOptions o;
   o.kind = BackendKind::kCpu;

@@ -1,5 +1,7 @@
-// Engine tests on the small golden models (CPU). The reference for every greedy output is
-// SequenceRunner::Greedy on its own backend: one request, alone.
+// Engine tests on the small golden models (CPU; the batching, preemption, penalised sampling
+// and failure tests also on cuda-sim, the CUDA backend's kernels on the SIMT emulator, in
+// float32). The reference for every greedy output is SequenceRunner::Greedy on the same
+// backend: one request, alone.
 #include "engine/serving/engine.h"
 
 #include <algorithm>
@@ -17,16 +19,27 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
+// The emulator's test hooks (inject a sticky device fault); plain C++, no toolkit.
+#include "engine/cuda/sim/simt_testing.h"
 
 namespace dcf {
 namespace {
 
 const char kModel[] = "dcformer-f32-long-prompt";
 
-std::unique_ptr<Backend> LoadBackend() {
-  auto m = LoadModel(testing::GoldenDir(kModel));
+std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu) {
+  BackendOptions o;
+  o.kind = kind;
+  o.dtype = DType::kF32;
+  auto m = LoadModel(testing::GoldenDir(kModel), o);
   DCF_CHECK(m.ok()) << m.status();
   return std::move(m->backend);
+}
+
+std::string KindName(BackendKind k) {
+  std::string n = BackendKindName(k);
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
 }
 
 std::vector<int32_t> RandomPrompt(int len, uint64_t seed) {
@@ -36,14 +49,19 @@ std::vector<int32_t> RandomPrompt(int len, uint64_t seed) {
   return p;
 }
 
-// Greedy reference, cached: one sequence alone, prompt fed in chunks of 16.
-std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_new) {
-  static auto* backend = LoadBackend().release();
-  static auto* cache = new std::map<std::pair<std::vector<int32_t>, int>, std::vector<int32_t>>();
-  auto key = std::make_pair(prompt, max_new);
+// Greedy reference, cached: one sequence alone on a backend of `kind`, prompt fed in chunks
+// of 16.
+std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_new,
+                               BackendKind kind = BackendKind::kCpu) {
+  static auto* backends = new std::map<BackendKind, std::unique_ptr<Backend>>();
+  static auto* cache = new std::map<std::tuple<std::vector<int32_t>, int, BackendKind>,
+                                    std::vector<int32_t>>();
+  auto key = std::make_tuple(prompt, max_new, kind);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  auto runner = SequenceRunner::Create(backend);
+  std::unique_ptr<Backend>& backend = (*backends)[kind];
+  if (backend == nullptr) backend = LoadBackend(kind);
+  auto runner = SequenceRunner::Create(backend.get());
   DCF_CHECK(runner.ok()) << runner.status();
   auto r = (*runner)->Greedy(prompt, max_new, 16);
   DCF_CHECK(r.ok()) << r.status();
@@ -101,8 +119,9 @@ Collected RunToEnd(Engine& engine, const GenerationRequest& r) {
   return c;
 }
 
-std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr) {
-  auto e = Engine::Create(LoadBackend(), tok, options);
+std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr,
+                                   BackendKind kind = BackendKind::kCpu) {
+  auto e = Engine::Create(LoadBackend(kind), tok, options);
   DCF_CHECK(e.ok()) << e.status();
   return std::move(*e);
 }
@@ -117,8 +136,8 @@ const std::vector<Case> kGrowingCases = {{5, 150}, {6, 140}, {7, 130}, {40, 60},
 // Runs kCases with staggered arrivals: the first three, then (after the first token of the
 // first one) the rest. Compares every output with its solo reference.
 void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>& kCases,
-                           int64_t* preemptions) {
-  auto engine = MakeEngine(options);
+                           BackendKind kind, int64_t* preemptions) {
+  auto engine = MakeEngine(options, nullptr, kind);
   std::vector<RequestHandle> handles;
   std::vector<Collected> got(kCases.size());
   std::vector<std::vector<int32_t>> prompts;
@@ -133,7 +152,7 @@ void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>
     got[i].Drain(handles[i].stream());
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     EXPECT_EQ(got[i].final_chunk.finish_reason, FinishReason::kLength);
-    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new)) << "request " << i;
+    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new, kind)) << "request " << i;
     EXPECT_EQ(got[i].final_chunk.usage.generated_tokens, kCases[i].max_new);
     EXPECT_EQ(got[i].final_chunk.usage.prompt_tokens, kCases[i].len);
   }
@@ -154,7 +173,7 @@ TEST_P(BatchingInvarianceTest, LargePoolMatchesSoloRuns) {
   o.max_num_seqs = 8;
   o.kv_num_blocks = {128, 64};
   int64_t preemptions = -1;
-  RunBatchingInvariance(o, kCases, &preemptions);
+  RunBatchingInvariance(o, kCases, BackendKind::kCpu, &preemptions);
   EXPECT_EQ(preemptions, 0);
 }
 
@@ -166,11 +185,26 @@ TEST_P(BatchingInvarianceTest, TinyPoolForcesPreemptionAndStillMatches) {
   o.watermark = 0;
   o.kv_num_blocks = {12, 6};  // the largest request needs 10 global blocks alone
   int64_t preemptions = -1;
-  RunBatchingInvariance(o, kGrowingCases, &preemptions);
+  RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions);
   EXPECT_GT(preemptions, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values(1, 7, 64));
+
+// The same on cuda-sim, shorter (its kernels are emulated): continuous batching with
+// staggered arrivals, chunked prefill and preemption, every output equal to its solo run.
+TEST(EngineTest, CudaSimBatchingWithPreemptionMatchesSoloRuns) {
+  EngineOptions o;
+  o.max_prefill_chunk_tokens = 7;
+  o.max_num_batched_tokens = 8;
+  o.max_num_seqs = 8;
+  o.watermark = 0;
+  o.kv_num_blocks = {6, 6};  // 16-token blocks: the three first requests outgrow 6 together
+  const std::vector<Case> cases = {{5, 70}, {6, 60}, {7, 50}, {30, 20}, {1, 15}};
+  int64_t preemptions = -1;
+  RunBatchingInvariance(o, cases, BackendKind::kCudaSim, &preemptions);
+  EXPECT_GT(preemptions, 0);
+}
 
 // Counts the observer hooks (called on the loop thread; read after the engine is idle).
 class CountingObserver : public EngineObserver {
@@ -634,7 +668,12 @@ TEST(EngineTest, DuplicateClientIdsAreIndependent) {
 // request: the CPU backend's logits for the sequence alone, drawn by the reference sampler
 // with the request's seed and its draw counter, even when the request is preempted and
 // recomputed in a crowded pool.
-TEST(EngineTest, PenalisedSeededSamplingMatchesHostReplayThroughPreemption) {
+class EngineBackendTest : public ::testing::TestWithParam<BackendKind> {};
+
+// The backend's sampler (host code on the CPU, the device sampler on cuda-sim) with
+// penalties whose state is re-uploaded after every preemption, against the host sampler
+// replaying the same sequence on the same backend's logits.
+TEST_P(EngineBackendTest, PenalisedSeededSamplingMatchesHostReplayThroughPreemption) {
   GenerationRequest r;
   r.prompt_tokens = RandomPrompt(6, 77);
   r.sampling.temperature = 0.8f;
@@ -643,13 +682,13 @@ TEST(EngineTest, PenalisedSeededSamplingMatchesHostReplayThroughPreemption) {
   r.sampling.presence_penalty = 0.3f;
   r.sampling.frequency_penalty = 0.2f;
   r.sampling.seed = 1234;
-  r.stopping.max_new_tokens = 120;
+  r.stopping.max_new_tokens = GetParam() == BackendKind::kCpu ? 120 : 60;  // emulated: shorter
   r.output.text = false;
 
   // Host replay.
   std::vector<int32_t> want;
   {
-    auto backend = LoadBackend();
+    auto backend = LoadBackend(GetParam());
     auto runner = SequenceRunner::Create(backend.get());
     ASSERT_TRUE(runner.ok());
     const int V = backend->config().vocab_size;
@@ -672,7 +711,7 @@ TEST(EngineTest, PenalisedSeededSamplingMatchesHostReplayThroughPreemption) {
   o.max_num_seqs = 8;
   o.watermark = 0;
   o.kv_num_blocks = {12, 6};  // too small for the crowd: forces preemption
-  auto engine = MakeEngine(o);
+  auto engine = MakeEngine(o, nullptr, GetParam());
   std::vector<RequestHandle> crowd;
   for (int i = 0; i < 3; ++i) {
     GenerationRequest other = r;
@@ -748,6 +787,69 @@ TEST(EngineTest, BackendFailureIsFatalAndReported) {
   auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
 }
+
+// A device fault under cuda-sim (the emulator makes an error sticky, as a GPU does after an
+// illegal address): the step fails, the engine ends the requests in flight with INTERNAL,
+// reports itself unhealthy and refuses new requests; the backend's health() names the fault.
+class StickyFaultBackend : public Backend {
+ public:
+  StickyFaultBackend(std::unique_ptr<Backend> inner, int fault_at)
+      : inner_(std::move(inner)), fault_at_(fault_at) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  BackendInfo info() const override { return inner_->info(); }
+  size_t BytesPerBlock(LayerGroup g, int b) const override { return inner_->BytesPerBlock(g, b); }
+  absl::StatusOr<size_t> Prepare(const StepLimits& l) override { return inner_->Prepare(l); }
+  absl::Status AllocateCache(const KvCacheShape& s) override { return inner_->AllocateCache(s); }
+  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> p,
+                               absl::Span<const int32_t> g) override {
+    return inner_->SetPenaltyState(slot, p, g);
+  }
+  absl::Status Launch(const StepBatch& b) override {
+    if (steps_++ == fault_at_) {
+      dcf::simt::InjectStickyError(cudaErrorIllegalAddress, "injected illegal address");
+    }
+    return inner_->Launch(b);
+  }
+  absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
+  absl::Status health() const override { return inner_->health(); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int fault_at_;
+  int steps_ = 0;
+};
+
+TEST(EngineTest, StickyDeviceFaultOnCudaSimIsFatalAndReported) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto faulty = std::make_unique<StickyFaultBackend>(LoadBackend(BackendKind::kCudaSim), 3);
+  const StickyFaultBackend* backend = faulty.get();
+  auto created = Engine::Create(std::move(faulty), nullptr, o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Engine& engine = **created;
+  EXPECT_TRUE(engine.Stats().healthy);
+  auto a = engine.Enqueue(Greedy(RandomPrompt(8, 1), 50));
+  ASSERT_TRUE(a.ok());
+  Collected ca;
+  ca.Drain(a->stream());
+  dcf::simt::ClearErrors();  // the emulator's state is process-wide: leave it clean
+  EXPECT_EQ(ca.final_chunk.finish_reason, FinishReason::kError);
+  EXPECT_EQ(ca.final_chunk.error.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(ca.final_chunk.error.message().find("cudaErrorIllegalAddress"), std::string::npos)
+      << ca.final_chunk.error.message();
+  EXPECT_LT(ca.tokens.size(), 50u);
+  const EngineStats st = engine.Stats();
+  EXPECT_FALSE(st.healthy);
+  EXPECT_NE(st.failure.find("cudaErrorIllegalAddress"), std::string::npos) << st.failure;
+  // The backend stays failed (fail fast), even with the emulator's error cleared.
+  EXPECT_EQ(backend->health().code(), absl::StatusCode::kInternal);
+  auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineBackendTest,
+                         ::testing::Values(BackendKind::kCpu, BackendKind::kCudaSim),
+                         [](const auto& info) { return KindName(info.param); });
 
 }  // namespace
 }  // namespace dcf

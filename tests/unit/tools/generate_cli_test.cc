@@ -38,6 +38,34 @@ TEST(GenerateCliTest, ReproducesGoldenGreedyTokensAndLogprobs) {
   }
 }
 
+// --backend cuda-sim runs the CUDA backend's kernels on the SIMT emulator; --json names the
+// backend and dtype that ran (bfloat16 by default, like a GPU). In float32 it reproduces the
+// golden tokens and logprobs.
+TEST(GenerateCliTest, CudaSimNamesTheBackendAndDtypeThatRan) {
+  const std::string name = "dcformer-f32-long-prompt";
+  const testing::Golden g = testing::LoadGolden(name);
+  const std::string base = kGenerate + " --model " + testing::GoldenDir(name) +
+                           " --prompt-ids " + absl::StrJoin(g.prompt, ",") +
+                           " --json --backend cuda-sim --max-new-tokens ";
+  const auto f32 = testing::RunCommand(base + std::to_string(g.greedy.size()) +
+                                       " --dtype float32");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  const auto j = nlohmann::json::parse(f32.out);
+  EXPECT_EQ(j.at("backend"), "cuda-sim");
+  EXPECT_EQ(j.at("dtype"), "float32");
+  EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(), g.greedy);
+  const auto lp = j.at("logprobs").get<std::vector<double>>();
+  ASSERT_EQ(lp.size(), g.greedy_logprobs.size());
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_NEAR(lp[i], g.greedy_logprobs[i], 1e-4) << i;
+
+  const auto bf16 = testing::RunCommand(base + "4");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const auto b = nlohmann::json::parse(bf16.out);
+  EXPECT_EQ(b.at("backend"), "cuda-sim");
+  EXPECT_EQ(b.at("dtype"), "bfloat16");
+  EXPECT_EQ(b.at("tokens").size(), 4u);
+}
+
 TEST(GenerateCliTest, TextPromptOnDefaultModel) {
   const auto r = testing::RunCommand(kGenerate + " --prompt 'Hello world' --max-new-tokens 4 "
                                                  "--json --ignore-eos");

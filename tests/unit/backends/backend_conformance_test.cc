@@ -1,29 +1,54 @@
-// CpuBackend steps with several sequences per batch (the path the scheduler uses) against
-// each sequence run alone, for several block sizes; its argument checking; its sampler.
-#include "engine/cpu/cpu_backend.h"
-
+// What every backend must do, run for each backend this machine has: the CPU oracle and the
+// CUDA backend's kernels on the SIMT emulator (cuda-sim, float32). Steps with several
+// sequences per batch (the path the scheduler uses: mixed prefill chunks and decode tokens,
+// block sizes 1/5/16, window layers) against each sequence run alone; argument checking; the
+// backend's sampler against the host reference on the logits it returns, with penalties
+// recorded in its slots.
 #include <algorithm>
 #include <cmath>
 
 #include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
+#include "engine/sampling/token_sampler.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
 
 namespace dcf {
 namespace {
 
+// The backends under test, in float32 (cuda-sim then reproduces the CPU to rounding).
+const std::vector<BackendKind>& Backends() {
+  static const std::vector<BackendKind> kinds = {BackendKind::kCpu, BackendKind::kCudaSim};
+  return kinds;
+}
+
+absl::StatusOr<LoadedModel> Load(const std::string& model, BackendKind kind) {
+  BackendOptions o;
+  o.kind = kind;
+  o.dtype = DType::kF32;
+  return LoadModel(testing::GoldenDir(model), o);
+}
+
+std::string KindName(BackendKind k) {
+  std::string n = BackendKindName(k);
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
 struct Param {
+  BackendKind backend;
   std::string model;
   int block_size;
 };
 
-void PrintTo(const Param& p, std::ostream* os) { *os << p.model << " B=" << p.block_size; }
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << BackendKindName(p.backend) << " " << p.model << " B=" << p.block_size;
+}
 
 class MultiSpanTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MultiSpanTest, BatchedSpansEqualEachSequenceAlone) {
-  auto model = LoadModel(testing::GoldenDir(GetParam().model));
+  auto model = Load(GetParam().model, GetParam().backend);
   ASSERT_TRUE(model.ok()) << model.status();
   const int V = model->config.vocab_size;
   const int B = GetParam().block_size;
@@ -102,15 +127,27 @@ TEST_P(MultiSpanTest, BatchedSpansEqualEachSequenceAlone) {
   EXPECT_EQ(manager.num_used(LayerGroup::kWindow), 0);
 }
 
+std::vector<Param> MultiSpanParams() {
+  std::vector<Param> params;
+  for (BackendKind k : Backends()) {
+    params.push_back({k, "dcformer-f32-long-prompt", 1});
+    params.push_back({k, "dcformer-f32-long-prompt", 5});
+    params.push_back({k, "dcformer-f32-long-prompt", 16});
+    params.push_back({k, "dcpythia-f16-bin", 4});
+  }
+  return params;
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Golden, MultiSpanTest,
-    ::testing::Values(Param{"dcformer-f32-long-prompt", 1}, Param{"dcformer-f32-long-prompt", 5},
-                      Param{"dcformer-f32-long-prompt", 16}, Param{"dcpythia-f16-bin", 4}),
+    Golden, MultiSpanTest, ::testing::ValuesIn(MultiSpanParams()),
     [](const ::testing::TestParamInfo<Param>& info) {
-      std::string n = info.param.model + "_B" + std::to_string(info.param.block_size);
+      std::string n = KindName(info.param.backend) + "_" + info.param.model + "_B" +
+                      std::to_string(info.param.block_size);
       std::replace(n.begin(), n.end(), '-', '_');
       return n;
     });
+
+class BackendTest : public ::testing::TestWithParam<BackendKind> {};
 
 // A one-sequence batch of `tokens` after `kv` (blocks reserved by the caller).
 StepBatch OneSequence(const std::vector<int32_t>& tokens, const SequenceKv& kv, int capacity,
@@ -121,8 +158,8 @@ StepBatch OneSequence(const std::vector<int32_t>& tokens, const SequenceKv& kv, 
   return b;
 }
 
-TEST(CpuBackendTest, RejectsBadCacheShapesAndBatches) {
-  auto model = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
+TEST_P(BackendTest, RejectsBadCacheShapesAndBatches) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
   ASSERT_TRUE(model.ok());
   Backend& backend = *model->backend;
   StepLimits limits;
@@ -182,8 +219,8 @@ TEST(CpuBackendTest, RejectsBadCacheShapesAndBatches) {
 
 // The backend's sampler draws what the host reference draws from the same logits, records
 // the tokens of penalised rows in their slot, and returns the logprobs asked for.
-TEST(CpuBackendTest, SamplesLikeTheHostReference) {
-  auto model = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
+TEST_P(BackendTest, SamplesLikeTheHostReference) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
   ASSERT_TRUE(model.ok());
   Backend& backend = *model->backend;
   const int V = model->config.vocab_size;
@@ -231,15 +268,21 @@ TEST(CpuBackendTest, SamplesLikeTheHostReference) {
     ASSERT_EQ(out.tokens[0], want) << "step " << step;
     reference.Record(want);
     std::vector<TopLogprob> top;
-    EXPECT_FLOAT_EQ(out.logprobs[0], ComputeLogprobs(last, want, 5, &top));
+    // The CPU backend runs the host code itself; a device computes exp in float.
+    const double tol = GetParam() == BackendKind::kCpu ? 0.0 : 1e-4;
+    EXPECT_NEAR(out.logprobs[0], ComputeLogprobs(last, want, 5, &top), tol);
     for (int i = 0; i < 5; ++i) {
       EXPECT_EQ(out.top_tokens[i], top[i].token);
-      EXPECT_FLOAT_EQ(out.top_logprobs[i], top[i].logprob);
+      EXPECT_NEAR(out.top_logprobs[i], top[i].logprob, tol);
     }
+    for (int i = 5; i < kMaxTopLogprobs; ++i) EXPECT_EQ(out.top_tokens[i], -1);
     feed = {want};
   }
   manager.Free(kv);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()),
+                         [](const auto& info) { return KindName(info.param); });
 
 }  // namespace
 }  // namespace dcf
