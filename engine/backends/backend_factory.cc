@@ -23,10 +23,14 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
 
 const char* BackendKindName(BackendKind kind) {
   switch (kind) {
-    case BackendKind::kAuto: return "auto";
-    case BackendKind::kCpu: return "cpu";
-    case BackendKind::kCuda: return "cuda";
-    case BackendKind::kCudaSim: return "cuda-sim";
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kCpu:
+      return "cpu";
+    case BackendKind::kCuda:
+      return "cuda";
+    case BackendKind::kCudaSim:
+      return "cuda-sim";
   }
   return "?";
 }
@@ -42,9 +46,12 @@ absl::StatusOr<DType> ParseComputeDType(absl::string_view name) {
 
 const char* ComputeDTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float32";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
   }
   return "?";
 }

@@ -1,5 +1,4 @@
 #include "engine/cuda/activation.h"
-
 #include "engine/cuda/device_util.cuh"
 
 namespace dcf::cuda {
@@ -22,8 +21,7 @@ __global__ void SwiGluKernel(int rows, int width, const float* __restrict__ in,
 }
 
 template <typename T>
-__global__ void GeluKernel(int rows, int width, const float* __restrict__ in,
-                           T* __restrict__ out) {
+__global__ void GeluKernel(int rows, int width, const float* __restrict__ in, T* __restrict__ out) {
   const int64_t n = static_cast<int64_t>(rows) * width;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

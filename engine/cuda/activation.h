@@ -17,10 +17,10 @@ enum class Activation {
 
 struct ActivationParams {
   Activation kind = Activation::kSwiGlu;
-  int rows = 0;                 // T
-  int width = 0;                // F
-  const float* in = nullptr;    // [T, 2F] (SwiGLU) or [T, F] (GELU) f32
-  void* out = nullptr;          // [T, F] of out_type
+  int rows = 0;               // T
+  int width = 0;              // F
+  const float* in = nullptr;  // [T, 2F] (SwiGLU) or [T, F] (GELU) f32
+  void* out = nullptr;        // [T, F] of out_type
   ElemType out_type = ElemType::kF32;
 };
 

@@ -77,8 +77,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         kMaxQkRopeHeadDim, " (model: ", config.n_head, ", ", config.head_dim, ")"));
   }
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= options.device ||
-      options.device < 0) {
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= options.device || options.device < 0) {
     cudaGetLastError();
     return absl::UnavailableError(absl::StrCat("--backend ", kBackendName, ": CUDA device ",
                                                options.device, " is not visible (", count,
@@ -123,8 +122,8 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
     std::vector<float> cs(n), sn(n);
     for (int64_t pos = 0; pos < config_.max_positions; ++pos) {
       for (int j = 0; j < half; ++j) {
-        const double angle = static_cast<double>(pos) *
-                             std::pow(config_.rope_base, -2.0 * j / config_.rotary_dim);
+        const double angle =
+            static_cast<double>(pos) * std::pow(config_.rope_base, -2.0 * j / config_.rotary_dim);
         cs[pos * half + j] = static_cast<float>(std::cos(angle));
         sn[pos * half + j] = static_cast<float>(std::sin(angle));
       }
@@ -156,8 +155,8 @@ size_t CudaBackend::BytesPerBlock(LayerGroup g, int block_size) const {
 
 absl::Status CudaBackend::Fail(absl::Status status) {
   if (health_.ok()) {
-    health_ = absl::InternalError(absl::StrCat(kBackendName, " backend failed: ",
-                                               status.message()));
+    health_ =
+        absl::InternalError(absl::StrCat(kBackendName, " backend failed: ", status.message()));
   }
   launched_ = false;
   return health_;
@@ -172,9 +171,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   prepared_ = false;
   launched_ = false;
   // Release the previous workspace first, so that it does not count twice.
-  for (DeviceBuffer* b : {&x_, &a_, &a2_, &proj_, &dyn_, &attn_out_, &up_, &act_, &final_in_,
-                          &logits_, &sample_work_, &results_, &attn_workspace_, &step_dev_,
-                          &seen_, &counts_}) {
+  for (DeviceBuffer* b :
+       {&x_, &a_, &a2_, &proj_, &dyn_, &attn_out_, &up_, &act_, &final_in_, &logits_, &sample_work_,
+        &results_, &attn_workspace_, &step_dev_, &seen_, &counts_}) {
     b->Reset();
   }
   step_host_.Reset();
@@ -187,9 +186,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   const int eb = ElemBytes(dtype_);
   rows_cap_ = static_cast<int>(std::min<int64_t>(T, int64_t{limits.max_logit_rows} + S));
   const int64_t slots = limits.num_penalty_slots;
-  const size_t step_bytes =
-      Align16(4 * T) * 3 + Align16(4 * (S + 1)) + 2 * Align16(4 * S * limits.blocks_per_seq) +
-      Align16(4 * rows_cap_) + Align16(sizeof(DeviceSamplingRow) * S) + 16;
+  const size_t step_bytes = Align16(4 * T) * 3 + Align16(4 * (S + 1)) +
+                            2 * Align16(4 * S * limits.blocks_per_seq) + Align16(4 * rows_cap_) +
+                            Align16(sizeof(DeviceSamplingRow) * S) + 16;
 
   ASSIGN_OR_RETURN(x_, DeviceBuffer::Allocate(4 * T * E, "the residual stream"));
   ASSIGN_OR_RETURN(a_, DeviceBuffer::Allocate(eb * T * E, "normed activations"));
@@ -206,8 +205,8 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(sample_work_, DeviceBuffer::Allocate(4 * S * V, "sampler workspace"));
   ASSIGN_OR_RETURN(results_, DeviceBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
   ASSIGN_OR_RETURN(attn_workspace_,
-                   DeviceBuffer::Allocate(DcmhaWorkspaceBytes(config_.n_head, config_.head_dim,
-                                                              T, S, config_.max_positions),
+                   DeviceBuffer::Allocate(DcmhaWorkspaceBytes(config_.n_head, config_.head_dim, T,
+                                                              S, config_.max_positions),
                                           "attention workspace"));
   ASSIGN_OR_RETURN(step_dev_, DeviceBuffer::Allocate(step_bytes, "step arrays"));
   ASSIGN_OR_RETURN(seen_, DeviceBuffer::Allocate(slots * V, "penalty state"));
@@ -217,8 +216,7 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
                    PinnedBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
   if (slots > 0) {
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(seen_.get(), 0, seen_.bytes()), "penalty state reset");
-    DCF_CUDA_RETURN_IF_ERROR(cudaMemset(counts_.get(), 0, counts_.bytes()),
-                             "penalty state reset");
+    DCF_CUDA_RETURN_IF_ERROR(cudaMemset(counts_.get(), 0, counts_.bytes()), "penalty state reset");
   }
   limits_ = limits;
   prepared_ = true;
@@ -233,9 +231,9 @@ absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
   RETURN_IF_ERROR(health_);
   if (!prepared_) return absl::FailedPreconditionError("AllocateCache before Prepare");
   if (shape.block_size <= 0 || shape.num_blocks[0] < 0 || shape.num_blocks[1] < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KV cache shape: block size ", shape.block_size, " and block counts ",
-        shape.num_blocks[0], ", ", shape.num_blocks[1], " must be positive"));
+    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: block size ", shape.block_size,
+                                                   " and block counts ", shape.num_blocks[0], ", ",
+                                                   shape.num_blocks[1], " must be positive"));
   }
   const bool has_window_layers = layers_in_group_[static_cast<int>(LayerGroup::kWindow)] > 0;
   if (has_window_layers && shape.window != config_.window_size) {
@@ -285,8 +283,8 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
   }
   // Stream-ordered after any step still in flight, and complete before returning (the host
   // vectors die here).
-  cudaError_t e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V,
-                                  seen.data(), V, cudaMemcpyHostToDevice, stream_);
+  cudaError_t e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V, seen.data(),
+                                  V, cudaMemcpyHostToDevice, stream_);
   if (e == cudaSuccess) {
     e = cudaMemcpyAsync(counts_.as<int32_t>() + static_cast<int64_t>(slot) * V, counts.data(),
                         sizeof(int32_t) * V, cudaMemcpyHostToDevice, stream_);
@@ -412,9 +410,9 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
         return Fail(CudaStatus(re, "penalty update"));
       }
     }
-    if (cudaError_t ce = cudaMemcpyAsync(results_host_.get(), results_.get(),
-                                         sizeof(SampleResult) * num_sampled,
-                                         cudaMemcpyDeviceToHost, stream_);
+    if (cudaError_t ce =
+            cudaMemcpyAsync(results_host_.get(), results_.get(), sizeof(SampleResult) * num_sampled,
+                            cudaMemcpyDeviceToHost, stream_);
         ce != cudaSuccess) {
       return Fail(CudaStatus(ce, "result download"));
     }
@@ -438,8 +436,8 @@ absl::Status CudaBackend::Wait(StepOutput* out) {
   out->Resize(plan_.num_seqs, plan_.num_logit_rows, V);
   if (plan_.num_logit_rows > 0) {
     const cudaError_t e =
-        cudaMemcpy(out->logits.data(), logits_.get(),
-                   sizeof(float) * plan_.num_logit_rows * V, cudaMemcpyDeviceToHost);
+        cudaMemcpy(out->logits.data(), logits_.get(), sizeof(float) * plan_.num_logit_rows * V,
+                   cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) return Fail(CudaStatus(e, "logits download"));
   }
   const SampleResult* res = results_host_.as<SampleResult>();
@@ -472,8 +470,7 @@ CacheView CudaBackend::CacheFor(LayerGroup g, const int32_t* table) const {
 absl::Status CudaBackend::Forward(const StepArrays& d, const StepPlan& plan) {
   const int T = plan.num_tokens;
   const int64_t E = config_.dim, N = config_.n_head, hd = config_.head_dim,
-                F = config_.intermediate_size, V = config_.vocab_size,
-                K = config_.dynamic_hidden();
+                F = config_.intermediate_size, V = config_.vocab_size, K = config_.dynamic_hidden();
   const int64_t P = FusedInputRows(config_);
   const int64_t dyn_stride = C * 2 * kI * N;
   const bool pythia = config_.architecture == Architecture::kDcPythia;

@@ -75,20 +75,20 @@ class CudaBackend final : public Backend {
 
   // Device addresses of one step's uploaded arrays.
   struct StepArrays {
-    const int32_t* tokens = nullptr;       // [T]
-    const int32_t* positions = nullptr;    // [T]
-    const int32_t* seq_offsets = nullptr;  // [S + 1]
-    const int32_t* token_seq = nullptr;    // [T]
+    const int32_t* tokens = nullptr;                                       // [T]
+    const int32_t* positions = nullptr;                                    // [T]
+    const int32_t* seq_offsets = nullptr;                                  // [S + 1]
+    const int32_t* token_seq = nullptr;                                    // [T]
     std::array<const int32_t*, kNumLayerGroups> tables{nullptr, nullptr};  // [S, bps]
-    const int32_t* logit_rows = nullptr;   // [R] step token of each logits row
+    const int32_t* logit_rows = nullptr;          // [R] step token of each logits row
     const DeviceSamplingRow* sampling = nullptr;  // [num_sampled]
   };
   // Host-side facts about the step, for the launch configuration and for Wait.
   struct StepPlan {
     int num_tokens = 0, num_seqs = 0;
     int max_seq_tokens = 0, max_position = 0;
-    int num_rows = 0;            // R: logits rows computed
-    int num_logit_rows = 0;      // the first of them, returned to the host
+    int num_rows = 0;                  // R: logits rows computed
+    int num_logit_rows = 0;            // the first of them, returned to the host
     std::vector<int32_t> sampled_seq;  // sequence of each sampled row
     std::vector<DeviceSamplingRow> rows;
     bool record_penalties = false;
@@ -117,24 +117,24 @@ class CudaBackend final : public Backend {
   // Per-step workspace (Prepare), for T = limits.max_tokens tokens:
   StepLimits limits_;
   bool prepared_ = false;
-  int rows_cap_ = 0;              // R_max: logits rows of one step
-  DeviceBuffer x_;                // [T, E] f32 residual stream
-  DeviceBuffer a_, a2_;           // [T, E] dtype normed inputs (a2_: dcpythia MLP input)
-  DeviceBuffer proj_;             // [T, 3E + C*K + C*N] f32: q | k | v | a.dw1 | a.dd (-> G)
-  DeviceBuffer dyn_;              // [T, C, 2I, N] f32
-  DeviceBuffer attn_out_;         // [T, E] dtype
-  DeviceBuffer up_;               // [T, 2F] (dcformer) or [T, F] f32
-  DeviceBuffer act_;              // [T, F] dtype
-  DeviceBuffer final_in_;         // [R_max, E] dtype
-  DeviceBuffer logits_;           // [R_max, V] f32
-  DeviceBuffer sample_work_;      // [S, V] f32
-  DeviceBuffer results_;          // [S] SampleResult
-  DeviceBuffer attn_workspace_;   // DcmhaWorkspaceBytes
-  DeviceBuffer step_dev_;         // the uploaded step arrays
-  DeviceBuffer seen_;             // [slots, V] u8
-  DeviceBuffer counts_;           // [slots, V] i32
-  PinnedBuffer step_host_;        // staging of the step arrays
-  PinnedBuffer results_host_;     // [S] SampleResult
+  int rows_cap_ = 0;             // R_max: logits rows of one step
+  DeviceBuffer x_;               // [T, E] f32 residual stream
+  DeviceBuffer a_, a2_;          // [T, E] dtype normed inputs (a2_: dcpythia MLP input)
+  DeviceBuffer proj_;            // [T, 3E + C*K + C*N] f32: q | k | v | a.dw1 | a.dd (-> G)
+  DeviceBuffer dyn_;             // [T, C, 2I, N] f32
+  DeviceBuffer attn_out_;        // [T, E] dtype
+  DeviceBuffer up_;              // [T, 2F] (dcformer) or [T, F] f32
+  DeviceBuffer act_;             // [T, F] dtype
+  DeviceBuffer final_in_;        // [R_max, E] dtype
+  DeviceBuffer logits_;          // [R_max, V] f32
+  DeviceBuffer sample_work_;     // [S, V] f32
+  DeviceBuffer results_;         // [S] SampleResult
+  DeviceBuffer attn_workspace_;  // DcmhaWorkspaceBytes
+  DeviceBuffer step_dev_;        // the uploaded step arrays
+  DeviceBuffer seen_;            // [slots, V] u8
+  DeviceBuffer counts_;          // [slots, V] i32
+  PinnedBuffer step_host_;       // staging of the step arrays
+  PinnedBuffer results_host_;    // [S] SampleResult
 
   KvCacheShape cache_shape_;
   std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype

@@ -20,8 +20,8 @@ inline absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 }  // namespace dcf::cuda
 
 // Returns the Status of a failed CUDA runtime call from the enclosing function.
-#define DCF_CUDA_RETURN_IF_ERROR(call, what)                                 \
-  do {                                                                       \
-    const cudaError_t dcf_cuda_error_ = (call);                              \
+#define DCF_CUDA_RETURN_IF_ERROR(call, what)                                                   \
+  do {                                                                                         \
+    const cudaError_t dcf_cuda_error_ = (call);                                                \
     if (dcf_cuda_error_ != cudaSuccess) return ::dcf::cuda::CudaStatus(dcf_cuda_error_, what); \
   } while (0)

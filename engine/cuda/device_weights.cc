@@ -34,8 +34,8 @@ class Uploader {
  public:
   static absl::StatusOr<Uploader> Create() {
     Uploader u;
-    ASSIGN_OR_RETURN(u.staging_, PinnedBuffer::Allocate(kChunkElems * sizeof(float),
-                                                        "weight upload staging"));
+    ASSIGN_OR_RETURN(u.staging_,
+                     PinnedBuffer::Allocate(kChunkElems * sizeof(float), "weight upload staging"));
     return u;
   }
 
@@ -48,10 +48,9 @@ class Uploader {
     for (int64_t done = 0; done < count; done += kChunkElems) {
       const int64_t n = std::min(kChunkElems, count - done);
       ConvertDType(from, static_cast<const uint8_t*>(src) + done * src_size, n, t, staging_.get());
-      DCF_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(static_cast<uint8_t*>(dst) + (dst_offset + done) * size, staging_.get(),
-                     n * size, cudaMemcpyHostToDevice),
-          "weight upload");
+      DCF_CUDA_RETURN_IF_ERROR(cudaMemcpy(static_cast<uint8_t*>(dst) + (dst_offset + done) * size,
+                                          staging_.get(), n * size, cudaMemcpyHostToDevice),
+                               "weight upload");
     }
     return absl::OkStatus();
   }
@@ -118,8 +117,7 @@ Tensor Transposed(const Tensor& t, int64_t rows, int64_t cols) {
 
 absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader& ld,
                          DeviceLayerWeights* d) {
-  const int64_t E = cfg.dim, N = cfg.n_head, F = cfg.intermediate_size,
-                K = cfg.dynamic_hidden();
+  const int64_t E = cfg.dim, N = cfg.n_head, F = cfg.intermediate_size, K = cfg.dynamic_hidden();
   const int64_t rows_in = FusedInputRows(cfg);
   const std::string p = absl::StrCat("layers.", l, ".");
   ASSIGN_OR_RETURN(d->attn_norm_w, ld.F32(L.attention_norm_w, p + "attention_norm.weight"));
@@ -150,8 +148,8 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
     ASSIGN_OR_RETURN(d->w_up, ld.Matrix(L.w1_w, p + "feed_forward.w1.weight"));
     ASSIGN_OR_RETURN(d->b_up, ld.F32(L.w1_b, p + "feed_forward.w1.bias"));
   } else {
-    ASSIGN_OR_RETURN(d->w_up, ld.Concat({&L.w1_w, &L.w3_w}, 2 * F * E, ld.dtype(),
-                                        p + "feed_forward.w1|w3"));
+    ASSIGN_OR_RETURN(
+        d->w_up, ld.Concat({&L.w1_w, &L.w3_w}, 2 * F * E, ld.dtype(), p + "feed_forward.w1|w3"));
   }
   ASSIGN_OR_RETURN(d->w_down, ld.Matrix(L.w2_w, p + "feed_forward.w2.weight"));
   ASSIGN_OR_RETURN(d->b_down, ld.F32(L.w2_b, p + "feed_forward.w2.bias"));

@@ -38,11 +38,11 @@ struct DeviceLayerWeights {
 };
 
 struct DeviceWeights {
-  DeviceBuffer embed;            // [V, E] dtype
+  DeviceBuffer embed;  // [V, E] dtype
   std::vector<DeviceLayerWeights> layers;
-  DeviceBuffer norm_w, norm_b;   // [E] f32
-  DeviceBuffer output;           // [V, E] dtype
-  size_t bytes = 0;              // device bytes of all of the above
+  DeviceBuffer norm_w, norm_b;  // [E] f32
+  DeviceBuffer output;          // [V, E] dtype
+  size_t bytes = 0;             // device bytes of all of the above
 };
 
 // Rows of the fused input projection: 3E + C*K + C*N.

@@ -1,7 +1,6 @@
-#include "engine/cuda/dyn_weights.h"
-
 #include "engine/cuda/dcmha_attention.h"  // kBranches, kRank
 #include "engine/cuda/device_util.cuh"
+#include "engine/cuda/dyn_weights.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {

@@ -22,11 +22,11 @@ inline namespace DCF_CUDA_NS {
 inline constexpr int kMaxDynHeads = 256;
 
 struct DynWeightsParams {
-  int num_tokens = 0;        // T
-  int n_head = 0;            // N; K = 4N, branch width 2I*N = 4N
-  float* proj = nullptr;     // row t at proj + t * stride (f32):
-  int64_t stride = 0;        //   [u_offset, +C*K): a . dw1, read
-  int64_t u_offset = 0;      //   [g_offset, +C*N): a . dd, replaced by tanh(a . dd)
+  int num_tokens = 0;     // T
+  int n_head = 0;         // N; K = 4N, branch width 2I*N = 4N
+  float* proj = nullptr;  // row t at proj + t * stride (f32):
+  int64_t stride = 0;     //   [u_offset, +C*K): a . dw1, read
+  int64_t u_offset = 0;   //   [g_offset, +C*N): a . dd, replaced by tanh(a . dd)
   int64_t g_offset = 0;
   const float* qkw = nullptr;  // [C, K, 2I*N] f32
   float* dyn = nullptr;        // row t at dyn + t * dyn_stride: [C, 2I, N] f32

@@ -1,6 +1,5 @@
-#include "engine/cuda/embedding.h"
-
 #include "engine/cuda/device_util.cuh"
+#include "engine/cuda/embedding.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {

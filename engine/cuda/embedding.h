@@ -10,12 +10,12 @@ namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 
 struct EmbeddingParams {
-  int num_tokens = 0;                 // T
-  int dim = 0;                        // E
-  const int32_t* tokens = nullptr;    // [T] ids (validated by the host: 0 <= id < vocab)
-  const void* table = nullptr;        // [vocab, E] of table_type
+  int num_tokens = 0;               // T
+  int dim = 0;                      // E
+  const int32_t* tokens = nullptr;  // [T] ids (validated by the host: 0 <= id < vocab)
+  const void* table = nullptr;      // [vocab, E] of table_type
   ElemType table_type = ElemType::kF32;
-  float* out = nullptr;               // [T, E] f32 (the residual stream)
+  float* out = nullptr;  // [T, E] f32 (the residual stream)
 };
 
 // out[t] = table[tokens[t]] as f32.

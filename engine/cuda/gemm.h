@@ -24,17 +24,17 @@ namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 
 struct GemmArgs {
-  int m = 0;                     // M rows (tokens)
-  int n = 0;                     // N output features
-  int k = 0;                     // K input features
-  const void* x = nullptr;       // [M, K] of dtype, rows ldx elements apart
+  int m = 0;                // M rows (tokens)
+  int n = 0;                // N output features
+  int k = 0;                // K input features
+  const void* x = nullptr;  // [M, K] of dtype, rows ldx elements apart
   int64_t ldx = 0;
-  const void* w = nullptr;       // [N, K] of dtype, rows K elements apart
+  const void* w = nullptr;  // [N, K] of dtype, rows K elements apart
   ElemType dtype = ElemType::kF32;
-  const float* bias = nullptr;   // [N] f32, or null
-  float* y = nullptr;            // [M, N] f32, rows ldy elements apart
+  const float* bias = nullptr;  // [N] f32, or null
+  float* y = nullptr;           // [M, N] f32, rows ldy elements apart
   int64_t ldy = 0;
-  bool accumulate = false;       // y += x . w^T (+ bias) instead of y =
+  bool accumulate = false;  // y += x . w^T (+ bias) instead of y =
 };
 
 class Gemm {

@@ -23,9 +23,9 @@ absl::Status LtStatus(cublasStatus_t s, absl::string_view what) {
                                           cublasLtGetStatusString(s)));
 }
 
-#define DCF_LT_RETURN_IF_ERROR(call, what)                                   \
-  do {                                                                       \
-    const cublasStatus_t dcf_lt_status_ = (call);                            \
+#define DCF_LT_RETURN_IF_ERROR(call, what)                                              \
+  do {                                                                                  \
+    const cublasStatus_t dcf_lt_status_ = (call);                                       \
     if (dcf_lt_status_ != CUBLAS_STATUS_SUCCESS) return LtStatus(dcf_lt_status_, what); \
   } while (0)
 
@@ -51,8 +51,8 @@ uint32_t Alignment(const void* p) {
 }
 
 // Everything that selects a plan: shapes, strides, dtype, epilogue, accumulation, alignment.
-using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, uint32_t,
-                           uint32_t>;
+using PlanKey =
+    std::tuple<int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, uint32_t, uint32_t>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -79,8 +79,9 @@ struct Gemm::Impl {
 
   absl::StatusOr<Plan*> GetPlan(const GemmArgs& g) {
     const uint32_t ax = Alignment(g.x), aw = Alignment(g.w), ay = Alignment(g.y);
-    const PlanKey key{g.m, g.n, g.k, g.ldx, g.ldy, static_cast<int>(g.dtype),
-                      g.bias != nullptr, g.accumulate, ax, aw, ay};
+    const PlanKey key{
+        g.m,          g.n, g.k, g.ldx, g.ldy, static_cast<int>(g.dtype), g.bias != nullptr,
+        g.accumulate, ax,  aw,  ay};
     auto it = plans.find(key);
     if (it != plans.end()) return &it->second;
     Plan p;
@@ -88,20 +89,17 @@ struct Gemm::Impl {
     // Column-major view: D[n, m] = W^T[n, k] . X[k, m]; W is stored as a k x n column-major
     // matrix (ld k), X as k x m (ld ldx), D as n x m (ld ldy).
     absl::Status st = [&]() -> absl::Status {
-      DCF_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                             what);
+      DCF_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
       const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      DCF_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                            &ta, sizeof(ta)),
-                             what);
-      DCF_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                            &tb, sizeof(tb)),
-                             what);
+      DCF_LT_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), what);
+      DCF_LT_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), what);
       if (g.bias != nullptr) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        DCF_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-                                   p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
-                               what);
+        DCF_LT_RETURN_IF_ERROR(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+            what);
         const void* bias = g.bias;  // the heuristic needs a pointer; Linear sets the real one
         DCF_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
                                    p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
@@ -110,8 +108,7 @@ struct Gemm::Impl {
       const cudaDataType_t in = DataType(g.dtype);
       DCF_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.a, in, g.k, g.n, g.k), what);
       DCF_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.b, in, g.k, g.m, g.ldx), what);
-      DCF_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, g.n, g.m, g.ldy),
-                             what);
+      DCF_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, g.n, g.m, g.ldy), what);
       cublasLtMatmulPreference_t pref = nullptr;
       DCF_LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref), what);
       const size_t ws = workspace.bytes();

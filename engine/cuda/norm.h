@@ -18,14 +18,14 @@ struct NormParams {
   const int32_t* row_index = nullptr;  // [R] input row of each output row; null: row r
   bool layer_norm = false;             // false: RMSNorm (no mean, no bias)
   double eps = 1e-6;
-  const float* weight = nullptr;       // [E] f32
-  const float* bias = nullptr;         // [E] f32 or null
-  void* out = nullptr;                 // [R, E] of out_type
+  const float* weight = nullptr;  // [E] f32
+  const float* bias = nullptr;    // [E] f32 or null
+  void* out = nullptr;            // [R, E] of out_type
   // Optional second norm of the same rows (dcpythia's parallel residual normalises x once
   // for attention and once for the MLP): same statistics, its own weight and bias.
-  const float* weight2 = nullptr;      // [E] f32, or null for no second output
-  const float* bias2 = nullptr;        // [E] f32 or null
-  void* out2 = nullptr;                // [R, E] of out_type
+  const float* weight2 = nullptr;  // [E] f32, or null for no second output
+  const float* bias2 = nullptr;    // [E] f32 or null
+  void* out2 = nullptr;            // [R, E] of out_type
   ElemType out_type = ElemType::kF32;
 };
 

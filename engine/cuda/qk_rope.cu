@@ -1,6 +1,5 @@
-#include "engine/cuda/qk_rope.h"
-
 #include "engine/cuda/device_util.cuh"
+#include "engine/cuda/qk_rope.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -11,7 +10,7 @@ constexpr float kQkNormEps = 1e-6f;  // fixed by the reference, independent of n
 
 // One block per token; each warp handles one (q or k, head) vector at a time.
 __global__ void QkRopeKernel(QkRopeParams p) {
-  DCF_SHARED(float, buf, kWarps * kMaxQkRopeHeadDim);
+  DCF_SHARED(float, buf, kWarps* kMaxQkRopeHeadDim);
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int N = p.n_head, hd = p.head_dim, half = p.rotary_dim / 2;

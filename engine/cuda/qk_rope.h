@@ -15,14 +15,14 @@ inline namespace DCF_CUDA_NS {
 inline constexpr int kMaxQkRopeHeadDim = 256;
 
 struct QkRopeParams {
-  int num_tokens = 0;               // T
-  int n_head = 0;                   // N
-  int head_dim = 0;                 // hd <= kMaxQkRopeHeadDim
-  int rotary_dim = 0;               // r (even, <= hd)
-  float* qkv = nullptr;             // row t at qkv + t * stride: q [N, hd] | k [N, hd] | ...
-  int64_t stride = 0;               //   f32, modified in place (q and k only)
-  const float* q_norm = nullptr;    // [hd] f32, or null: no qk-norm
-  const float* k_norm = nullptr;    // [hd] f32 (with q_norm)
+  int num_tokens = 0;                  // T
+  int n_head = 0;                      // N
+  int head_dim = 0;                    // hd <= kMaxQkRopeHeadDim
+  int rotary_dim = 0;                  // r (even, <= hd)
+  float* qkv = nullptr;                // row t at qkv + t * stride: q [N, hd] | k [N, hd] | ...
+  int64_t stride = 0;                  //   f32, modified in place (q and k only)
+  const float* q_norm = nullptr;       // [hd] f32, or null: no qk-norm
+  const float* k_norm = nullptr;       // [hd] f32 (with q_norm)
   const int32_t* positions = nullptr;  // [T]
   // Angles of every position, computed on the host in double as the CPU does
   // (cpu::RopeAngles): [max_positions, r/2] f32 each.

@@ -1,8 +1,7 @@
-#include "engine/cuda/sampling.h"
-
 #include <climits>
 
 #include "engine/cuda/device_util.cuh"
+#include "engine/cuda/sampling.h"
 #include "engine/sampling/philox.h"
 
 namespace dcf::cuda {
@@ -18,26 +17,26 @@ constexpr unsigned kNone = 0xffffffffu;
 // Shared-memory layout, one array per element type (cuda_compat.h: no raw pointers into
 // shared memory, so helpers index these arrays at fixed offsets).
 // unsigned:
-constexpr int kUHist = 0;                             // [kHistGroups][kBins] counts
-constexpr int kUBin = kUHist + kHistGroups * kBins;   // [kBins] counts of the level
-constexpr int kUWarp = kUBin + kBins;                 // [32] warp totals (scans)
-constexpr int kUBcast = kUWarp + 32;                  // [4] broadcast
+constexpr int kUHist = 0;                            // [kHistGroups][kBins] counts
+constexpr int kUBin = kUHist + kHistGroups * kBins;  // [kBins] counts of the level
+constexpr int kUWarp = kUBin + kBins;                // [32] warp totals (scans)
+constexpr int kUBcast = kUWarp + 32;                 // [4] broadcast
 constexpr int kUSize = kUBcast + 4;
 // double:
-constexpr int kDHist = 0;                             // [kHistGroups][kBins] masses
-constexpr int kDBin = kDHist + kHistGroups * kBins;   // [kBins] weights of the level
-constexpr int kDWarp = kDBin + kBins;                 // [32] reductions and scans
-constexpr int kDBcast = kDWarp + 32;                  // [4]
+constexpr int kDHist = 0;                            // [kHistGroups][kBins] masses
+constexpr int kDBin = kDHist + kHistGroups * kBins;  // [kBins] weights of the level
+constexpr int kDWarp = kDBin + kBins;                // [32] reductions and scans
+constexpr int kDBcast = kDWarp + 32;                 // [4]
 constexpr int kDSize = kDBcast + 4;
 // float:
-constexpr int kFWarp = 0;                             // [32]
-constexpr int kFCand = 32;                            // [kSampleMaxTop] candidate logits
+constexpr int kFWarp = 0;   // [32]
+constexpr int kFCand = 32;  // [kSampleMaxTop] candidate logits
 constexpr int kFSize = kFCand + kSampleMaxTop;
 // int:
-constexpr int kIWarp = 0;                             // [32]
-constexpr int kICand = 32;                            // [kSampleMaxTop] candidate ids
-constexpr int kICount = kICand + kSampleMaxTop;       // [1] candidates gathered
-constexpr int kIBcast = kICount + 1;                  // [2]
+constexpr int kIWarp = 0;                        // [32]
+constexpr int kICand = 32;                       // [kSampleMaxTop] candidate ids
+constexpr int kICount = kICand + kSampleMaxTop;  // [1] candidates gathered
+constexpr int kIBcast = kICount + 1;             // [2]
 constexpr int kISize = kIBcast + 2;
 
 template <typename SU, typename SD, typename SF, typename SI>
@@ -194,8 +193,8 @@ __device__ double MassSum(const float* values, int V, const Filter& f, float mx,
 
 // The id of the j-th (0-based, in id order) kept element whose key is `key`.
 template <typename S>
-__device__ int NthWithKey(const float* values, int V, const Filter& f, float p, uint32_t key,
-                          int j, S& s) {
+__device__ int NthWithKey(const float* values, int V, const Filter& f, float p, uint32_t key, int j,
+                          S& s) {
   const int seg = (V + blockDim.x - 1) / blockDim.x;
   const int lo = min(V, static_cast<int>(threadIdx.x) * seg), hi = min(V, lo + seg);
   unsigned c = 0;
@@ -231,8 +230,8 @@ struct Found {
 // `strict`: exceeds). When rounding leaves the target beyond the total, the last kept
 // element. Radix search over the key: four passes of 8-bit digits.
 template <bool kMass, typename S>
-__device__ Found RadixSelect(const float* values, int V, const Filter& f, float mx,
-                             double target, bool strict, S& s) {
+__device__ Found RadixSelect(const float* values, int V, const Filter& f, float mx, double target,
+                             bool strict, S& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = warp >> 1;
   uint32_t prefix = 0, mask = 0;
   double before = 0;  // weight of kept elements ordered before the current bucket
@@ -434,7 +433,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   raw_max = BlockMax(raw_max, s);
   __syncthreads();  // work[] written by other threads is read below
 
-  // 2. The token.
+  // 2. The token (0 if no logit compares: all NaN).
+  if (best_id == INT_MAX) best_id = 0;
   int token = best_id;
   if (!greedy) {
     const float mx = best;
@@ -496,8 +496,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
   if (threadIdx.x == 0) {
     out->token = token;
-    out->logprob =
-        row.want_logprob != 0 || top_n > 0 ? static_cast<float>(raw[token] - lse) : 0.0f;
+    out->logprob = row.want_logprob != 0 || top_n > 0 ? static_cast<float>(raw[token] - lse) : 0.0f;
     int n = top_n > 0 ? min(s.i[kICount], top_n) : 0;
     // Insertion sort of the n candidates: value desc, id asc.
     for (int a = 1; a < n; ++a) {

@@ -41,8 +41,8 @@ struct DeviceSamplingRow {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  int32_t top_logprobs = 0;      // [0, kSampleMaxTop]
-  int32_t want_logprob = 0;      // nonzero: compute the chosen token's logprob
+  int32_t top_logprobs = 0;  // [0, kSampleMaxTop]
+  int32_t want_logprob = 0;  // nonzero: compute the chosen token's logprob
   uint64_t seed = 0;
   uint64_t step = 0;
 };
@@ -55,14 +55,14 @@ struct SampleResult {
 };
 
 struct SampleParams {
-  int num_rows = 0;                          // R sampled rows
-  int vocab = 0;                             // V
-  const float* logits = nullptr;             // [*, V] f32
-  const DeviceSamplingRow* rows = nullptr;   // [R]
-  const uint8_t* seen = nullptr;             // [slots, V] id occurred in prompt or output
-  const int32_t* counts = nullptr;           // [slots, V] occurrences among generated ids
-  float* work = nullptr;                     // [R, V] f32 scratch (adjusted logits)
-  SampleResult* results = nullptr;           // [R]
+  int num_rows = 0;                         // R sampled rows
+  int vocab = 0;                            // V
+  const float* logits = nullptr;            // [*, V] f32
+  const DeviceSamplingRow* rows = nullptr;  // [R]
+  const uint8_t* seen = nullptr;            // [slots, V] id occurred in prompt or output
+  const int32_t* counts = nullptr;          // [slots, V] occurrences among generated ids
+  float* work = nullptr;                    // [R, V] f32 scratch (adjusted logits)
+  SampleResult* results = nullptr;          // [R]
 };
 
 cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream);

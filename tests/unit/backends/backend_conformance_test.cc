@@ -138,14 +138,13 @@ std::vector<Param> MultiSpanParams() {
   return params;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Golden, MultiSpanTest, ::testing::ValuesIn(MultiSpanParams()),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      std::string n = KindName(info.param.backend) + "_" + info.param.model + "_B" +
-                      std::to_string(info.param.block_size);
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Golden, MultiSpanTest, ::testing::ValuesIn(MultiSpanParams()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           std::string n = KindName(info.param.backend) + "_" + info.param.model +
+                                           "_B" + std::to_string(info.param.block_size);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 class BackendTest : public ::testing::TestWithParam<BackendKind> {};
 

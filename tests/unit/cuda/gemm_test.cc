@@ -22,8 +22,9 @@ TEST_P(GemmTest, LinearMatchesCpu) {
     int64_t ldx, ldy;
     bool bias, accumulate;
   };
-  for (const Shape s : {Shape{1, 96, 64, 64, 96, false, false}, Shape{7, 130, 72, 80, 136, true, false},
-                        Shape{16, 64, 256, 256, 64, true, true}, Shape{0, 8, 8, 8, 8, false, false}}) {
+  for (const Shape s :
+       {Shape{1, 96, 64, 64, 96, false, false}, Shape{7, 130, 72, 80, 136, true, false},
+        Shape{16, 64, 256, 256, 64, true, true}, Shape{0, 8, 8, 8, 8, false, false}}) {
     const std::vector<float> x = RandomVector(std::max(1, s.m) * s.ldx, 41);
     const std::vector<float> w = RandomVector(s.n * s.k, 42);
     const std::vector<float> bias = RandomVector(s.n, 43);

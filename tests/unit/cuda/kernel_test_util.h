@@ -16,8 +16,7 @@
 
 namespace dcf::cuda_test {
 
-inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f,
-                                       float hi = 1.0f) {
+inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -49,9 +48,15 @@ inline std::vector<float> RoundTo(const std::vector<float>& v, cuda::ElemType ty
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     switch (type) {
-      case cuda::ElemType::kF32: out[i] = v[i]; break;
-      case cuda::ElemType::kBF16: out[i] = BF16ToFloat(FloatToBF16(v[i])); break;
-      case cuda::ElemType::kF16: out[i] = HalfToFloat(FloatToHalf(v[i])); break;
+      case cuda::ElemType::kF32:
+        out[i] = v[i];
+        break;
+      case cuda::ElemType::kBF16:
+        out[i] = BF16ToFloat(FloatToBF16(v[i]));
+        break;
+      case cuda::ElemType::kF16:
+        out[i] = HalfToFloat(FloatToHalf(v[i]));
+        break;
     }
   }
   return out;

@@ -13,9 +13,7 @@ using cuda::ElemType;
 struct Tol {
   double nmse, max_abs;
 };
-Tol TolFor(ElemType t) {
-  return t == ElemType::kF32 ? Tol{1e-12, 1e-5} : Tol{1e-4, 0.05};
-}
+Tol TolFor(ElemType t) { return t == ElemType::kF32 ? Tol{1e-12, 1e-5} : Tol{1e-4, 0.05}; }
 
 class NormTest : public ::testing::TestWithParam<ElemType> {};
 

@@ -32,35 +32,68 @@ std::vector<Case> Cases() {
     c.top_n = top_n;
     cases.push_back(c);
   };
-  add("greedy", [](SamplingParams& p) { p.temperature = 0; }, -1, 5);
-  add("greedy_penalties", [](SamplingParams& p) {
-    p.temperature = 0;
-    p.repetition_penalty = 1.8f;
-    p.presence_penalty = 0.7f;
-    p.frequency_penalty = 0.4f;
-  }, 0);
-  add("temperature", [](SamplingParams& p) { p.temperature = 0.8f; }, -1, 20);
+  add(
+      "greedy", [](SamplingParams& p) { p.temperature = 0; }, -1, 5);
+  add(
+      "greedy_penalties",
+      [](SamplingParams& p) {
+        p.temperature = 0;
+        p.repetition_penalty = 1.8f;
+        p.presence_penalty = 0.7f;
+        p.frequency_penalty = 0.4f;
+      },
+      0);
+  add(
+      "temperature", [](SamplingParams& p) { p.temperature = 0.8f; }, -1, 20);
   add("temperature_hot", [](SamplingParams& p) { p.temperature = 2.5f; });
   add("top_k_1", [](SamplingParams& p) { p.top_k = 1; });
-  add("top_k_5", [](SamplingParams& p) { p.top_k = 5; p.temperature = 1.3f; });
-  add("top_k_40", [](SamplingParams& p) { p.top_k = 40; p.temperature = 0.7f; }, -1, 3);
+  add("top_k_5", [](SamplingParams& p) {
+    p.top_k = 5;
+    p.temperature = 1.3f;
+  });
+  add(
+      "top_k_40",
+      [](SamplingParams& p) {
+        p.top_k = 40;
+        p.temperature = 0.7f;
+      },
+      -1, 3);
   add("top_k_all", [](SamplingParams& p) { p.top_k = 100000; });
   add("top_p_90", [](SamplingParams& p) { p.top_p = 0.9f; });
-  add("top_p_50", [](SamplingParams& p) { p.top_p = 0.5f; p.temperature = 1.7f; });
-  add("top_k_top_p", [](SamplingParams& p) { p.top_k = 30; p.top_p = 0.6f; });
-  add("min_p", [](SamplingParams& p) { p.min_p = 0.05f; p.temperature = 1.5f; });
+  add("top_p_50", [](SamplingParams& p) {
+    p.top_p = 0.5f;
+    p.temperature = 1.7f;
+  });
+  add("top_k_top_p", [](SamplingParams& p) {
+    p.top_k = 30;
+    p.top_p = 0.6f;
+  });
+  add("min_p", [](SamplingParams& p) {
+    p.min_p = 0.05f;
+    p.temperature = 1.5f;
+  });
   add("min_p_high", [](SamplingParams& p) { p.min_p = 0.3f; });
-  add("min_p_top_p", [](SamplingParams& p) { p.min_p = 0.02f; p.top_p = 0.95f; });
-  add("min_p_top_k", [](SamplingParams& p) { p.min_p = 0.1f; p.top_k = 20; });
-  add("all_penalties", [](SamplingParams& p) {
-    p.temperature = 0.9f;
-    p.top_k = 50;
-    p.top_p = 0.9f;
-    p.repetition_penalty = 1.3f;
-    p.frequency_penalty = 0.5f;
-    p.presence_penalty = -0.4f;
-  }, 1, 4);
-  add("penalties_plain", [](SamplingParams& p) { p.repetition_penalty = 0.7f; }, 2);
+  add("min_p_top_p", [](SamplingParams& p) {
+    p.min_p = 0.02f;
+    p.top_p = 0.95f;
+  });
+  add("min_p_top_k", [](SamplingParams& p) {
+    p.min_p = 0.1f;
+    p.top_k = 20;
+  });
+  add(
+      "all_penalties",
+      [](SamplingParams& p) {
+        p.temperature = 0.9f;
+        p.top_k = 50;
+        p.top_p = 0.9f;
+        p.repetition_penalty = 1.3f;
+        p.frequency_penalty = 0.5f;
+        p.presence_penalty = -0.4f;
+      },
+      1, 4);
+  add(
+      "penalties_plain", [](SamplingParams& p) { p.repetition_penalty = 0.7f; }, 2);
   return cases;
 }
 
@@ -98,9 +131,9 @@ void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& 
   DeviceBuffer<float> dlogits(logits), work(static_cast<size_t>(R) * V);
   DeviceBuffer<uint8_t> dseen(seen);
   DeviceBuffer<int32_t> dcounts(counts);
-  DeviceBuffer<uint8_t> drows(std::vector<uint8_t>(
-      reinterpret_cast<const uint8_t*>(rows.data()),
-      reinterpret_cast<const uint8_t*>(rows.data() + R)));
+  DeviceBuffer<uint8_t> drows(
+      std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(rows.data()),
+                           reinterpret_cast<const uint8_t*>(rows.data() + R)));
   DeviceBuffer<uint8_t> dres(sizeof(cuda::SampleResult) * R);
   cuda::SampleParams sp;
   sp.num_rows = R;

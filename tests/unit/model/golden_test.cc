@@ -3,6 +3,8 @@
 // (cuda-sim) in float32. Every logit within 1e-4 and the same greedy continuation with
 // logprobs within 1e-4, whichever way the sequence is fed (whole, or in chunks of 1, 5, 16).
 // With 16-bit weights (cuda-sim bfloat16 / float16) the agreement is measured and reported.
+#include "tests/testing/golden.h"
+
 #include <cmath>
 #include <iostream>
 
@@ -10,7 +12,6 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
 #include "gtest/gtest.h"
-#include "tests/testing/golden.h"
 
 namespace dcf {
 namespace {
@@ -148,8 +149,9 @@ TEST_P(SixteenBitAgreementTest, CudaSimAgreesWithReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, SixteenBitAgreementTest,
-                         ::testing::Values(DType::kBF16, DType::kF16),
-                         [](const auto& info) { return std::string(ComputeDTypeName(info.param)); });
+                         ::testing::Values(DType::kBF16, DType::kF16), [](const auto& info) {
+                           return std::string(ComputeDTypeName(info.param));
+                         });
 
 }  // namespace
 }  // namespace dcf
