@@ -46,4 +46,22 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
   return out;
 }
 
+absl::flat_hash_set<std::string> GivenFlagNames(int argc, char** argv) {
+  absl::flat_hash_set<std::string> given;
+  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    const size_t start = arg[1] == '-' ? 2 : 1;
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(start, std::min(eq, arg.size()) - start);
+    const absl::CommandLineFlag* flag = FindFlag(name);
+    if (flag == nullptr) continue;
+    given.insert(name);
+    if (name != flag->Name()) given.insert(std::string(flag->Name()));  // "noX" also records X
+    if (eq == std::string::npos && !flag->IsOfType<bool>()) ++i;  // skip the value
+  }
+  return given;
+}
+
 }  // namespace dcf

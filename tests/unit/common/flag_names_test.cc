@@ -39,5 +39,23 @@ TEST(FlagNamesTest, NegatedBoolsAndDoubleDash) {
                                       "--test-json-output"}));
 }
 
+TEST(FlagNamesTest, GivenFlagNamesSkipsValuesAndRecordsNegatedBools) {
+  std::vector<std::string> args = {"prog",    "--test_prompt_text", "--test_json_output",
+                                   "pos-arg", "--notest_json_output", "--unknown",
+                                   "--",      "--test_prompt_text=x"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  const absl::flat_hash_set<std::string> given =
+      GivenFlagNames(static_cast<int>(argv.size()), argv.data());
+  // "--test_json_output" right after a string flag is that flag's value.
+  EXPECT_EQ(given, (absl::flat_hash_set<std::string>{"test_prompt_text", "notest_json_output",
+                                                     "test_json_output"}));
+  std::vector<std::string> only_value = {"prog", "--test_prompt_text", "--test_json_output"};
+  argv.clear();
+  for (std::string& a : only_value) argv.push_back(a.data());
+  EXPECT_EQ(GivenFlagNames(static_cast<int>(argv.size()), argv.data()),
+            (absl::flat_hash_set<std::string>{"test_prompt_text"}));
+}
+
 }  // namespace
 }  // namespace dcf
