@@ -3,8 +3,8 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
-#include <string_view>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -82,12 +82,23 @@ void ClientChannel::Prepare(grpc::ClientContext* context) const {
 }
 
 std::string StatusCodeName(grpc::StatusCode code) {
-  static constexpr std::string_view kNames[] = {
-      "OK",           "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static constexpr std::string_view kNames[] = {"OK",
+                                                "CANCELLED",
+                                                "UNKNOWN",
+                                                "INVALID_ARGUMENT",
+                                                "DEADLINE_EXCEEDED",
+                                                "NOT_FOUND",
+                                                "ALREADY_EXISTS",
+                                                "PERMISSION_DENIED",
+                                                "RESOURCE_EXHAUSTED",
+                                                "FAILED_PRECONDITION",
+                                                "ABORTED",
+                                                "OUT_OF_RANGE",
+                                                "UNIMPLEMENTED",
+                                                "INTERNAL",
+                                                "UNAVAILABLE",
+                                                "DATA_LOSS",
+                                                "UNAUTHENTICATED"};
   const int i = static_cast<int>(code);
   if (i >= 0 && i < static_cast<int>(std::size(kNames))) return std::string(kNames[i]);
   return absl::StrCat("CODE_", i);

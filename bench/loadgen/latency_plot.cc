@@ -35,8 +35,7 @@ absl::Status CheckGnuplot() {
       "scripts/setup.sh installs it)");
 }
 
-absl::StatusOr<std::string> LatencyPlotScript(const std::string& png_path,
-                                              const std::string& title,
+absl::StatusOr<std::string> LatencyPlotScript(const std::string& png_path, const std::string& title,
                                               const std::vector<RunResult>& runs) {
   std::string data;
   for (const RunResult& r : runs) {
@@ -49,8 +48,8 @@ absl::StatusOr<std::string> LatencyPlotScript(const std::string& png_path,
     return absl::InvalidArgumentError("--plot-out: no run has a successful request to plot");
   }
   std::string s;
-  absl::StrAppend(&s, "set terminal pngcairo noenhanced size 1500,520 font ',10'\n",
-                  "set output ", Quote(png_path), "\n", "$runs << EOD\n", data, "EOD\n",
+  absl::StrAppend(&s, "set terminal pngcairo noenhanced size 1500,520 font ',10'\n", "set output ",
+                  Quote(png_path), "\n", "$runs << EOD\n", data, "EOD\n",
                   "set multiplot layout 1,3 title ", Quote(title), "\n",
                   "set xlabel 'output tokens/s'\nset ylabel 'ms'\nset grid\n",
                   "set key top left\nset yrange [0:*]\nset offsets graph 0.05, graph 0.05, "
@@ -65,8 +64,7 @@ absl::StatusOr<std::string> LatencyPlotScript(const std::string& png_path,
                           "plot $runs using 1:%d with linespoints pt 7 title 'p50', "
                           "$runs using 1:%d with linespoints pt 5 title 'p99', "
                           "$runs using 1:%d:8 with labels offset 0,1 font ',8' notitle\n",
-                          panel.name, panel.p50_column, panel.p50_column + 1,
-                          panel.p50_column + 1);
+                          panel.name, panel.p50_column, panel.p50_column + 1, panel.p50_column + 1);
   }
   absl::StrAppend(&s, "unset multiplot\nset output\n");
   return s;
@@ -84,8 +82,8 @@ absl::Status WriteLatencyPlot(const std::string& png_path, const std::string& ti
   struct stat st;
   if (!written || status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
       stat(png_path.c_str(), &st) != 0 || st.st_size == 0) {
-    return absl::InternalError(absl::StrCat(
-        "--plot-out: gnuplot failed to write '", png_path, "' (its messages are above)"));
+    return absl::InternalError(absl::StrCat("--plot-out: gnuplot failed to write '", png_path,
+                                            "' (its messages are above)"));
   }
   return absl::OkStatus();
 }

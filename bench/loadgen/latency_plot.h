@@ -18,8 +18,7 @@ absl::Status CheckGnuplot();
 
 // The gnuplot script that draws `runs` (those with OK requests) into `png_path`.
 // InvalidArgument when no run has an OK request.
-absl::StatusOr<std::string> LatencyPlotScript(const std::string& png_path,
-                                              const std::string& title,
+absl::StatusOr<std::string> LatencyPlotScript(const std::string& png_path, const std::string& title,
                                               const std::vector<RunResult>& runs);
 
 // Runs gnuplot on LatencyPlotScript; Internal when gnuplot fails or writes no file.

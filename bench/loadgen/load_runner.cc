@@ -129,8 +129,7 @@ bool MaybeSend(const std::shared_ptr<RunState>& state,
       request.set_text(std::move(spec.text));
     } else {
       record.prompt_tokens = static_cast<int>(spec.token_ids.size());
-      request.mutable_token_ids()->mutable_ids()->Add(spec.token_ids.begin(),
-                                                      spec.token_ids.end());
+      request.mutable_token_ids()->mutable_ids()->Add(spec.token_ids.begin(), spec.token_ids.end());
     }
     request.mutable_stopping()->set_max_new_tokens(spec.max_new_tokens);
     record.requested_output_tokens = spec.max_new_tokens;
@@ -191,7 +190,8 @@ RunProgress Snapshot(const RunState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.
   p.in_flight = state.in_flight;
   p.total = state.limits.num_requests;
   p.duration_s = absl::ToDoubleSeconds(state.limits.duration);
-  if (state.measure_start.has_value()) p.elapsed_s = MsBetween(*state.measure_start, Clock::now()) / 1e3;
+  if (state.measure_start.has_value())
+    p.elapsed_s = MsBetween(*state.measure_start, Clock::now()) / 1e3;
   p.output_tokens = state.measured_tokens.load();
   return p;
 }

@@ -25,7 +25,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -182,10 +184,10 @@ nlohmann::ordered_json SamplingJson(const v1::SamplingParams& sampling) {
 
 nlohmann::ordered_json ModelJson(const std::optional<v1::GetModelInfoResponse>& info) {
   if (!info.has_value()) return nullptr;
-  return {{"name", info->model_name()},         {"architecture", info->architecture()},
-          {"backend", info->backend()},         {"dtype", info->dtype()},
-          {"vocab_size", info->vocab_size()},   {"context_length", info->context_length()},
-          {"num_layers", info->num_layers()},   {"hidden_size", info->hidden_size()}};
+  return {{"name", info->model_name()},       {"architecture", info->architecture()},
+          {"backend", info->backend()},       {"dtype", info->dtype()},
+          {"vocab_size", info->vocab_size()}, {"context_length", info->context_length()},
+          {"num_layers", info->num_layers()}, {"hidden_size", info->hidden_size()}};
 }
 
 }  // namespace
@@ -195,8 +197,18 @@ int main(int argc, char** argv) {
       "load generator for dcformer-server\n"
       "  dcformer-loadgen [--target host:port] --concurrency N[,N...] | --rate R[,R...] ...\n"
       "see bench/README.md");
+  // --help lists this tool's flags (absl matches flag files against the program name).
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "bench/loadgen/");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
   std::vector<std::string> arg_storage;
   std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
+  // absl would exit 1 on a bad flag: check first, so that every usage error exits 2.
+  if (absl::Status s = dcf::CheckFlagArgs(argc, args.data()); !s.ok()) {
+    return Usage(absl::StrCat(s.message(), " (--help lists the flags)"));
+  }
   const absl::flat_hash_set<std::string> given = dcf::GivenFlagNames(argc, args.data());
   std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
@@ -256,8 +268,7 @@ int main(int argc, char** argv) {
   }
   if (!plot_out.empty()) {
     if (!CanWrite(plot_out)) {
-      return Usage(
-          absl::StrCat("--plot-out: cannot write into the directory of '", plot_out, "'"));
+      return Usage(absl::StrCat("--plot-out: cannot write into the directory of '", plot_out, "'"));
     }
     if (absl::Status s = dcf::loadgen::CheckGnuplot(); !s.ok()) return Fail(s.message());
   }
@@ -294,18 +305,20 @@ int main(int argc, char** argv) {
     if (status.ok()) {
       info = response;
     } else {
-      const std::string why = absl::StrCat("GetModelInfo on ", options.target, " failed: ",
-                                           dcf::client::StatusCodeName(status.error_code()), ": ",
-                                           status.error_message());
+      const std::string why =
+          absl::StrCat("GetModelInfo on ", options.target,
+                       " failed: ", dcf::client::StatusCodeName(status.error_code()), ": ",
+                       status.error_message());
       if (file_prompts.empty() && !given.contains("vocab_size")) {
-        return Fail(absl::StrCat(why, " (random prompts need the vocabulary size: fix the call "
-                                      "or give --vocab-size)"));
+        return Fail(absl::StrCat(why,
+                                 " (random prompts need the vocabulary size: fix the call "
+                                 "or give --vocab-size)"));
       }
       std::cerr << kProgram << ": warning: " << why << "\n";
     }
   }
-  const int vocab_size =
-      given.contains("vocab_size") ? absl::GetFlag(FLAGS_vocab_size) : (info ? info->vocab_size() : 0);
+  const int vocab_size = given.contains("vocab_size") ? absl::GetFlag(FLAGS_vocab_size)
+                                                      : (info ? info->vocab_size() : 0);
   if (info.has_value() && file_prompts.empty() &&
       input_range->max + output_range->max > info->context_length()) {
     std::cerr << kProgram << ": warning: prompts of up to " << input_range->max << " tokens plus "
@@ -315,9 +328,8 @@ int main(int argc, char** argv) {
 
   const uint64_t workload_seed = absl::GetFlag(FLAGS_workload_seed);
   std::string workload_text =
-      file_prompts.empty()
-          ? absl::StrCat("random prompts of ", input_range->ToString(), " tokens")
-          : absl::StrCat(file_prompts.size(), " prompts from ", prompts_file);
+      file_prompts.empty() ? absl::StrCat("random prompts of ", input_range->ToString(), " tokens")
+                           : absl::StrCat(file_prompts.size(), " prompts from ", prompts_file);
   std::cout << kProgram << ": " << options.target;
   if (info.has_value()) {
     std::cout << ", model " << info->model_name() << " (" << info->backend() << ", vocab "
@@ -368,8 +380,10 @@ int main(int argc, char** argv) {
     doc["model"] = ModelJson(info);
     nlohmann::ordered_json w;
     w["prompts"] = file_prompts.empty() ? "random" : "file";
-    w["prompts_file"] = file_prompts.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(prompts_file);
-    w["input_tokens"] = file_prompts.empty() ? RangeJson(*input_range) : nlohmann::ordered_json(nullptr);
+    w["prompts_file"] = file_prompts.empty() ? nlohmann::ordered_json(nullptr)
+                                             : nlohmann::ordered_json(prompts_file);
+    w["input_tokens"] =
+        file_prompts.empty() ? RangeJson(*input_range) : nlohmann::ordered_json(nullptr);
     w["output_tokens"] = RangeJson(*output_range);
     w["ignore_eos"] = absl::GetFlag(FLAGS_ignore_eos);
     w["sampling"] = SamplingJson(runner_template.sampling());
@@ -377,7 +391,8 @@ int main(int argc, char** argv) {
                            ? nlohmann::ordered_json(runner_template.output().return_text())
                            : nlohmann::ordered_json(nullptr);
     w["workload_seed"] = workload_seed;
-    w["num_requests"] = limits.num_requests > 0 ? nlohmann::ordered_json(limits.num_requests) : nullptr;
+    w["num_requests"] =
+        limits.num_requests > 0 ? nlohmann::ordered_json(limits.num_requests) : nullptr;
     w["duration_s"] = limits.num_requests > 0
                           ? nlohmann::ordered_json(nullptr)
                           : nlohmann::ordered_json(absl::ToDoubleSeconds(limits.duration));

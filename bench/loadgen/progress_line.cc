@@ -19,7 +19,8 @@ std::string ProgressLine(absl::string_view label, const RunProgress& p, int bar_
   }
   fraction = std::clamp(fraction, 0.0, 1.0);
   const int filled = static_cast<int>(fraction * bar_width + 0.5);
-  const double tokens_per_s = p.elapsed_s > 0 ? static_cast<double>(p.output_tokens) / p.elapsed_s : 0;
+  const double tokens_per_s =
+      p.elapsed_s > 0 ? static_cast<double>(p.output_tokens) / p.elapsed_s : 0;
   return absl::StrFormat("%s [%s%s] %s, %d in flight, %d failed, %.1f s, %.0f tok/s", label,
                          std::string(filled, '#'), std::string(bar_width - filled, '.'), count,
                          p.in_flight, p.failed, p.elapsed_s, tokens_per_s);

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 
+#include "absl/strings/string_view.h"
 #include "bench/loadgen/run_result.h"
 
 namespace dcf::loadgen {

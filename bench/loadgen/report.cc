@@ -32,8 +32,9 @@ void PrintRun(std::ostream& out, const RunResult& run) {
   if (run.load.mode == LoadSpec::Mode::kClosed) {
     out << absl::StrFormat("closed loop, concurrency %d", run.load.concurrency);
   } else {
-    out << absl::StrFormat("open loop, Poisson %g requests/s (sent at %.2f/s, max send lag %.1f ms)",
-                           run.load.rate, run.sent_per_s, run.max_send_lag_ms);
+    out << absl::StrFormat(
+        "open loop, Poisson %g requests/s (sent at %.2f/s, max send lag %.1f ms)", run.load.rate,
+        run.sent_per_s, run.max_send_lag_ms);
   }
   out << absl::StrFormat(": %d requests (%d warm-up excluded), %d OK, %d failed, %.2f s%s\n",
                          run.requests, run.warmup_requests, run.ok, run.failed, run.duration_s,
@@ -74,7 +75,8 @@ nlohmann::ordered_json RunToJson(const RunResult& run) {
   const bool closed = run.load.mode == LoadSpec::Mode::kClosed;
   nlohmann::ordered_json j;
   j["mode"] = run.load.ModeName();
-  j["concurrency"] = closed ? nlohmann::ordered_json(run.load.concurrency) : nlohmann::ordered_json(nullptr);
+  j["concurrency"] =
+      closed ? nlohmann::ordered_json(run.load.concurrency) : nlohmann::ordered_json(nullptr);
   j["rate"] = closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.load.rate);
   j["label"] = run.load.Label();
   j["interrupted"] = run.interrupted;
@@ -95,8 +97,10 @@ nlohmann::ordered_json RunToJson(const RunResult& run) {
   j["throughput"] = {{"requests_per_s", run.requests_per_s},
                      {"output_tokens_per_s", run.output_tokens_per_s},
                      {"input_tokens_per_s", run.input_tokens_per_s}};
-  j["sent_per_s"] = closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.sent_per_s);
-  j["max_send_lag_ms"] = closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.max_send_lag_ms);
+  j["sent_per_s"] =
+      closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.sent_per_s);
+  j["max_send_lag_ms"] =
+      closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.max_send_lag_ms);
   j["latency_ms"] = {{"ttft", SummaryJson(run.ttft_ms)},
                      {"itl", SummaryJson(run.itl_ms)},
                      {"tpot", SummaryJson(run.tpot_ms)},

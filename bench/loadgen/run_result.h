@@ -23,13 +23,13 @@ struct LoadSpec {
 
 // One finished call, as the runner saw it. Times are client-side, in milliseconds.
 struct RequestRecord {
-  bool warmup = false;        // among the run's first --warmup-requests: not reported
-  std::string code = "OK";    // gRPC status code name of the call
-  std::string error_message;  // the status message when code != OK
-  double start_ms = 0;        // call start, from the run's start
-  double end_ms = 0;          // status received, from the run's start
-  int prompt_tokens = 0;      // the server's usage.prompt_tokens; ids sent when it has none
-  int output_tokens = 0;      // tokens streamed
+  bool warmup = false;              // among the run's first --warmup-requests: not reported
+  std::string code = "OK";          // gRPC status code name of the call
+  std::string error_message;        // the status message when code != OK
+  double start_ms = 0;              // call start, from the run's start
+  double end_ms = 0;                // status received, from the run's start
+  int prompt_tokens = 0;            // the server's usage.prompt_tokens; ids sent when it has none
+  int output_tokens = 0;            // tokens streamed
   int requested_output_tokens = 0;  // max_new_tokens sent
   std::string finish_reason;        // e.g. "LENGTH"; empty when no final message arrived
   double ttft_ms = 0;               // when output_tokens >= 1

@@ -1,9 +1,10 @@
 // The report pieces: JSON fields, the progress line, the gnuplot script.
+#include "bench/loadgen/report.h"
+
 #include <sstream>
 
 #include "bench/loadgen/latency_plot.h"
 #include "bench/loadgen/progress_line.h"
-#include "bench/loadgen/report.h"
 #include "gtest/gtest.h"
 
 namespace dcf::loadgen {
@@ -33,9 +34,9 @@ TEST(ReportTest, RunJsonHasTheDocumentedFields) {
   EXPECT_EQ(closed["concurrency"], 8);
   EXPECT_TRUE(closed["rate"].is_null());
   EXPECT_TRUE(closed["sent_per_s"].is_null());
-  for (const char* key : {"label", "interrupted", "duration_s", "requests", "errors",
-                          "error_examples", "finish_reasons", "tokens", "throughput",
-                          "max_send_lag_ms", "latency_ms"}) {
+  for (const char* key :
+       {"label", "interrupted", "duration_s", "requests", "errors", "error_examples",
+        "finish_reasons", "tokens", "throughput", "max_send_lag_ms", "latency_ms"}) {
     EXPECT_TRUE(closed.contains(key)) << key;
   }
   EXPECT_EQ(closed["requests"]["failed"], 1);
@@ -56,7 +57,8 @@ TEST(ReportTest, RunJsonHasTheDocumentedFields) {
 TEST(ReportTest, TableShowsCountsAndErrors) {
   std::ostringstream out;
   PrintRun(out, SomeRun(LoadSpec::Mode::kClosed));
-  EXPECT_NE(out.str().find("closed loop, concurrency 8: 10 requests"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("closed loop, concurrency 8: 10 requests"), std::string::npos)
+      << out.str();
   EXPECT_NE(out.str().find("errors: OUT_OF_RANGE 1"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("OUT_OF_RANGE e.g.: too long"), std::string::npos) << out.str();
 }

@@ -50,8 +50,8 @@ TEST(AggregateTest, CountsOnlyMeasuredRequestsAndErrorsByCode) {
   EXPECT_EQ(r.requests, 6);
   EXPECT_EQ(r.ok, 3);
   EXPECT_EQ(r.failed, 3);
-  EXPECT_EQ(r.errors, (std::map<std::string, int64_t>{{"OUT_OF_RANGE", 2},
-                                                      {"UNAUTHENTICATED", 1}}));
+  EXPECT_EQ(r.errors,
+            (std::map<std::string, int64_t>{{"OUT_OF_RANGE", 2}, {"UNAUTHENTICATED", 1}}));
   EXPECT_EQ(r.error_examples.at("OUT_OF_RANGE"), "OUT_OF_RANGE message");
   EXPECT_EQ(r.finish_reasons, (std::map<std::string, int64_t>{{"LENGTH", 3}}));
   // Window: first measured start (1000 ms) to last measured end (3000 ms).

@@ -30,10 +30,10 @@ TEST(StreamTimingTest, OneTokenPerMessage) {
 
 TEST(StreamTimingTest, CoalescedTokensShareTheirMessagesGap) {
   StreamTiming t(At(0));
-  t.OnMessage(At(20), 2);   // first token + one more: one gap of 0
-  t.OnMessage(At(50), 3);   // 30 ms for 3 tokens: three gaps of 10
-  t.OnMessage(At(54), 1);   // 4
-  t.OnMessage(At(70), 4);   // 16 ms for 4 tokens: four gaps of 4
+  t.OnMessage(At(20), 2);  // first token + one more: one gap of 0
+  t.OnMessage(At(50), 3);  // 30 ms for 3 tokens: three gaps of 10
+  t.OnMessage(At(54), 1);  // 4
+  t.OnMessage(At(70), 4);  // 16 ms for 4 tokens: four gaps of 4
   t.OnEnd(At(71));
   EXPECT_EQ(t.tokens(), 10);
   EXPECT_NEAR(t.ttft_ms(), 20, 1e-6);

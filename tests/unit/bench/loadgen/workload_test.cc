@@ -58,8 +58,7 @@ TEST(PromptsJsonlTest, ErrorsNameFileAndLine) {
   for (const auto& c : cases) {
     absl::StatusOr<std::vector<FilePrompt>> p = ParsePromptsJsonl("p.jsonl", c.content);
     ASSERT_FALSE(p.ok()) << c.content;
-    EXPECT_NE(p.status().message().find(c.needle), absl::string_view::npos)
-        << p.status().message();
+    EXPECT_NE(p.status().message().find(c.needle), absl::string_view::npos) << p.status().message();
   }
   EXPECT_FALSE(LoadPromptsFile("/nonexistent/prompts.jsonl").ok());
 }
