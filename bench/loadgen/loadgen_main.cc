@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "bench/loadgen/latency_plot.h"
 #include "bench/loadgen/load_runner.h"
@@ -39,6 +40,7 @@
 #include "client/client_channel.h"
 #include "dcformer/v1/dcformer.grpc.pb.h"
 #include "engine/common/flag_names.h"
+#include "engine/common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address host:port");
@@ -190,6 +192,191 @@ nlohmann::ordered_json ModelJson(const std::optional<v1::GetModelInfoResponse>& 
           {"num_layers", info->num_layers()}, {"hidden_size", info->hidden_size()}};
 }
 
+// Everything the command line asks for, checked before anything is sent.
+struct Config {
+  std::vector<LoadSpec> loads;
+  dcf::loadgen::RunLimits limits;
+  dcf::loadgen::LengthRange input;
+  dcf::loadgen::LengthRange output;
+  std::string prompts_file;
+  std::vector<dcf::loadgen::FilePrompt> file_prompts;  // empty: random prompts
+  int vocab_size = 0;                                  // --vocab-size; 0: the model's
+  uint64_t workload_seed = 0;
+  v1::GenerateRequest request_template;
+  dcf::client::ChannelOptions channel;
+  absl::Duration connect_timeout;
+  std::string json_out;
+  std::string plot_out;
+
+  std::string WorkloadText() const {
+    return file_prompts.empty() ? absl::StrCat("random prompts of ", input.ToString(), " tokens")
+                                : absl::StrCat(file_prompts.size(), " prompts from ", prompts_file);
+  }
+};
+
+// InvalidArgument naming the flag (or FILE:LINE of the prompts file) for a bad command line.
+absl::StatusOr<Config> ParseConfig(const absl::flat_hash_set<std::string>& given) {
+  Config c;
+  ASSIGN_OR_RETURN(c.loads, ParseLoads());
+  const bool num_requests_given = given.contains("num_requests");
+  const bool duration_given = given.contains("duration");
+  if (num_requests_given && duration_given) {
+    return absl::InvalidArgumentError("give --num-requests or --duration, not both");
+  }
+  c.limits.warmup_requests = absl::GetFlag(FLAGS_warmup_requests);
+  if (duration_given) {
+    c.limits.duration = absl::GetFlag(FLAGS_duration);
+    if (c.limits.duration <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("--duration must be positive, e.g. 30s");
+    }
+  } else {
+    c.limits.num_requests =
+        num_requests_given ? absl::GetFlag(FLAGS_num_requests) : kDefaultNumRequests;
+    if (c.limits.num_requests < 1) {
+      return absl::InvalidArgumentError("--num-requests must be at least 1");
+    }
+  }
+  if (c.limits.warmup_requests < 0) {
+    return absl::InvalidArgumentError("--warmup-requests must be >= 0");
+  }
+  ASSIGN_OR_RETURN(c.output, dcf::loadgen::ParseLengthRange("output-tokens",
+                                                            absl::GetFlag(FLAGS_output_tokens)));
+  ASSIGN_OR_RETURN(
+      c.input, dcf::loadgen::ParseLengthRange("input-tokens", absl::GetFlag(FLAGS_input_tokens)));
+  c.prompts_file = absl::GetFlag(FLAGS_prompts_file);
+  if (!c.prompts_file.empty()) {
+    for (const char* flag : {"input_tokens", "vocab_size"}) {
+      if (given.contains(flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", absl::StrReplaceAll(flag, {{"_", "-"}}),
+                         " applies to random prompts, not to --prompts-file"));
+      }
+    }
+    absl::StatusOr<std::vector<dcf::loadgen::FilePrompt>> loaded =
+        dcf::loadgen::LoadPromptsFile(c.prompts_file);
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompts-file: ", loaded.status().message()));
+    }
+    c.file_prompts = std::move(*loaded);
+  }
+  if (given.contains("vocab_size")) {
+    c.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+    if (c.vocab_size < 1) return absl::InvalidArgumentError("--vocab-size must be at least 1");
+  }
+  c.workload_seed = absl::GetFlag(FLAGS_workload_seed);
+  c.request_template = RequestTemplate(given);
+  c.channel.target = absl::GetFlag(FLAGS_target);
+  c.channel.tls = absl::GetFlag(FLAGS_tls);
+  c.channel.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  c.channel.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.channel.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.channel.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  c.channel.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  c.channel.timeout = absl::GetFlag(FLAGS_timeout);
+  if (c.channel.timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--timeout must be >= 0");
+  }
+  c.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  if (c.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--connect-timeout must be positive");
+  }
+  c.json_out = absl::GetFlag(FLAGS_json_out);
+  c.plot_out = absl::GetFlag(FLAGS_plot_out);
+  for (const auto& [flag, path] :
+       {std::pair{"--json-out", c.json_out}, {"--plot-out", c.plot_out}}) {
+    if (!path.empty() && !CanWrite(path)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": cannot write into the directory of '", path, "'"));
+    }
+  }
+  return c;
+}
+
+// Waits for the target to accept a connection and asks for its model info. The info is
+// nullopt when GetModelInfo fails but the workload does not need it (prompts from a file, or
+// --vocab-size): a load of failing calls, e.g. with a wrong API key, can still be measured.
+// Unavailable when the target cannot be reached, FailedPrecondition when the info is needed.
+absl::StatusOr<std::optional<v1::GetModelInfoResponse>> Connect(
+    const Config& config, const dcf::client::ClientChannel& channel) {
+  const std::string& target = config.channel.target;
+  if (!channel.channel()->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + config.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to ", target, " within ", absl::FormatDuration(config.connect_timeout),
+        " (is dcformer-server running there? with TLS, check --tls-ca and "
+        "--tls-server-name)"));
+  }
+  auto stub = v1::TextGeneration::NewStub(channel.channel());
+  grpc::ClientContext context;
+  channel.Prepare(&context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + config.connect_timeout));
+  v1::GetModelInfoResponse info;
+  const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+  if (status.ok()) return info;
+  const std::string why = absl::StrCat(
+      "GetModelInfo on ", target, " failed: ", dcf::client::StatusCodeName(status.error_code()),
+      ": ", status.error_message());
+  if (config.file_prompts.empty() && config.vocab_size == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        why, " (random prompts need the vocabulary size: fix the call or give --vocab-size)"));
+  }
+  std::cerr << kProgram << ": warning: " << why << "\n";
+  return std::nullopt;
+}
+
+void PrintHeader(const Config& c, const std::optional<v1::GetModelInfoResponse>& info) {
+  std::cout << kProgram << ": " << c.channel.target;
+  if (info.has_value()) {
+    std::cout << ", model " << info->model_name() << " (" << info->backend() << ", vocab "
+              << info->vocab_size() << ", context " << info->context_length() << ")";
+  }
+  std::cout << "\n  " << c.WorkloadText() << ", max_new_tokens " << c.output.ToString()
+            << (c.request_template.stopping().ignore_eos() ? " (ignore_eos)" : "") << "; per run "
+            << (c.limits.num_requests > 0
+                    ? absl::StrCat(c.limits.num_requests, " requests")
+                    : absl::StrCat(absl::FormatDuration(c.limits.duration), " of requests"))
+            << " after " << c.limits.warmup_requests << " warm-up\n\n"
+            << std::flush;
+  if (info.has_value() && c.file_prompts.empty() &&
+      c.input.max + c.output.max > info->context_length()) {
+    std::cerr << kProgram << ": warning: prompts of up to " << c.input.max << " tokens plus "
+              << c.output.max << " new tokens exceed the model context (" << info->context_length()
+              << "): such requests fail with OUT_OF_RANGE\n";
+  }
+}
+
+// The --json-out document (schema in bench/README.md).
+nlohmann::ordered_json ReportJson(const Config& c,
+                                  const std::optional<v1::GetModelInfoResponse>& info,
+                                  const std::vector<dcf::loadgen::RunResult>& results) {
+  using Json = nlohmann::ordered_json;
+  const bool random = c.file_prompts.empty();
+  Json doc;
+  doc["schema_version"] = dcf::loadgen::kJsonSchemaVersion;
+  doc["tool"] = kProgram;
+  doc["target"] = c.channel.target;
+  doc["model"] = ModelJson(info);
+  Json& w = doc["workload"];
+  w["prompts"] = random ? "random" : "file";
+  w["prompts_file"] = random ? Json(nullptr) : Json(c.prompts_file);
+  w["input_tokens"] = random ? RangeJson(c.input) : Json(nullptr);
+  w["output_tokens"] = RangeJson(c.output);
+  w["ignore_eos"] = c.request_template.stopping().ignore_eos();
+  w["sampling"] = SamplingJson(c.request_template.sampling());
+  w["return_text"] = c.request_template.output().has_return_text()
+                         ? Json(c.request_template.output().return_text())
+                         : Json(nullptr);
+  w["workload_seed"] = c.workload_seed;
+  const bool counted = c.limits.num_requests > 0;
+  w["num_requests"] = counted ? Json(c.limits.num_requests) : Json(nullptr);
+  w["duration_s"] = counted ? Json(nullptr) : Json(absl::ToDoubleSeconds(c.limits.duration));
+  w["warmup_requests"] = c.limits.warmup_requests;
+  doc["runs"] = Json::array();
+  for (const auto& r : results) doc["runs"].push_back(dcf::loadgen::RunToJson(r));
+  return doc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,159 +399,43 @@ int main(int argc, char** argv) {
   const absl::flat_hash_set<std::string> given = dcf::GivenFlagNames(argc, args.data());
   std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
-
-  // Flags, all checked before anything is sent.
-  absl::StatusOr<std::vector<LoadSpec>> loads = ParseLoads();
-  if (!loads.ok()) return Usage(loads.status().message());
-  dcf::loadgen::RunLimits limits;
-  limits.num_requests = absl::GetFlag(FLAGS_num_requests);
-  limits.duration = absl::GetFlag(FLAGS_duration);
-  limits.warmup_requests = absl::GetFlag(FLAGS_warmup_requests);
-  if (given.contains("num_requests") && given.contains("duration")) {
-    return Usage("give --num-requests or --duration, not both");
-  }
-  if (given.contains("num_requests") && limits.num_requests < 1) {
-    return Usage("--num-requests must be at least 1");
-  }
-  if (given.contains("duration") && limits.duration <= absl::ZeroDuration()) {
-    return Usage("--duration must be positive, e.g. 30s");
-  }
-  if (!given.contains("duration")) {
-    limits.duration = absl::ZeroDuration();
-    if (!given.contains("num_requests")) limits.num_requests = kDefaultNumRequests;
-  }
-  if (limits.warmup_requests < 0) return Usage("--warmup-requests must be >= 0");
-  if (absl::GetFlag(FLAGS_timeout) < absl::ZeroDuration()) return Usage("--timeout must be >= 0");
-  if (absl::GetFlag(FLAGS_connect_timeout) <= absl::ZeroDuration()) {
-    return Usage("--connect-timeout must be positive");
-  }
-  absl::StatusOr<dcf::loadgen::LengthRange> output_range =
-      dcf::loadgen::ParseLengthRange("output-tokens", absl::GetFlag(FLAGS_output_tokens));
-  if (!output_range.ok()) return Usage(output_range.status().message());
-  absl::StatusOr<dcf::loadgen::LengthRange> input_range =
-      dcf::loadgen::ParseLengthRange("input-tokens", absl::GetFlag(FLAGS_input_tokens));
-  if (!input_range.ok()) return Usage(input_range.status().message());
-  const std::string prompts_file = absl::GetFlag(FLAGS_prompts_file);
-  std::vector<dcf::loadgen::FilePrompt> file_prompts;
-  if (!prompts_file.empty()) {
-    if (given.contains("input_tokens")) {
-      return Usage("--input-tokens applies to random prompts, not to --prompts-file");
-    }
-    if (given.contains("vocab_size")) {
-      return Usage("--vocab-size applies to random prompts, not to --prompts-file");
-    }
-    absl::StatusOr<std::vector<dcf::loadgen::FilePrompt>> loaded =
-        dcf::loadgen::LoadPromptsFile(prompts_file);
-    if (!loaded.ok()) return Usage(absl::StrCat("--prompts-file: ", loaded.status().message()));
-    file_prompts = std::move(*loaded);
-  }
-  if (given.contains("vocab_size") && absl::GetFlag(FLAGS_vocab_size) < 1) {
-    return Usage("--vocab-size must be at least 1");
-  }
-  const std::string json_out = absl::GetFlag(FLAGS_json_out);
-  const std::string plot_out = absl::GetFlag(FLAGS_plot_out);
-  if (!json_out.empty() && !CanWrite(json_out)) {
-    return Usage(absl::StrCat("--json-out: cannot write into the directory of '", json_out, "'"));
-  }
-  if (!plot_out.empty()) {
-    if (!CanWrite(plot_out)) {
-      return Usage(absl::StrCat("--plot-out: cannot write into the directory of '", plot_out, "'"));
-    }
+  absl::StatusOr<Config> config = ParseConfig(given);
+  if (!config.ok()) return Usage(config.status().message());
+  absl::StatusOr<dcf::client::ClientChannel> channel =
+      dcf::client::ClientChannel::Create(config->channel);
+  if (!channel.ok()) return Usage(channel.status().message());
+  if (!config->plot_out.empty()) {
     if (absl::Status s = dcf::loadgen::CheckGnuplot(); !s.ok()) return Fail(s.message());
   }
-  dcf::client::ChannelOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.tls = absl::GetFlag(FLAGS_tls);
-  options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  options.tls_key = absl::GetFlag(FLAGS_tls_key);
-  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  options.api_key_file = absl::GetFlag(FLAGS_api_key_file);
-  options.timeout = absl::GetFlag(FLAGS_timeout);
-  absl::StatusOr<dcf::client::ClientChannel> channel = dcf::client::ClientChannel::Create(options);
-  if (!channel.ok()) return Usage(channel.status().message());
-
-  // The target must accept a connection; its model info gives the vocabulary for random
-  // prompts. A failed GetModelInfo (e.g. a wrong API key) ends the run only when the
-  // workload needs it, so that a load of failing calls can still be measured.
-  const absl::Duration connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-  if (!channel->channel()->WaitForConnected(absl::ToChronoTime(absl::Now() + connect_timeout))) {
-    return Fail(absl::StrCat("cannot connect to ", options.target, " within ",
-                             absl::FormatDuration(connect_timeout),
-                             " (is dcformer-server running there? with TLS, check --tls-ca and "
-                             "--tls-server-name)"));
-  }
-  std::optional<v1::GetModelInfoResponse> info;
-  {
-    auto stub = v1::TextGeneration::NewStub(channel->channel());
-    grpc::ClientContext context;
-    channel->Prepare(&context);
-    context.set_deadline(absl::ToChronoTime(absl::Now() + connect_timeout));
-    v1::GetModelInfoResponse response;
-    const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &response);
-    if (status.ok()) {
-      info = response;
-    } else {
-      const std::string why =
-          absl::StrCat("GetModelInfo on ", options.target,
-                       " failed: ", dcf::client::StatusCodeName(status.error_code()), ": ",
-                       status.error_message());
-      if (file_prompts.empty() && !given.contains("vocab_size")) {
-        return Fail(absl::StrCat(why,
-                                 " (random prompts need the vocabulary size: fix the call "
-                                 "or give --vocab-size)"));
-      }
-      std::cerr << kProgram << ": warning: " << why << "\n";
-    }
-  }
-  const int vocab_size = given.contains("vocab_size") ? absl::GetFlag(FLAGS_vocab_size)
-                                                      : (info ? info->vocab_size() : 0);
-  if (info.has_value() && file_prompts.empty() &&
-      input_range->max + output_range->max > info->context_length()) {
-    std::cerr << kProgram << ": warning: prompts of up to " << input_range->max << " tokens plus "
-              << output_range->max << " new tokens exceed the model context ("
-              << info->context_length() << "): such requests fail with OUT_OF_RANGE\n";
-  }
-
-  const uint64_t workload_seed = absl::GetFlag(FLAGS_workload_seed);
-  std::string workload_text =
-      file_prompts.empty() ? absl::StrCat("random prompts of ", input_range->ToString(), " tokens")
-                           : absl::StrCat(file_prompts.size(), " prompts from ", prompts_file);
-  std::cout << kProgram << ": " << options.target;
-  if (info.has_value()) {
-    std::cout << ", model " << info->model_name() << " (" << info->backend() << ", vocab "
-              << info->vocab_size() << ", context " << info->context_length() << ")";
-  }
-  std::cout << "\n  " << workload_text << ", max_new_tokens " << output_range->ToString()
-            << (absl::GetFlag(FLAGS_ignore_eos) ? " (ignore_eos)" : "") << "; per run "
-            << (limits.num_requests > 0
-                    ? absl::StrCat(limits.num_requests, " requests")
-                    : absl::StrCat(absl::FormatDuration(limits.duration), " of requests"))
-            << " after " << limits.warmup_requests << " warm-up\n\n"
-            << std::flush;
+  absl::StatusOr<std::optional<v1::GetModelInfoResponse>> info = Connect(*config, *channel);
+  if (!info.ok()) return Fail(info.status().message());
+  PrintHeader(*config, *info);
 
   struct sigaction action = {};
   action.sa_handler = OnSigint;
   action.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
   sigaction(SIGINT, &action, nullptr);
 
+  const int vocab_size =
+      config->vocab_size > 0 ? config->vocab_size : (info->has_value() ? (*info)->vocab_size() : 0);
   const bool show_progress = absl::GetFlag(FLAGS_progress) && isatty(STDERR_FILENO);
-  const v1::GenerateRequest runner_template = RequestTemplate(given);
-  dcf::loadgen::LoadRunner runner(&*channel, runner_template);
+  dcf::loadgen::LoadRunner runner(&*channel, config->request_template);
   std::vector<dcf::loadgen::RunResult> results;
-  for (const LoadSpec& load : *loads) {
+  for (const LoadSpec& load : config->loads) {
     if (g_interrupted.load()) break;
+    // Every run starts from the same seed: the same prompts, the same arrival pattern.
     dcf::loadgen::Workload workload =
-        file_prompts.empty()
-            ? dcf::loadgen::Workload::RandomTokens(*input_range, *output_range, vocab_size,
-                                                   workload_seed)
-            : dcf::loadgen::Workload::FromFile(file_prompts, *output_range, workload_seed);
+        config->file_prompts.empty()
+            ? dcf::loadgen::Workload::RandomTokens(config->input, config->output, vocab_size,
+                                                   config->workload_seed)
+            : dcf::loadgen::Workload::FromFile(config->file_prompts, config->output,
+                                               config->workload_seed);
     const std::string label = load.Label();
     auto on_progress = [&](const dcf::loadgen::RunProgress& p) {
       if (show_progress) std::cerr << "\r" << dcf::loadgen::ProgressLine(label, p) << "\x1b[K";
     };
-    results.push_back(
-        runner.Run(load, limits, &workload, workload_seed, &g_interrupted, on_progress));
+    results.push_back(runner.Run(load, config->limits, &workload, config->workload_seed,
+                                 &g_interrupted, on_progress));
     if (show_progress) std::cerr << "\r\x1b[K" << std::flush;
     dcf::loadgen::PrintRun(std::cout, results.back());
     std::cout << "\n" << std::flush;
@@ -372,43 +443,19 @@ int main(int argc, char** argv) {
   if (results.size() > 1) dcf::loadgen::PrintSweepSummary(std::cout, results);
 
   int rc = g_interrupted.load() ? 130 : 0;
-  if (!json_out.empty()) {
-    nlohmann::ordered_json doc;
-    doc["schema_version"] = dcf::loadgen::kJsonSchemaVersion;
-    doc["tool"] = kProgram;
-    doc["target"] = options.target;
-    doc["model"] = ModelJson(info);
-    nlohmann::ordered_json w;
-    w["prompts"] = file_prompts.empty() ? "random" : "file";
-    w["prompts_file"] = file_prompts.empty() ? nlohmann::ordered_json(nullptr)
-                                             : nlohmann::ordered_json(prompts_file);
-    w["input_tokens"] =
-        file_prompts.empty() ? RangeJson(*input_range) : nlohmann::ordered_json(nullptr);
-    w["output_tokens"] = RangeJson(*output_range);
-    w["ignore_eos"] = absl::GetFlag(FLAGS_ignore_eos);
-    w["sampling"] = SamplingJson(runner_template.sampling());
-    w["return_text"] = runner_template.output().has_return_text()
-                           ? nlohmann::ordered_json(runner_template.output().return_text())
-                           : nlohmann::ordered_json(nullptr);
-    w["workload_seed"] = workload_seed;
-    w["num_requests"] =
-        limits.num_requests > 0 ? nlohmann::ordered_json(limits.num_requests) : nullptr;
-    w["duration_s"] = limits.num_requests > 0
-                          ? nlohmann::ordered_json(nullptr)
-                          : nlohmann::ordered_json(absl::ToDoubleSeconds(limits.duration));
-    w["warmup_requests"] = limits.warmup_requests;
-    doc["workload"] = w;
-    doc["runs"] = nlohmann::ordered_json::array();
-    for (const auto& r : results) doc["runs"].push_back(dcf::loadgen::RunToJson(r));
-    if (absl::Status s = dcf::loadgen::WriteJsonFile(json_out, doc); !s.ok()) {
+  if (!config->json_out.empty()) {
+    if (absl::Status s =
+            dcf::loadgen::WriteJsonFile(config->json_out, ReportJson(*config, *info, results));
+        !s.ok()) {
       rc = Fail(s.message());
     }
   }
-  if (!plot_out.empty() && !results.empty()) {
-    const std::string title =
-        absl::StrCat(kProgram, ": ", info ? info->model_name() : options.target, ", ",
-                     workload_text, ", max_new_tokens ", output_range->ToString());
-    if (absl::Status s = dcf::loadgen::WriteLatencyPlot(plot_out, title, results); !s.ok()) {
+  if (!config->plot_out.empty() && !results.empty()) {
+    const std::string title = absl::StrCat(
+        kProgram, ": ", info->has_value() ? (*info)->model_name() : config->channel.target, ", ",
+        config->WorkloadText(), ", max_new_tokens ", config->output.ToString());
+    if (absl::Status s = dcf::loadgen::WriteLatencyPlot(config->plot_out, title, results);
+        !s.ok()) {
       rc = Fail(s.message());
     }
   }
