@@ -259,8 +259,9 @@ void DcformerServer::Shutdown() {
   if (grpc_server_ != nullptr) {
     // gRPC's shutdown also waits for every connection to close, and an idle client may not
     // act on the GOAWAY for seconds: close them now (and cancel any call still open).
+    // The deadline only matters if a call resists the cancel: it keeps the bound.
     grpc_server_cancel_all_calls(grpc_server_->c_server());
-    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownMargin));
+    grpc_server_->Shutdown(absl::ToChronoTime(drain_deadline + kShutdownMargin));
     grpc_server_->Wait();
     grpc_server_.reset();
     // Drained with the core call: its one event carries a null tag, which the C++ Next()

@@ -4,7 +4,8 @@ No container engine exists on CI machines, so the Dockerfiles keep their steps i
 (deploy/docker/) and this runs them here:
 - build.sh on the already-built tree (--reuse-build: it builds the two targets, a no-op when
   up to date, then lays out the image's /opt/dcformer in a temporary prefix: binaries, every
-  library they load that a bare base image lacks, the model); runtime-setup.sh, the runtime
+  library they load that a bare base image lacks, the model; with --cuda, as for the CUDA
+  image, when the tree links the CUDA libraries); runtime-setup.sh, the runtime
   stage's step, checks that prefix; the server is then started from it with only its bundled
   libraries (LD_LIBRARY_PATH) and the HEALTHCHECK command run against it;
 - build.sh's configure step for the CUDA image (DCFORMER_CUDA=ON) with the toolkit in
@@ -53,9 +54,14 @@ class ImageBuildTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="dcformer-image-")
         cls.prefix = os.path.join(cls.tmp, "opt-dcformer")
+        # A tree built with the CUDA backend goes into the CUDA image, whose base provides
+        # the CUDA libraries (build.sh --cuda leaves them out).
+        ldd = subprocess.run(["ldd", h.SERVER], capture_output=True, text=True).stdout
+        cls.cuda = re.search(r"\blib(cudart|cublas|cuda)\.so", ldd) is not None
         cls.build = subprocess.run(
             ["bash", os.path.join(DOCKER, "build.sh"), "--reuse-build", "--build-dir", BUILD_DIR,
-             "--prefix", cls.prefix], capture_output=True, text=True, timeout=900)
+             "--prefix", cls.prefix] + (["--cuda"] if cls.cuda else []),
+            capture_output=True, text=True, timeout=900)
 
     @classmethod
     def tearDownClass(cls):
@@ -114,7 +120,8 @@ class ImageBuildTest(unittest.TestCase):
         shutil.copytree(self.prefix, broken, symlinks=True)
         os.unlink(os.path.join(broken, "lib", "libgrpc++.so.1.51"))
         out = subprocess.run(["bash", os.path.join(broken, "share", "dcformer",
-                                                   "runtime-setup.sh"), broken, "--no-user"],
+                                                   "runtime-setup.sh"), broken, "--no-user"]
+                             + (["--cuda"] if self.cuda else []),
                              capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 1)
         self.assertIn("libgrpc++.so.1.51", out.stderr)
