@@ -26,7 +26,8 @@ std::string Format(const char* format, ...) {
 }
 
 // "file:line" with the path normalised: a .cu file compiled through its generated wrapper
-// is named "<wrapper dir>/../../<path>"; "dir/.." pairs and leading "../" are dropped.
+// is named "<wrapper dir>/../../<path>"; "dir/.." pairs and leading "../" are dropped, and so
+// is the source root, so that messages name files as the repository does.
 std::string Site(const std::source_location& where) {
   std::vector<std::string> parts;
   const std::string path = where.file_name();
@@ -45,6 +46,10 @@ std::string Site(const std::source_location& where) {
   }
   std::string normalised = absolute ? "/" : "";
   for (size_t i = 0; i < parts.size(); ++i) normalised += (i ? "/" : "") + parts[i];
+#ifdef DCF_SIMT_SOURCE_ROOT
+  const std::string root = DCF_SIMT_SOURCE_ROOT;
+  if (normalised.compare(0, root.size(), root) == 0) normalised.erase(0, root.size());
+#endif
   return Format("%s:%u", normalised.c_str(), static_cast<unsigned>(where.line()));
 }
 
