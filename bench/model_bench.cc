@@ -76,9 +76,8 @@ double KvBytesPerQuery(const Backend& b, int block_size, int pos) {
   double bytes = 0;
   for (LayerGroup g : {LayerGroup::kGlobal, LayerGroup::kWindow}) {
     if (c.NumLayersIn(g) == 0) continue;
-    const int keys = g == LayerGroup::kWindow && c.window_size > 0
-                         ? std::min(pos + 1, c.window_size)
-                         : pos + 1;
+    const int keys =
+        g == LayerGroup::kWindow && c.window_size > 0 ? std::min(pos + 1, c.window_size) : pos + 1;
     bytes += static_cast<double>(b.BytesPerBlock(g, block_size)) / block_size * keys;
   }
   return bytes;
@@ -99,9 +98,9 @@ absl::StatusOr<nlohmann::json> TimeDecode(Backend& backend, int batch, int conte
   const int chunk = std::max(1, absl::GetFlag(FLAGS_prefill_chunk));
   constexpr int kWarmup = 2;
   if (context < 1 || context + kWarmup + steps + 1 > c.max_positions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--context ", context, " + ", kWarmup + steps,
-                     " decode steps exceeds the model context ", c.max_positions));
+    return absl::InvalidArgumentError(absl::StrCat("--context ", context, " + ", kWarmup + steps,
+                                                   " decode steps exceeds the model context ",
+                                                   c.max_positions));
   }
   const int blocks_per_seq = (c.max_positions + B - 1) / B;
   StepLimits limits;
@@ -137,8 +136,7 @@ absl::StatusOr<nlohmann::json> TimeDecode(Backend& backend, int batch, int conte
       RETURN_IF_ERROR(manager.Reserve(seqs[s], i + n));
       step.Reset(blocks_per_seq);
       const bool last = i + n == context;
-      step.AddSequence({prompt.data() + i, static_cast<size_t>(n)}, seqs[s], last, greedy,
-                       false);
+      step.AddSequence({prompt.data() + i, static_cast<size_t>(n)}, seqs[s], last, greedy, false);
       RETURN_IF_ERROR(backend.Step(step, &out));
       manager.Commit(seqs[s], i + n);
       if (last) next[s] = out.tokens[0];
@@ -240,17 +238,17 @@ absl::StatusOr<nlohmann::json> TimeServe(std::unique_ptr<Backend> backend, doubl
   engine->Shutdown();
   if (!stats.healthy) return absl::InternalError(stats.failure);
   const double bytes = counter.steps() * weight_bytes + kv_bytes;
-  return nlohmann::json{{"requests", n},
-                        {"prompt_tokens", prompt_len},
-                        {"new_tokens", new_tokens},
-                        {"seconds", seconds},
-                        {"output_tokens", tokens},
-                        {"tokens_per_s", tokens / seconds},
-                        {"steps", counter.steps()},
-                        {"preemptions", stats.num_preemptions},
-                        {"estimated_bytes", bytes},
-                        {"share_of_peak_bandwidth",
-                         bytes / seconds / (absl::GetFlag(FLAGS_peak_gbps) * 1e9)}};
+  return nlohmann::json{
+      {"requests", n},
+      {"prompt_tokens", prompt_len},
+      {"new_tokens", new_tokens},
+      {"seconds", seconds},
+      {"output_tokens", tokens},
+      {"tokens_per_s", tokens / seconds},
+      {"steps", counter.steps()},
+      {"preemptions", stats.num_preemptions},
+      {"estimated_bytes", bytes},
+      {"share_of_peak_bandwidth", bytes / seconds / (absl::GetFlag(FLAGS_peak_gbps) * 1e9)}};
 }
 
 int Main() {
@@ -276,7 +274,8 @@ int Main() {
   }
   absl::StatusOr<BackendOptions> options = BackendOptionsFromFlags();
   if (!options.ok()) {
-    std::fprintf(stderr, "dcformer-model-bench: %s\n", std::string(options.status().message()).c_str());
+    std::fprintf(stderr, "dcformer-model-bench: %s\n",
+                 std::string(options.status().message()).c_str());
     return 2;
   }
   options->compose = absl::GetFlag(FLAGS_compose);
@@ -306,23 +305,25 @@ int Main() {
     absl::StatusOr<nlohmann::json> r = TimeDecode(*model->backend, b, absl::GetFlag(FLAGS_context),
                                                   absl::GetFlag(FLAGS_decode_steps), weight_bytes);
     if (!r.ok()) return fail(r.status());
-    std::printf("decode batch %3d at context %d: %9.3f ms/step %10.1f tokens/s  "
-                "(roofline %.1f tokens/s: %.1f%%)\n",
-                b, absl::GetFlag(FLAGS_context), (*r)["ms_per_step"].get<double>(),
-                (*r)["tokens_per_s"].get<double>(), (*r)["roofline_tokens_per_s"].get<double>(),
-                100 * (*r)["share_of_roofline"].get<double>());
+    std::printf(
+        "decode batch %3d at context %d: %9.3f ms/step %10.1f tokens/s  "
+        "(roofline %.1f tokens/s: %.1f%%)\n",
+        b, absl::GetFlag(FLAGS_context), (*r)["ms_per_step"].get<double>(),
+        (*r)["tokens_per_s"].get<double>(), (*r)["roofline_tokens_per_s"].get<double>(),
+        100 * (*r)["share_of_roofline"].get<double>());
     std::fflush(stdout);
     report["decode"].push_back(*r);
   }
   if (absl::GetFlag(FLAGS_serve_requests) > 0) {
     absl::StatusOr<nlohmann::json> r = TimeServe(std::move(model->backend), weight_bytes);
     if (!r.ok()) return fail(r.status());
-    std::printf("serve %d requests x (%d + %d): %.1f tokens/s, %lld steps, %.1f%% of peak "
-                "bandwidth (estimate)\n",
-                absl::GetFlag(FLAGS_serve_requests), absl::GetFlag(FLAGS_serve_prompt),
-                absl::GetFlag(FLAGS_serve_new), (*r)["tokens_per_s"].get<double>(),
-                static_cast<long long>((*r)["steps"].get<int64_t>()),
-                100 * (*r)["share_of_peak_bandwidth"].get<double>());
+    std::printf(
+        "serve %d requests x (%d + %d): %.1f tokens/s, %lld steps, %.1f%% of peak "
+        "bandwidth (estimate)\n",
+        absl::GetFlag(FLAGS_serve_requests), absl::GetFlag(FLAGS_serve_prompt),
+        absl::GetFlag(FLAGS_serve_new), (*r)["tokens_per_s"].get<double>(),
+        static_cast<long long>((*r)["steps"].get<int64_t>()),
+        100 * (*r)["share_of_peak_bandwidth"].get<double>());
     report["serve"] = *r;
   }
   const std::string json_out = absl::GetFlag(FLAGS_json_out);

@@ -13,6 +13,7 @@
 #   --bundle DIR      where the bundle goes (default build-gpu-bundle; replaced)
 #   --archs LIST      CUDA architectures of that build (default 90a-real: the H200's machine
 #                     code only, which keeps the bundle small; e.g. "90a-real;80-real")
+#   --max-mib N       size limit of the bundle (default 60)
 #   --no-run          assemble only: skip the self-check and the run here
 #
 # The bundle (under 60 MiB): bin/ (gpu-label test binaries, dcformer-generate,
@@ -30,18 +31,19 @@ BUNDLE=build-gpu-bundle
 REUSE=0
 RUN=1
 ARCHS=90a-real
+MAX_BUNDLE_MIB=60
 while (($#)); do
   case "$1" in
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
     --reuse-build) REUSE=1; shift ;;
     --bundle) BUNDLE="$2"; shift 2 ;;
     --archs) ARCHS="$2"; shift 2 ;;
+    --max-mib) MAX_BUNDLE_MIB="$2"; shift 2 ;;
     --no-run) RUN=0; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-MAX_BUNDLE_MIB=60
 BINARIES=(dcformer-generate dcformer-make-model dcformer-model-bench dcformer-attention-bench
           dcformer-decode-bench)
 

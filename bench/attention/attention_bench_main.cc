@@ -112,7 +112,7 @@ int Main() {
   for (int window : windows) {
     for (const std::string& variant : variants) {
       for (int len : seq_lens) {
-        dcf::cuda::AttentionBenchCase c;
+        dcf::cuda_bench::AttentionBenchCase c;
         c.batch = report.batch;
         c.n_head = report.n_head;
         c.head_dim = report.head_dim;
@@ -124,12 +124,12 @@ int Main() {
         c.block_size = report.block_size;
         c.warmup = report.warmup;
         c.iters = report.iters;
-        dcf::cuda::AttentionBenchResult r;
+        dcf::cuda_bench::AttentionBenchResult r;
         std::string error;
 #if defined(DCF_ATTENTION_BENCH_HAS_GPU)
-        if (report.backend == "cuda") error = dcf::cuda::gpu::RunAttentionBench(c, &r);
+        if (report.backend == "cuda") error = dcf::cuda_bench::gpu::RunAttentionBench(c, &r);
 #endif
-        if (report.backend == "cuda-sim") error = dcf::cuda::sim::RunAttentionBench(c, &r);
+        if (report.backend == "cuda-sim") error = dcf::cuda_bench::sim::RunAttentionBench(c, &r);
         if (!error.empty()) {
           std::fprintf(stderr, "dcformer-attention-bench: %s %s window %d length %d: %s\n",
                        report.backend.c_str(), variant.c_str(), window, len, error.c_str());
@@ -142,9 +142,8 @@ int Main() {
         row.seq_len = len;
         row.ms_per_forward = r.ms_per_forward;
         row.peak_memory_mb = r.device_bytes / 1048576.0;
-        const int64_t pairs =
-            report.batch * (decode ? dcf::bench::VisiblePairs(len, 1, window)
-                                   : dcf::bench::VisiblePairs(0, len, window));
+        const int64_t pairs = report.batch * (decode ? dcf::bench::VisiblePairs(len, 1, window)
+                                                     : dcf::bench::VisiblePairs(0, len, window));
         dcf::bench::Finish(report, row, r.query_tokens, pairs, r.kv_bytes_read);
         report.rows.push_back(row);
         std::fflush(stdout);

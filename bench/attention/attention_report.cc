@@ -17,13 +17,13 @@ int64_t VisiblePairs(int64_t first, int64_t count, int window) {
 
 double AttentionFlops(int64_t pairs, int n_head, int head_dim, bool compose) {
   constexpr int kRank = 2;
-  const double per_pair = 4.0 * n_head * head_dim +
-                          (compose ? 2.0 * (4 * kRank + (3 + 4 * kRank)) * n_head : 0.0);
+  const double per_pair =
+      4.0 * n_head * head_dim + (compose ? 2.0 * (4 * kRank + (3 + 4 * kRank)) * n_head : 0.0);
   return per_pair * static_cast<double>(pairs);
 }
 
-void Finish(const AttentionReport& report, AttentionRow& row, int64_t query_tokens,
-            int64_t pairs, double kv_bytes) {
+void Finish(const AttentionReport& report, AttentionRow& row, int64_t query_tokens, int64_t pairs,
+            double kv_bytes) {
   const double s = row.ms_per_forward / 1e3;
   const double flops =
       AttentionFlops(pairs, report.n_head, report.head_dim, row.variant == "dcmha");
@@ -40,8 +40,8 @@ std::string FormatTable(const AttentionReport& r) {
       "%d warm-up + %d timed forwards\n",
       r.mode, r.backend, r.device, r.dtype, r.batch, r.dim, r.n_head, r.head_dim, r.block_size,
       r.warmup, r.iters);
-  absl::StrAppendFormat(&out, "%-6s %7s %7s %12s %14s %10s %10s %9s %9s\n", "var", "window",
-                        "seq", "ms/forward", "tokens/s", "mem MB", "GFLOP", "TFLOP/s", "KV GB/s");
+  absl::StrAppendFormat(&out, "%-6s %7s %7s %12s %14s %10s %10s %9s %9s\n", "var", "window", "seq",
+                        "ms/forward", "tokens/s", "mem MB", "GFLOP", "TFLOP/s", "KV GB/s");
   for (const AttentionRow& row : r.rows) {
     absl::StrAppendFormat(&out, "%-6s %7s %7d %12.4f %14.0f %10.1f %10.3f %9.3f %9.1f\n",
                           row.variant, row.window > 0 ? std::to_string(row.window) : "global",

@@ -17,8 +17,8 @@ struct AttentionRow {
   int window = 0;       // 0: global layer
   int seq_len = 0;      // prefill: tokens per sequence; decode: cached keys before the token
   double ms_per_forward = 0;
-  double tokens_per_s = 0;     // query tokens per second
-  double peak_memory_mb = 0;   // memory the forward holds (see README.md)
+  double tokens_per_s = 0;       // query tokens per second
+  double peak_memory_mb = 0;     // memory the forward holds (see README.md)
   double gflop_per_forward = 0;  // AttentionFlops / 1e9
   double tflop_per_s = 0;
   double kv_gb_per_forward = 0;  // bytes of cache rows the kernels read (decode), / 1e9
@@ -28,10 +28,10 @@ struct AttentionRow {
 struct AttentionReport {
   std::string backend;  // "cuda", "cuda-sim", "cpu"
   std::string device;
-  std::string dtype;    // cache / output dtype of the forward
-  std::string mode;     // "prefill": every sequence's seq_len tokens from position 0;
-                        // "decode": one new token per sequence after seq_len cached ones
-  std::string scope;    // what one forward includes
+  std::string dtype;  // cache / output dtype of the forward
+  std::string mode;   // "prefill": every sequence's seq_len tokens from position 0;
+                      // "decode": one new token per sequence after seq_len cached ones
+  std::string scope;  // what one forward includes
   int batch = 0;
   int dim = 0;
   int n_head = 0;
@@ -53,8 +53,8 @@ int64_t VisiblePairs(int64_t first, int64_t count, int window);
 double AttentionFlops(int64_t pairs_per_batch, int n_head, int head_dim, bool compose);
 
 // Fills the derived fields of `row` (tokens/s, GFLOP, TFLOP/s, GB/s) from ms_per_forward.
-void Finish(const AttentionReport& report, AttentionRow& row, int64_t query_tokens,
-            int64_t pairs, double kv_bytes);
+void Finish(const AttentionReport& report, AttentionRow& row, int64_t query_tokens, int64_t pairs,
+            double kv_bytes);
 
 std::string FormatTable(const AttentionReport& report);
 nlohmann::json ToJson(const AttentionReport& report);

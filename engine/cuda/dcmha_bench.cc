@@ -1,6 +1,5 @@
 // cuda_compat.h first: with DCF_CUDA_NS defined, dcmha_bench.h declares this build's
 // (inline) namespace only.
-#include "engine/cuda/cuda_compat.h"
 #include "engine/cuda/dcmha_bench.h"
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 
 namespace dcf::cuda {
@@ -69,7 +69,8 @@ std::vector<uint8_t> Encode(const std::vector<float>& v, ElemType type) {
   return out;
 }
 
-}  // namespace
+using cuda_bench::AttentionBenchCase;
+using cuda_bench::AttentionBenchResult;
 
 std::string RunAttentionBench(const AttentionBenchCase& c, AttentionBenchResult* result) {
   if (c.batch < 1 || c.n_head < 1 || c.head_dim < 1 || c.seq_len < 1 || c.block_size < 1 ||
@@ -241,5 +242,19 @@ std::string RunAttentionBench(const AttentionBenchCase& c, AttentionBenchResult*
   return "";
 }
 
+}  // namespace
 }  // namespace DCF_CUDA_NS
 }  // namespace dcf::cuda
+
+// This build's entry point (cmake/Cuda.cmake defines exactly one of the two macros).
+namespace dcf::cuda_bench {
+#if defined(DCF_CUDA_SIM)
+namespace sim {
+#else
+namespace gpu {
+#endif
+std::string RunAttentionBench(const AttentionBenchCase& c, AttentionBenchResult* result) {
+  return cuda::RunAttentionBench(c, result);
+}
+}  // namespace sim or gpu
+}  // namespace dcf::cuda_bench

@@ -4,7 +4,8 @@
 // Block: one (split, group); ThreadsFor(nvec) threads, thread v owning vector slot v of the
 // output row (elements [v * VEC, v * VEC + VEC) of head v / (hd / VEC)) for every query of the
 // group, accumulated in registers. Per tile of key rows:
-//   A. one warp per (query, key): P = exp(S' - M) / Z for all heads, post-compose -> shared;
+//   A. one group of LanesPerPair(N) lanes per (query, key): P = exp(S' - M) / Z for all
+//      heads, post-compose -> shared;
 //   B. every thread: its slot of V for each key, times the key's P' of its head.
 // One split writes `out`; several write f32 partial rows that DcmhaSplitReduce adds up.
 #include <cmath>
@@ -46,9 +47,12 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
   const int pp0 = qt0 + QB * terms;  // [QB][KT][N] P' of the tile (0: masked)
 
   const int tid = threadIdx.x;
-  const int lane = tid % 32;
   const int warp = tid / 32;
   const int num_warps = blockDim.x / 32;
+  const int width = LanesPerPair(N);  // lanes per (query, key) in step A
+  const int pairs_per_warp = 32 / width;
+  const int pair_slot = tid % 32 / width;
+  const int sub = tid % width;
   const int tl0 = t0 - p.tw0;
 
   for (int i = tid; i < nq * N; i += blockDim.x) {
@@ -80,33 +84,36 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
 
   for (int k0 = key_begin; k0 < key_end; k0 += KT) {
     const int kn = min(KT, key_end - k0);
-    // A. Probabilities and post-compose, one warp per (query, key).
-    for (int pair = warp; pair < nq * kn; pair += num_warps) {
-      const int qi = pair / kn;
-      const int kk = pair % kn;
+    // A. Probabilities and post-compose, one group of `width` lanes per (query, key);
+    // masked pairs get P' = 0. Groups without a pair still join the shuffles.
+    for (int base = warp * pairs_per_warp; base < nq * kn; base += num_warps * pairs_per_warp) {
+      const int pair = base + pair_slot;
+      const bool used = pair < nq * kn;
+      const int qi = used ? pair / kn : 0;
+      const int kk = used ? pair % kn : 0;
       const int key = k0 + kk;
-      const int pos = pos0 + qi;
-      const int lo = Lo(pos, p.window);
-      const int base = pp0 + (qi * KT + kk) * N;
-      if (key < lo || key > pos) {
-        for (int m = lane; m < N; m += 32) smem[base + m] = 0.0f;
-        continue;
-      }
-      const float* src = p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(key - lo) * N;
+      const int lo = Lo(pos0 + qi, p.window);
+      const bool visible = used && key >= lo && key <= pos0 + qi;
+      const float* src =
+          p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(visible ? key - lo : 0) * N;
       float s[kMaxHeadsPerLane];
       DCMHA_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-        const int m = lane + 32 * j;
-        s[j] = m < N ? expf(src[m] - smem[max0 + qi * N + m]) * smem[inv0 + qi * N + m] : 0.0f;
+        const int m = sub + width * j;
+        s[j] = visible && m < N ? expf(src[m] - smem[max0 + qi * N + m]) * smem[inv0 + qi * N + m]
+                                : 0.0f;
       }
       if (p.compose) {
-        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, key);
-        ComposeWarp(N, lane, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 1), s);
+        const KeyRow<CT> row =
+            visible ? FindKeyRow<CT>(p, seq, start, tok0, key) : KeyRow<CT>{nullptr, -1};
+        ComposeGroup(N, sub, width, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 1), s);
       }
+      if (!used) continue;
+      const int pbase = pp0 + (qi * KT + kk) * N;
       DCMHA_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-        const int m = lane + 32 * j;
-        if (m < N) smem[base + m] = s[j];
+        const int m = sub + width * j;
+        if (m < N) smem[pbase + m] = visible ? s[j] : 0.0f;
       }
     }
     __syncthreads();
