@@ -187,6 +187,19 @@ struct KeyTerms {
   __device__ __forceinline__ float g(int m) const { return At(2 * kRank * n + m); }
 };
 
+// Merges softmax statistics (max m, sum of exp(x - m)) of two sets of scores into (m, s).
+__device__ __forceinline__ void MergeStats(float& m, float& s, float other_m, float other_s) {
+  if (other_m == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = other_m;
+    s = other_s;
+    return;
+  }
+  const float mx = fmaxf(m, other_m);
+  s = s * expf(m - mx) + other_s * expf(other_m - mx);
+  m = mx;
+}
+
 // A warp serves 32 / LanesPerPair(N) (query, key) pairs at once in compose: N <= 32 heads
 // take the next power of two of lanes (a lane per head), more heads take the whole warp
 // (several heads per lane, m = sub_lane + 32 j).

@@ -55,19 +55,30 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
   const int sub = tid % width;
   const int tl0 = t0 - p.tw0;
 
-  for (int i = tid; i < nq * N; i += blockDim.x) {
-    const int qi = i / N;
-    const int n = i % N;
-    const int64_t row = static_cast<int64_t>(tl0 + qi) * p.max_splits;
-    float mx = -INFINITY;
-    for (int x = 0; x < num_splits; ++x) mx = fmaxf(mx, p.stat_max[(row + x) * N + n]);
-    float z = 0.0f;
-    for (int x = 0; x < num_splits; ++x) {
-      const float m = p.stat_max[(row + x) * N + n];
-      if (m != -INFINITY) z += p.stat_sum[(row + x) * N + n] * expf(m - mx);
+  // Softmax statistics of each (query, head) from the splits' (max, sum): `tph` threads
+  // per entry merge a share of the splits each, then combine by shuffles.
+  const int entries = nq * N;
+  int tph = 1;
+  while (tph < 32 && entries * tph * 2 <= static_cast<int>(blockDim.x)) tph *= 2;
+  for (int e0 = 0; e0 < entries; e0 += blockDim.x / tph) {  // one round unless tph == 1
+    const int i = e0 + tid / tph;
+    const int part = tid % tph;
+    float mx = -INFINITY, sum = 0.0f;
+    if (i < entries) {
+      const int64_t row = static_cast<int64_t>(tl0 + i / N) * p.max_splits;
+      for (int x = part; x < num_splits; x += tph) {
+        MergeStats(mx, sum, p.stat_max[(row + x) * N + i % N], p.stat_sum[(row + x) * N + i % N]);
+      }
     }
-    smem[max0 + i] = mx;
-    smem[inv0 + i] = z > 0.0f ? 1.0f / z : 0.0f;
+    for (int mask = tph / 2; mask > 0; mask /= 2) {
+      const float other_max = __shfl_xor_sync(kFullMask, mx, mask);
+      const float other_sum = __shfl_xor_sync(kFullMask, sum, mask);
+      MergeStats(mx, sum, other_max, other_sum);
+    }
+    if (i < entries && part == 0) {
+      smem[max0 + i] = mx;
+      smem[inv0 + i] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
   }
   if (p.compose) {
     for (int qi = 0; qi < nq; ++qi) LoadQueryTerms(p, t0 + qi, 2, smem, qt0 + qi * terms);
@@ -155,17 +166,31 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
 }
 
 // out[t] = sum of the token's split partials, for tokens whose group used several splits.
-// Grid (ceil(N * hd / blockDim), wave tokens).
-__global__ void DcmhaSplitReduceKernel(Params p) {
+// Grid (ceil(N * hd / 64), wave tokens), 256 threads: 64 elements x 4 interleaved shares of
+// the splits, added in a fixed order (deterministic).
+constexpr int kReduceElems = 64;
+constexpr int kReduceShares = 4;
+__global__ void __launch_bounds__(kReduceElems* kReduceShares) DcmhaSplitReduceKernel(Params p) {
+  DCF_SHARED(float, shares, kReduceElems* kReduceShares);
   const int tl = blockIdx.y;
   const int nhd = p.n_head * p.head_dim;
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
   const int num_splits = p.splits[tl];
-  if (num_splits <= 1 || e >= nhd) return;
-  const float* src = p.partial + static_cast<int64_t>(tl) * p.max_splits * nhd + e;
+  if (num_splits <= 1) return;  // pass 2 wrote `out` itself
+  const int col = threadIdx.x % kReduceElems;
+  const int share = threadIdx.x / kReduceElems;
+  const int e = blockIdx.x * kReduceElems + col;
   float sum = 0.0f;
-  for (int x = 0; x < num_splits; ++x) sum += src[static_cast<int64_t>(x) * nhd];
-  StoreAs(p.out_dtype, p.out, static_cast<int64_t>(p.tw0 + tl) * nhd + e, sum);
+  if (e < nhd) {
+    const float* src = p.partial + static_cast<int64_t>(tl) * p.max_splits * nhd + e;
+    for (int x = share; x < num_splits; x += kReduceShares)
+      sum += src[static_cast<int64_t>(x) * nhd];
+  }
+  shares[threadIdx.x] = sum;
+  __syncthreads();
+  if (share == 0 && e < nhd) {
+    for (int k = 1; k < kReduceShares; ++k) sum += shares[k * kReduceElems + col];
+    StoreAs(p.out_dtype, p.out, static_cast<int64_t>(p.tw0 + tl) * nhd + e, sum);
+  }
 }
 
 template <typename CT, int VEC, int QB>
@@ -209,10 +234,9 @@ cudaError_t LaunchOutput(const Params& p, ElemType cache_dtype, int qb, int num_
 }
 
 cudaError_t LaunchSplitReduce(const Params& p, cudaStream_t stream) {
-  constexpr int kThreads = 256;
   const int nhd = p.n_head * p.head_dim;
-  const dim3 grid((nhd + kThreads - 1) / kThreads, p.tw1 - p.tw0);
-  DCF_LAUNCH(DcmhaSplitReduceKernel, grid, kThreads, 0, stream, p);
+  const dim3 grid((nhd + kReduceElems - 1) / kReduceElems, p.tw1 - p.tw0);
+  DCF_LAUNCH(DcmhaSplitReduceKernel, grid, kReduceElems * kReduceShares, 0, stream, p);
   return cudaGetLastError();
 }
 
