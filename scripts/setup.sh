@@ -13,6 +13,7 @@ PACKAGES=(
   python3-grpcio python3-protobuf python3-prometheus-client python3-numpy python3-yaml
   prometheus openssl curl
   gnuplot-nox  # dcformer-loadgen --plot-out
+  patchelf     # scripts/gpu-check.sh: the relocatable GPU-check bundle
 )
 # Node.js is used only by the example client; machines may already carry a non-Debian build
 # (with its own npm), which conflicts with Debian's npm package: install only when absent.

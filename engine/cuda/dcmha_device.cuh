@@ -187,20 +187,43 @@ struct KeyTerms {
   __device__ __forceinline__ float g(int m) const { return At(2 * kRank * n + m); }
 };
 
-__device__ __forceinline__ float WarpSum(float v) {
-  DCMHA_UNROLL
-  for (int mask = 16; mask > 0; mask /= 2) v += __shfl_xor_sync(kFullMask, v, mask);
+// Merges softmax statistics (max m, sum of exp(x - m)) of two sets of scores into (m, s).
+__device__ __forceinline__ void MergeStats(float& m, float& s, float other_m, float other_s) {
+  if (other_m == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = other_m;
+    s = other_s;
+    return;
+  }
+  const float mx = fmaxf(m, other_m);
+  s = s * expf(m - mx) + other_s * expf(other_m - mx);
+  m = mx;
+}
+
+// A warp serves 32 / LanesPerPair(N) (query, key) pairs at once in compose: N <= 32 heads
+// take the next power of two of lanes (a lane per head), more heads take the whole warp
+// (several heads per lane, m = sub_lane + 32 j).
+__host__ __device__ inline int LanesPerPair(int n_head) {
+  int l = 1;
+  while (l < n_head && l < 32) l *= 2;
+  return l;
+}
+
+// Sum over the `width` lanes (a power of two) of this lane's aligned group.
+__device__ __forceinline__ float GroupSum(float v, int width) {
+  for (int mask = width / 2; mask > 0; mask /= 2) v += __shfl_xor_sync(kFullMask, v, mask);
   return v;
 }
 
-// Compose (DCFORMER.md section 4) of the head vector s (this lane's heads m = lane + 32 j)
-// at one (query, key), in place:
+// Compose (DCFORMER.md section 4) of the head vector s at one (query, key), in place:
 //   s[m] <- s[m] (1 + Gq[m] + Gk[m]) + sum_i W2q[i][m] <W1q[i], s> + W2k[i][m] <W1k[i], s>
-// The query-side terms are in shared memory at smem[qoff]: W1 [I][N] | W2 [I][N] | G [N].
-// The whole warp calls it (the dot products are warp reductions).
+// over the `width` = LanesPerPair(N) lanes of this lane's group; this lane holds the heads
+// m = sub + width j. The query-side terms are in shared memory at smem[qoff]:
+// W1 [I][N] | W2 [I][N] | G [N]. Every lane of the warp calls it (the dot products are
+// shuffle reductions), also lanes whose group has no pair (s = 0, terms zero).
 template <typename CT, typename Smem>
-__device__ __forceinline__ void ComposeWarp(int N, int lane, Smem& smem, int qoff,
-                                            const KeyTerms<CT>& k, float (&s)[kMaxHeadsPerLane]) {
+__device__ __forceinline__ void ComposeGroup(int N, int sub, int width, Smem& smem, int qoff,
+                                             const KeyTerms<CT>& k, float (&s)[kMaxHeadsPerLane]) {
   float qa[kRank], ka[kRank];
   DCMHA_UNROLL
   for (int i = 0; i < kRank; ++i) {
@@ -209,7 +232,7 @@ __device__ __forceinline__ void ComposeWarp(int N, int lane, Smem& smem, int qof
   }
   DCMHA_UNROLL
   for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-    const int m = lane + 32 * j;
+    const int m = sub + width * j;
     if (m >= N) break;
     DCMHA_UNROLL
     for (int i = 0; i < kRank; ++i) {
@@ -219,12 +242,12 @@ __device__ __forceinline__ void ComposeWarp(int N, int lane, Smem& smem, int qof
   }
   DCMHA_UNROLL
   for (int i = 0; i < kRank; ++i) {
-    qa[i] = WarpSum(qa[i]);
-    ka[i] = WarpSum(ka[i]);
+    qa[i] = GroupSum(qa[i], width);
+    ka[i] = GroupSum(ka[i], width);
   }
   DCMHA_UNROLL
   for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-    const int m = lane + 32 * j;
+    const int m = sub + width * j;
     if (m >= N) break;
     float v = s[j] * (1.0f + smem[qoff + 2 * kRank * N + m] + k.g(m));
     DCMHA_UNROLL

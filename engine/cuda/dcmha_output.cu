@@ -4,7 +4,8 @@
 // Block: one (split, group); ThreadsFor(nvec) threads, thread v owning vector slot v of the
 // output row (elements [v * VEC, v * VEC + VEC) of head v / (hd / VEC)) for every query of the
 // group, accumulated in registers. Per tile of key rows:
-//   A. one warp per (query, key): P = exp(S' - M) / Z for all heads, post-compose -> shared;
+//   A. one group of LanesPerPair(N) lanes per (query, key): P = exp(S' - M) / Z for all
+//      heads, post-compose -> shared;
 //   B. every thread: its slot of V for each key, times the key's P' of its head.
 // One split writes `out`; several write f32 partial rows that DcmhaSplitReduce adds up.
 #include <cmath>
@@ -46,24 +47,38 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
   const int pp0 = qt0 + QB * terms;  // [QB][KT][N] P' of the tile (0: masked)
 
   const int tid = threadIdx.x;
-  const int lane = tid % 32;
   const int warp = tid / 32;
   const int num_warps = blockDim.x / 32;
+  const int width = LanesPerPair(N);  // lanes per (query, key) in step A
+  const int pairs_per_warp = 32 / width;
+  const int pair_slot = tid % 32 / width;
+  const int sub = tid % width;
   const int tl0 = t0 - p.tw0;
 
-  for (int i = tid; i < nq * N; i += blockDim.x) {
-    const int qi = i / N;
-    const int n = i % N;
-    const int64_t row = static_cast<int64_t>(tl0 + qi) * p.max_splits;
-    float mx = -INFINITY;
-    for (int x = 0; x < num_splits; ++x) mx = fmaxf(mx, p.stat_max[(row + x) * N + n]);
-    float z = 0.0f;
-    for (int x = 0; x < num_splits; ++x) {
-      const float m = p.stat_max[(row + x) * N + n];
-      if (m != -INFINITY) z += p.stat_sum[(row + x) * N + n] * expf(m - mx);
+  // Softmax statistics of each (query, head) from the splits' (max, sum): `tph` threads
+  // per entry merge a share of the splits each, then combine by shuffles.
+  const int entries = nq * N;
+  int tph = 1;
+  while (tph < 32 && entries * tph * 2 <= static_cast<int>(blockDim.x)) tph *= 2;
+  for (int e0 = 0; e0 < entries; e0 += blockDim.x / tph) {  // one round unless tph == 1
+    const int i = e0 + tid / tph;
+    const int part = tid % tph;
+    float mx = -INFINITY, sum = 0.0f;
+    if (i < entries) {
+      const int64_t row = static_cast<int64_t>(tl0 + i / N) * p.max_splits;
+      for (int x = part; x < num_splits; x += tph) {
+        MergeStats(mx, sum, p.stat_max[(row + x) * N + i % N], p.stat_sum[(row + x) * N + i % N]);
+      }
     }
-    smem[max0 + i] = mx;
-    smem[inv0 + i] = z > 0.0f ? 1.0f / z : 0.0f;
+    for (int mask = tph / 2; mask > 0; mask /= 2) {
+      const float other_max = __shfl_xor_sync(kFullMask, mx, mask);
+      const float other_sum = __shfl_xor_sync(kFullMask, sum, mask);
+      MergeStats(mx, sum, other_max, other_sum);
+    }
+    if (i < entries && part == 0) {
+      smem[max0 + i] = mx;
+      smem[inv0 + i] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
   }
   if (p.compose) {
     for (int qi = 0; qi < nq; ++qi) LoadQueryTerms(p, t0 + qi, 2, smem, qt0 + qi * terms);
@@ -80,33 +95,36 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
 
   for (int k0 = key_begin; k0 < key_end; k0 += KT) {
     const int kn = min(KT, key_end - k0);
-    // A. Probabilities and post-compose, one warp per (query, key).
-    for (int pair = warp; pair < nq * kn; pair += num_warps) {
-      const int qi = pair / kn;
-      const int kk = pair % kn;
+    // A. Probabilities and post-compose, one group of `width` lanes per (query, key);
+    // masked pairs get P' = 0. Groups without a pair still join the shuffles.
+    for (int base = warp * pairs_per_warp; base < nq * kn; base += num_warps * pairs_per_warp) {
+      const int pair = base + pair_slot;
+      const bool used = pair < nq * kn;
+      const int qi = used ? pair / kn : 0;
+      const int kk = used ? pair % kn : 0;
       const int key = k0 + kk;
-      const int pos = pos0 + qi;
-      const int lo = Lo(pos, p.window);
-      const int base = pp0 + (qi * KT + kk) * N;
-      if (key < lo || key > pos) {
-        for (int m = lane; m < N; m += 32) smem[base + m] = 0.0f;
-        continue;
-      }
-      const float* src = p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(key - lo) * N;
+      const int lo = Lo(pos0 + qi, p.window);
+      const bool visible = used && key >= lo && key <= pos0 + qi;
+      const float* src =
+          p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(visible ? key - lo : 0) * N;
       float s[kMaxHeadsPerLane];
       DCMHA_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-        const int m = lane + 32 * j;
-        s[j] = m < N ? expf(src[m] - smem[max0 + qi * N + m]) * smem[inv0 + qi * N + m] : 0.0f;
+        const int m = sub + width * j;
+        s[j] = visible && m < N ? expf(src[m] - smem[max0 + qi * N + m]) * smem[inv0 + qi * N + m]
+                                : 0.0f;
       }
       if (p.compose) {
-        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, key);
-        ComposeWarp(N, lane, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 1), s);
+        const KeyRow<CT> row =
+            visible ? FindKeyRow<CT>(p, seq, start, tok0, key) : KeyRow<CT>{nullptr, -1};
+        ComposeGroup(N, sub, width, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 1), s);
       }
+      if (!used) continue;
+      const int pbase = pp0 + (qi * KT + kk) * N;
       DCMHA_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-        const int m = lane + 32 * j;
-        if (m < N) smem[base + m] = s[j];
+        const int m = sub + width * j;
+        if (m < N) smem[pbase + m] = visible ? s[j] : 0.0f;
       }
     }
     __syncthreads();
@@ -148,17 +166,31 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
 }
 
 // out[t] = sum of the token's split partials, for tokens whose group used several splits.
-// Grid (ceil(N * hd / blockDim), wave tokens).
-__global__ void DcmhaSplitReduceKernel(Params p) {
+// Grid (ceil(N * hd / 64), wave tokens), 256 threads: 64 elements x 4 interleaved shares of
+// the splits, added in a fixed order (deterministic).
+constexpr int kReduceElems = 64;
+constexpr int kReduceShares = 4;
+__global__ void __launch_bounds__(kReduceElems* kReduceShares) DcmhaSplitReduceKernel(Params p) {
+  DCF_SHARED(float, shares, kReduceElems* kReduceShares);
   const int tl = blockIdx.y;
   const int nhd = p.n_head * p.head_dim;
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
   const int num_splits = p.splits[tl];
-  if (num_splits <= 1 || e >= nhd) return;
-  const float* src = p.partial + static_cast<int64_t>(tl) * p.max_splits * nhd + e;
+  if (num_splits <= 1) return;  // pass 2 wrote `out` itself
+  const int col = threadIdx.x % kReduceElems;
+  const int share = threadIdx.x / kReduceElems;
+  const int e = blockIdx.x * kReduceElems + col;
   float sum = 0.0f;
-  for (int x = 0; x < num_splits; ++x) sum += src[static_cast<int64_t>(x) * nhd];
-  StoreAs(p.out_dtype, p.out, static_cast<int64_t>(p.tw0 + tl) * nhd + e, sum);
+  if (e < nhd) {
+    const float* src = p.partial + static_cast<int64_t>(tl) * p.max_splits * nhd + e;
+    for (int x = share; x < num_splits; x += kReduceShares)
+      sum += src[static_cast<int64_t>(x) * nhd];
+  }
+  shares[threadIdx.x] = sum;
+  __syncthreads();
+  if (share == 0 && e < nhd) {
+    for (int k = 1; k < kReduceShares; ++k) sum += shares[k * kReduceElems + col];
+    StoreAs(p.out_dtype, p.out, static_cast<int64_t>(p.tw0 + tl) * nhd + e, sum);
+  }
 }
 
 template <typename CT, int VEC, int QB>
@@ -202,10 +234,9 @@ cudaError_t LaunchOutput(const Params& p, ElemType cache_dtype, int qb, int num_
 }
 
 cudaError_t LaunchSplitReduce(const Params& p, cudaStream_t stream) {
-  constexpr int kThreads = 256;
   const int nhd = p.n_head * p.head_dim;
-  const dim3 grid((nhd + kThreads - 1) / kThreads, p.tw1 - p.tw0);
-  DCF_LAUNCH(DcmhaSplitReduceKernel, grid, kThreads, 0, stream, p);
+  const dim3 grid((nhd + kReduceElems - 1) / kReduceElems, p.tw1 - p.tw0);
+  DCF_LAUNCH(DcmhaSplitReduceKernel, grid, kReduceElems * kReduceShares, 0, stream, p);
   return cudaGetLastError();
 }
 

@@ -47,7 +47,7 @@ inline constexpr int kMaxThreads = 512;
 // Fewest keys per split, and the largest (token, split) count a wave spreads over (the
 // size of the partial-output area). Splits are only made while blocks are too few to fill
 // the device: target blocks = kBlocksPerSm * SMs. Not measured on a GPU yet.
-inline constexpr int kMinSplitKeys = 16;
+inline constexpr int kMinSplitKeys = 32;
 inline constexpr int kMaxSplitRows = 1024;
 inline constexpr int kBlocksPerSm = 4;
 // Workspace for composed scores that DcmhaWorkspaceBytes aims at when max_seqs tokens need

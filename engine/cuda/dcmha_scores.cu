@@ -5,7 +5,7 @@
 // row (elements [v * VEC, v * VEC + VEC) of K, i.e. head v / (hd / VEC)) and keeps the
 // matching slice of each query of the group in registers. Per tile of key rows:
 //   A. every thread: partial dot products of its slot for each (query, key) -> shared `part`;
-//   B. one warp per (query, key): per-head sums of the partials (lane m: head m + 32 j),
+//   B. one group of LanesPerPair(N) lanes per (query, key): per-head sums of the partials,
 //      pre-compose with the key's cached terms, S' -> shared `sc` and the workspace;
 //   C. thread per (query, head): running max and sum of exp over the tile (online softmax
 //      statistics, in shared memory; no reductions across threads).
@@ -49,9 +49,12 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
   const int sum0 = max0 + QB * N;          // [QB][N] running sum of exp(S' - max)
 
   const int tid = threadIdx.x;
-  const int lane = tid % 32;
   const int warp = tid / 32;
   const int num_warps = blockDim.x / 32;
+  const int width = LanesPerPair(N);  // lanes per (query, key) in step B
+  const int pairs_per_warp = 32 / width;
+  const int pair_slot = tid % 32 / width;
+  const int sub = tid % width;
   const int tl0 = t0 - p.tw0;  // the group's first token within the wave
   if (split == 0 && tid < nq) p.splits[tl0 + tid] = num_splits;
 
@@ -98,39 +101,41 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
     }
     __syncthreads();
 
-    // B. Head sums and pre-compose, one warp per visible (query, key).
-    for (int pair = warp; pair < nq * kn; pair += num_warps) {
-      const int qi = pair / kn;
-      const int kk = pair % kn;
+    // B. Head sums and pre-compose: each lane group of `width` lanes takes one (query, key);
+    // masked pairs get S' = -inf. Groups without a pair still join the shuffles.
+    for (int base = warp * pairs_per_warp; base < nq * kn; base += num_warps * pairs_per_warp) {
+      const int pair = base + pair_slot;
+      const bool used = pair < nq * kn;
+      const int qi = used ? pair / kn : 0;
+      const int kk = used ? pair % kn : 0;
       const int key = k0 + kk;
-      const int pos = pos0 + qi;
-      const int lo = Lo(pos, p.window);
-      const int sbase = sc0 + (qi * KT + kk) * N;
-      if (key < lo || key > pos) {
-        for (int m = lane; m < N; m += 32) smem[sbase + m] = -INFINITY;
-        continue;
-      }
+      const int lo = Lo(pos0 + qi, p.window);
+      const bool visible = used && key >= lo && key <= pos0 + qi;
       float s[kMaxHeadsPerLane];
       const int pbase = part0 + (qi * KT + kk) * nvec;
       DCMHA_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-        const int m = lane + 32 * j;
+        const int m = sub + width * j;
         s[j] = 0.0f;
-        if (m < N) {
+        if (visible && m < N) {
           for (int g = 0; g < slots_per_head; ++g) s[j] += smem[pbase + m * slots_per_head + g];
         }
       }
       if (p.compose) {
-        const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, key);
-        ComposeWarp(N, lane, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 0), s);
+        const KeyRow<CT> row =
+            visible ? FindKeyRow<CT>(p, seq, start, tok0, key) : KeyRow<CT>{nullptr, -1};
+        ComposeGroup(N, sub, width, smem, qt0 + qi * terms, KeyTerms<CT>(p, row, 0), s);
       }
-      float* dst = p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(key - lo) * N;
+      if (!used) continue;
+      const int sbase = sc0 + (qi * KT + kk) * N;
+      float* dst =
+          p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(visible ? key - lo : 0) * N;
       DCMHA_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
-        const int m = lane + 32 * j;
+        const int m = sub + width * j;
         if (m < N) {
-          smem[sbase + m] = s[j];
-          dst[m] = s[j];
+          smem[sbase + m] = visible ? s[j] : -INFINITY;
+          if (visible) dst[m] = s[j];
         }
       }
     }

@@ -1,6 +1,7 @@
 // Test helpers: access to the reference outputs in tests/data/golden (see its README.md).
 #pragma once
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,8 +11,11 @@
 
 namespace dcf::testing {
 
+// The golden checkpoints: $DCF_TEST_DATA_DIR/golden when that is set (a relocated test
+// binary, e.g. in the GPU-check bundle), else the source tree's tests/data/golden.
 inline std::string GoldenDir(const std::string& name) {
-  return std::string(DCF_TEST_DATA_DIR) + "/golden/" + name;
+  const char* dir = std::getenv("DCF_TEST_DATA_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : DCF_TEST_DATA_DIR) + "/golden/" + name;
 }
 
 inline const std::vector<std::string>& GoldenCases() {

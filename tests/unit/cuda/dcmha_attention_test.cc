@@ -214,6 +214,18 @@ TEST(DcmhaShapes, ManyHeads) {
   ExpectMatchesCpu(Scenario(s, {{25, 1}, {3, 9}}, 13));
 }
 
+TEST(DcmhaShapes, DcFormer28BShape) {
+  // N = 32, hd = 80 (320 threads per block, one warp per pair in compose), bf16 cache and
+  // output as on the GPU; a decode token and a chunk, global and window layers.
+  for (int window : {0, 16}) {
+    SCOPED_TRACE(window);
+    Shape s = MakeShape(window, 16, true, ElemType::kBF16, ElemType::kBF16);
+    s.n_head = 32;
+    s.head_dim = 80;
+    ExpectMatchesCpu(Scenario(s, {{35, 1}, {6, 12}}, 15 + window));
+  }
+}
+
 TEST(DcmhaShapes, BadArgumentsAreRejected) {
   const Scenario sc(MakeShape(0, 5, true), {{4, 1}}, 14);
   auto d = sc.Upload();
