@@ -107,6 +107,13 @@ if ((num_tests == 0)) && [[ -d "${BUILD_DIR}/bin/tests" ]]; then
   done
 fi
 echo "gpu-check: ${num_tests} gpu test binaries"
+# The CUDA backend is a plugin the tools load with dlopen from <bin>/../lib
+# (engine/cuda/cuda_plugin.cc); ldd does not list it, so copy it (its own dependencies join
+# the closure below).
+PLUGIN="${BUILD_DIR}/lib/libdcformer_cuda_plugin.so"
+[[ -f "${PLUGIN}" ]] || { echo "gpu-check: missing ${PLUGIN}" >&2; exit 1; }
+cp "${PLUGIN}" "${BUNDLE}/lib/"
+strip --strip-unneeded "${BUNDLE}/lib/libdcformer_cuda_plugin.so"
 
 # Shared libraries: everything ldd resolves except the C library family and what the GPU
 # machine provides (driver, cuBLAS from its CUDA toolkit), to closure; libstdc++ and libgcc_s
@@ -154,6 +161,13 @@ while :; do
   done
   ((added)) || break
 done
+
+# The CUDA backend loads cuBLASLt with dlopen (engine/cuda/gemm_cublaslt.cc), so ldd does not
+# list it: name it, with the toolkit's major version, for run.sh to find on the GPU machine.
+CUBLAS_MAJOR="$(awk '/#define CUBLAS_VER_MAJOR/ {print $3}' \
+  "$(dirname "$(dirname "$(readlink -f "${NVCC:-/usr/local/cuda/bin/nvcc}")")")/include/cublas_api.h" \
+  2>/dev/null || true)"
+from_toolkit+=("libcublasLt.so.${CUBLAS_MAJOR:-13}")
 
 cp -r tests/data/golden "${BUNDLE}/data/golden"
 cp scripts/gpu_bundle/run.sh scripts/gpu_bundle/gpu_check.py "${BUNDLE}/"

@@ -63,6 +63,13 @@ mkdir -p "${PREFIX}/bin" "${PREFIX}/lib" "${PREFIX}/models"
 for b in "${BINARIES[@]}"; do
   install -m 0755 "${BUILD}/bin/${b}" "${PREFIX}/bin/${b}"
 done
+# With the CUDA toolkit the CUDA backend is a plugin the binaries dlopen from PREFIX/lib
+# (engine/cuda/cuda_plugin.cc); ldd of the binaries does not list it or its dependencies.
+PLUGIN=()
+if [[ -f "${BUILD}/lib/libdcformer_cuda_plugin.so" ]]; then
+  install -m 0755 "${BUILD}/lib/libdcformer_cuda_plugin.so" "${PREFIX}/lib/"
+  PLUGIN=("${PREFIX}/lib/libdcformer_cuda_plugin.so")
+fi
 
 # ldd lists the whole closure (direct and indirect dependencies): "soname => /path (addr)".
 bundled=0
@@ -77,7 +84,7 @@ while read -r soname path; do
     chmod 0644 "${PREFIX}/lib/${soname}"
     bundled=$((bundled + 1))
   fi
-done < <(for b in "${BINARIES[@]}"; do ldd "${PREFIX}/bin/${b}"; done |
+done < <(for f in "${BINARIES[@]/#/${PREFIX}/bin/}" ${PLUGIN[@]+"${PLUGIN[@]}"}; do ldd "${f}"; done |
          awk '$2 == "=>" { print $1, $3 }' | sort -u)
 
 if [[ -n "${MODEL}" ]]; then

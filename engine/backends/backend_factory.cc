@@ -2,6 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/backends/cuda_plugin_loader.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/cpu/cpu_backend.h"
@@ -66,8 +67,16 @@ bool CudaBackendBuilt() {
 
 int CudaDeviceCount() {
 #if defined(DCF_HAVE_CUDA_BACKEND)
-  // Asking initialises the CUDA runtime (slow once); devices do not come and go.
-  static const int count = cuda::gpu::VisibleDeviceCount();
+  // Asking loads the plugin and initialises the CUDA runtime (slow once); devices do not come
+  // and go.
+  static const int count = [] {
+    absl::StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
+    if (!plugin.ok()) {
+      DCF_LOG(Debug) << plugin.status();
+      return 0;
+    }
+    return (*plugin)->device_count();
+  }();
   return count;
 #else
   return 0;
@@ -86,11 +95,20 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     return absl::InvalidArgumentError(absl::StrCat("the cpu backend computes in float32, not ",
                                                    ComputeDTypeName(*options.dtype)));
   }
-  if (kind == BackendKind::kCuda && (!CudaBackendBuilt() || CudaDeviceCount() == 0)) {
-    return absl::UnavailableError(
-        CudaBackendBuilt() ? "--backend cuda: no CUDA device is visible"
-                           : "--backend cuda: this build has no CUDA backend (configure with "
-                             "the CUDA toolkit, DCFORMER_CUDA=ON)");
+  if (kind == BackendKind::kCuda) {
+    if (!CudaBackendBuilt()) {
+      return absl::UnavailableError(
+          "--backend cuda: this build has no CUDA backend (configure with the CUDA toolkit, "
+          "DCFORMER_CUDA=ON)");
+    }
+#if defined(DCF_HAVE_CUDA_BACKEND)
+    if (absl::StatusOr<const CudaPlugin*> p = LoadCudaPlugin(); !p.ok()) {
+      return absl::UnavailableError(absl::StrCat("--backend cuda: ", p.status().message()));
+    }
+#endif
+    if (CudaDeviceCount() == 0) {
+      return absl::UnavailableError("--backend cuda: no CUDA device is visible");
+    }
   }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
@@ -115,7 +133,11 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     return m;
   }
 #if defined(DCF_HAVE_CUDA_BACKEND)
-  ASSIGN_OR_RETURN(m.backend, cuda::gpu::CreateBackend(m.config, std::move(weights), cuda_options));
+  ASSIGN_OR_RETURN(const CudaPlugin* plugin, LoadCudaPlugin());
+  absl::Status status;
+  Backend* backend = plugin->create_backend(&m.config, &weights, &cuda_options, &status);
+  RETURN_IF_ERROR(status);
+  m.backend.reset(backend);
 #endif
   return m;
 }

@@ -153,6 +153,15 @@ size_t CudaBackend::BytesPerBlock(LayerGroup g, int block_size) const {
          block_size * layout_.row_floats();
 }
 
+absl::Status CudaBackend::UseDevice() {
+  RETURN_IF_ERROR(health_);
+  // The current device is per host thread: the engine loop is not the thread that created
+  // the backend.
+  const cudaError_t e = cudaSetDevice(options_.device);
+  if (e != cudaSuccess) return Fail(CudaStatus(e, "cudaSetDevice"));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Fail(absl::Status status) {
   if (health_.ok()) {
     health_ =
@@ -163,7 +172,7 @@ absl::Status CudaBackend::Fail(absl::Status status) {
 }
 
 absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
-  RETURN_IF_ERROR(health_);
+  RETURN_IF_ERROR(UseDevice());
   if (limits.max_tokens <= 0 || limits.max_seqs <= 0 || limits.blocks_per_seq <= 0 ||
       limits.num_penalty_slots < 0 || limits.max_logit_rows < 0) {
     return absl::InvalidArgumentError("step limits must be positive");
@@ -228,7 +237,7 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
 }
 
 absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
-  RETURN_IF_ERROR(health_);
+  RETURN_IF_ERROR(UseDevice());
   if (!prepared_) return absl::FailedPreconditionError("AllocateCache before Prepare");
   if (shape.block_size <= 0 || shape.num_blocks[0] < 0 || shape.num_blocks[1] < 0) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache shape: block size ", shape.block_size,
@@ -263,7 +272,7 @@ absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
 
 absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
                                           absl::Span<const int32_t> generated) {
-  RETURN_IF_ERROR(health_);
+  RETURN_IF_ERROR(UseDevice());
   if (slot < 0 || slot >= limits_.num_penalty_slots || !prepared_) {
     return absl::InvalidArgumentError(absl::StrCat("penalty slot ", slot, " is not one of the ",
                                                    prepared_ ? limits_.num_penalty_slots : 0,
@@ -295,7 +304,7 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
 }
 
 absl::Status CudaBackend::Launch(const StepBatch& batch) {
-  RETURN_IF_ERROR(health_);
+  RETURN_IF_ERROR(UseDevice());
   if (launched_) return absl::FailedPreconditionError("Launch while a step is in flight");
   if (!prepared_) return absl::FailedPreconditionError("Launch before Prepare");
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
@@ -426,7 +435,7 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
 }
 
 absl::Status CudaBackend::Wait(StepOutput* out) {
-  RETURN_IF_ERROR(health_);
+  RETURN_IF_ERROR(UseDevice());
   if (!launched_) return absl::FailedPreconditionError("Wait without a successful Launch");
   launched_ = false;
   if (cudaError_t e = cudaEventSynchronize(done_); e != cudaSuccess) {

@@ -95,6 +95,9 @@ class CudaBackend final : public Backend {
   };
 
   absl::Status Init(ModelWeights weights);
+  // health_, then makes this backend's device current on the calling thread.
+  absl::Status UseDevice();
+  // Records `status` as the sticky failure (health()) and returns it.
   absl::Status Fail(absl::Status status);
   absl::Status Enqueue(const StepBatch& batch, const StepPlan& plan);
   absl::Status Forward(const StepArrays& d, const StepPlan& plan);

@@ -1,8 +1,9 @@
-// Plain C++ entry points to the two builds of the CUDA backend, for the backend factory
-// (engine/backends), which must not include CUDA headers. The definitions live in
+// Plain C++ entry points to the two builds of the CUDA backend. The definitions live in
 // cuda_backend_factory.cc inside `inline namespace DCF_CUDA_NS` (cuda_compat.h), i.e. in
-// dcf::cuda::sim (the SIMT emulator build, always linked) and dcf::cuda::gpu (the real
-// build, linked only when the toolkit exists: DCF_HAVE_CUDA_BACKEND).
+// dcf::cuda::sim (the SIMT emulator build, which the backend factory in engine/backends links
+// and calls directly) and dcf::cuda::gpu (the real build, called by the CUDA plugin,
+// cuda_plugin.cc, which the factory loads with dlopen). No CUDA header is needed to include
+// this.
 #pragma once
 
 #include <memory>
