@@ -43,9 +43,10 @@ TOTAL_BUDGET_S = 470
 PEAK_GBPS = float(os.environ.get("DCF_PEAK_GBPS", "4800"))  # H200 HBM3e
 TOOLS = ["dcformer-generate", "dcformer-make-model", "dcformer-model-bench",
          "dcformer-attention-bench", "dcformer-decode-bench"]
+# What the GPU machine provides (deploy/docker/runtime-libs.sh, runtime_provided with CUDA on).
 BASE_LIBS = re.compile(r"^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|"
                        r"librt\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|"
-                       r"libnvidia)")
+                       r"libnvidia|libutil\.so|libcudart\.so)")
 
 
 class Checker:
