@@ -115,18 +115,13 @@ PLUGIN="${BUILD_DIR}/lib/libdcformer_cuda_plugin.so"
 cp "${PLUGIN}" "${BUNDLE}/lib/"
 strip --strip-unneeded "${BUNDLE}/lib/libdcformer_cuda_plugin.so"
 
-# Shared libraries: everything ldd resolves except the C library family and what the GPU
-# machine provides (driver, cuBLAS from its CUDA toolkit), to closure; libstdc++ and libgcc_s
-# go to lib/fallback (used only where the machine's own are older). OpenBLAS (36 MB, every
-# CPU's kernels) is replaced by Debian's reference BLAS under its soname: the bundle's CPU
-# backend only runs the tiny golden models (the CPU oracle), and needs cblas_sgemm/sgemv.
-is_base_lib() {
-  case "$1" in
-    linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*) return 0 ;;
-    libcuda.so*|libnvidia*) return 0 ;;
-  esac
-  return 1
-}
+# Shared libraries: the closure of what ldd resolves, except what every GPU machine provides
+# (glibc, the C++ runtime, the driver, the CUDA toolkit's cuBLAS): the deployment image's
+# rule, deploy/docker/runtime-libs.sh with CUDA on. libstdc++ and libgcc_s also go to
+# lib/fallback (used only where the machine's own are older). OpenBLAS (36 MB, every CPU's
+# kernels) is replaced by Debian's reference BLAS under its soname: the bundle's CPU backend
+# only runs the tiny golden models (the CPU oracle), and needs cblas_sgemm/sgemv.
+source deploy/docker/runtime-libs.sh
 for exe in "${BUNDLE}"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "${exe}"; done
 REF_BLAS=/usr/lib/x86_64-linux-gnu/blas/libblas.so.3
 if [[ -e "${REF_BLAS}" ]] && nm -D "${REF_BLAS}" | grep ' T cblas_sgemm$' >/dev/null; then
@@ -142,17 +137,18 @@ while :; do
     while read -r name path; do
       case "${name}" in
         libcublas.so*|libcublasLt.so*) from_toolkit+=("${name}"); continue ;;
+        libstdc++.so*|libgcc_s.so*)  # provided, but possibly older than ours: a fallback copy
+          [[ -e "${BUNDLE}/lib/fallback/${name}" || -z "${path}" ]] ||
+            cp -L "${path}" "${BUNDLE}/lib/fallback/${name}"
+          continue ;;
       esac
-      is_base_lib "${name}" && continue
+      runtime_provided "${name}" ON && continue
       [[ "${path}" == "$(cd "${BUNDLE}" && pwd)/lib/"* ]] && continue
       [[ -e "${BUNDLE}/lib/${name}" || -e "${BUNDLE}/lib/fallback/${name}" ]] && continue
       if [[ -z "${path}" ]]; then
         echo "gpu-check: ${elf} needs ${name}, which is not found here" >&2
         exit 1
       fi
-      case "${name}" in
-        libstdc++.so*|libgcc_s.so*) cp -L "${path}" "${BUNDLE}/lib/fallback/${name}"; continue ;;
-      esac
       cp -L "${path}" "${BUNDLE}/lib/${name}"
       strip --strip-unneeded "${BUNDLE}/lib/${name}" 2>/dev/null || true
       patchelf --set-rpath '$ORIGIN' "${BUNDLE}/lib/${name}"

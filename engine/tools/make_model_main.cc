@@ -2,7 +2,7 @@
 // model.safetensors) of any size, for the default model, benchmarks and tests.
 //
 //   dcformer-make-model --out DIR [--dim 64 --n-layer 2 --n-head 4 --ffn 128 --vocab 50257
-//                        --context 1024 --window 64 --dtype F16 --seed 1]
+//                        --context 1024 --window 64 --dtype F16 --seed 1 --init normal|fast]
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -21,6 +21,10 @@ ABSL_FLAG(int, context, 1024, "max positions (config block_size)");
 ABSL_FLAG(int, window, 64, "sliding window of local layers; 0 = all layers global");
 ABSL_FLAG(std::string, dtype, "F16", "storage dtype: F32, F16 or BF16");
 ABSL_FLAG(uint64_t, seed, 1, "random seed");
+ABSL_FLAG(std::string, init, "normal",
+          "normal: N(0, 1/fan_in) weights (the default); fast: uniform weights of the same "
+          "variance from a counter-based hash on all cores, for multi-billion-parameter "
+          "benchmark models");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("writes a random-weight DCFormer model directory");
@@ -31,11 +35,12 @@ int main(int argc, char** argv) {
     std::cerr << "dcformer-make-model: give --out DIR\n";
     return 2;
   }
-  for (const auto& [name, value] :
-       {std::pair<const char*, int>{"--dim", absl::GetFlag(FLAGS_dim)},
-        {"--n-layer", absl::GetFlag(FLAGS_n_layer)}, {"--n-head", absl::GetFlag(FLAGS_n_head)},
-        {"--ffn", absl::GetFlag(FLAGS_ffn)}, {"--vocab", absl::GetFlag(FLAGS_vocab)},
-        {"--context", absl::GetFlag(FLAGS_context)}}) {
+  for (const auto& [name, value] : {std::pair<const char*, int>{"--dim", absl::GetFlag(FLAGS_dim)},
+                                    {"--n-layer", absl::GetFlag(FLAGS_n_layer)},
+                                    {"--n-head", absl::GetFlag(FLAGS_n_head)},
+                                    {"--ffn", absl::GetFlag(FLAGS_ffn)},
+                                    {"--vocab", absl::GetFlag(FLAGS_vocab)},
+                                    {"--context", absl::GetFlag(FLAGS_context)}}) {
     if (value <= 0) {
       std::cerr << "dcformer-make-model: " << name << " must be positive\n";
       return 2;
@@ -54,8 +59,14 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_dim), absl::GetFlag(FLAGS_n_layer), absl::GetFlag(FLAGS_n_head),
       absl::GetFlag(FLAGS_ffn), absl::GetFlag(FLAGS_vocab), absl::GetFlag(FLAGS_context),
       absl::GetFlag(FLAGS_window));
-  const absl::Status st =
-      dcf::WriteRandomModel(absl::GetFlag(FLAGS_out), config, *dtype, absl::GetFlag(FLAGS_seed));
+  const std::string init = absl::GetFlag(FLAGS_init);
+  if (init != "normal" && init != "fast") {
+    std::cerr << "dcformer-make-model: --init must be normal or fast\n";
+    return 2;
+  }
+  const absl::Status st = dcf::WriteRandomModel(
+      absl::GetFlag(FLAGS_out), config, *dtype, absl::GetFlag(FLAGS_seed),
+      init == "fast" ? dcf::RandomInit::kFastUniform : dcf::RandomInit::kNormal);
   if (!st.ok()) {
     std::cerr << "dcformer-make-model: " << st << "\n";
     return 1;
