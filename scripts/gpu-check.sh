@@ -114,6 +114,7 @@ PLUGIN="${BUILD_DIR}/lib/libdcformer_cuda_plugin.so"
 [[ -f "${PLUGIN}" ]] || { echo "gpu-check: missing ${PLUGIN}" >&2; exit 1; }
 cp "${PLUGIN}" "${BUNDLE}/lib/"
 strip --strip-unneeded "${BUNDLE}/lib/libdcformer_cuda_plugin.so"
+patchelf --set-rpath '$ORIGIN' "${BUNDLE}/lib/libdcformer_cuda_plugin.so"
 
 # Shared libraries: the closure of what ldd resolves, except what every GPU machine provides
 # (glibc, the C++ runtime, the driver, the CUDA toolkit's cuBLAS): the deployment image's
