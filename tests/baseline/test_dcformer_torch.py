@@ -93,6 +93,61 @@ class GoldenTest(unittest.TestCase):
         self.assertEqual(new[0], g["greedy"][:g["greedy"].index(eos) + 1])
 
 
+    def test_query_chunks_do_not_change_logits(self):
+        name = "dcformer-f32-long-prompt"  # 60 tokens, window 16: chunks cross the window
+        g = self.golden[name]
+        want = torch.tensor(g["logits"], dtype=torch.float64)
+        saved = dct.Attention.query_chunk
+        try:
+            for chunk in (1, 7, 16):
+                dct.Attention.query_chunk = chunk
+                with torch.no_grad():
+                    got = self.models[name](torch.tensor([g["sequence"]]))[0]
+                self.assert_logits(got, want, f"query chunk {chunk}")
+        finally:
+            dct.Attention.query_chunk = saved
+
+
+class TrainingTest(unittest.TestCase):
+    """What the training code relies on: correct, deterministic gradients."""
+
+    def tiny(self):
+        cfg = dct.DCFormerConfig(dim=16, n_layer=2, n_head=2, intermediate_size=32,
+                                 vocab_size=20, block_size=16, window_size=3)
+        model = dct.DCFormer(cfg).double()
+        model.init_weights(1)
+        with torch.no_grad():  # larger dynamic weights than at init, so compose matters
+            for name, p in model.named_parameters():
+                if "dyn_w_proj" in name:
+                    p.normal_(0, 0.3)
+        return model
+
+    def test_attention_gradients_match_finite_differences(self):
+        model = self.tiny()
+        a = torch.randn(1, 7, 16, dtype=torch.float64, requires_grad=True)
+        for layer in model.layers:  # a local and a global layer
+            self.assertTrue(torch.autograd.gradcheck(
+                lambda x: layer.attention(x, 0, None), (a,), eps=1e-6, atol=1e-5))
+
+    def test_backward_is_deterministic(self):
+        # Debian's torch 1.13 F.gelu backward read non-contiguous gradients wrongly: the same
+        # backward pass gave different (huge) gradients run to run.
+        cfg = dct.DCFormerConfig(dim=64, n_layer=2, n_head=4, intermediate_size=128,
+                                 vocab_size=50, block_size=32, window_size=8)
+        tokens = torch.randint(0, 50, (2, 32), generator=torch.Generator().manual_seed(3))
+        grads = []
+        for _ in range(3):
+            model = dct.DCFormer(cfg)
+            model.init_weights(5)
+            logits = model(tokens[:, :-1])
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1),
+                                              tokens[:, 1:].flatten()).backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        for g in grads[1:]:
+            self.assertTrue(torch.equal(g, grads[0]))
+        self.assertLess(grads[0].abs().max().item(), 10.0)
+
+
 class LayoutTest(unittest.TestCase):
     """The same weights in the other layouts give the same logits."""
 
