@@ -114,7 +114,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=os.path.join(ROOT, "models", "train", "data"))
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "dcformer-kjv"))
-    ap.add_argument("--steps", type=int, default=360)
+    ap.add_argument("--steps", type=int, default=360,
+                    help="length of the learning-rate schedule")
+    # The committed model is step 200 of the 360-step schedule: its run on a shared machine
+    # was stopped there (models/dcformer-kjv/README.md). --stop-after 360 runs it all.
+    ap.add_argument("--stop-after", type=int, default=200,
+                    help="stop after this many steps of the --steps schedule (the weights are "
+                         "then exactly that step's of a full run)")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
@@ -124,6 +130,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=60)
     args = ap.parse_args()
+    run_steps = args.steps if args.stop_after is None else min(args.steps, args.stop_after)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -136,8 +143,8 @@ def main():
     model.init_weights(args.seed)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"train: {n_params / 1e6:.2f}M parameters, {len(train_ids)} training tokens, "
-          f"{len(held_ids)} held-out, {args.steps} steps x {args.batch} x {SEQ_LEN} tokens, "
-          f"{args.threads} threads", flush=True)
+          f"{len(held_ids)} held-out, {run_steps} of {args.steps} steps x {args.batch} x "
+          f"{SEQ_LEN} tokens, {args.threads} threads", flush=True)
     opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
                             betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(args.seed)
@@ -145,7 +152,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows, interval_loss, interval_n = [], 0.0, 0
     start = time.time()
-    for step in range(args.steps):
+    for step in range(run_steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
         starts = torch.randint(0, len(train_ids) - SEQ_LEN - 1, (args.batch,), generator=gen)
@@ -158,7 +165,7 @@ def main():
         opt.step()
         interval_loss += loss.item()
         interval_n += 1
-        last = step + 1 == args.steps
+        last = step + 1 == run_steps
         if (step + 1) % args.log_every == 0 or last:
             elapsed = time.time() - start
             held = ""
@@ -182,11 +189,12 @@ def main():
         w.writeheader()
         w.writerows(rows)
     plot(rows, os.path.join(args.out, "loss.png"))
-    summary = {"parameters": n_params, "steps": args.steps, "batch": args.batch,
-               "seq_len": SEQ_LEN, "tokens_seen": args.steps * args.batch * SEQ_LEN,
+    summary = {"parameters": n_params, "steps": run_steps, "schedule_steps": args.steps,
+               "batch": args.batch, "seq_len": SEQ_LEN,
+               "tokens_seen": run_steps * args.batch * SEQ_LEN,
                "train_tokens": len(train_ids), "heldout_tokens": len(held_ids),
-               "wall_s": round(wall, 1), "tokens_per_s": round(args.steps * args.batch *
-                                                               SEQ_LEN / wall),
+               "wall_s": round(wall, 1),
+               "tokens_per_s": round(run_steps * args.batch * SEQ_LEN / wall),
                "threads": args.threads, "seed": args.seed,
                "final_train_loss": rows[-1]["train_loss"],
                "final_heldout_loss_bf16": final_held,
