@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libzip-dev libutf8proc-dev
   clang libclang-rt-14-dev
   python3-grpcio python3-protobuf python3-prometheus-client python3-numpy python3-yaml
+  python3-torch  # the PyTorch reference model (bench/baseline) and its test; ~600 MB installed
   prometheus openssl curl
   gnuplot-nox  # dcformer-loadgen --plot-out
   patchelf     # scripts/gpu-check.sh: the relocatable GPU-check bundle

@@ -2,7 +2,7 @@
 //
 //   dcformer-server [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9090] ...
 //
-// With no flags it serves the repository's default model (models/dcformer-tiny) on
+// With no flags it serves the repository's default model (models/dcformer-kjv) on
 // 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
 // exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable).
 #include <signal.h>

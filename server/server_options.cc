@@ -7,7 +7,7 @@
 #include "engine/backends/backend_flags.h"
 
 #ifndef DCF_DEFAULT_MODEL_DIR
-#define DCF_DEFAULT_MODEL_DIR "models/dcformer-tiny"
+#define DCF_DEFAULT_MODEL_DIR "models/dcformer-kjv"
 #endif
 
 ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR,

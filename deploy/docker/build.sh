@@ -17,7 +17,7 @@
 #                               [--model DIR] [--reuse-build | --configure-only]
 #   --cuda         configure with DCFORMER_CUDA=ON (the CUDA toolkit must be installed); the
 #                  CUDA libraries themselves are left to the CUDA runtime base image
-#   --model DIR    model directory to bake in (default: SOURCE/models/dcformer-tiny; "" = none)
+#   --model DIR    model directory to bake in (default: SOURCE/models/dcformer-kjv; "" = none)
 #   --reuse-build  do not configure: build the two targets in an existing, configured build
 #                  directory (a no-op when it is up to date; the test suite uses this)
 #   --configure-only  stop after configuring (the test suite checks the CUDA image's
@@ -45,7 +45,7 @@ while (($#)); do
 done
 [[ -n "${PREFIX}" || ${CONFIGURE_ONLY} == 1 ]] || { echo "build.sh: --prefix is required" >&2; exit 2; }
 BUILD="${BUILD:-${SOURCE}/build-image}"
-[[ "${MODEL}" == "__default__" ]] && MODEL="${SOURCE}/models/dcformer-tiny"
+[[ "${MODEL}" == "__default__" ]] && MODEL="${SOURCE}/models/dcformer-kjv"
 BINARIES=(dcformer-server dcformer-cli)
 
 source "${SOURCE}/deploy/docker/runtime-libs.sh"

@@ -4,15 +4,19 @@
 //                     [--backend auto|cpu|cuda|cuda-sim] [--dtype float32|bfloat16|float16]
 //   dcformer-generate --model DIR --prompt "text" --max-new-tokens N [--json]
 //   dcformer-generate --tokenizer FILE --tokenize < text.txt
+//   dcformer-generate --model DIR --score text.txt
 //
 // Prints the generated ids comma-separated (and, with a tokenizer, the generated text on a
 // second line), or with --json one object {"tokens": [...], "logprobs": [...], "backend":
 // "cpu", "dtype": "float32"} (plus "text" with a tokenizer; backend and dtype are what
 // actually ran). Generation stops at the tokenizer's EOS (<|endoftext|>) unless
 // --ignore-eos; models without a tokenizer have no EOS. --tokenize prints the ids of stdin as
-// one JSON array. Bad arguments or models: a message on stderr and exit code 2 (usage) or 1
+// one JSON array. --score prints the model's perplexity on a UTF-8 text file as JSON (see
+// Score). Bad arguments or models: a message on stderr and exit code 2 (usage) or 1
 // (runtime failure).
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -40,6 +44,8 @@ ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json to use (default: the model directory's tokenizer, if any)");
 ABSL_FLAG(bool, tokenize, false, "print the ids of stdin's UTF-8 text as a JSON array and exit");
 ABSL_FLAG(bool, ignore_eos, false, "do not stop at the tokenizer's end-of-text token");
+ABSL_FLAG(std::string, score, "",
+          "print the model's perplexity on this UTF-8 text file as JSON and exit");
 
 namespace {
 
@@ -68,18 +74,76 @@ int Tokenize() {
   return 0;
 }
 
+// Perplexity of the text file `path` (tokenized with `tok`; "<|endoftext|>" in it is the EOS
+// token). The ids are cut into consecutive windows of the model context; each window starts
+// from an empty cache and every token after its first is predicted from the tokens before it
+// in the window. Prints {"tokens", "predicted", "windows", "mean_nll", "perplexity"}
+// (natural log). models/train/train.py computes its held-out loss the same way.
+int Score(const std::string& model_dir, const std::string& path, const dcf::Tokenizer* tok) {
+  if (tok == nullptr) {
+    return Fail(2, absl::StrCat("--score needs a tokenizer: ", model_dir,
+                                " has no tokenizer.json; give --tokenizer FILE"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Fail(1, absl::StrCat("--score: cannot read ", path));
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  auto ids = tok->Encode(text);
+  if (!ids.ok()) return Fail(1, ids.status().ToString());
+  if (ids->size() < 2) return Fail(1, absl::StrCat("--score: ", path, " has fewer than 2 tokens"));
+  auto model = dcf::LoadModel(model_dir);
+  if (!model.ok()) return Fail(1, model.status().ToString());
+  for (int32_t id : *ids) {
+    if (id >= model->config.vocab_size) {
+      return Fail(1, absl::StrCat("--score: token id ", id, " is outside the model's vocabulary"));
+    }
+  }
+  auto runner = dcf::SequenceRunner::Create(model->backend.get());
+  if (!runner.ok()) return Fail(1, runner.status().ToString());
+  const int V = model->config.vocab_size;
+  const size_t window = model->config.max_positions;
+  double nll = 0;
+  size_t predicted = 0, windows = 0;
+  std::vector<float> logits;  // [window, V] f32
+  for (size_t start = 0; start + 1 < ids->size(); start += window) {
+    const auto piece = absl::MakeConstSpan(*ids).subspan(start, window);
+    logits.clear();
+    (*runner)->Reset();
+    auto st = (*runner)->Append(piece, static_cast<int>(piece.size()), &logits);
+    if (!st.ok()) return Fail(1, st.ToString());
+    for (size_t t = 0; t + 1 < piece.size(); ++t) {
+      nll -= dcf::LogSoftmaxAt(absl::MakeConstSpan(logits).subspan(t * V, V), piece[t + 1]);
+    }
+    predicted += piece.size() - 1;
+    ++windows;
+  }
+  nlohmann::ordered_json j;
+  j["tokens"] = ids->size();
+  j["predicted"] = predicted;
+  j["windows"] = windows;
+  j["mean_nll"] = nll / predicted;
+  j["perplexity"] = std::exp(nll / predicted);
+  std::cout << j.dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "offline greedy generation\n  dcformer-generate --model DIR (--prompt-ids 1,2,3 | "
       "--prompt TEXT) --max-new-tokens N [--json]\n  dcformer-generate --tokenizer FILE "
-      "--tokenize < text");
+      "--tokenize < text\n  dcformer-generate --model DIR --score text.txt");
   std::vector<std::string> arg_storage;
   std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   if (rest.size() > 1) return Fail(2, absl::StrCat("unexpected argument '", rest[1], "'"));
   if (absl::GetFlag(FLAGS_tokenize)) return Tokenize();
+  if (!absl::GetFlag(FLAGS_score).empty()) {
+    const std::string model_dir = absl::GetFlag(FLAGS_model);
+    auto tokenizer = LoadTokenizer(model_dir);
+    if (!tokenizer.ok()) return Fail(1, tokenizer.status().ToString());
+    return Score(model_dir, absl::GetFlag(FLAGS_score), tokenizer->get());
+  }
   if (absl::GetFlag(FLAGS_max_new_tokens) < 0) {
     return Fail(2, "--max-new-tokens must be >= 0");
   }

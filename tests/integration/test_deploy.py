@@ -76,7 +76,7 @@ class ImageBuildTest(unittest.TestCase):
             self.assertIn(lib, libs)
         self.assertFalse([lib for lib in libs if lib.startswith(("libc.so", "libstdc++"))])
         self.assertTrue(os.path.isfile(
-            os.path.join(self.prefix, "models", "dcformer-tiny", "config.json")))
+            os.path.join(self.prefix, "models", "dcformer-kjv", "config.json")))
         self.assertTrue(os.path.isfile(
             os.path.join(self.prefix, "share", "dcformer", "runtime-setup.sh")))
 
@@ -86,7 +86,7 @@ class ImageBuildTest(unittest.TestCase):
         port = h.free_port()
         server = subprocess.Popen(
             [os.path.join(self.prefix, "bin", "dcformer-server"),
-             f"--model={self.prefix}/models/dcformer-tiny", "--host=127.0.0.1", f"--port={port}",
+             f"--model={self.prefix}/models/dcformer-kjv", "--host=127.0.0.1", f"--port={port}",
              "--metrics-port=0", "--kv-cache-bytes=16000000"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
@@ -160,7 +160,7 @@ class DockerfileTest(unittest.TestCase):
         self.assertIn("USER 10001", lines)
         health = next(line for line in lines if line.startswith("HEALTHCHECK"))
         self.assertIn('CMD ["dcformer-cli", "health"', health)
-        self.assertTrue(any(line.startswith("ARG MODEL=models/dcformer-tiny") for line in lines))
+        self.assertTrue(any(line.startswith("ARG MODEL=models/dcformer-kjv") for line in lines))
         ignore = read(os.path.join(DEPLOY, name + ".dockerignore")).split()
         for pattern in ("build", "build-*", "**/node_modules", ".git"):
             self.assertIn(pattern, ignore, name)

@@ -174,7 +174,7 @@ class KustomizeTest(unittest.TestCase):
             self.assertTrue(any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"]))
         else:
             self.assertNotIn("nvidia.com/gpu", res["limits"])
-            self.assertEqual(flags["model"], "/opt/dcformer/models/dcformer-tiny")
+            self.assertEqual(flags["model"], "/opt/dcformer/models/dcformer-kjv")
         # Security: non-root, read-only root filesystem, no privilege escalation, no
         # capabilities.
         self.assertTrue(pod["securityContext"]["runAsNonRoot"])

@@ -10,7 +10,7 @@ namespace {
 
 TEST(ServerOptionsTest, DefaultsServeLocalhost) {
   ServerOptions o;
-  o.model_dir = "models/dcformer-tiny";
+  o.model_dir = "models/dcformer-kjv";
   o.metrics_host = o.host;
   EXPECT_TRUE(ValidateServerOptions(o).ok());
   EXPECT_EQ(o.host, "127.0.0.1");
@@ -23,7 +23,7 @@ TEST(ServerOptionsTest, FlagsParseWithDefaults) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->port, 50051);
   EXPECT_EQ(o->metrics_host, "127.0.0.1");
-  EXPECT_NE(o->model_dir.find("dcformer-tiny"), std::string::npos);
+  EXPECT_NE(o->model_dir.find("models/dcformer-kjv"), std::string::npos);
 }
 
 TEST(ServerOptionsTest, QueueLimitsOfOneAreAccepted) {

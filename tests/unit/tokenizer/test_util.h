@@ -21,10 +21,10 @@ struct Gpt2Case {
   bool roundtrip;
 };
 
-// Every line of cases.jsonl: {"text": ..., "ids": [...], "roundtrip": bool}.
-inline std::vector<Gpt2Case> LoadGpt2Cases() {
-  std::ifstream in(Gpt2Dir() + "/cases.jsonl");
-  EXPECT_TRUE(in.good()) << "missing cases.jsonl";
+// Every line of a cases file: {"text": ..., "ids": [...], "roundtrip": bool}.
+inline std::vector<Gpt2Case> LoadCasesFile(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "missing " << path;
   std::vector<Gpt2Case> cases;
   std::string line;
   while (std::getline(in, line)) {
@@ -33,6 +33,11 @@ inline std::vector<Gpt2Case> LoadGpt2Cases() {
     cases.push_back({j.at("text").get<std::string>(), j.at("ids").get<std::vector<int32_t>>(),
                      j.value("roundtrip", true)});
   }
+  return cases;
+}
+
+inline std::vector<Gpt2Case> LoadGpt2Cases() {
+  std::vector<Gpt2Case> cases = LoadCasesFile(Gpt2Dir() + "/cases.jsonl");
   EXPECT_GE(cases.size(), 20u);
   return cases;
 }

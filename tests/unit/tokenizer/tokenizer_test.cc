@@ -13,6 +13,7 @@ namespace {
 
 using ::dcf::testing_util::Gpt2;
 using ::dcf::testing_util::Gpt2Dir;
+using ::dcf::testing_util::LoadCasesFile;
 using ::dcf::testing_util::LoadGpt2Cases;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -44,6 +45,26 @@ TEST(TokenizerTest, Gpt2CasesMatchReferenceIds) {
       EXPECT_EQ(Dec(Gpt2(), c.ids), c.text);
     }
   }
+}
+
+// The tokenizer trained for models/dcformer-kjv (models/train/train_tokenizer.js) loads
+// unchanged, and encodes the held-out chapters and edge cases exactly as the Hugging Face
+// trainer that made it (the ids in tests/data/kjv/tokenizer_cases.jsonl come from it).
+TEST(TokenizerTest, KjvTokenizerMatchesItsTrainer) {
+  auto tok = Tokenizer::FromFile(std::string(DCF_SOURCE_DIR) + "/models/dcformer-kjv/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 4096);
+  EXPECT_EQ((*tok)->eos_token_id(), 0);
+  const auto cases = LoadCasesFile(std::string(DCF_TEST_DATA_DIR) + "/kjv/tokenizer_cases.jsonl");
+  ASSERT_GE(cases.size(), 30u);
+  size_t tokens = 0;
+  for (const auto& c : cases) {
+    const std::vector<int32_t> ids = Enc(**tok, c.text);
+    EXPECT_EQ(ids, c.ids) << "text: " << c.text.substr(0, 80);
+    EXPECT_EQ(Dec(**tok, c.ids), c.text);
+    tokens += ids.size();
+  }
+  EXPECT_GT(tokens, 20000u);  // the held-out split, not just a few words
 }
 
 TEST(TokenizerTest, VocabMergesFormGivesSameIds) {

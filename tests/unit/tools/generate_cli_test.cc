@@ -67,15 +67,16 @@ TEST(GenerateCliTest, CudaSimNamesTheBackendAndDtypeThatRan) {
 }
 
 TEST(GenerateCliTest, TextPromptOnDefaultModel) {
-  const auto r = testing::RunCommand(kGenerate + " --prompt 'Hello world' --max-new-tokens 4 "
-                                                 "--json --ignore-eos");
+  const auto r = testing::RunCommand(kGenerate + " --prompt 'In the beginning' "
+                                                 "--max-new-tokens 4 --json --ignore-eos");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("tokens").size(), 4u);
   EXPECT_TRUE(j.at("text").is_string());
-  // The same prompt given as ids (GPT-2: "Hello" 15496, " world" 995) gives the same tokens.
-  const auto ids = testing::RunCommand(kGenerate + " --prompt-ids 15496,995 --max-new-tokens 4 "
-                                                   "--json --ignore-eos");
+  // The same prompt given as ids (the default model's tokenizer, models/dcformer-kjv:
+  // "In" 1131, " the" 259, " beginning" 2049) gives the same tokens.
+  const auto ids = testing::RunCommand(kGenerate + " --prompt-ids 1131,259,2049 "
+                                                   "--max-new-tokens 4 --json --ignore-eos");
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
   EXPECT_EQ(nlohmann::json::parse(ids.out).at("tokens"), j.at("tokens"));
 }
@@ -133,6 +134,10 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
       // The GPT-2 tokenizer knows <|endoftext|> = 50256; the golden model has 300 tokens.
       {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +
            " --prompt '<|endoftext|>'", 1, "prompt token id 50256 is outside"},
+      {golden + " --score /dev/null", 2, "--score needs a tokenizer"},
+      {" --score /nonexistent.txt", 1, "cannot read /nonexistent.txt"},
+      {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +
+           " --score " + DCF_TEST_DATA_DIR + "/kjv/heldout.txt", 1, "outside the model's vocab"},
   };
   for (const Case& c : cases) {
     const auto r = testing::RunCommand(kGenerate + c.args);
