@@ -5,9 +5,15 @@
 // and the throughput ratio a / b. Prompt and generation lengths are drawn uniformly from the
 // flag ranges and clamped to the model context (prompt <= context / 2, prompt + new <= context).
 // TTFT in (b) counts from the request's own enqueue, not from the start of the run.
+// With --profile (cpu backend) it also prints where the time of (a)'s pure decode steps
+// goes: the backend's phases (cpu_profile.h), the engine's own work inside a step
+// (scheduling, building the batch, stop checks, detokenization) and the loop's work between
+// steps (publishing chunks to the request streams).
 //
 //   dcformer-bench [--model_dir=DIR | --random_model_context=2048] [--num_requests=32] ...
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -22,6 +28,7 @@
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/backends/backend_flags.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/engine.h"
 
@@ -40,6 +47,8 @@ ABSL_FLAG(int, max_prefill_chunk, 0, "EngineOptions::max_prefill_chunk_tokens");
 ABSL_FLAG(int64_t, kv_cache_mb, 0, "KV cache budget in MiB (0: the default fraction)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the request lengths and prompts");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
+ABSL_FLAG(bool, profile, false,
+          "print the time breakdown of (a)'s decode-only steps (cpu backend)");
 
 namespace dcf {
 namespace {
@@ -73,6 +82,8 @@ Workload MakeWorkload(const ModelConfig& c) {
 // Collects latencies from the engine loop (the only caller).
 class Recorder : public EngineObserver {
  public:
+  // Decode-only steps are profiled when `cpu` is set (it must outlive the run).
+  void set_cpu(const CpuBackend* cpu) { cpu_ = cpu; }
   void OnFirstToken(absl::Duration ttft) override {
     absl::MutexLock l(&mu_);
     ttft_ms_.push_back(absl::ToDoubleMilliseconds(ttft));
@@ -85,10 +96,30 @@ class Recorder : public EngineObserver {
     absl::MutexLock l(&mu_);
     ++preemptions_;
   }
-  void OnStep(int num_seqs, int num_tokens, int, absl::Duration) override {
+  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+              absl::Duration step_time) override {
     absl::MutexLock l(&mu_);
     ++steps_;
     seqs_ += num_seqs;
+    const absl::Time now = absl::Now();
+    if (cpu_ != nullptr) {
+      // The profile advanced by exactly this step (OnStep runs on the engine loop thread).
+      const cpu::CpuStepProfile& p = cpu_->profile();
+      if (num_prefill_tokens == 0 && last_step_end_.has_value()) {
+        for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
+          decode_phases_[i] += p.seconds[i] - last_profile_.seconds[i];
+        }
+        decode_backend_s_ += p.Total() - last_profile_.Total();
+        decode_step_s_ += absl::ToDoubleSeconds(step_time);
+        // From the end of the previous step to the start of this one: publishing chunks to
+        // the streams, waiting for work, bookkeeping.
+        decode_between_s_ += absl::ToDoubleSeconds(now - step_time - *last_step_end_);
+        decode_seqs_ += num_seqs;
+        ++decode_steps_;
+      }
+      last_profile_ = p;
+    }
+    last_step_end_ = now;
   }
   void Report(const char* name, double seconds, int64_t tokens) {
     absl::MutexLock l(&mu_);
@@ -99,6 +130,21 @@ class Recorder : public EngineObserver {
                 static_cast<long long>(preemptions_));
     PrintPercentiles("  TTFT ms", ttft_ms_);
     PrintPercentiles("  ITL  ms", itl_ms_);
+    if (decode_steps_ == 0) return;
+    const double n = static_cast<double>(decode_steps_);
+    const double total = decode_step_s_ + decode_between_s_;
+    std::printf("decode-only steps: %lld, mean batch %.1f, %.2f ms per step (in step %.2f, "
+                "between steps %.2f)\n",
+                static_cast<long long>(decode_steps_), decode_seqs_ / n, 1e3 * total / n,
+                1e3 * decode_step_s_ / n, 1e3 * decode_between_s_ / n);
+    const auto row = [&](const char* name, double s) {
+      std::printf("  %-28s %8.3f ms  %5.1f%%\n", name, 1e3 * s / n, 100.0 * s / total);
+    };
+    for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
+      row(cpu::CpuStepProfile::Name(i), decode_phases_[i]);
+    }
+    row("engine: schedule+batch+stops", decode_step_s_ - decode_backend_s_);
+    row("engine: streams+loop", decode_between_s_);
   }
 
  private:
@@ -115,6 +161,15 @@ class Recorder : public EngineObserver {
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t seqs_ ABSL_GUARDED_BY(mu_) = 0;
+  const CpuBackend* cpu_ = nullptr;
+  cpu::CpuStepProfile last_profile_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> last_step_end_ ABSL_GUARDED_BY(mu_);
+  std::array<double, cpu::CpuStepProfile::kNumPhases> decode_phases_ ABSL_GUARDED_BY(mu_){};
+  double decode_backend_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double decode_step_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double decode_between_s_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t decode_seqs_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t decode_steps_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 GenerationRequest MakeRequest(const Workload& w, size_t i) {
@@ -147,6 +202,9 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   o.max_prefill_chunk_tokens = absl::GetFlag(FLAGS_max_prefill_chunk);
   o.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_mb)) << 20;
   o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
+  if (batched && absl::GetFlag(FLAGS_profile)) {
+    rec->set_cpu(dynamic_cast<const CpuBackend*>(model->backend.get()));
+  }
   auto engine = Engine::Create(std::move(model->backend), nullptr, o, rec);
   if (!engine.ok()) return engine.status();
   *tokens = 0;

@@ -13,7 +13,9 @@
 #include "absl/strings/strip.h"
 #include "engine/common/memory_info.h"
 #include "engine/common/status_macros.h"
+#include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/packed_matrix.h"
 #include "engine/cpu/dcmha.h"
 
 namespace dcf {
@@ -42,12 +44,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
-  weights.ConvertTo(DType::kF32);
   return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose));
 }
 
 CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose)
-    : config_(config), weights_(std::move(weights)), layout_(config), compose_(compose) {
+    : config_(config),
+      weights_(cpu::PackWeights(config, std::move(weights))),
+      layout_(config),
+      compose_(compose) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -56,7 +60,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool com
 BackendInfo CpuBackend::info() const {
   BackendInfo info;
   info.name = "cpu";
-  info.dtype = DType::kF32;
+  info.dtype = weights_.matrix_dtype;
   // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -70,7 +74,8 @@ BackendInfo CpuBackend::info() const {
     }
   }
   if (info.device.empty()) info.device = "CPU";
-  absl::StrAppend(&info.device, ", ", omp_get_max_threads(), " threads");
+  absl::StrAppend(&info.device, ", ", omp_get_max_threads(), " threads, ",
+                  cpu::IsaName(cpu::ActiveIsa()));
   return info;
 }
 
@@ -176,6 +181,7 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
     if (batch.return_logits[s] || batch.sample[s]) last_row[s] = static_cast<int64_t>(rows.size()) - 1;
   }
   Forward(batch, rows);
+  cpu::PhaseTimer timer(&profile_);
 
   result_.Resize(S, batch.num_logit_rows(), V);
   int64_t out_row = 0;
@@ -187,6 +193,9 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
     out_row += n;
   }
   Sample(batch, last_row);
+  timer.Next(cpu::CpuStepProfile::kSample);
+  ++profile_.steps;
+  profile_.tokens += batch.num_tokens();
   launched_ = true;
   return absl::OkStatus();
 }
@@ -230,6 +239,8 @@ void CpuBackend::Sample(const StepBatch& batch, const std::vector<int64_t>& last
 }
 
 void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& want) {
+  using P = cpu::CpuStepProfile;
+  cpu::PhaseTimer timer(&profile_);
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
   const int64_t N = config_.n_head, K = config_.dynamic_hidden();
   const int half = config_.rotary_dim / 2;
@@ -263,13 +274,11 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   s.rope_cos.resize(T * half);
   s.rope_sin.resize(T * half);
 
-  const float* emb = weights_.tok_embeddings.f32();
   for (int i = 0; i < S; ++i) {
     for (int64_t t = batch.seq_offsets[i]; t < batch.seq_offsets[i + 1]; ++t) {
       s.seq_of[t] = i;
       s.pos[t] = batch.positions[t];
-      std::memcpy(&s.x[t * E], emb + static_cast<int64_t>(batch.tokens[t]) * E,
-                  sizeof(float) * E);
+      cpu::EmbeddingRow(weights_.tok_embeddings, batch.tokens[t], &s.x[t * E]);
     }
   }
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
@@ -277,6 +286,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
     cpu::RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
                     &s.rope_sin[t * half]);
   }
+  timer.Next(P::kEmbed);
 
   const bool pythia = config_.architecture == Architecture::kDcPythia;
   auto norm = [&](const Tensor& w, const Tensor& b, const float* in, int64_t rows, float* out) {
@@ -288,19 +298,28 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   };
 
   for (int l = 0; l < config_.n_layer; ++l) {
-    const LayerWeights& L = weights_.layers[l];
+    const cpu::CpuLayerWeights& L = weights_.layers[l];
     norm(L.attention_norm_w, L.attention_norm_b, s.x.data(), T, s.a.data());
+    timer.Next(P::kNorm);
     AttentionLayer(l);  // reads s.a, writes s.y = attention output (with bias)
+    timer = cpu::PhaseTimer(&profile_);
     if (pythia) {
       // Parallel residual: both branches read the same x.
       norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
+      timer.Next(P::kNorm);
       FeedForward(l, s.a.data(), s.o.data());
+      timer = cpu::PhaseTimer(&profile_);
       for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i] + s.o[i];
+      timer.Next(P::kResidual);
     } else {
       for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i];
+      timer.Next(P::kResidual);
       norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
+      timer.Next(P::kNorm);
       FeedForward(l, s.a.data(), s.o.data());
+      timer = cpu::PhaseTimer(&profile_);
       for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.o[i];
+      timer.Next(P::kResidual);
     }
   }
 
@@ -311,11 +330,14 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   }
   norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
   s.logits.resize(R * V);
-  cpu::Linear(s.a.data(), weights_.output.f32(), nullptr, R, E, V, s.logits.data());
+  cpu::MatMul(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
+  timer.Next(P::kLogits);
 }
 
 void CpuBackend::AttentionLayer(int layer) {
-  const LayerWeights& L = weights_.layers[layer];
+  using P = cpu::CpuStepProfile;
+  cpu::PhaseTimer timer(&profile_);
+  const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, N = config_.n_head, hd = config_.head_dim,
@@ -325,17 +347,15 @@ void CpuBackend::AttentionLayer(int layer) {
   const int row = layout_.row_floats();
 
   // Projections for all tokens of the step at once.
-  cpu::Linear(s.a.data(), L.wqkv_w.f32(), L.wqkv_b.f32_or_null(), T, E,
-              3 * E, s.qkv.data());
-  cpu::MatMul(s.a.data(), E, L.dw1.f32(), C * K, T, E, C * K, s.u.data(), C * K);
-  cpu::MatMul(s.a.data(), E, L.dd.f32(), C * N, T, E, C * N, s.g.data(), C * N);
+  cpu::MatMul(s.a.data(), E, T, L.wqkv, L.wqkv_b.f32_or_null(), s.qkv.data(), 3 * E);
+  timer.Next(P::kQkvProj);
+  cpu::MatMul(s.a.data(), E, T, L.dw1, nullptr, s.u.data(), C * K);
+  cpu::MatMul(s.a.data(), E, T, L.dd, nullptr, s.g.data(), C * N);
   for (int64_t i = 0; i < T * C * K; ++i) s.u[i] = cpu::GeluErf(s.u[i]);
   for (int c = 0; c < C; ++c) {
     // w[t, c, :, :] = u[t, c, :] @ qkw[c]   ([K] x [K, 2I*N])
-    cpu::MatMul(s.u.data() + c * K, C * K, L.qkw.f32() + c * K * W2I, W2I, T, K, W2I,
-                s.dw.data() + c * W2I, C * W2I);
+    cpu::MatMul(s.u.data() + c * K, C * K, T, L.qkw[c], nullptr, s.dw.data() + c * W2I, C * W2I);
   }
-
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
   for (int64_t t = 0; t < T; ++t) {
     float* gt = &s.g[t * C * N];
@@ -349,6 +369,12 @@ void CpuBackend::AttentionLayer(int layer) {
         for (int64_t n = 0; n < N; ++n) w1[n] *= inv;
       }
     }
+  }
+  timer.Next(P::kDynWeights);
+
+#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* gt = &s.g[t * C * N];
     float* q = &s.qkv[t * 3 * E];
     float* k = q + E;
     const float* v = q + 2 * E;
@@ -370,6 +396,7 @@ void CpuBackend::AttentionLayer(int layer) {
       std::memcpy(dst + W2I, &gt[c * N], sizeof(float) * N);
     }
   }
+  timer.Next(P::kQkRope);
 
   // Keep the new rows future queries need, and describe every sequence's keys as segments.
   const LayerGroup group = config_.GroupOf(layer);
@@ -399,6 +426,7 @@ void CpuBackend::AttentionLayer(int layer) {
     // The chunk's own keys come from the fresh rows, also where no window block keeps them.
     segments[i].push_back({sp.start_pos, n, &s.rows[t0 * row], row});
   }
+  timer.Next(P::kCacheWrite);
 
   int64_t max_keys = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -422,28 +450,33 @@ void CpuBackend::AttentionLayer(int layer) {
                      scratch.data(), &s.o[t * E]);
     }
   }
-  cpu::Linear(s.o.data(), L.wo_w.f32(), L.wo_b.f32_or_null(), T, E, E,
-              s.y.data());
+  timer.Next(P::kAttention);
+  cpu::MatMul(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
+  timer.Next(P::kOutProj);
 }
 
 void CpuBackend::FeedForward(int layer, const float* h, float* out) {
-  const LayerWeights& L = weights_.layers[layer];
+  using P = cpu::CpuStepProfile;
+  cpu::PhaseTimer timer(&profile_);
+  const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
   if (config_.architecture == Architecture::kDcPythia) {
-    cpu::Linear(h, L.w1_w.f32(), L.w1_b.f32_or_null(), T, E, F,
-                s.ff1.data());
+    cpu::MatMul(h, E, T, L.w1, L.w1_b.f32_or_null(), s.ff1.data(), F);
+    timer.Next(P::kFfnMatMul);
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
     for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::GeluErf(s.ff1[i]);
   } else {
-    cpu::Linear(h, L.w1_w.f32(), nullptr, T, E, F, s.ff1.data());
-    cpu::Linear(h, L.w3_w.f32(), nullptr, T, E, F, s.ff3.data());
+    cpu::MatMul(h, E, T, L.w1, nullptr, s.ff1.data(), F);
+    cpu::MatMul(h, E, T, L.w3, nullptr, s.ff3.data(), F);
+    timer.Next(P::kFfnMatMul);
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
     for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::Silu(s.ff1[i]) * s.ff3[i];
   }
-  cpu::Linear(s.ff1.data(), L.w2_w.f32(), L.w2_b.f32_or_null(), T, F, E,
-              out);
+  timer.Next(P::kFfnAct);
+  cpu::MatMul(s.ff1.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
+  timer.Next(P::kFfnMatMul);
 }
 
 }  // namespace dcf

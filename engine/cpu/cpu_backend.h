@@ -1,6 +1,7 @@
-// The CPU backend: fp32 math, OpenBLAS GEMMs, OpenMP threads over tokens, the host token
-// sampler. It is the oracle the CUDA backend is tested against, so it follows DCFORMER.md
-// literally.
+// The CPU backend: fp32 activations and accumulation, weights kept in their loaded dtype
+// (F32, F16 or BF16) and widened inside its own matmul kernels (packed_matrix.h), OpenMP
+// threads, the host token sampler. It is the oracle the CUDA backend is tested against, so
+// it follows DCFORMER.md literally.
 //
 // Thread-compatibility: one caller at a time (the engine loop); see backend.h.
 #pragma once
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/cpu_profile.h"
+#include "engine/cpu/cpu_weights.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/model/backend.h"
 #include "engine/model/model_weights.h"
@@ -19,9 +22,10 @@ namespace dcf {
 
 class CpuBackend final : public Backend {
  public:
-  // Takes ownership of the weights (converted to fp32 if they are not). InvalidArgument when
-  // the config exceeds what the kernels support (n_head > 256). `compose` false skips the
-  // DCMHA compose (plain multi-head attention): for benchmarks that price DCMHA, never for
+  // Takes ownership of the weights and packs them for its kernels: matrices keep their dtype
+  // (convert before calling to change it), vectors become fp32. InvalidArgument when the
+  // config exceeds what the kernels support (n_head > 256). `compose` false skips the DCMHA
+  // compose (plain multi-head attention): for benchmarks that price DCMHA, never for
   // serving a DCFormer.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
@@ -37,6 +41,13 @@ class CpuBackend final : public Backend {
   // Runs the whole step on the calling thread; Wait hands over the result.
   absl::Status Launch(const StepBatch& batch) override;
   absl::Status Wait(StepOutput* out) override;
+
+  // Wall time per phase of the steps since the last ResetProfile (benchmarks).
+  const cpu::CpuStepProfile& profile() const { return profile_; }
+  void ResetProfile() { profile_ = cpu::CpuStepProfile(); }
+  // Bytes of weights one decode step reads (every matrix once, one embedding row): the
+  // numerator of the memory roofline.
+  size_t WeightBytesPerStep() const { return weights_.BytesReadPerToken(); }
 
  private:
   CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose);
@@ -59,7 +70,7 @@ class CpuBackend final : public Backend {
   void Sample(const StepBatch& batch, const std::vector<int64_t>& last_row_index);
 
   ModelConfig config_;
-  ModelWeights weights_;
+  cpu::CpuWeights weights_;
   KvRowLayout layout_;
   const bool compose_;
   StepLimits limits_;
@@ -70,6 +81,7 @@ class CpuBackend final : public Backend {
   std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread
   StepOutput result_;
   bool launched_ = false;
+  cpu::CpuStepProfile profile_;
 
   // Per-step activations, resized to the step's T tokens.
   struct Scratch {

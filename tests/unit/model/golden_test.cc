@@ -1,6 +1,9 @@
 // The CPU engine against the reference implementation's outputs (tests/data/golden): every
-// logit within 1e-4 and the same greedy continuation, whichever way the sequence is fed.
+// logit within 1e-4 and the same greedy continuation, whichever way the sequence is fed and
+// whether 16-bit weights are kept (widened in the kernels) or widened at load. CTest runs
+// the cases twice: with the best kernels this CPU has, and with DCF_CPU_ISA=portable.
 #include <cmath>
+#include <optional>
 
 #include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
@@ -15,12 +18,19 @@ constexpr double kLogitTolerance = 1e-4;
 struct GoldenParam {
   std::string name;
   int chunk;  // tokens per forward step; 0 = the whole sequence at once
+  // BackendOptions::dtype: nullopt keeps the checkpoint's dtype (its 16-bit weights are then
+  // widened inside the matmul kernels), float32 widens them at load.
+  std::optional<DType> dtype;
 };
 
-void PrintTo(const GoldenParam& p, std::ostream* os) { *os << p.name << " chunk " << p.chunk; }
+void PrintTo(const GoldenParam& p, std::ostream* os) {
+  *os << p.name << " chunk " << p.chunk;
+  if (p.dtype) *os << " as " << ComputeDTypeName(*p.dtype);
+}
 
 std::string ParamName(const ::testing::TestParamInfo<GoldenParam>& info) {
   std::string n = info.param.name + "_chunk" + std::to_string(info.param.chunk);
+  if (info.param.dtype) n += std::string("_as_") + ComputeDTypeName(*info.param.dtype);
   for (char& c : n) {
     if (c == '-') c = '_';
   }
@@ -30,7 +40,10 @@ std::string ParamName(const ::testing::TestParamInfo<GoldenParam>& info) {
 class GoldenTest : public ::testing::TestWithParam<GoldenParam> {
  protected:
   void SetUp() override {
-    auto m = LoadModel(testing::GoldenDir(GetParam().name));
+    BackendOptions options;
+    options.kind = BackendKind::kCpu;
+    options.dtype = GetParam().dtype;
+    auto m = LoadModel(testing::GoldenDir(GetParam().name), options);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
     golden_ = testing::LoadGolden(GetParam().name);
@@ -77,8 +90,10 @@ TEST_P(GoldenTest, GreedyContinuationMatchesReference) {
 std::vector<GoldenParam> AllParams() {
   std::vector<GoldenParam> params;
   for (const std::string& name : testing::GoldenCases()) {
-    for (int chunk : {0, 1, 5, 16}) params.push_back({name, chunk});
+    for (int chunk : {0, 1, 5, 16}) params.push_back({name, chunk, std::nullopt});
   }
+  // The F16 checkpoint widened to float32 at load gives the same outputs.
+  for (int chunk : {0, 5}) params.push_back({"dcpythia-f16-bin", chunk, DType::kF32});
   return params;
 }
 

@@ -1,0 +1,144 @@
+// AVX-512 kernel of cpu::MatMul (see packed_matrix.h for the layout). Every function here
+// carries the target attribute, so the file compiles for baseline x86-64 and only runs
+// when cpu_isa.h found AVX-512.
+// GCC 12 warns about the deliberately undefined vectors inside its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "engine/cpu/matmul_kernels.h"
+
+#define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define DCF_AVX512_INLINE DCF_AVX512 inline __attribute__((always_inline))
+
+namespace dcf::cpu::kernels {
+namespace {
+
+constexpr int kPanel = 32;
+
+// The 32 weights of column k of a panel as two vectors of 16 floats (outputs 0-15, 16-31).
+template <int WT>
+DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m512* w1) {
+  if constexpr (WT == kWeightF32) {
+    const float* p = static_cast<const float*>(panel) + k * kPanel;
+    *w0 = _mm512_loadu_ps(p);
+    *w1 = _mm512_loadu_ps(p + 16);
+  } else if constexpr (WT == kWeightF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
+    *w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    *w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  } else {
+    // Pair-interleaved bf16: the low halves are outputs 0-15, the high halves 16-31.
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
+    const __m512i v = _mm512_loadu_si512(p);
+    *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+}
+
+// y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias).
+template <int MR, int WT>
+DCF_AVX512 void Block(const float* x, int64_t ldx, const void* panel, int64_t in,
+                      const float* bias, float* y, int64_t ldy, int valid) {
+  // FMA latency is 4 cycles at one zmm FMA per cycle: one or two rows alone would leave the
+  // pipe idle, so they accumulate even and odd columns separately.
+  constexpr int U = MR <= 2 ? 2 : 1;
+  __m512 a0[U][MR], a1[U][MR];
+#pragma GCC unroll 16
+  for (int u = 0; u < U; ++u) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) a0[u][r] = a1[u][r] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + U <= in; k += U) {
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) {
+      __m512 w0, w1;
+      LoadColumn<WT>(panel, k + u, &w0, &w1);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const __m512 b = _mm512_set1_ps(x[r * ldx + k + u]);
+        a0[u][r] = _mm512_fmadd_ps(b, w0, a0[u][r]);
+        a1[u][r] = _mm512_fmadd_ps(b, w1, a1[u][r]);
+      }
+    }
+  }
+  for (; k < in; ++k) {
+    __m512 w0, w1;
+    LoadColumn<WT>(panel, k, &w0, &w1);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 b = _mm512_set1_ps(x[r * ldx + k]);
+      a0[0][r] = _mm512_fmadd_ps(b, w0, a0[0][r]);
+      a1[0][r] = _mm512_fmadd_ps(b, w1, a1[0][r]);
+    }
+  }
+  const __mmask16 m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+  const __mmask16 m1 =
+      valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (bias != nullptr) {
+    b0 = _mm512_maskz_loadu_ps(m0, bias);
+    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    __m512 v0 = a0[0][r], v1 = a1[0][r];
+    if constexpr (U == 2) {
+      v0 = _mm512_add_ps(v0, a0[1][r]);
+      v1 = _mm512_add_ps(v1, a1[1][r]);
+    }
+    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(v0, b0));
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(v1, b1));
+  }
+}
+
+template <int WT>
+DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t ldx, const void* panel,
+                             int64_t in, const float* bias, float* y, int64_t ldy, int valid) {
+  switch (rows) {
+#define DCF_CASE(n) \
+  case n: Block<n, WT>(x, ldx, panel, in, bias, y, ldy, valid); break;
+    DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6)
+    DCF_CASE(7) DCF_CASE(8) DCF_CASE(9) DCF_CASE(10) DCF_CASE(11) DCF_CASE(12)
+#undef DCF_CASE
+    default: break;
+  }
+}
+
+template <int WT>
+DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
+  const int64_t elem = WT == kWeightF32 ? 4 : 2;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
+    const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
+    for (int64_t p = p0; p < p1; ++p) {
+      const void* panel = w + p * a.in * kPanel * elem;
+      const int64_t o = p * kPanel;
+      const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+      const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
+      // Rows in passes of 12, the remainder split evenly (e.g. 16 -> 8 + 8, not 12 + 4).
+      int64_t r = r0;
+      while (r < r1) {
+        const int64_t left = r1 - r;
+        const int64_t passes = (left + kRowsPerPass - 1) / kRowsPerPass;
+        const int n = static_cast<int>((left + passes - 1) / passes);
+        BlockAnyRows<WT>(n, a.x + r * a.ldx, a.ldx, panel, a.in, bias, a.y + r * a.ldy + o,
+                         a.ldy, valid);
+        r += n;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
+  switch (a.weight_type) {
+    case kWeightF32: Panels<kWeightF32>(a, panel_begin, panel_end); break;
+    case kWeightF16: Panels<kWeightF16>(a, panel_begin, panel_end); break;
+    case kWeightBF16: Panels<kWeightBF16>(a, panel_begin, panel_end); break;
+    default: break;
+  }
+}
+
+}  // namespace dcf::cpu::kernels

@@ -1,0 +1,150 @@
+#include "engine/cpu/packed_matrix.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "engine/cpu/matmul_kernels.h"
+
+namespace dcf::cpu {
+namespace {
+
+// Below this many multiply-adds one thread finishes before a second one would start.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+
+uint16_t NarrowBits(float v, DType dtype) {
+  return dtype == DType::kBF16 ? FloatToBF16(v) : FloatToHalf(v);
+}
+
+float ToFloat(const void* src, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(src)[i];
+    case DType::kF16: return HalfToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DType::kBF16: return BF16ToFloat(static_cast<const uint16_t*>(src)[i]);
+  }
+  return 0;
+}
+
+// Slot of output j (0..31) of a panel column: pairs (j, j + 16) share a word in bf16.
+int Slot(DType dtype, int j) {
+  if (dtype != DType::kBF16) return j;
+  return j < 16 ? 2 * j : 2 * (j - 16) + 1;
+}
+
+}  // namespace
+
+void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
+
+template <typename Get>
+PackedMatrix PackedMatrix::Pack(int64_t out, int64_t in, DType src, DType dtype, Get&& index) {
+  PackedMatrix m;
+  m.in_ = in;
+  m.out_ = out;
+  m.dtype_ = dtype;
+  if (out == 0 || in == 0) {
+    m.out_ = 0;
+    return m;
+  }
+  const size_t bytes = (m.nbytes() + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  m.data_.reset(static_cast<uint8_t*>(p));
+  const int64_t panels = m.num_panels();
+#pragma omp parallel for schedule(static)
+  for (int64_t pi = 0; pi < panels; ++pi) {
+    for (int64_t k = 0; k < in; ++k) {
+      const int64_t base = (pi * in + k) * kPanel;
+      for (int j = 0; j < kPanel; ++j) {
+        const int64_t o = pi * kPanel + j;
+        const int64_t dst = base + Slot(dtype, j);
+        if (o >= out) {  // padding outputs: zero weights
+          if (dtype == DType::kF32) {
+            static_cast<float*>(p)[dst] = 0;
+          } else {
+            static_cast<uint16_t*>(p)[dst] = 0;
+          }
+          continue;
+        }
+        const int64_t i = index(o, k);
+        if (dtype == DType::kF32) {
+          static_cast<float*>(p)[dst] = ToFloat(index.data, src, i);
+        } else if (src == dtype) {  // same 16-bit dtype: copy the bits
+          static_cast<uint16_t*>(p)[dst] = static_cast<const uint16_t*>(index.data)[i];
+        } else {
+          static_cast<uint16_t*>(p)[dst] = NarrowBits(ToFloat(index.data, src, i), dtype);
+        }
+      }
+    }
+  }
+  return m;
+}
+
+namespace {
+struct RowIndex {
+  const void* data;
+  int64_t in;
+  int64_t operator()(int64_t o, int64_t k) const { return o * in + k; }
+};
+struct ColumnIndex {
+  const void* data;
+  int64_t ld;
+  int64_t operator()(int64_t o, int64_t k) const { return k * ld + o; }
+};
+}  // namespace
+
+PackedMatrix PackedMatrix::FromRows(const void* w, DType src, int64_t out, int64_t in,
+                                    DType dtype) {
+  return Pack(out, in, src, dtype, RowIndex{w, in});
+}
+
+PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int64_t out,
+                                       int64_t ld, DType dtype) {
+  return Pack(out, in, src, dtype, ColumnIndex{w, ld});
+}
+
+float PackedMatrix::At(int64_t o, int64_t k) const {
+  const int64_t p = o / kPanel;
+  const int64_t i = (p * in_ + k) * kPanel + Slot(dtype_, static_cast<int>(o % kPanel));
+  return ToFloat(data_.get(), dtype_, i);
+}
+
+void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
+            float* y, int64_t ldy, Isa isa) {
+  if (rows <= 0 || w.empty()) return;
+  kernels::PanelArgs a;
+  a.x = x;
+  a.ldx = ldx;
+  a.rows = rows;
+  a.w = w.data();
+  a.weight_type = w.dtype() == DType::kF32   ? kernels::kWeightF32
+                  : w.dtype() == DType::kF16 ? kernels::kWeightF16
+                                             : kernels::kWeightBF16;
+  a.in = w.in();
+  a.out = w.out();
+  a.bias = bias;
+  a.y = y;
+  a.ldy = ldy;
+  void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
+  switch (SupportedIsa(isa)) {
+    case Isa::kAvx512: kernel = kernels::PanelsAvx512; break;
+    case Isa::kAvx2: kernel = kernels::PanelsAvx2; break;
+    case Isa::kPortable: break;
+  }
+  const int64_t panels = w.num_panels();
+  const int64_t threads = std::min<int64_t>(omp_get_max_threads(), panels);
+  if (threads <= 1 || omp_in_parallel() || rows * w.in() * w.out() < kMinParallelMacs) {
+    kernel(a, 0, panels);
+    return;
+  }
+  // Contiguous panel ranges: each thread streams its own part of the matrix once.
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  {
+    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    kernel(a, panels * t / n, panels * (t + 1) / n);
+  }
+}
+
+}  // namespace dcf::cpu
