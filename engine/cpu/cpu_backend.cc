@@ -434,7 +434,7 @@ void CpuBackend::AttentionLayer(int layer) {
   }
 #pragma omp parallel if (T > 1)  // one query (batch-1 decode) stays on one thread
   {
-    std::vector<float> scratch(max_keys * N);
+    std::vector<float> scratch(cpu::AttendScratchFloats(layout_, max_keys));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < T; ++t) {
       const float* q = &s.qkv[t * 3 * E];
