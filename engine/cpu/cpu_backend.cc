@@ -16,6 +16,7 @@
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/packed_matrix.h"
+#include "engine/cpu/paged_attention.h"
 #include "engine/cpu/dcmha.h"
 
 namespace dcf {
@@ -151,14 +152,6 @@ absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
   }
   cache_shape_ = shape;
   return absl::OkStatus();
-}
-
-float* CpuBackend::CacheRows(LayerGroup g, int32_t block, int layer_in_group) {
-  const int gi = static_cast<int>(g);
-  const size_t B = cache_shape_.block_size;
-  return cache_[gi].data() +
-         ((static_cast<size_t>(block) * layers_in_group_[gi] + layer_in_group) * B) *
-             layout_.row_floats();
 }
 
 absl::Status CpuBackend::Launch(const StepBatch& batch) {
@@ -398,59 +391,35 @@ void CpuBackend::AttentionLayer(int layer) {
   }
   timer.Next(P::kQkRope);
 
-  // Keep the new rows future queries need, and describe every sequence's keys as segments.
   const LayerGroup group = config_.GroupOf(layer);
   const int gi = static_cast<int>(group);
-  const int lig = config_.IndexInGroup(layer);
-  const int window = group == LayerGroup::kWindow ? config_.window_size : 0;
-  const int B = cache_shape_.block_size;
   const int S = static_cast<int>(s.seqs.size());
-  std::vector<std::vector<cpu::KeySegment>> segments(S);
+  s.paged.resize(S);
   for (int i = 0; i < S; ++i) {
-    const SeqView& sp = s.seqs[i];
-    const int n = sp.num_tokens;
-    const int end = sp.start_pos + n;
-    const int64_t t0 = sp.first_token;
-    const int32_t* table = sp.table[gi];
-    for (int p = std::max(sp.start_pos, FirstKeptPosition(window, end)); p < end; ++p) {
-      std::memcpy(CacheRows(group, table[p / B], lig) + static_cast<int64_t>(p % B) * row,
-                  &s.rows[(t0 + p - sp.start_pos) * row], sizeof(float) * row);
-    }
-    for (int p0 = FirstKeptPosition(window, sp.start_pos) / B * B; p0 < sp.start_pos; p0 += B) {
-      const int lo = std::max(p0, FirstKeptPosition(window, sp.start_pos));
-      const int hi = std::min(p0 + B, sp.start_pos);
-      segments[i].push_back(
-          {lo, hi - lo, CacheRows(group, table[p0 / B], lig) + static_cast<int64_t>(lo - p0) * row,
-           row});
-    }
-    // The chunk's own keys come from the fresh rows, also where no window block keeps them.
-    segments[i].push_back({sp.start_pos, n, &s.rows[t0 * row], row});
+    s.paged[i] = {s.seqs[i].start_pos, s.seqs[i].num_tokens, s.seqs[i].first_token,
+                  s.seqs[i].table[gi]};
   }
-  timer.Next(P::kCacheWrite);
-
-  int64_t max_keys = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    max_keys = std::max<int64_t>(max_keys, s.pos[t] - FirstKeptPosition(window, s.pos[t]) + 1);
-  }
-#pragma omp parallel if (T > 1)  // one query (batch-1 decode) stays on one thread
-  {
-    std::vector<float> scratch(cpu::AttendScratchFloats(layout_, max_keys));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* q = &s.qkv[t * 3 * E];
-      cpu::QueryInputs qi;
-      qi.q = q;
-      qi.pre_w = &s.dw[(t * C + 0) * W2I];
-      qi.pre_g = &s.g[(t * C + 0) * N];
-      qi.post_w = &s.dw[(t * C + 2) * W2I];
-      qi.post_g = &s.g[(t * C + 2) * N];
-      qi.compose = compose_;
-      const int64_t pos = s.pos[t];
-      cpu::AttendOne(layout_, qi, segments[s.seq_of[t]], FirstKeptPosition(window, pos), pos,
-                     scratch.data(), &s.o[t * E]);
-    }
-  }
-  timer.Next(P::kAttention);
+  cpu::PagedAttentionInputs in;
+  in.layout = layout_;
+  in.window = group == LayerGroup::kWindow ? config_.window_size : 0;
+  in.compose = compose_;
+  in.seqs = s.paged.data();
+  in.num_seqs = S;
+  in.positions = s.pos.data();
+  in.seq_of = s.seq_of.data();
+  in.num_tokens = T;
+  in.rows = s.rows.data();
+  in.q = s.qkv.data();
+  in.q_stride = 3 * E;
+  in.dw = s.dw.data();
+  in.g = s.g.data();
+  in.cache = {cache_[gi].data(), layers_in_group_[gi], config_.IndexInGroup(layer),
+              cache_shape_.block_size};
+  cpu::PagedAttentionTimes times;
+  cpu::PagedAttention(in, s.o.data(), &times);
+  profile_.seconds[P::kCacheWrite] += times.cache_write;
+  profile_.seconds[P::kAttention] += times.attention;
+  timer = cpu::PhaseTimer(&profile_);
   cpu::MatMul(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
   timer.Next(P::kOutProj);
 }

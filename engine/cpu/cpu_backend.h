@@ -13,6 +13,7 @@
 
 #include "engine/cpu/cpu_profile.h"
 #include "engine/cpu/cpu_weights.h"
+#include "engine/cpu/paged_attention.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/model/backend.h"
 #include "engine/model/model_weights.h"
@@ -63,8 +64,6 @@ class CpuBackend final : public Backend {
   // Runs the model over the batch and writes the logits of `rows` (step token indices) into
   // s_.logits ([rows, vocab]).
   void Forward(const StepBatch& batch, const std::vector<int64_t>& rows);
-  // First row of (block, layer) in the cache of group `g`: [B, row] floats.
-  float* CacheRows(LayerGroup g, int32_t block, int layer_in_group);
   void AttentionLayer(int layer);
   void FeedForward(int layer, const float* h, float* out);
   void Sample(const StepBatch& batch, const std::vector<int64_t>& last_row_index);
@@ -86,6 +85,7 @@ class CpuBackend final : public Backend {
   // Per-step activations, resized to the step's T tokens.
   struct Scratch {
     std::vector<SeqView> seqs;                 // [S]
+    std::vector<cpu::PagedSequence> paged;     // [S] for the current layer's group
     std::vector<int32_t> seq_of;               // [T]
     std::vector<int64_t> pos;                  // [T]
     std::vector<float> x, a, y;                // [T, E]
