@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -77,6 +79,29 @@ void ClientChannel::Prepare(grpc::ClientContext* context) const {
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::microseconds(absl::ToInt64Microseconds(timeout_)));
   }
+}
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  static constexpr std::string_view kNames[] = {"OK",
+                                                "CANCELLED",
+                                                "UNKNOWN",
+                                                "INVALID_ARGUMENT",
+                                                "DEADLINE_EXCEEDED",
+                                                "NOT_FOUND",
+                                                "ALREADY_EXISTS",
+                                                "PERMISSION_DENIED",
+                                                "RESOURCE_EXHAUSTED",
+                                                "FAILED_PRECONDITION",
+                                                "ABORTED",
+                                                "OUT_OF_RANGE",
+                                                "UNIMPLEMENTED",
+                                                "INTERNAL",
+                                                "UNAVAILABLE",
+                                                "DATA_LOSS",
+                                                "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  if (i >= 0 && i < static_cast<int>(std::size(kNames))) return std::string(kNames[i]);
+  return absl::StrCat("CODE_", i);
 }
 
 }  // namespace dcf::client

@@ -1,5 +1,5 @@
-// Channel and call setup shared by dcformer-cli's commands: target, TLS / mTLS credentials,
-// API key metadata and deadlines.
+// Channel and call setup shared by the project's clients (dcformer-cli, dcformer-loadgen):
+// target, TLS / mTLS credentials, API key metadata, deadlines, status code names.
 #pragma once
 
 #include <memory>
@@ -37,5 +37,9 @@ class ClientChannel {
   std::string api_key_;
   absl::Duration timeout_;
 };
+
+// The canonical name of a gRPC status code ("UNAUTHENTICATED"), or "CODE_<n>" for a value
+// outside the 17 defined codes.
+std::string StatusCodeName(grpc::StatusCode code);
 
 }  // namespace dcf::client

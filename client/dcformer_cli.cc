@@ -15,13 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "client/client_channel.h"
 #include "dcformer/v1/dcformer.grpc.pb.h"
 #include "engine/common/flag_names.h"
@@ -63,22 +62,11 @@ namespace {
 
 namespace v1 = ::dcformer::v1;
 
-// Flags given on the command line (absl keeps this private in Debian's version), so that
-// unset sampling flags stay unset in the request instead of sending the defaults.
+// Flags given on the command line, so that unset sampling flags stay unset in the request
+// instead of sending the defaults.
 absl::flat_hash_set<std::string>& GivenFlags() {
   static auto* given = new absl::flat_hash_set<std::string>();
   return *given;
-}
-
-void RecordGivenFlags(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
-    arg = arg.substr(0, arg.find('='));
-    GivenFlags().insert(std::string(arg));
-    if (absl::ConsumePrefix(&arg, "no")) GivenFlags().insert(std::string(arg));
-  }
 }
 
 bool Specified(absl::string_view name) { return GivenFlags().contains(name); }
@@ -89,25 +77,7 @@ int Usage(absl::string_view message) {
 }
 
 int RpcFailed(const grpc::Status& status) {
-  static const char* kNames[] = {"OK",
-                                 "CANCELLED",
-                                 "UNKNOWN",
-                                 "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND",
-                                 "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION",
-                                 "ABORTED",
-                                 "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED",
-                                 "INTERNAL",
-                                 "UNAVAILABLE",
-                                 "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
-  const int code = status.error_code();
-  std::cerr << "dcformer-cli: RPC failed: " << (code >= 0 && code <= 16 ? kNames[code] : "?")
+  std::cerr << "dcformer-cli: RPC failed: " << dcf::client::StatusCodeName(status.error_code())
             << ": " << status.error_message() << "\n";
   return 1;
 }
@@ -294,7 +264,7 @@ int main(int argc, char** argv) {
       "  dcformer-cli generate|tokenize|detokenize|info|health [--target host:port] ...");
   std::vector<std::string> arg_storage;
   std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  RecordGivenFlags(argc, args.data());
+  GivenFlags() = dcf::GivenFlagNames(argc, args.data());
   std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   if (rest.size() != 2) {
     return Usage("give one command: generate, tokenize, detokenize, info or health");

@@ -29,7 +29,14 @@ if(DCFORMER_BUILD_TESTS)
 endif()
 
 # CUDA toolkit: optional (DCFORMER_CUDA=AUTO|ON|OFF). Look in the standard place so a plain
-# `cmake -S . -B build` finds it; without one, everything builds for the CPU.
+# `cmake -S . -B build` finds it; without one, everything builds for the CPU (the CUDA code
+# still builds and runs against the SIMT emulator, cmake/Cuda.cmake).
+# The GPU architectures are the project's choice, not nvcc's default: sm_90a (Hopper, with its
+# arch-specific features) plus sm_80. DCFORMER_CUDA_ARCHITECTURES is the one knob; it
+# overrides CMAKE_CUDA_ARCHITECTURES, whose cache entry would otherwise keep whatever the first
+# configure of a build tree found (nvcc's default, 75).
+set(DCFORMER_CUDA_ARCHITECTURES "90a;80" CACHE STRING
+    "CUDA architectures of the real CUDA build (CMAKE_CUDA_ARCHITECTURES syntax)")
 set(DCFORMER_HAVE_CUDA OFF)
 if(NOT DCFORMER_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -38,7 +45,26 @@ if(NOT DCFORMER_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    if(DEFINED CACHE{CMAKE_CUDA_ARCHITECTURES} AND
+       NOT "$CACHE{CMAKE_CUDA_ARCHITECTURES}" STREQUAL "${DCFORMER_CUDA_ARCHITECTURES}")
+      message(STATUS "dcformer: CMAKE_CUDA_ARCHITECTURES=$CACHE{CMAKE_CUDA_ARCHITECTURES} is "
+                     "replaced by DCFORMER_CUDA_ARCHITECTURES=${DCFORMER_CUDA_ARCHITECTURES} "
+                     "(set -DDCFORMER_CUDA_ARCHITECTURES=... to change it)")
+    endif()
+    set(CMAKE_CUDA_ARCHITECTURES "${DCFORMER_CUDA_ARCHITECTURES}" CACHE STRING
+        "Set by DCFORMER_CUDA_ARCHITECTURES" FORCE)
     enable_language(CUDA)
+    # nvcc >= 12 compiles C++20 (with g++ >= 10), but CMake 3.25 does not know the flag; teach
+    # it, so that .cu files use the same dialect as the project's C++ (CXX_STANDARD 20).
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND
+       CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+      list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+      set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(DCFORMER_HAVE_CUDA ON)
   elseif(DCFORMER_CUDA STREQUAL "ON")
@@ -47,4 +73,9 @@ if(NOT DCFORMER_CUDA STREQUAL "OFF")
 endif()
 # The CUDA language is enabled when a toolkit is found so CUDA sources compile in CI; the CUDA
 # backend itself is not written yet (the engine runs on the CPU backend).
-message(STATUS "dcformer: CUDA toolkit ${DCFORMER_HAVE_CUDA}")
+if(DCFORMER_HAVE_CUDA)
+  message(STATUS "dcformer: CUDA toolkit ${CUDAToolkit_VERSION}, architectures "
+                 "${DCFORMER_CUDA_ARCHITECTURES}")
+else()
+  message(STATUS "dcformer: no CUDA toolkit: CUDA code builds for the SIMT emulator only")
+endif()

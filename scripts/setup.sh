@@ -12,6 +12,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   python3-grpcio python3-protobuf python3-prometheus-client python3-numpy python3-yaml
   prometheus openssl curl
+  gnuplot-nox  # dcformer-loadgen --plot-out
 )
 # Node.js is used only by the example client; machines may already carry a non-Debian build
 # (with its own npm), which conflicts with Debian's npm package: install only when absent.
@@ -37,11 +38,16 @@ else
   echo "setup: all system packages present"
 fi
 
-# The Node.js example client's packages (package-lock.json pins them), installed here so no
-# test downloads anything. Skipped when already present.
+# npm packages (package-lock.json pins them), installed here so no test downloads anything:
+# the Node.js example client's, and the Kubernetes schema validator's (deploy/validate).
+# Skipped when present, and when the folder is absent (container build stages copy only
+# this script before installing).
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-NODE_EXAMPLE="${ROOT}/client/examples/node"
-if [[ ! -d "${NODE_EXAMPLE}/node_modules/@grpc/grpc-js" ]]; then
-  echo "setup: installing the Node example's packages (npm ci)"
-  (cd "${NODE_EXAMPLE}" && npm ci --no-audit --no-fund --loglevel=error)
-fi
+npm_ci() {  # DIR MARKER: npm ci in DIR unless DIR/node_modules/MARKER exists
+  local dir="${ROOT}/$1"
+  [[ -f "${dir}/package-lock.json" && ! -e "${dir}/node_modules/$2" ]] || return 0
+  echo "setup: installing the npm packages of $1 (npm ci)"
+  (cd "${dir}" && npm ci --no-audit --no-fund --loglevel=error)
+}
+npm_ci client/examples/node @grpc/grpc-js
+npm_ci deploy/validate kubernetes-models

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: dependencies, build, a short libFuzzer
-# run of the tokenizer, then every CTest test (labels unit and integration; there is no CUDA
-# backend yet, so no gpu-labelled tests). CTest runs last so its summary closes the output.
+# run of the tokenizer, then every CTest test (labels unit and integration, plus gpu when a
+# CUDA toolkit exists: those skip without a device, while their emulator builds run as unit
+# tests, docs/CUDA_SIM.md). CTest runs last so its summary closes the output.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"

@@ -11,6 +11,8 @@
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "grpc/grpc.h"
+#include "grpc/support/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -38,6 +40,10 @@ std::string BaseName(std::string path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
+
+// After the drain deadline: how long the final messages of cancelled streams get to be
+// written before every connection is closed (docs/API.md, "Shutdown").
+constexpr absl::Duration kShutdownMargin = absl::Seconds(1);
 
 const std::string& ServiceName() {
   static const std::string* name = new std::string(v1::TextGeneration::service_full_name());
@@ -97,6 +103,8 @@ absl::Status DcformerServer::Start() {
   if (options_.max_concurrent_streams > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams);
   }
+  // Only receives the shutdown notification of Shutdown()'s early gRPC shutdown.
+  shutdown_cq_ = builder.AddCompletionQueue(/*is_frequently_polled=*/false);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || bound_port_ == 0) {
     grpc_server_.reset();
@@ -227,25 +235,48 @@ void DcformerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   const absl::Time start = absl::Now();
-  if (state_ != nullptr) state_->StartDraining();
+  const absl::Time drain_deadline = start + options_.drain_timeout;
+  if (grpc_server_ != nullptr) {
+    // From here on gRPC itself refuses new calls: every connection gets a GOAWAY and the
+    // listener closes, so clients send their next calls elsewhere (a round_robin channel
+    // picks its other addresses, a DNS-resolving one re-resolves). Calls it accepted before
+    // are served: they are part of the drain. Returns at once; shutdown_cq_ gets the event
+    // when every call and connection is gone.
+    grpc_server_shutdown_and_notify(grpc_server_->c_server(), shutdown_cq_->cq(), nullptr);
+  }
+  // After the GOAWAY, so that a client watching health on a connection reads the GOAWAY
+  // before NOT_SERVING and has stopped using that connection when it learns of the drain.
   SetServing(false);
-  if (grpc_server_ != nullptr && engine_ != nullptr) {
-    engine_->StopAccepting();
-    const int active = state_->active_streams();
-    DCF_LOG(Info) << "draining " << active << " stream(s), up to "
+  if (engine_ != nullptr) {
+    DCF_LOG(Info) << "draining " << state_->active_streams() << " stream(s), up to "
                   << absl::FormatDuration(options_.drain_timeout);
-    if (!state_->AwaitNoStreams(start + options_.drain_timeout)) {
-      DCF_LOG(Warning) << "drain timeout: cancelling " << state_->active_streams()
-                       << " stream(s)";
+    if (!state_->AwaitNoStreams(drain_deadline)) {
+      DCF_LOG(Warning) << "drain timeout: cancelling " << state_->active_streams() << " stream(s)";
+      state_->StartDraining();
+      // Cancels whatever still runs; its streams get a final CANCELLED message, which the
+      // margin leaves time to write.
+      engine_->Shutdown();
+      state_->AwaitNoStreams(absl::Now() + kShutdownMargin);
     }
   }
-  // Cancels whatever still runs; their streams get a final CANCELLED message.
+  if (state_ != nullptr) state_->StartDraining();
   if (engine_ != nullptr) engine_->Shutdown();
   if (grpc_server_ != nullptr) {
-    // Lets the final messages go out, then cancels any call still open.
-    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    // gRPC's shutdown also waits for every connection to close, and an idle client may not
+    // act on the GOAWAY for seconds: close them now (and cancel any call still open).
+    // The deadline only matters if a call resists the cancel: it keeps the bound.
+    grpc_server_cancel_all_calls(grpc_server_->c_server());
+    grpc_server_->Shutdown(absl::ToChronoTime(drain_deadline + kShutdownMargin));
     grpc_server_->Wait();
     grpc_server_.reset();
+    // Drained with the core call: its one event carries a null tag, which the C++ Next()
+    // cannot take.
+    shutdown_cq_->Shutdown();
+    grpc_event event;
+    do {
+      event = grpc_completion_queue_next(shutdown_cq_->cq(), gpr_inf_future(GPR_CLOCK_REALTIME),
+                                         nullptr);
+    } while (event.type != GRPC_QUEUE_SHUTDOWN);
   }
   service_.reset();
   metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone

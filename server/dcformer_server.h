@@ -7,6 +7,12 @@
 //   RETURN_IF_ERROR(server.LoadModel());     // load, warm up; health SERVING
 //   server.Watch(&stop);                     // health watchdog until `stop` is notified
 //   server.Shutdown();                       // drain (--drain-timeout), cancel the rest, stop
+//
+// Shutdown(): GOAWAY on every connection and the listener closed at once (clients move their
+// new calls to other replicas), health NOT_SERVING, then the running streams get up to
+// --drain-timeout to finish; what still runs then is cancelled and gets up to 1 s more for
+// its final message, after which every connection is closed, idle ones included. Returns
+// within --drain-timeout + 1 s (the process exits about 1 s later: the metrics endpoint stops).
 #pragma once
 
 #include <memory>
@@ -48,6 +54,7 @@ class DcformerServer {
   ServerMetrics metrics_;
   std::unique_ptr<ServingState> state_;
   std::unique_ptr<TextGenerationService> service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> shutdown_cq_;  // outlives grpc_server_
   std::unique_ptr<grpc::Server> grpc_server_;
   int bound_port_ = 0;
   std::unique_ptr<Tokenizer> tokenizer_;

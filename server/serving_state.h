@@ -1,8 +1,10 @@
 // State shared by the TextGeneration service, its reactors and the process's main loop.
 //
 // Lifecycle: created before the gRPC server starts with no engine (calls get UNAVAILABLE
-// "starting"); PublishEngine() once the model is loaded and warmed up; StartDraining() on
-// SIGTERM (new calls get UNAVAILABLE again). The engine outlives the gRPC server.
+// "starting"); PublishEngine() once the model is loaded and warmed up; StartDraining() once
+// the drain on SIGTERM is over (calls that still reach the service get UNAVAILABLE again;
+// during the drain gRPC itself refuses new calls, and the ones it accepted before are
+// served). The engine outlives the gRPC server.
 #pragma once
 
 #include <atomic>

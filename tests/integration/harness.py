@@ -216,3 +216,83 @@ def reference_greedy(model_dir, prompt, n):
                          env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
     j = json.loads(out.stdout)
     return j["tokens"], j.get("logprobs", [])
+
+
+class Prometheus:
+    """A real Prometheus server (Debian's package) on loopback scraping `targets` every
+    second. Use as a context manager; raises unittest.SkipTest when it is not installed.
+
+    targets: [(host:port, {label: value})]; rule_files: paths of rule files to load."""
+
+    def __init__(self, targets, job="dcformer", rule_files=()):
+        import shutil
+        import unittest
+        self.binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+        if not os.path.exists(self.binary):
+            raise unittest.SkipTest("prometheus binary not installed (scripts/setup.sh)")
+        self.targets = targets
+        self.job = job
+        self.rule_files = list(rule_files)
+        self.port = free_port()
+        self.proc = None
+
+    def __enter__(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="prometheus-")
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                  "rule_files": self.rule_files,
+                  "scrape_configs": [{"job_name": self.job, "static_configs": [
+                      {"targets": [t], "labels": dict(labels)} for t, labels in self.targets]}]}
+        path = os.path.join(self.tmp.name, "prometheus.yml")
+        with open(path, "w") as f:
+            json.dump(config, f)  # JSON is YAML
+        self.proc = subprocess.Popen(
+            [self.binary, f"--config.file={path}", f"--storage.tsdb.path={self.tmp.name}/data",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(self._ready, timeout=60, what="Prometheus to be ready")
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def _ready(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=5) as r:
+                return r.status == 200
+        except OSError:  # not listening yet, or 503 while it starts
+            return False
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.tmp.cleanup()
+
+    def api(self, path, **params):
+        """The JSON answer of /api/v1/<path>. A query Prometheus rejects comes back with
+        status "error" (HTTP 400/422 with a JSON body)."""
+        import urllib.error
+        import urllib.parse
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            return json.load(e)
+
+    def query(self, expr):
+        """The instant vector of `expr` ([{"metric": {...}, "value": [t, "v"]}]); raises
+        AssertionError when Prometheus rejects the expression."""
+        answer = self.api("query", query=expr)
+        if answer.get("status") != "success":
+            raise AssertionError(f"query {expr!r}: {answer.get('error')}")
+        return answer["data"]["result"]
+
+    def value(self, expr):
+        """The single value of `expr` as a float, or None when there is none (yet)."""
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else None

@@ -1,45 +1,233 @@
-"""The deployment files are valid: promtool accepts the Prometheus config, and the
-Kubernetes manifests probe gRPC health and carry the scrape annotations."""
+"""The container images' build steps and the server flags the Kubernetes manifests pass.
+
+No container engine exists on CI machines, so the Dockerfiles keep their steps in scripts
+(deploy/docker/) and this runs them here:
+- build.sh on the already-built tree (--reuse-build: it builds the two targets, a no-op when
+  up to date, then lays out the image's /opt/dcformer in a temporary prefix: binaries, every
+  library they load that a bare base image lacks, the model; with --cuda, as for the CUDA
+  image, when the tree links the CUDA libraries); runtime-setup.sh, the runtime
+  stage's step, checks that prefix; the server is then started from it with only its bundled
+  libraries (LD_LIBRARY_PATH) and the HEALTHCHECK command run against it;
+- build.sh's configure step for the CUDA image (DCFORMER_CUDA=ON) with the toolkit in
+  /usr/local/cuda. What is not checked here: the base images themselves and apt inside them.
+The Kubernetes objects are checked by test_kubernetes.py."""
 import os
+import re
 import shutil
+import signal
 import subprocess
+import tempfile
 import unittest
 
 import harness as h
 
 DEPLOY = os.path.join(h.SOURCE_DIR, "deploy")
+DOCKER = os.path.join(DEPLOY, "docker")
+K8S = os.path.join(DEPLOY, "kubernetes")
+BUILD_DIR = os.path.dirname(h.BIN_DIR)
+NVCC = "/usr/local/cuda/bin/nvcc"
 
 
-class DeployTest(unittest.TestCase):
-    def test_prometheus_config_is_valid(self):
-        promtool = shutil.which("promtool") or "/usr/bin/promtool"
-        if not os.path.exists(promtool):
-            self.skipTest("promtool not installed")
-        out = subprocess.run([promtool, "check", "config",
-                              os.path.join(DEPLOY, "prometheus", "prometheus.yml")],
-                             capture_output=True, text=True, timeout=60)
-        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+def read(path):
+    with open(path) as f:
+        return f.read()
 
-    def test_kubernetes_manifests(self):
+
+def flag_lines(path):
+    """(name, value) of each --name=value line of an absl flagfile."""
+    out = []
+    for line in read(path).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"--([a-z0-9_]+)=(.*)", line)
+        assert m, f"{path}: not a --name=value line: {line!r}"
+        out.append((m.group(1), m.group(2)))
+    return out
+
+
+class ImageBuildTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="dcformer-image-")
+        cls.prefix = os.path.join(cls.tmp, "opt-dcformer")
+        # A tree built with the CUDA backend goes into the CUDA image, whose base provides
+        # the CUDA libraries (build.sh --cuda leaves them out).
+        ldd = subprocess.run(["ldd", h.SERVER], capture_output=True, text=True).stdout
+        cls.cuda = re.search(r"\blib(cudart|cublas|cuda)\.so", ldd) is not None
+        cls.build = subprocess.run(
+            ["bash", os.path.join(DOCKER, "build.sh"), "--reuse-build", "--build-dir", BUILD_DIR,
+             "--prefix", cls.prefix] + (["--cuda"] if cls.cuda else []),
+            capture_output=True, text=True, timeout=900)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def setUp(self):
+        self.assertEqual(self.build.returncode, 0, self.build.stdout + self.build.stderr)
+
+    def test_prefix_holds_binaries_libraries_and_model(self):
+        for b in ("dcformer-server", "dcformer-cli"):
+            self.assertTrue(os.access(os.path.join(self.prefix, "bin", b), os.X_OK), b)
+        libs = os.listdir(os.path.join(self.prefix, "lib"))
+        for lib in ("libgrpc++.so.1.51", "libprotobuf.so.32", "libopenblas.so.0",
+                    "libgomp.so.1"):
+            self.assertIn(lib, libs)
+        self.assertFalse([lib for lib in libs if lib.startswith(("libc.so", "libstdc++"))])
+        self.assertTrue(os.path.isfile(
+            os.path.join(self.prefix, "models", "dcformer-tiny", "config.json")))
+        self.assertTrue(os.path.isfile(
+            os.path.join(self.prefix, "share", "dcformer", "runtime-setup.sh")))
+
+    def test_server_runs_from_the_prefix_and_passes_the_healthcheck(self):
+        env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": os.path.join(self.prefix, "lib"),
+               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        port = h.free_port()
+        server = subprocess.Popen(
+            [os.path.join(self.prefix, "bin", "dcformer-server"),
+             f"--model={self.prefix}/models/dcformer-tiny", "--host=127.0.0.1", f"--port={port}",
+             "--metrics-port=0", "--kv-cache-bytes=16000000"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            import yaml
-        except ImportError:
-            self.skipTest("python3-yaml not installed")
-        with open(os.path.join(DEPLOY, "kubernetes", "deployment.yaml")) as f:
-            docs = [d for d in yaml.safe_load_all(f) if d]
-        deployment = next(d for d in docs if d["kind"] == "Deployment")
-        pod = deployment["spec"]["template"]
-        annotations = pod["metadata"]["annotations"]
-        self.assertEqual(annotations["prometheus.io/scrape"], "true")
-        self.assertEqual(annotations["prometheus.io/port"], "9090")
-        container = pod["spec"]["containers"][0]
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            self.assertEqual(container[probe]["grpc"]["port"], 50051, probe)
-        self.assertEqual(container["readinessProbe"]["grpc"]["service"],
-                         "dcformer.v1.TextGeneration")
-        drain = next(a for a in container["args"] if a.startswith("--drain-timeout="))
-        self.assertGreater(pod["spec"]["terminationGracePeriodSeconds"],
-                           int(drain.split("=")[1].rstrip("s")))
+            cli = [os.path.join(self.prefix, "bin", "dcformer-cli")]
+            target = f"--target=127.0.0.1:{port}"
+
+            def healthy():  # the image's HEALTHCHECK command
+                return subprocess.run(cli + ["health", target, "--timeout=3s"], env=env,
+                                      capture_output=True, timeout=30).returncode == 0
+
+            h.wait_until(healthy, timeout=60, what="the staged server to report SERVING")
+            out = subprocess.run(cli + ["generate", target, "--prompt=Hello",
+                                        "--max-new-tokens=4", "--temperature=0", "--timeout=30s"],
+                                 env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("FINISH_REASON_LENGTH", out.stderr)
+            self.assertIn("generated_tokens=4", out.stderr)
+            server.send_signal(signal.SIGTERM)
+            self.assertEqual(server.wait(timeout=30), 0)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            log = server.communicate()[0]
+        self.assertIn("serving", log)
+
+    def test_runtime_check_names_a_missing_library(self):
+        broken = os.path.join(self.tmp, "broken")
+        shutil.copytree(self.prefix, broken, symlinks=True)
+        os.unlink(os.path.join(broken, "lib", "libgrpc++.so.1.51"))
+        out = subprocess.run(["bash", os.path.join(broken, "share", "dcformer",
+                                                   "runtime-setup.sh"), broken, "--no-user"]
+                             + (["--cuda"] if self.cuda else []),
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("libgrpc++.so.1.51", out.stderr)
+
+    def test_cuda_configure_step(self):
+        if not os.path.exists(NVCC):
+            self.skipTest(f"no CUDA toolkit at {NVCC}: the CUDA image's configure step is "
+                          "not checked on this machine")
+        build = os.path.join(self.tmp, "build-cuda")
+        out = subprocess.run(["bash", os.path.join(DOCKER, "build.sh"), "--cuda",
+                              "--configure-only", "--build-dir", build],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        cache = read(os.path.join(build, "CMakeCache.txt")).splitlines()
+        self.assertIn("DCFORMER_CUDA:STRING=ON", cache)
+        self.assertTrue(any(line.startswith("CMAKE_CUDA_ARCHITECTURES:") for line in cache),
+                        "the CUDA language was not enabled")
+
+
+class DockerfileTest(unittest.TestCase):
+    """What the Dockerfiles say, since no engine builds them here."""
+
+    def parse(self, name):
+        text = read(os.path.join(DEPLOY, name))
+        # Join continuation lines; drop comments.
+        text = re.sub(r"\\\n\s*", " ", text)
+        return [line.strip() for line in text.splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+
+    def check_common(self, name, build_base, runtime_base, runtime_args):
+        lines = self.parse(name)
+        froms = [line.split()[1] for line in lines if line.startswith("FROM ")]
+        self.assertEqual(froms, [build_base, runtime_base], name)
+        runs = [line for line in lines if line.startswith("RUN ")]
+        self.assertTrue(any("/src/scripts/setup.sh" in r for r in runs), name)
+        self.assertTrue(any("/src/deploy/docker/build.sh" in r for r in runs), name)
+        self.assertIn(f"RUN bash /opt/dcformer/share/dcformer/runtime-setup.sh /opt/dcformer"
+                      f"{runtime_args}", runs)
+        self.assertIn("USER 10001", lines)
+        health = next(line for line in lines if line.startswith("HEALTHCHECK"))
+        self.assertIn('CMD ["dcformer-cli", "health"', health)
+        self.assertTrue(any(line.startswith("ARG MODEL=models/dcformer-tiny") for line in lines))
+        ignore = read(os.path.join(DEPLOY, name + ".dockerignore")).split()
+        for pattern in ("build", "build-*", "**/node_modules", ".git"):
+            self.assertIn(pattern, ignore, name)
+        return lines
+
+    def test_cpu_dockerfile(self):
+        self.check_common("Dockerfile", "debian:12", "debian:12-slim", "")
+
+    def test_cuda_dockerfile(self):
+        lines = self.check_common("Dockerfile.cuda",
+                                  "nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04",
+                                  "nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04", " --cuda")
+        version = next(line for line in lines if line.startswith("ARG CUDA_VERSION="))
+        major = version.split("=")[1].split(".")[0]
+        if os.path.exists(NVCC):
+            nvcc = subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout
+            self.assertIn(f"release {major}.", nvcc, "the image's CUDA major differs from CI's")
+        self.assertTrue(any("build.sh --cuda" in line for line in lines))
+        entry = next(line for line in lines if line.startswith("ENTRYPOINT"))
+        self.assertIn('"--backend=auto"', entry)
+
+
+class ServerFlagsTest(unittest.TestCase):
+    """The flagfiles of the Kubernetes ConfigMap name flags the server knows, and the server
+    starts with them."""
+
+    @classmethod
+    def setUpClass(cls):
+        out = subprocess.run([h.SERVER, "--helpfull"], capture_output=True, text=True,
+                             timeout=60)
+        cls.known = set(re.findall(r"^\s+--([a-z0-9_]+) ", out.stdout + out.stderr, re.M))
+        assert "drain_timeout" in cls.known, "cannot read the server's flags"
+
+    def flagfiles(self):
+        return [os.path.join(K8S, "base", "server.flags"),
+                os.path.join(K8S, "overlays", "cpu", "overlay.flags"),
+                os.path.join(K8S, "overlays", "gpu", "overlay.flags"),
+                os.path.join(K8S, "components", "tls", "tls.flags")]
+
+    def test_every_flag_is_known(self):
+        for path in self.flagfiles():
+            for name, _ in flag_lines(path):
+                self.assertIn(name, self.known, f"{path}: unknown flag --{name}")
+
+    def test_server_starts_with_the_cpu_flagfiles(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        args = []
+        for i, path in enumerate(self.flagfiles()[:2]):
+            copy = os.path.join(tmp, f"{i}.flags")
+            with open(copy, "w") as f:
+                f.writelines(f"--{n}={v}\n" for n, v in flag_lines(path)
+                             if n in self.known)
+            args.append(f"--flagfile={copy}")
+        keys = os.path.join(tmp, "keys")
+        with open(keys, "w") as f:
+            f.write("test-key\n")
+        # The files' paths and addresses are the container's; these override them (later
+        # flags win), everything else comes from the files.
+        server = h.Server(args=args)
+        server.args += [f"--api-key-file={keys}", f"--model={h.SHORT_MODEL}",
+                        "--host=127.0.0.1", f"--port={server.port}",
+                        "--metrics-host=127.0.0.1", f"--metrics-port={server.metrics_port}"]
+        with server:
+            self.assertEqual(server.check_health(h.SERVICE), h.SERVING)
+            log = server.read_log()
+        self.assertIn("(api key required)", log)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Health transitions (starting, serving, draining), graceful drain on SIGTERM, drain
-deadline, startup failures."""
+deadline and exit time, startup failures."""
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 
 import grpc
@@ -15,6 +17,10 @@ import harness as h
 
 PROMPT = [156, 232, 174, 60, 127, 277, 298, 270, 224, 172, 11, 203]
 SMALL_WINDOW = [("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]
+# docs/API.md ("Shutdown"): the process exits within --drain-timeout plus this margin (1 s for
+# the final messages of streams cancelled at the deadline, about 1 s to stop the metrics
+# endpoint).
+SHUTDOWN_MARGIN_S = 2.0
 
 
 class LifecycleTest(unittest.TestCase):
@@ -80,6 +86,42 @@ class LifecycleTest(unittest.TestCase):
                 self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
             self.assertEqual(server.proc.wait(timeout=60), 0)
 
+    def test_exit_with_idle_connection_respects_drain_deadline(self):
+        # Issue 9's case: --drain-timeout 2s, no stream, one idle client connection. gRPC's
+        # own shutdown waits for every connection to close, and an idle client does not act
+        # on the GOAWAY: this exited after 5 s (gRPC's shutdown deadline) before the fix.
+        with h.Server(args=["--drain-timeout=2s"]) as server:
+            with server.channel() as ch:
+                h.pb_grpc.TextGenerationStub(ch).GetModelInfo(h.pb.GetModelInfoRequest(),
+                                                              timeout=30)
+                start = time.monotonic()
+                server.proc.send_signal(signal.SIGTERM)
+                self.assertEqual(server.proc.wait(timeout=60), 0)
+                elapsed = time.monotonic() - start
+        self.assertLessEqual(elapsed, 2.0 + SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
+
+    def test_exit_follows_the_last_stream_not_the_deadline(self):
+        # Issue 9's second case: streams that finish soon after SIGTERM, their connection
+        # left open and idle. The server exits once they are done, whatever --drain-timeout.
+        with h.Server(args=["--drain-timeout=120s"]) as server:
+            with server.channel(options=SMALL_WINDOW) as ch:
+                stub = h.pb_grpc.TextGenerationStub(ch)
+                streams = [stub.Generate(h.ids_request(PROMPT, 240), timeout=120)
+                           for _ in range(4)]
+                firsts = [next(s) for s in streams]
+                server.proc.send_signal(signal.SIGTERM)
+                # Flow control holds the streams until they are read: the server is draining.
+                h.wait_until(lambda: re.search(r"draining \d+ stream", server.read_log()),
+                             what="the drain to start")
+                for first, stream in zip(firsts, streams):
+                    tokens, final = h.collect(stream)
+                    self.assertEqual(len(first.token_ids) + len(tokens), 240)
+                    self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
+                last_stream_done = time.monotonic()
+                self.assertEqual(server.proc.wait(timeout=60), 0)
+                elapsed = time.monotonic() - last_stream_done
+        self.assertLessEqual(elapsed, SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
+
     def test_drain_deadline_cancels_remaining_streams(self):
         tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, tmp)
@@ -89,6 +131,7 @@ class LifecycleTest(unittest.TestCase):
             streams = [server.stub().Generate(h.ids_request(PROMPT, 400), timeout=120)
                        for _ in range(2)]
             firsts = [next(s) for s in streams]
+            start = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
             for first, s in zip(firsts, streams):
                 tokens, final = h.collect(s)
@@ -97,6 +140,8 @@ class LifecycleTest(unittest.TestCase):
                 self.assertLess(len(first.token_ids) + len(tokens), 400)
                 self.assertEqual(final.usage.prompt_tokens, len(PROMPT))
             self.assertEqual(server.proc.wait(timeout=60), 0)
+            elapsed = time.monotonic() - start
+        self.assertLessEqual(elapsed, 0.2 + SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
 
     def test_startup_failures_exit_nonzero(self):
         out = subprocess.run([h.SERVER, "--model=/nonexistent/model", f"--port={h.free_port()}",

@@ -5,6 +5,7 @@
 
 ABSL_FLAG(std::string, test_prompt_text, "", "a string flag");
 ABSL_FLAG(bool, test_json_output, false, "a bool flag");
+ABSL_FLAG(int, test_count, 0, "an int flag");
 
 namespace dcf {
 namespace {
@@ -37,6 +38,55 @@ TEST(FlagNamesTest, NegatedBoolsAndDoubleDash) {
   EXPECT_EQ(Normalize({"prog", "--notest-json-output", "--", "--test-json-output"}),
             (std::vector<std::string>{"prog", "--notest_json_output", "--",
                                       "--test-json-output"}));
+}
+
+TEST(FlagNamesTest, GivenFlagNamesSkipsValuesAndRecordsNegatedBools) {
+  std::vector<std::string> args = {"prog",    "--test_prompt_text",   "--test_json_output",
+                                   "pos-arg", "--notest_json_output", "--unknown",
+                                   "--",      "--test_prompt_text=x"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  const absl::flat_hash_set<std::string> given =
+      GivenFlagNames(static_cast<int>(argv.size()), argv.data());
+  // "--test_json_output" right after a string flag is that flag's value.
+  EXPECT_EQ(given, (absl::flat_hash_set<std::string>{"test_prompt_text", "notest_json_output",
+                                                     "test_json_output"}));
+  std::vector<std::string> only_value = {"prog", "--test_prompt_text", "--test_json_output"};
+  argv.clear();
+  for (std::string& a : only_value) argv.push_back(a.data());
+  EXPECT_EQ(GivenFlagNames(static_cast<int>(argv.size()), argv.data()),
+            (absl::flat_hash_set<std::string>{"test_prompt_text"}));
+}
+
+absl::Status Check(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return CheckFlagArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(FlagNamesTest, CheckFlagArgsAcceptsWhatAbslParses) {
+  EXPECT_TRUE(Check({"prog", "--test_count=3", "--test_count", "4", "--test_json_output",
+                     "--notest_json_output", "--test_json_output=false", "pos", "--", "--unknown"})
+                  .ok());
+  EXPECT_EQ(absl::GetFlag(FLAGS_test_count), 4);
+}
+
+TEST(FlagNamesTest, CheckFlagArgsNamesTheBadFlag) {
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"prog", "--no_such_flag=1"}, "unknown flag --no-such-flag"},
+      {{"prog", "--test_count=abc"}, "--test-count: "},
+      {{"prog", "--test_count"}, "--test-count needs a value"},
+      {{"prog", "--test_json_output=maybe"}, "--test-json-output: "},
+      {{"prog", "--notest_json_output=true"}, "--notest-json-output takes no value"},
+  };
+  for (const auto& c : cases) {
+    const absl::Status s = Check(c.args);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(s.message().find(c.message), absl::string_view::npos) << s.message();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,249 @@
+#include "bench/loadgen/load_runner.h"
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "bench/loadgen/poisson_arrivals.h"
+#include "bench/loadgen/stream_timing.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dcf::loadgen {
+namespace {
+
+namespace v1 = ::dcformer::v1;
+
+// Everything one run's calls share. Held by shared_ptr from every call, so that a callback
+// still returning after Run saw the last call finish never touches freed memory.
+struct RunState {
+  // Fixed before the first send.
+  const client::ClientChannel* channel = nullptr;
+  std::shared_ptr<v1::TextGeneration::Stub> stub;
+  const v1::GenerateRequest* request_template = nullptr;
+  LoadSpec load;
+  RunLimits limits;
+  const std::atomic<bool>* interrupt = nullptr;
+  Clock::time_point run_start;
+
+  absl::Mutex mu;
+  Workload* workload ABSL_GUARDED_BY(mu) = nullptr;
+  int64_t sent ABSL_GUARDED_BY(mu) = 0;  // warm-up included
+  int64_t in_flight ABSL_GUARDED_BY(mu) = 0;
+  bool sending_done ABSL_GUARDED_BY(mu) = false;
+  std::optional<Clock::time_point> measure_start ABSL_GUARDED_BY(mu);
+  double max_send_lag_ms ABSL_GUARDED_BY(mu) = 0;
+  std::vector<RequestRecord> records ABSL_GUARDED_BY(mu);
+  int64_t measured_finished ABSL_GUARDED_BY(mu) = 0;
+  int64_t measured_failed ABSL_GUARDED_BY(mu) = 0;
+  // Tokens streamed to measured requests so far (progress display only).
+  std::atomic<int64_t> measured_tokens{0};
+
+  bool Interrupted() const { return interrupt != nullptr && interrupt->load(); }
+
+  // Whether another call may start at `now`. Once false it stays false (its inputs only
+  // grow), so the first false ends sending.
+  bool ShouldSend(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (Interrupted()) return false;
+    if (sent < limits.warmup_requests) return true;
+    if (limits.num_requests > 0) return sent < limits.warmup_requests + limits.num_requests;
+    return !measure_start.has_value() ||
+           now - *measure_start < absl::ToChronoNanoseconds(limits.duration);
+  }
+
+  bool Done() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sending_done && in_flight == 0; }
+};
+
+// One streaming Generate call. Deletes itself in OnDone, after handing its record over.
+class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  GenerateCall(std::shared_ptr<RunState> state, v1::GenerateRequest request, RequestRecord record)
+      : state_(std::move(state)),
+        request_(std::move(request)),
+        record_(std::move(record)),
+        timing_(Clock::now()) {}
+
+  void Start() {
+    state_->channel->Prepare(&context_);
+    state_->stub->async()->Generate(&context_, &request_, this);
+    StartRead(&response_);
+    const Clock::time_point now = Clock::now();
+    timing_ = StreamTiming(now);
+    record_.start_ms = MsBetween(state_->run_start, now);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // end of stream: OnDone follows
+    timing_.OnMessage(Clock::now(), response_.token_ids_size());
+    if (!record_.warmup) state_->measured_tokens += response_.token_ids_size();
+    if (response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      std::string reason = v1::FinishReason_Name(response_.finish_reason());
+      record_.finish_reason = std::string(absl::StripPrefix(reason, "FINISH_REASON_"));
+      if (response_.has_usage()) record_.prompt_tokens = response_.usage().prompt_tokens();
+    }
+    StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  std::shared_ptr<RunState> state_;
+  grpc::ClientContext context_;
+  v1::GenerateRequest request_;
+  v1::GenerateResponse response_;
+  RequestRecord record_;
+  StreamTiming timing_;
+};
+
+// Starts one call if the run may still send; returns whether it did. `scheduled` is the
+// open loop's arrival time (its lag is recorded).
+bool MaybeSend(const std::shared_ptr<RunState>& state,
+               std::optional<Clock::time_point> scheduled = std::nullopt) {
+  GenerateCall* call = nullptr;
+  {
+    absl::MutexLock lock(&state->mu);
+    if (state->sending_done) return false;
+    const Clock::time_point now = Clock::now();
+    if (!state->ShouldSend(now)) {
+      state->sending_done = true;
+      return false;
+    }
+    if (scheduled.has_value()) {
+      state->max_send_lag_ms = std::max(state->max_send_lag_ms, MsBetween(*scheduled, now));
+    }
+    const int64_t index = state->sent++;
+    ++state->in_flight;
+    RequestRecord record;
+    record.warmup = index < state->limits.warmup_requests;
+    if (!record.warmup && !state->measure_start.has_value()) state->measure_start = now;
+    PromptSpec spec = state->workload->Next();
+    v1::GenerateRequest request = *state->request_template;
+    request.set_request_id(absl::StrCat("loadgen-", index));
+    if (spec.token_ids.empty()) {
+      request.set_text(std::move(spec.text));
+    } else {
+      record.prompt_tokens = static_cast<int>(spec.token_ids.size());
+      request.mutable_token_ids()->mutable_ids()->Add(spec.token_ids.begin(), spec.token_ids.end());
+    }
+    request.mutable_stopping()->set_max_new_tokens(spec.max_new_tokens);
+    record.requested_output_tokens = spec.max_new_tokens;
+    call = new GenerateCall(state, std::move(request), std::move(record));
+  }
+  call->Start();  // without the lock: gRPC may run reactions inline
+  return true;
+}
+
+void GenerateCall::OnDone(const grpc::Status& status) {
+  const Clock::time_point end = Clock::now();
+  timing_.OnEnd(end);
+  RequestRecord record = std::move(record_);
+  record.end_ms = MsBetween(state_->run_start, end);
+  record.code = client::StatusCodeName(status.error_code());
+  if (!status.ok()) record.error_message = status.error_message();
+  record.output_tokens = timing_.tokens();
+  if (timing_.tokens() >= 1) record.ttft_ms = timing_.ttft_ms();
+  if (timing_.tokens() >= 2) record.tpot_ms = timing_.tpot_ms();
+  record.e2e_ms = timing_.e2e_ms();
+  record.itl_ms = timing_.itl_ms();
+  std::shared_ptr<RunState> state = std::move(state_);
+  delete this;  // OnDone is the call's last reaction
+  {
+    absl::MutexLock lock(&state->mu);
+    --state->in_flight;
+    if (!record.warmup) {
+      ++state->measured_finished;
+      if (record.code != "OK") ++state->measured_failed;
+    }
+    state->records.push_back(std::move(record));
+  }
+  // Closed loop: this call's slot starts the next request.
+  if (state->load.mode == LoadSpec::Mode::kClosed) MaybeSend(state);
+}
+
+// Open loop: starts calls at Poisson arrival times (the first at once) until sending ends.
+void Dispatch(const std::shared_ptr<RunState>& state, uint64_t seed) {
+  PoissonArrivals arrivals(state->load.rate, seed);
+  Clock::time_point next = state->run_start;
+  while (true) {
+    // Sleep in slices so that an interrupt ends a long gap early.
+    for (Clock::time_point now = Clock::now(); now < next && !state->Interrupted();
+         now = Clock::now()) {
+      std::this_thread::sleep_until(std::min(next, now + std::chrono::milliseconds(50)));
+    }
+    if (!MaybeSend(state, next)) return;
+    next += std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(arrivals.NextGapSeconds()));
+  }
+}
+
+RunProgress Snapshot(const RunState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+  RunProgress p;
+  p.sent = std::max<int64_t>(0, state.sent - state.limits.warmup_requests);
+  p.finished = state.measured_finished;
+  p.failed = state.measured_failed;
+  p.in_flight = state.in_flight;
+  p.total = state.limits.num_requests;
+  p.duration_s = absl::ToDoubleSeconds(state.limits.duration);
+  if (state.measure_start.has_value())
+    p.elapsed_s = MsBetween(*state.measure_start, Clock::now()) / 1e3;
+  p.output_tokens = state.measured_tokens.load();
+  return p;
+}
+
+}  // namespace
+
+LoadRunner::LoadRunner(const client::ClientChannel* channel, v1::GenerateRequest request_template)
+    : channel_(channel),
+      stub_(v1::TextGeneration::NewStub(channel->channel())),
+      template_(std::move(request_template)) {}
+
+RunResult LoadRunner::Run(const LoadSpec& load, const RunLimits& limits, Workload* workload,
+                          uint64_t seed, const std::atomic<bool>* interrupt,
+                          const std::function<void(const RunProgress&)>& on_progress) {
+  auto state = std::make_shared<RunState>();
+  state->channel = channel_;
+  state->stub = stub_;
+  state->request_template = &template_;
+  state->load = load;
+  state->limits = limits;
+  state->interrupt = interrupt;
+  {
+    absl::MutexLock lock(&state->mu);
+    state->workload = workload;
+  }
+  state->run_start = Clock::now();
+  std::thread dispatcher;
+  if (load.mode == LoadSpec::Mode::kClosed) {
+    for (int i = 0; i < load.concurrency && MaybeSend(state); ++i) {
+    }
+  } else {
+    dispatcher = std::thread(Dispatch, state, seed);
+  }
+  std::vector<RequestRecord> records;
+  double max_send_lag_ms = 0;
+  const absl::Condition done_condition(
+      +[](RunState* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->Done(); }, state.get());
+  for (bool done = false; !done;) {
+    RunProgress progress;
+    {
+      absl::MutexLock lock(&state->mu);
+      done = state->mu.AwaitWithTimeout(done_condition, absl::Milliseconds(100));
+      progress = Snapshot(*state);
+      if (done) {
+        records = std::move(state->records);
+        max_send_lag_ms = state->max_send_lag_ms;
+      }
+    }
+    if (on_progress) on_progress(progress);  // without the lock: it writes to a terminal
+  }
+  if (dispatcher.joinable()) dispatcher.join();
+  return Aggregate(load, records, max_send_lag_ms, state->Interrupted());
+}
+
+}  // namespace dcf::loadgen

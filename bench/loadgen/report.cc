@@ -1,0 +1,119 @@
+#include "bench/loadgen/report.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace dcf::loadgen {
+namespace {
+
+std::string CountsLine(const std::map<std::string, int64_t>& counts) {
+  std::vector<std::string> parts;
+  for (const auto& [name, n] : counts) parts.push_back(absl::StrCat(name, " ", n));
+  return absl::StrJoin(parts, ", ");
+}
+
+nlohmann::ordered_json SummaryJson(const LatencySummary& s) {
+  return {{"count", s.count}, {"mean", s.mean}, {"min", s.min}, {"p50", s.p50},
+          {"p90", s.p90},     {"p99", s.p99},   {"max", s.max}};
+}
+
+std::string LatencyRow(const char* name, const LatencySummary& s) {
+  if (s.count == 0) return absl::StrFormat("  %-6s %10s\n", name, "-");
+  return absl::StrFormat("  %-6s %10.2f %10.2f %10.2f %10.2f %10.2f %10d\n", name, s.mean, s.p50,
+                         s.p90, s.p99, s.max, s.count);
+}
+
+}  // namespace
+
+void PrintRun(std::ostream& out, const RunResult& run) {
+  if (run.load.mode == LoadSpec::Mode::kClosed) {
+    out << absl::StrFormat("closed loop, concurrency %d", run.load.concurrency);
+  } else {
+    out << absl::StrFormat(
+        "open loop, Poisson %g requests/s (sent at %.2f/s, max send lag %.1f ms)", run.load.rate,
+        run.sent_per_s, run.max_send_lag_ms);
+  }
+  out << absl::StrFormat(": %d requests (%d warm-up excluded), %d OK, %d failed, %.2f s%s\n",
+                         run.requests, run.warmup_requests, run.ok, run.failed, run.duration_s,
+                         run.interrupted ? " (interrupted)" : "");
+  out << absl::StrFormat(
+      "  throughput %.2f requests/s, %.1f output tokens/s, %.1f input tokens/s\n",
+      run.requests_per_s, run.output_tokens_per_s, run.input_tokens_per_s);
+  out << absl::StrFormat("  %-6s %10s %10s %10s %10s %10s %10s\n", "ms", "mean", "p50", "p90",
+                         "p99", "max", "n");
+  out << LatencyRow("TTFT", run.ttft_ms) << LatencyRow("ITL", run.itl_ms)
+      << LatencyRow("TPOT", run.tpot_ms) << LatencyRow("E2E", run.e2e_ms);
+  out << absl::StrFormat("  tokens: %d input, %d output (%d requested)", run.input_tokens,
+                         run.output_tokens, run.requested_output_tokens);
+  if (!run.finish_reasons.empty()) out << "; finish: " << CountsLine(run.finish_reasons);
+  out << "\n";
+  if (!run.errors.empty()) {
+    out << "  errors: " << CountsLine(run.errors) << "\n";
+    for (const auto& [code, message] : run.error_examples) {
+      out << "    " << code << " e.g.: " << message << "\n";
+    }
+  }
+}
+
+void PrintSweepSummary(std::ostream& out, const std::vector<RunResult>& runs) {
+  out << absl::StrFormat("%-10s %8s %10s %10s %10s %10s %10s %10s %10s %7s\n", "load", "req/s",
+                         "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50",
+                         "E2E p99", "errors");
+  for (const RunResult& r : runs) {
+    out << absl::StrFormat("%-10s %8.2f %10.1f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %7d\n",
+                           r.load.Label(), r.requests_per_s, r.output_tokens_per_s, r.ttft_ms.p50,
+                           r.ttft_ms.p99, r.itl_ms.p50, r.itl_ms.p99, r.e2e_ms.p50, r.e2e_ms.p99,
+                           r.failed);
+  }
+  out << "(latencies in ms)\n";
+}
+
+nlohmann::ordered_json RunToJson(const RunResult& run) {
+  const bool closed = run.load.mode == LoadSpec::Mode::kClosed;
+  nlohmann::ordered_json j;
+  j["mode"] = run.load.ModeName();
+  j["concurrency"] =
+      closed ? nlohmann::ordered_json(run.load.concurrency) : nlohmann::ordered_json(nullptr);
+  j["rate"] = closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.load.rate);
+  j["label"] = run.load.Label();
+  j["interrupted"] = run.interrupted;
+  j["duration_s"] = run.duration_s;
+  j["requests"] = {{"warmup", run.warmup_requests},
+                   {"sent", run.requests},
+                   {"ok", run.ok},
+                   {"failed", run.failed}};
+  j["errors"] = nlohmann::ordered_json::object();
+  for (const auto& [code, n] : run.errors) j["errors"][code] = n;
+  j["error_examples"] = nlohmann::ordered_json::object();
+  for (const auto& [code, message] : run.error_examples) j["error_examples"][code] = message;
+  j["finish_reasons"] = nlohmann::ordered_json::object();
+  for (const auto& [reason, n] : run.finish_reasons) j["finish_reasons"][reason] = n;
+  j["tokens"] = {{"input", run.input_tokens},
+                 {"output", run.output_tokens},
+                 {"requested_output", run.requested_output_tokens}};
+  j["throughput"] = {{"requests_per_s", run.requests_per_s},
+                     {"output_tokens_per_s", run.output_tokens_per_s},
+                     {"input_tokens_per_s", run.input_tokens_per_s}};
+  j["sent_per_s"] =
+      closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.sent_per_s);
+  j["max_send_lag_ms"] =
+      closed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.max_send_lag_ms);
+  j["latency_ms"] = {{"ttft", SummaryJson(run.ttft_ms)},
+                     {"itl", SummaryJson(run.itl_ms)},
+                     {"tpot", SummaryJson(run.tpot_ms)},
+                     {"e2e", SummaryJson(run.e2e_ms)}};
+  return j;
+}
+
+absl::Status WriteJsonFile(const std::string& path, const nlohmann::ordered_json& doc) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out << doc.dump(2) << "\n";
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("--json-out: cannot write '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace dcf::loadgen

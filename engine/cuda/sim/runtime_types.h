@@ -1,0 +1,123 @@
+// The CUDA runtime's types for the SIMT emulator: cudaError_t with CUDA's codes, memcpy
+// kinds, function attributes, stream and event handles and flags, cudaDeviceProp. Values
+// equal the toolkit's (driver_types.h) so logs read the same in both builds. The types live
+// in dcf::simt and are brought into the global namespace, so that the emulator's symbols
+// never collide with the real runtime's when both builds are linked into one binary.
+#pragma once
+
+#include <cstddef>
+
+namespace dcf::simt {
+
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorAssert = 710,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorUnknown = 999,
+};
+using cudaError_t = cudaError;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+};
+
+// Opaque handles. Streams execute their work at the call (the emulator is synchronous);
+// events record the host time.
+struct Stream;
+struct Event;
+using cudaStream_t = Stream*;
+using cudaEvent_t = Event*;
+
+inline constexpr unsigned int cudaStreamDefault = 0x00;
+inline constexpr unsigned int cudaStreamNonBlocking = 0x01;
+inline constexpr unsigned int cudaEventDefault = 0x00;
+inline constexpr unsigned int cudaEventBlockingSync = 0x01;
+inline constexpr unsigned int cudaEventDisableTiming = 0x02;
+
+// The emulated device's properties (a subset of CUDA's struct; same field names).
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlock;       // 48 KiB: the default per-block limit
+  size_t sharedMemPerBlockOptin;  // the most a kernel may opt into (cudaFuncSetAttribute)
+  size_t sharedMemPerMultiprocessor;
+  int regsPerBlock;
+  int warpSize;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int major;
+  int minor;
+  int multiProcessorCount;
+  int maxThreadsPerMultiProcessor;
+  int l2CacheSize;
+};
+
+// Limits of the emulated device, modelled on an H100/H200 (sm_90).
+inline constexpr int kMaxThreadsPerBlock = 1024;
+inline constexpr size_t kDefaultSharedPerBlock = 48 * 1024;
+inline constexpr size_t kMaxSharedPerBlockOptin = 227 * 1024;
+
+}  // namespace dcf::simt
+
+using dcf::simt::cudaDeviceProp;
+using dcf::simt::cudaError;
+using dcf::simt::cudaError_t;
+using dcf::simt::cudaEvent_t;
+using dcf::simt::cudaEventBlockingSync;
+using dcf::simt::cudaEventDefault;
+using dcf::simt::cudaEventDisableTiming;
+using dcf::simt::cudaFuncAttribute;
+using dcf::simt::cudaMemcpyKind;
+using dcf::simt::cudaStream_t;
+using dcf::simt::cudaStreamDefault;
+using dcf::simt::cudaStreamNonBlocking;
+// Enumerators, as CUDA's are unscoped globals.
+using dcf::simt::cudaErrorAssert;
+using dcf::simt::cudaErrorIllegalAddress;
+using dcf::simt::cudaErrorInitializationError;
+using dcf::simt::cudaErrorInsufficientDriver;
+using dcf::simt::cudaErrorInvalidConfiguration;
+using dcf::simt::cudaErrorInvalidDevice;
+using dcf::simt::cudaErrorInvalidDeviceFunction;
+using dcf::simt::cudaErrorInvalidDevicePointer;
+using dcf::simt::cudaErrorInvalidMemcpyDirection;
+using dcf::simt::cudaErrorInvalidResourceHandle;
+using dcf::simt::cudaErrorInvalidValue;
+using dcf::simt::cudaErrorLaunchFailure;
+using dcf::simt::cudaErrorLaunchOutOfResources;
+using dcf::simt::cudaErrorMemoryAllocation;
+using dcf::simt::cudaErrorNoDevice;
+using dcf::simt::cudaErrorNotReady;
+using dcf::simt::cudaErrorNotSupported;
+using dcf::simt::cudaErrorUnknown;
+using dcf::simt::cudaFuncAttributeMaxDynamicSharedMemorySize;
+using dcf::simt::cudaMemcpyDefault;
+using dcf::simt::cudaMemcpyDeviceToDevice;
+using dcf::simt::cudaMemcpyDeviceToHost;
+using dcf::simt::cudaMemcpyHostToDevice;
+using dcf::simt::cudaMemcpyHostToHost;
+using dcf::simt::cudaSuccess;

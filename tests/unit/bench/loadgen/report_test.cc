@@ -1,0 +1,99 @@
+// The report pieces: JSON fields, the progress line, the gnuplot script.
+#include "bench/loadgen/report.h"
+
+#include <sstream>
+
+#include "bench/loadgen/latency_plot.h"
+#include "bench/loadgen/progress_line.h"
+#include "gtest/gtest.h"
+
+namespace dcf::loadgen {
+namespace {
+
+RunResult SomeRun(LoadSpec::Mode mode) {
+  RunResult r;
+  r.load.mode = mode;
+  r.load.concurrency = 8;
+  r.load.rate = 2.5;
+  r.requests = 10;
+  r.ok = 9;
+  r.failed = 1;
+  r.errors["OUT_OF_RANGE"] = 1;
+  r.error_examples["OUT_OF_RANGE"] = "too long";
+  r.finish_reasons["LENGTH"] = 9;
+  r.output_tokens_per_s = 123;
+  r.ttft_ms = Summarize({1, 2, 3});
+  r.itl_ms = Summarize({4, 5});
+  r.e2e_ms = Summarize({10, 20});
+  return r;
+}
+
+TEST(ReportTest, RunJsonHasTheDocumentedFields) {
+  const nlohmann::ordered_json closed = RunToJson(SomeRun(LoadSpec::Mode::kClosed));
+  EXPECT_EQ(closed["mode"], "closed");
+  EXPECT_EQ(closed["concurrency"], 8);
+  EXPECT_TRUE(closed["rate"].is_null());
+  EXPECT_TRUE(closed["sent_per_s"].is_null());
+  for (const char* key :
+       {"label", "interrupted", "duration_s", "requests", "errors", "error_examples",
+        "finish_reasons", "tokens", "throughput", "max_send_lag_ms", "latency_ms"}) {
+    EXPECT_TRUE(closed.contains(key)) << key;
+  }
+  EXPECT_EQ(closed["requests"]["failed"], 1);
+  EXPECT_EQ(closed["errors"]["OUT_OF_RANGE"], 1);
+  for (const char* metric : {"ttft", "itl", "tpot", "e2e"}) {
+    for (const char* stat : {"count", "mean", "min", "p50", "p90", "p99", "max"}) {
+      EXPECT_TRUE(closed["latency_ms"][metric].contains(stat)) << metric << "." << stat;
+    }
+  }
+  EXPECT_EQ(closed["latency_ms"]["ttft"]["p50"], 2.0);
+  const nlohmann::ordered_json open = RunToJson(SomeRun(LoadSpec::Mode::kOpen));
+  EXPECT_EQ(open["mode"], "open");
+  EXPECT_EQ(open["rate"], 2.5);
+  EXPECT_TRUE(open["concurrency"].is_null());
+  EXPECT_EQ(open["label"], "2.5/s");
+}
+
+TEST(ReportTest, TableShowsCountsAndErrors) {
+  std::ostringstream out;
+  PrintRun(out, SomeRun(LoadSpec::Mode::kClosed));
+  EXPECT_NE(out.str().find("closed loop, concurrency 8: 10 requests"), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("errors: OUT_OF_RANGE 1"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("OUT_OF_RANGE e.g.: too long"), std::string::npos) << out.str();
+}
+
+TEST(ReportTest, ProgressLineFillsWithFinishedRequestsOrTime) {
+  RunProgress p;
+  p.total = 100;
+  p.finished = 50;
+  p.in_flight = 8;
+  p.failed = 2;
+  p.elapsed_s = 2;
+  p.output_tokens = 1000;
+  EXPECT_EQ(ProgressLine("c=8", p, 10),
+            "c=8 [#####.....] 50/100 done, 8 in flight, 2 failed, 2.0 s, 500 tok/s");
+  p.total = 0;
+  p.duration_s = 8;
+  EXPECT_EQ(ProgressLine("2/s", p, 8),
+            "2/s [##......] 50 done, 8 in flight, 2 failed, 2.0 s, 500 tok/s");
+  EXPECT_EQ(ProgressLine("x", p, 4).find('\n'), std::string::npos);
+}
+
+TEST(PlotTest, ScriptHasOnePointPerRunWithOkRequests) {
+  RunResult a = SomeRun(LoadSpec::Mode::kOpen);
+  RunResult b = SomeRun(LoadSpec::Mode::kOpen);
+  b.load.rate = 5;
+  RunResult failed_only = SomeRun(LoadSpec::Mode::kOpen);
+  failed_only.ok = 0;
+  absl::StatusOr<std::string> s = LatencyPlotScript("/tmp/o'k.png", "t", {a, b, failed_only});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE(s->find("set output '/tmp/o''k.png'"), std::string::npos) << *s;
+  EXPECT_NE(s->find("\"2.5/s\"\n"), std::string::npos) << *s;
+  EXPECT_NE(s->find("\"5/s\"\n"), std::string::npos) << *s;
+  EXPECT_NE(s->find("123 2 "), std::string::npos) << *s;  // tokens/s, TTFT p50
+  EXPECT_FALSE(LatencyPlotScript("x.png", "t", {failed_only}).ok());
+}
+
+}  // namespace
+}  // namespace dcf::loadgen
