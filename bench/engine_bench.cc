@@ -5,8 +5,8 @@
 // and the throughput ratio a / b. Prompt and generation lengths are drawn uniformly from the
 // flag ranges and clamped to the model context (prompt <= context / 2, prompt + new <= context).
 // TTFT in (b) counts from the request's own enqueue, not from the start of the run.
-// With --profile (cpu backend) it also prints where the time of (a)'s pure decode steps
-// goes: the backend's phases (cpu_profile.h), the engine's own work inside a step
+// With --profile (cpu backend) it also prints where the time of (a)'s steps goes, for
+// decode-only steps and for steps with prefill tokens separately: the backend's phases (cpu_profile.h), the engine's own work inside a step
 // (scheduling, building the batch, stop checks, detokenization) and the loop's work between
 // steps (publishing chunks to the request streams).
 //
@@ -48,7 +48,7 @@ ABSL_FLAG(int64_t, kv_cache_mb, 0, "KV cache budget in MiB (0: the default fract
 ABSL_FLAG(uint64_t, seed, 1, "seed of the request lengths and prompts");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
 ABSL_FLAG(bool, profile, false,
-          "print the time breakdown of (a)'s decode-only steps (cpu backend)");
+          "print the time breakdown of (a)'s steps, decode-only and with prefill (cpu backend)");
 
 namespace dcf {
 namespace {
@@ -105,17 +105,19 @@ class Recorder : public EngineObserver {
     if (cpu_ != nullptr) {
       // The profile advanced by exactly this step (OnStep runs on the engine loop thread).
       const cpu::CpuStepProfile& p = cpu_->profile();
-      if (num_prefill_tokens == 0 && last_step_end_.has_value()) {
+      if (last_step_end_.has_value()) {
+        StepStats& st = num_prefill_tokens == 0 ? decode_ : prefill_;
         for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
-          decode_phases_[i] += p.seconds[i] - last_profile_.seconds[i];
+          st.phases[i] += p.seconds[i] - last_profile_.seconds[i];
         }
-        decode_backend_s_ += p.Total() - last_profile_.Total();
-        decode_step_s_ += absl::ToDoubleSeconds(step_time);
+        st.backend_s += p.Total() - last_profile_.Total();
+        st.step_s += absl::ToDoubleSeconds(step_time);
         // From the end of the previous step to the start of this one: publishing chunks to
         // the streams, waiting for work, bookkeeping.
-        decode_between_s_ += absl::ToDoubleSeconds(now - step_time - *last_step_end_);
-        decode_seqs_ += num_seqs;
-        ++decode_steps_;
+        st.between_s += absl::ToDoubleSeconds(now - step_time - *last_step_end_);
+        st.seqs += num_seqs;
+        st.tokens += num_tokens;
+        ++st.steps;
       }
       last_profile_ = p;
     }
@@ -130,21 +132,8 @@ class Recorder : public EngineObserver {
                 static_cast<long long>(preemptions_));
     PrintPercentiles("  TTFT ms", ttft_ms_);
     PrintPercentiles("  ITL  ms", itl_ms_);
-    if (decode_steps_ == 0) return;
-    const double n = static_cast<double>(decode_steps_);
-    const double total = decode_step_s_ + decode_between_s_;
-    std::printf("decode-only steps: %lld, mean batch %.1f, %.2f ms per step (in step %.2f, "
-                "between steps %.2f)\n",
-                static_cast<long long>(decode_steps_), decode_seqs_ / n, 1e3 * total / n,
-                1e3 * decode_step_s_ / n, 1e3 * decode_between_s_ / n);
-    const auto row = [&](const char* name, double s) {
-      std::printf("  %-28s %8.3f ms  %5.1f%%\n", name, 1e3 * s / n, 100.0 * s / total);
-    };
-    for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
-      row(cpu::CpuStepProfile::Name(i), decode_phases_[i]);
-    }
-    row("engine: schedule+batch+stops", decode_step_s_ - decode_backend_s_);
-    row("engine: streams+loop", decode_between_s_);
+    Print("decode-only steps", decode_);
+    Print("steps with prefill", prefill_);
   }
 
  private:
@@ -161,15 +150,34 @@ class Recorder : public EngineObserver {
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t seqs_ ABSL_GUARDED_BY(mu_) = 0;
+  // Time of a class of steps (decode-only, or with prefill tokens).
+  struct StepStats {
+    std::array<double, cpu::CpuStepProfile::kNumPhases> phases{};
+    double backend_s = 0, step_s = 0, between_s = 0;
+    int64_t seqs = 0, tokens = 0, steps = 0;
+  };
+  static void Print(const char* what, const StepStats& st) {
+    if (st.steps == 0) return;
+    const double n = static_cast<double>(st.steps);
+    const double total = st.step_s + st.between_s;
+    std::printf("%s: %lld, mean %.1f sequences and %.1f tokens, %.2f ms per step (in step "
+                "%.2f, between steps %.2f)\n",
+                what, static_cast<long long>(st.steps), st.seqs / n, st.tokens / n,
+                1e3 * total / n, 1e3 * st.step_s / n, 1e3 * st.between_s / n);
+    const auto row = [&](const char* name, double s) {
+      std::printf("  %-28s %8.3f ms  %5.1f%%\n", name, 1e3 * s / n, 100.0 * s / total);
+    };
+    for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
+      row(cpu::CpuStepProfile::Name(i), st.phases[i]);
+    }
+    row("engine: schedule+batch+stops", st.step_s - st.backend_s);
+    row("engine: streams+loop", st.between_s);
+  }
   const CpuBackend* cpu_ = nullptr;
   cpu::CpuStepProfile last_profile_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> last_step_end_ ABSL_GUARDED_BY(mu_);
-  std::array<double, cpu::CpuStepProfile::kNumPhases> decode_phases_ ABSL_GUARDED_BY(mu_){};
-  double decode_backend_s_ ABSL_GUARDED_BY(mu_) = 0;
-  double decode_step_s_ ABSL_GUARDED_BY(mu_) = 0;
-  double decode_between_s_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t decode_seqs_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t decode_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  StepStats decode_ ABSL_GUARDED_BY(mu_);
+  StepStats prefill_ ABSL_GUARDED_BY(mu_);
 };
 
 GenerationRequest MakeRequest(const Workload& w, size_t i) {

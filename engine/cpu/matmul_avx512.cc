@@ -36,9 +36,12 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
 }
 
 // y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias).
+// x[r][k] is at x[r * xr + k * xk]: rows of the caller's matrix (xr = ldx, xk = 1) or a
+// packed group (xr = 1, xk = MR).
+// With `accumulate` the products are added to y (a later k block), else y = products + bias.
 template <int MR, int WT>
-DCF_AVX512 void Block(const float* x, int64_t ldx, const void* panel, int64_t in,
-                      const float* bias, float* y, int64_t ldy, int valid) {
+DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
+                      const float* bias, bool accumulate, float* y, int64_t ldy, int valid) {
   // FMA latency is 4 cycles at one zmm FMA per cycle: one or two rows alone would leave the
   // pipe idle, so they accumulate even and odd columns separately.
   constexpr int U = MR <= 2 ? 2 : 1;
@@ -56,7 +59,7 @@ DCF_AVX512 void Block(const float* x, int64_t ldx, const void* panel, int64_t in
       LoadColumn<WT>(panel, k + u, &w0, &w1);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
-        const __m512 b = _mm512_set1_ps(x[r * ldx + k + u]);
+        const __m512 b = _mm512_set1_ps(x[r * xr + (k + u) * xk]);
         a0[u][r] = _mm512_fmadd_ps(b, w0, a0[u][r]);
         a1[u][r] = _mm512_fmadd_ps(b, w1, a1[u][r]);
       }
@@ -67,7 +70,7 @@ DCF_AVX512 void Block(const float* x, int64_t ldx, const void* panel, int64_t in
     LoadColumn<WT>(panel, k, &w0, &w1);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512 b = _mm512_set1_ps(x[r * ldx + k]);
+      const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
       a0[0][r] = _mm512_fmadd_ps(b, w0, a0[0][r]);
       a1[0][r] = _mm512_fmadd_ps(b, w1, a1[0][r]);
     }
@@ -87,17 +90,22 @@ DCF_AVX512 void Block(const float* x, int64_t ldx, const void* panel, int64_t in
       v0 = _mm512_add_ps(v0, a0[1][r]);
       v1 = _mm512_add_ps(v1, a1[1][r]);
     }
+    if (accumulate) {
+      b0 = _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      b1 = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+    }
     _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(v0, b0));
     _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(v1, b1));
   }
 }
 
 template <int WT>
-DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t ldx, const void* panel,
-                             int64_t in, const float* bias, float* y, int64_t ldy, int valid) {
+DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, const void* panel,
+                             int64_t in, const float* bias, bool accumulate, float* y,
+                             int64_t ldy, int valid) {
   switch (rows) {
 #define DCF_CASE(n) \
-  case n: Block<n, WT>(x, ldx, panel, in, bias, y, ldy, valid); break;
+  case n: Block<n, WT>(x, xr, xk, panel, in, bias, accumulate, y, ldy, valid); break;
     DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6)
     DCF_CASE(7) DCF_CASE(8) DCF_CASE(9) DCF_CASE(10) DCF_CASE(11) DCF_CASE(12)
 #undef DCF_CASE
@@ -105,26 +113,61 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t ldx, const void* 
   }
 }
 
+// GotoBLAS-style blocking for more than one row: kRowBlock rows by kColumnBlock columns of
+// x packed k-major (in L2), every panel's slice of those columns multiplied into them (the
+// weights are streamed rows / kRowBlock times), partial sums accumulated in y. One row
+// (decode of one sequence) streams each panel once, all columns at a time.
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const bool pack = a.xpack != nullptr && a.rows > 1;
+  const int64_t kc_max = pack ? kColumnBlock : a.in;
   for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
     const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
-    for (int64_t p = p0; p < p1; ++p) {
-      const void* panel = w + p * a.in * kPanel * elem;
-      const int64_t o = p * kPanel;
-      const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
-      const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
-      // Rows in passes of 12, the remainder split evenly (e.g. 16 -> 8 + 8, not 12 + 4).
-      int64_t r = r0;
-      while (r < r1) {
-        const int64_t left = r1 - r;
-        const int64_t passes = (left + kRowsPerPass - 1) / kRowsPerPass;
-        const int n = static_cast<int>((left + passes - 1) / passes);
-        BlockAnyRows<WT>(n, a.x + r * a.ldx, a.ldx, panel, a.in, bias, a.y + r * a.ldy + o,
-                         a.ldy, valid);
-        r += n;
+    // Rows in passes of at most 12, the remainder split evenly (16 -> 8 + 8, not 12 + 4).
+    int64_t group_row[kRowBlock], group_n[kRowBlock];
+    int groups = 0;
+    for (int64_t r = r0; r < r1;) {
+      const int64_t left = r1 - r;
+      const int64_t passes = (left + kRowsPerPass - 1) / kRowsPerPass;
+      group_row[groups] = r;
+      group_n[groups] = (left + passes - 1) / passes;
+      r += group_n[groups++];
+    }
+    for (int64_t k0 = 0; k0 < a.in; k0 += kc_max) {
+      const int64_t kc = a.in - k0 < kc_max ? a.in - k0 : kc_max;
+      if (pack) {
+        // Each group's rows interleaved k-major ([kc][n]): the broadcasts of one column come
+        // from one cache line, not from n rows 4 KiB apart (which share an L1 set).
+        float* dst = a.xpack;
+        for (int g = 0; g < groups; ++g) {
+          const int64_t n = group_n[g];
+          for (int64_t j = 0; j < n; ++j) {
+            const float* src = a.x + (group_row[g] + j) * a.ldx + k0;
+            for (int64_t k = 0; k < kc; ++k) dst[k * n + j] = src[k];
+          }
+          dst += n * kc;
+        }
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        const void* panel = w + (p * a.in + k0) * kPanel * elem;
+        const int64_t o = p * kPanel;
+        const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+        const float* bias = a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr;
+        const float* packed = a.xpack;
+        for (int g = 0; g < groups; ++g) {
+          const int64_t r = group_row[g], n = group_n[g];
+          float* y = a.y + r * a.ldy + o;
+          if (pack) {
+            BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, bias, k0 > 0, y,
+                             a.ldy, valid);
+            packed += n * kc;
+          } else {
+            BlockAnyRows<WT>(static_cast<int>(n), a.x + r * a.ldx + k0, a.ldx, 1, panel, kc,
+                             bias, k0 > 0, y, a.ldy, valid);
+          }
+        }
       }
     }
   }

@@ -13,6 +13,8 @@ namespace {
 constexpr int kPanel = 32;
 // Rows per pass of the generic kernel: 4 x 32 accumulators fill the 16 AVX2 registers.
 constexpr int kGenericRows = 4;
+// Rows kept hot while a thread's panels pass over them (48 * in floats).
+constexpr int kGenericRowBlock = 48;
 
 // Writes column k of a panel (32 weights) as fp32 to w[32].
 struct WidenF32 {
@@ -70,8 +72,8 @@ template <typename Widen>
 DCF_ALWAYS_INLINE void Panels(const Widen& widen, int64_t elem, const PanelArgs& a, int64_t p0,
                               int64_t p1) {
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
-    const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kGenericRowBlock) {
+    const int64_t r1 = r0 + kGenericRowBlock < a.rows ? r0 + kGenericRowBlock : a.rows;
     for (int64_t p = p0; p < p1; ++p) {
       const void* panel = w + p * a.in * kPanel * elem;
       const int64_t o = p * kPanel;

@@ -25,6 +25,9 @@ struct PanelArgs {
   const float* bias = nullptr;  // [out] or null
   float* y = nullptr;           // [rows, out], row stride ldy
   int64_t ldy = 0;
+  // Scratch of kPackFloats floats the kernel may pack rows of x into (null: no packing).
+  // Per thread: each call writes it.
+  float* xpack = nullptr;
 };
 
 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
@@ -33,8 +36,11 @@ void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 
 // Rows of x one pass over a panel serves at most (the row block of each kernel).
 inline constexpr int kRowsPerPass = 12;
-// Rows of x kept hot while all panels of a thread pass over them: bounds the cache
-// footprint of large products (prefill) to about 48 * in * 4 bytes.
-inline constexpr int kRowBlock = 48;
+// Blocking of the AVX-512 kernel for more than one row: rows of x and columns (k) packed
+// together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
+inline constexpr int kRowBlock = 192;
+inline constexpr int kColumnBlock = 256;
+// Bytes of the per-thread pack buffer (PanelArgs::xpack).
+inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
 
 }  // namespace dcf::cpu::kernels

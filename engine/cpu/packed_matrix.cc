@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "engine/cpu/matmul_kernels.h"
 
@@ -135,15 +136,26 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   }
   const int64_t panels = w.num_panels();
   const int64_t threads = std::min<int64_t>(omp_get_max_threads(), panels);
+  // Each thread packs its own copy of the rows it multiplies (cheap next to the product).
+  const auto run = [&](int64_t p0, int64_t p1) {
+    kernels::PanelArgs mine = a;
+    if (rows > 1) {
+      thread_local std::vector<float> pack;
+      const size_t need = static_cast<size_t>(kernels::kPackFloats);
+      if (pack.size() < need) pack.resize(need);
+      mine.xpack = pack.data();
+    }
+    kernel(mine, p0, p1);
+  };
   if (threads <= 1 || omp_in_parallel() || rows * w.in() * w.out() < kMinParallelMacs) {
-    kernel(a, 0, panels);
+    run(0, panels);
     return;
   }
   // Contiguous panel ranges: each thread streams its own part of the matrix once.
 #pragma omp parallel num_threads(static_cast<int>(threads))
   {
     const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    kernel(a, panels * t / n, panels * (t + 1) / n);
+    run(panels * t / n, panels * (t + 1) / n);
   }
 }
 
