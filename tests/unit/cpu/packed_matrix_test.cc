@@ -153,7 +153,9 @@ TEST_P(PackedMatrixTest, LargeProductOnThreadsMatchesOneThread) {
   const auto [isa, dtype] = GetParam();
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-1, 1);
-  const int64_t out = 300, in = 257, rows = 53;  // > 48 rows: two row blocks
+  // > 192 rows and > 256 columns: two row blocks and two column blocks of the AVX-512
+  // kernel (partial sums accumulated in y), two row blocks of the generic one.
+  const int64_t out = 300, in = 257, rows = 197;
   const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
   const PackedMatrix m = PackedMatrix::FromRows(w.data(), dtype, out, in, dtype);
   std::vector<float> x(rows * in);
@@ -165,6 +167,21 @@ TEST_P(PackedMatrixTest, LargeProductOnThreadsMatchesOneThread) {
   }
   for (int64_t i = 0; i < rows * out; ++i) {
     ASSERT_NEAR(y[i], ref[i], 1e-4f) << i;
+  }
+  // And against the double reference, with a bias (added once, not per column block).
+  std::vector<float> bias(out);
+  for (float& b : bias) b = u(rng);
+  MatMul(x.data(), in, rows, m, bias.data(), y.data(), out, isa);
+  for (int64_t r = 0; r < rows; r += 7) {
+    for (int64_t o = 0; o < out; ++o) {
+      double want = bias[o], mag = std::abs(want);
+      for (int64_t k = 0; k < in; ++k) {
+        const double p = static_cast<double>(x[r * in + k]) * m.At(o, k);
+        want += p;
+        mag += std::abs(p);
+      }
+      ASSERT_NEAR(y[r * out + o], want, 1e-6 * mag + 1e-7) << r << "," << o;
+    }
   }
 }
 
