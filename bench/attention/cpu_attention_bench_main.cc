@@ -133,6 +133,7 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   in.q_stride = E;
   in.dw = dw.data();
   in.g = g.data();
+  in.g_stride = C * N;
   in.cache = {cache.data(), 1, 0, B};
 
   for (int i = 0; i < warmup; ++i) cpu::PagedAttention(in, out.data());

@@ -26,8 +26,10 @@ constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
 constexpr float kQkNormEps = 1e-6f;  // fixed by the reference, independent of norm_eps
 constexpr float kDynNormEps = 1e-6f;
-// Below these sizes an OpenMP fork/join costs more than the work it splits.
+// Below these sizes an OpenMP fork/join costs more than the work it splits (and on a busy
+// machine every join waits for a thread the scheduler may not run at once).
 constexpr int64_t kMinParallelTokens = 4;
+constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 
 // x[hd] <- x / sqrt(mean(x^2) + eps) * scale
 void HeadRmsNorm(float* x, const float* scale, int hd) {
@@ -91,16 +93,14 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     sampler_scratch_.resize(omp_get_max_threads());
     // The largest step's activations, so no step allocates (and the report below counts them).
     const int64_t T = limits.max_tokens, E = config_.dim, F = config_.intermediate_size;
-    const int64_t N = config_.n_head, K = config_.dynamic_hidden();
+    const int64_t N = config_.n_head;
     const int64_t rows = std::min<int64_t>(T, std::max(limits.max_seqs, limits.max_logit_rows));
     for (std::vector<float>* v : {&s_.x, &s_.a, &s_.y, &s_.o}) v->reserve(T * E);
-    s_.qkv.reserve(T * 3 * E);
-    s_.u.reserve(T * C * K);
+    s_.qkv.reserve(T * InProjWidth());
     s_.dw.reserve(T * C * 2 * kI * N);
-    s_.g.reserve(T * C * N);
     s_.rows.reserve(T * layout_.row_floats());
-    s_.ff1.reserve(T * F);
-    s_.ff3.reserve(T * F);
+    s_.up.reserve(T * 2 * F);
+    s_.act.reserve(T * F);
     s_.logits.reserve(rows * config_.vocab_size);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("cannot allocate the CPU backend's step workspace");
@@ -235,7 +235,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   using P = cpu::CpuStepProfile;
   cpu::PhaseTimer timer(&profile_);
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
-  const int64_t N = config_.n_head, K = config_.dynamic_hidden();
+  const int64_t N = config_.n_head;
   const int half = config_.rotary_dim / 2;
   const int64_t T = batch.num_tokens();
   const int S = batch.num_seqs();
@@ -257,13 +257,11 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   s.a.resize(T * E);
   s.y.resize(T * E);
   s.o.resize(T * E);
-  s.qkv.resize(T * 3 * E);
-  s.u.resize(T * C * K);
+  s.qkv.resize(T * InProjWidth());
   s.dw.resize(T * C * 2 * kI * N);
-  s.g.resize(T * C * N);
   s.rows.resize(T * layout_.row_floats());
-  s.ff1.resize(T * F);
-  s.ff3.resize(T * F);
+  s.up.resize(T * 2 * F);
+  s.act.resize(T * F);
   s.rope_cos.resize(T * half);
   s.rope_sin.resize(T * half);
 
@@ -327,6 +325,11 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   timer.Next(P::kLogits);
 }
 
+int64_t CpuBackend::InProjWidth() const {
+  return 3 * static_cast<int64_t>(config_.dim) +
+         C * (static_cast<int64_t>(config_.dynamic_hidden()) + config_.n_head);
+}
+
 void CpuBackend::AttentionLayer(int layer) {
   using P = cpu::CpuStepProfile;
   cpu::PhaseTimer timer(&profile_);
@@ -337,40 +340,40 @@ void CpuBackend::AttentionLayer(int layer) {
                 K = config_.dynamic_hidden();
   const int half = config_.rotary_dim / 2;
   const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
+  const int64_t ld = InProjWidth();  // per token: q | k | v | u [C, K] | G [C, N]
+  const int64_t u_off = 3 * E, g_off = 3 * E + C * K;
   const int row = layout_.row_floats();
 
-  // Projections for all tokens of the step at once.
-  cpu::MatMul(s.a.data(), E, T, L.wqkv, L.wqkv_b.f32_or_null(), s.qkv.data(), 3 * E);
-  timer.Next(P::kQkvProj);
-  cpu::MatMul(s.a.data(), E, T, L.dw1, nullptr, s.u.data(), C * K);
-  cpu::MatMul(s.a.data(), E, T, L.dd, nullptr, s.g.data(), C * N);
-  for (int64_t i = 0; i < T * C * K; ++i) s.u[i] = cpu::GeluErf(s.u[i]);
-  for (int c = 0; c < C; ++c) {
-    // w[t, c, :, :] = u[t, c, :] @ qkw[c]   ([K] x [K, 2I*N])
-    cpu::MatMul(s.u.data() + c * K, C * K, T, L.qkw[c], nullptr, s.dw.data() + c * W2I, C * W2I);
-  }
+  // One product for q, k, v and the dynamic-weight projections of every token.
+  cpu::MatMul(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld);
+  timer.Next(P::kInProj);
+
+  // Per token: the dynamic weights (gelu, the qkw products, tanh, W1 normalised over
+  // heads), qk-norm and RoPE, and the fresh cache row.
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
   for (int64_t t = 0; t < T; ++t) {
-    float* gt = &s.g[t * C * N];
+    float* tok = &s.qkv[t * ld];
+    float* u = tok + u_off;
+    for (int64_t i = 0; i < C * K; ++i) u[i] = cpu::GeluErf(u[i]);
+    float* dw = &s.dw[t * C * W2I];
+    for (int c = 0; c < C; ++c) {
+      // w[c, :, :] = u[c, :] @ qkw[c]   ([K] x [K, 2I*N])
+      cpu::MatMul(u + c * K, K, 1, L.qkw[c], nullptr, dw + c * W2I, W2I);
+    }
+    float* gt = tok + g_off;
     for (int64_t i = 0; i < C * N; ++i) gt[i] = std::tanh(gt[i]);
     for (int c = 0; c < C; ++c) {
       for (int i = 0; i < kI; ++i) {  // normalise W1 over heads (no scale)
-        float* w1 = &s.dw[((t * C + c) * 2 * kI + i) * N];
+        float* w1 = dw + (c * 2 * kI + i) * N;
         float ss = 0;
         for (int64_t n = 0; n < N; ++n) ss += w1[n] * w1[n];
         const float inv = 1.0f / std::sqrt(ss / N + kDynNormEps);
         for (int64_t n = 0; n < N; ++n) w1[n] *= inv;
       }
     }
-  }
-  timer.Next(P::kDynWeights);
-
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* gt = &s.g[t * C * N];
-    float* q = &s.qkv[t * 3 * E];
-    float* k = q + E;
-    const float* v = q + 2 * E;
+    float* q = tok;
+    float* k = tok + E;
+    const float* v = tok + 2 * E;
     for (int64_t n = 0; n < N; ++n) {
       if (config_.use_qk_norm) {
         HeadRmsNorm(q + n * hd, L.q_norm.f32(), hd);
@@ -385,11 +388,11 @@ void CpuBackend::AttentionLayer(int layer) {
     for (int b = 0; b < 2; ++b) {
       const int c = 2 * b + 1;  // key-side branches: 1 (pre), 3 (post)
       float* dst = r + layout_.branch_offset(b);
-      std::memcpy(dst, &s.dw[(t * C + c) * W2I], sizeof(float) * W2I);
+      std::memcpy(dst, dw + c * W2I, sizeof(float) * W2I);
       std::memcpy(dst + W2I, &gt[c * N], sizeof(float) * N);
     }
   }
-  timer.Next(P::kQkRope);
+  timer.Next(P::kPerToken);
 
   const LayerGroup group = config_.GroupOf(layer);
   const int gi = static_cast<int>(group);
@@ -410,9 +413,10 @@ void CpuBackend::AttentionLayer(int layer) {
   in.num_tokens = T;
   in.rows = s.rows.data();
   in.q = s.qkv.data();
-  in.q_stride = 3 * E;
+  in.q_stride = ld;
   in.dw = s.dw.data();
-  in.g = s.g.data();
+  in.g = s.qkv.data() + g_off;
+  in.g_stride = ld;
   in.cache = {cache_[gi].data(), layers_in_group_[gi], config_.IndexInGroup(layer),
               cache_shape_.block_size};
   cpu::PagedAttentionTimes times;
@@ -431,20 +435,22 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
-  if (config_.architecture == Architecture::kDcPythia) {
-    cpu::MatMul(h, E, T, L.w1, L.w1_b.f32_or_null(), s.ff1.data(), F);
-    timer.Next(P::kFfnMatMul);
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-    for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::GeluErf(s.ff1[i]);
-  } else {
-    cpu::MatMul(h, E, T, L.w1, nullptr, s.ff1.data(), F);
-    cpu::MatMul(h, E, T, L.w3, nullptr, s.ff3.data(), F);
-    timer.Next(P::kFfnMatMul);
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-    for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::Silu(s.ff1[i]) * s.ff3[i];
+  const int64_t up = L.up.out();  // 2F: [w1 h | w3 h] per token (dcformer), or F
+  cpu::MatMul(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up);
+  timer.Next(P::kFfnMatMul);
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+#pragma omp parallel for schedule(static) if (T * F >= kMinParallelElements)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* u = &s.up[t * up];
+    float* a = &s.act[t * F];
+    if (pythia) {
+      for (int64_t f = 0; f < F; ++f) a[f] = cpu::GeluErf(u[f]);
+    } else {
+      for (int64_t f = 0; f < F; ++f) a[f] = cpu::Silu(u[f]) * u[F + f];
+    }
   }
   timer.Next(P::kFfnAct);
-  cpu::MatMul(s.ff1.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
+  cpu::MatMul(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
   timer.Next(P::kFfnMatMul);
 }
 

@@ -65,6 +65,8 @@ class CpuBackend final : public Backend {
   // s_.logits ([rows, vocab]).
   void Forward(const StepBatch& batch, const std::vector<int64_t>& rows);
   void AttentionLayer(int layer);
+  // Floats per token of the attention input projection: 3E + C*K + C*N.
+  int64_t InProjWidth() const;
   void FeedForward(int layer, const float* h, float* out);
   void Sample(const StepBatch& batch, const std::vector<int64_t>& last_row_index);
 
@@ -89,13 +91,12 @@ class CpuBackend final : public Backend {
     std::vector<int32_t> seq_of;               // [T]
     std::vector<int64_t> pos;                  // [T]
     std::vector<float> x, a, y;                // [T, E]
-    std::vector<float> qkv;                    // [T, 3E]
-    std::vector<float> u;                      // [T, C*K]
+    std::vector<float> qkv;                    // [T, 3E + C*K + C*N] a in_proj^T
     std::vector<float> dw;                     // [T, C, 2I, N]
-    std::vector<float> g;                      // [T, C*N]
     std::vector<float> rows;                   // [T, row]  fresh K | V | key terms
     std::vector<float> o;                      // [T, E]
-    std::vector<float> ff1, ff3;               // [T, F]
+    std::vector<float> up;                     // [T, 2F] (dcformer) or [T, F]
+    std::vector<float> act;                    // [T, F]
     std::vector<float> rope_cos, rope_sin;     // [T, r/2]
     std::vector<float> logits;                 // [rows, V]
   } s_;

@@ -13,9 +13,8 @@ struct CpuStepProfile {
   enum Phase {
     kEmbed,        // embedding rows, RoPE angles
     kNorm,         // attention / ffn / final norms
-    kQkvProj,      // a wqkv^T
-    kDynWeights,   // DCMHA dynamic weights: dw1, dd, qkw products, gelu, tanh, W1 norm
-    kQkRope,       // qk-norm, RoPE, fresh cache rows
+    kInProj,       // a [wqkv; dw1; dd]^T: q, k, v and the dynamic-weight projections
+    kPerToken,     // per token: gelu, qkw products, tanh, W1 norm, qk-norm, RoPE, cache row
     kCacheWrite,   // rows copied into the paged cache, key segments
     kAttention,    // scores, pre-compose, softmax, post-compose, values
     kOutProj,      // o wo^T
@@ -32,9 +31,8 @@ struct CpuStepProfile {
 
   static const char* Name(int phase) {
     static constexpr const char* kNames[kNumPhases] = {
-        "embed",     "norm",     "qkv_proj", "dyn_weights", "qk_norm_rope", "cache_write",
-        "attention", "out_proj", "ffn_gemm", "ffn_act",     "residual",     "logits",
-        "sample"};
+        "embed",    "norm",     "in_proj",  "dyn_w+qk_rope", "cache_write", "attention",
+        "out_proj", "ffn_gemm", "ffn_act",  "residual",      "logits",      "sample"};
     return kNames[phase];
   }
   double Total() const {

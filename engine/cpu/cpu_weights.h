@@ -15,20 +15,25 @@
 
 namespace dcf::cpu {
 
+// Matrices that read the same input are concatenated, so one product (one pass of the
+// threads) computes them all: the attention input projection [wqkv; dw1; dd] and, for
+// dcformer, the FFN's [w1; w3].
 struct CpuLayerWeights {
-  PackedMatrix wqkv;  // y = a wqkv^T: [3E, E]
-  PackedMatrix wo;    // [E, E]
-  PackedMatrix dw1;   // [C*K, E] (file [E, 1, C, K] transposed by packing)
-  PackedMatrix dd;    // [C*N, E] (file [E, 1, C*N])
+  // a in_proj^T = [q | k | v | dw1 (u before gelu) | dd (G before tanh)] per token:
+  // [3E + C*K + C*N, E] (dw1 and dd transposed from their file layouts [E, 1, C, K] and
+  // [E, 1, C*N]).
+  PackedMatrix in_proj;
+  PackedMatrix wo;  // [E, E]
   std::array<PackedMatrix, ModelConfig::kComposeBranches> qkw;  // [2I*N, K] per branch c
-  PackedMatrix w1, w3, w2;  // [F, E], [F, E] (dcformer), [E, F]
+  PackedMatrix up;  // dcformer: [w1; w3] [2F, E]; dcpythia: w1 [F, E]
+  PackedMatrix w2;  // [E, F]
   // fp32 vectors; empty when the architecture has none.
   Tensor attention_norm_w, attention_norm_b, ffn_norm_w, ffn_norm_b;  // [E]
-  Tensor wqkv_b;                                                       // [3E]
-  Tensor wo_b;                                                         // [E]
-  Tensor q_norm, k_norm;                                               // [hd]
-  Tensor w1_b;                                                         // [F]
-  Tensor w2_b;                                                         // [E]
+  Tensor in_proj_b;  // [3E + C*K + C*N]: the wqkv bias, zeros after it
+  Tensor wo_b;       // [E]
+  Tensor q_norm, k_norm;  // [hd]
+  Tensor up_b;       // [F] (dcpythia's w1 bias)
+  Tensor w2_b;       // [E]
 };
 
 struct CpuWeights {
@@ -36,7 +41,7 @@ struct CpuWeights {
   std::vector<CpuLayerWeights> layers;
   Tensor norm_w, norm_b;  // [E] fp32
   PackedMatrix output;    // [V, E]
-  DType matrix_dtype = DType::kF32;  // dtype of the layer matrices (layer 0's wqkv)
+  DType matrix_dtype = DType::kF32;  // dtype of the layer matrices (layer 0's in_proj)
 
   // Bytes of the weights one decode step reads: every matrix and vector, one embedding row.
   size_t BytesReadPerToken() const;

@@ -39,28 +39,35 @@ int Slot(DType dtype, int j) {
 
 void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
 
-template <typename Get>
-PackedMatrix PackedMatrix::Pack(int64_t out, int64_t in, DType src, DType dtype, Get&& index) {
+PackedMatrix PackedMatrix::Concat(const std::vector<Source>& sources, int64_t in,
+                                  DType dtype) {
   PackedMatrix m;
+  int64_t out = 0;
+  for (const Source& src : sources) out += src.rows;
+  if (out == 0 || in == 0) return m;
   m.in_ = in;
   m.out_ = out;
   m.dtype_ = dtype;
-  if (out == 0 || in == 0) {
-    m.out_ = 0;
-    return m;
-  }
   const size_t bytes = (m.nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
   if (p == nullptr) throw std::bad_alloc();
   m.data_.reset(static_cast<uint8_t*>(p));
+  // Output row -> (source, row within it).
+  std::vector<int> source_of(out);
+  std::vector<int64_t> row_in(out);
+  for (int64_t o = 0, i = 0; i < static_cast<int64_t>(sources.size()); ++i) {
+    for (int64_t r = 0; r < sources[i].rows; ++r, ++o) {
+      source_of[o] = static_cast<int>(i);
+      row_in[o] = r;
+    }
+  }
   const int64_t panels = m.num_panels();
 #pragma omp parallel for schedule(static)
   for (int64_t pi = 0; pi < panels; ++pi) {
-    for (int64_t k = 0; k < in; ++k) {
-      const int64_t base = (pi * in + k) * kPanel;
-      for (int j = 0; j < kPanel; ++j) {
-        const int64_t o = pi * kPanel + j;
-        const int64_t dst = base + Slot(dtype, j);
+    for (int j = 0; j < kPanel; ++j) {
+      const int64_t o = pi * kPanel + j;
+      for (int64_t k = 0; k < in; ++k) {
+        const int64_t dst = (pi * in + k) * kPanel + Slot(dtype, j);
         if (o >= out) {  // padding outputs: zero weights
           if (dtype == DType::kF32) {
             static_cast<float*>(p)[dst] = 0;
@@ -69,13 +76,14 @@ PackedMatrix PackedMatrix::Pack(int64_t out, int64_t in, DType src, DType dtype,
           }
           continue;
         }
-        const int64_t i = index(o, k);
+        const Source& src = sources[source_of[o]];
+        const int64_t i = src.columns ? k * src.ld + row_in[o] : row_in[o] * src.ld + k;
         if (dtype == DType::kF32) {
-          static_cast<float*>(p)[dst] = ToFloat(index.data, src, i);
-        } else if (src == dtype) {  // same 16-bit dtype: copy the bits
-          static_cast<uint16_t*>(p)[dst] = static_cast<const uint16_t*>(index.data)[i];
+          static_cast<float*>(p)[dst] = ToFloat(src.data, src.dtype, i);
+        } else if (src.dtype == dtype) {  // same 16-bit dtype: copy the bits
+          static_cast<uint16_t*>(p)[dst] = static_cast<const uint16_t*>(src.data)[i];
         } else {
-          static_cast<uint16_t*>(p)[dst] = NarrowBits(ToFloat(index.data, src, i), dtype);
+          static_cast<uint16_t*>(p)[dst] = NarrowBits(ToFloat(src.data, src.dtype, i), dtype);
         }
       }
     }
@@ -83,27 +91,21 @@ PackedMatrix PackedMatrix::Pack(int64_t out, int64_t in, DType src, DType dtype,
   return m;
 }
 
-namespace {
-struct RowIndex {
-  const void* data;
-  int64_t in;
-  int64_t operator()(int64_t o, int64_t k) const { return o * in + k; }
-};
-struct ColumnIndex {
-  const void* data;
-  int64_t ld;
-  int64_t operator()(int64_t o, int64_t k) const { return k * ld + o; }
-};
-}  // namespace
+DType PackedMatrix::CommonDType(const std::vector<Source>& sources) {
+  for (const Source& s : sources) {
+    if (s.dtype != sources.front().dtype) return DType::kF32;
+  }
+  return sources.empty() ? DType::kF32 : sources.front().dtype;
+}
 
 PackedMatrix PackedMatrix::FromRows(const void* w, DType src, int64_t out, int64_t in,
                                     DType dtype) {
-  return Pack(out, in, src, dtype, RowIndex{w, in});
+  return Concat({Source{w, src, out, false, in}}, in, dtype);
 }
 
 PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int64_t out,
                                        int64_t ld, DType dtype) {
-  return Pack(out, in, src, dtype, ColumnIndex{w, ld});
+  return Concat({Source{w, src, out, true, ld}}, in, dtype);
 }
 
 float PackedMatrix::At(int64_t o, int64_t k) const {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/weights/dtype.h"
@@ -40,6 +41,21 @@ class PackedMatrix {
   static PackedMatrix FromColumns(const void* w, DType src, int64_t in, int64_t out, int64_t ld,
                                   DType dtype);
 
+  // A block of consecutive output rows of a concatenated matrix.
+  struct Source {
+    const void* data = nullptr;
+    DType dtype = DType::kF32;
+    int64_t rows = 0;       // output rows it contributes
+    bool columns = false;   // element (o, k) at data[k * ld + o], else data[o * ld + k]
+    int64_t ld = 0;
+  };
+  // The sources' rows one after the other, all with `in` columns: one product computes
+  // several matrices that read the same x (e.g. q, k, v and the dynamic-weight projections).
+  static PackedMatrix Concat(const std::vector<Source>& sources, int64_t in, DType dtype);
+  // The dtype Concat should keep for `sources`: theirs when they agree, else F32 (widening
+  // is exact).
+  static DType CommonDType(const std::vector<Source>& sources);
+
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   DType dtype() const { return dtype_; }
@@ -57,8 +73,6 @@ class PackedMatrix {
   struct Free {
     void operator()(void* p) const;
   };
-  template <typename Get>
-  static PackedMatrix Pack(int64_t out, int64_t in, DType src, DType dtype, Get&& get_bits);
 
   int64_t in_ = 0, out_ = 0;
   DType dtype_ = DType::kF32;

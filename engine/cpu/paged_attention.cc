@@ -75,9 +75,9 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
       QueryInputs qi;
       qi.q = in.q + t * in.q_stride;
       qi.pre_w = &in.dw[(t * C + 0) * W2I];
-      qi.pre_g = &in.g[(t * C + 0) * N];
+      qi.pre_g = &in.g[t * in.g_stride + 0 * N];
       qi.post_w = &in.dw[(t * C + 2) * W2I];
-      qi.post_g = &in.g[(t * C + 2) * N];
+      qi.post_g = &in.g[t * in.g_stride + 2 * N];
       qi.compose = in.compose;
       const int64_t pos = in.positions[t];
       AttendOne(layout, qi, segments[in.seq_of[t]], FirstKeptPosition(window, pos), pos,

@@ -51,7 +51,8 @@ struct PagedAttentionInputs {
   const float* q = nullptr;                   // [T, *] row stride q_stride, [N, hd] each
   int64_t q_stride = 0;
   const float* dw = nullptr;                  // [T, C, 2I, N] dynamic W1 | W2 per branch
-  const float* g = nullptr;                   // [T, C, N] dynamic G per branch
+  const float* g = nullptr;                   // [T, *] row stride g_stride, [C, N] each:
+  int64_t g_stride = 0;                       //   dynamic G per branch
   PagedCacheView cache;
 };
 
