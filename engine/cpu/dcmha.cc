@@ -56,7 +56,7 @@ int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys) {
 void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
                absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
                float* out, Isa isa) {
-  if (SupportedIsa(isa) == Isa::kAvx512) {
+  if (SupportedIsa(isa) == Isa::kAvx512 && kernels::AttendOneAvx512Supports(layout)) {
     kernels::AttendOneAvx512(layout, qi, segments.data(), static_cast<int>(segments.size()), lo,
                              hi, scratch, out);
     return;

@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "engine/cpu/dcmha_kernels.h"
 #include "engine/model/model_config.h"
@@ -66,24 +65,33 @@ DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
 }
 
-// <a[N], s[NP]> where a has exactly N entries (masked loads past them).
-DCF_AVX512_INLINE float Dot(const float* a, const float* s, int N) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int c = 0; c < N; c += 16) {
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(TailMask(N - c), a + c), _mm512_loadu_ps(s + c),
-                          acc);
-  }
-  return _mm512_reduce_add_ps(acc);
+// Lanes 0..3 of the result: the sums of a, b, c and d.
+DCF_AVX512_INLINE __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  // Per 128-bit lane: partial sums of a, b, c, d.
+  __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xee));
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0x4e));
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0xb1));
+  return _mm512_castps512_ps128(u);
 }
 
-// Compose (dcmha.h) of s[NP] in place; q/k terms as in Compose, N entries each.
+// Compose (dcmha.h) of s[NP] in place; q/k terms as in Compose, N entries each (masked
+// loads past them). kRank == 2: the four rank dot products are folded together.
 DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg, const float* kw,
                                       const float* kg, float* s) {
-  float qa[kRank], ka[kRank];
-  for (int i = 0; i < kRank; ++i) {
-    qa[i] = Dot(qw + i * N, s, N);
-    ka[i] = Dot(kw + i * N, s, N);
+  static_assert(kRank == 2, "the dot products are folded four at a time");
+  __m512 dq0 = _mm512_setzero_ps(), dq1 = dq0, dk0 = dq0, dk1 = dq0;
+  for (int c = 0; c < N; c += 16) {
+    const __mmask16 m = TailMask(N - c);
+    const __m512 sv = _mm512_loadu_ps(s + c);
+    dq0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qw + c), sv, dq0);
+    dq1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qw + N + c), sv, dq1);
+    dk0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kw + c), sv, dk0);
+    dk1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kw + N + c), sv, dk1);
   }
+  alignas(16) float d[4];  // <W1q[0], s>, <W1q[1], s>, <W1k[0], s>, <W1k[1], s>
+  _mm_store_ps(d, Reduce4(dq0, dq1, dk0, dk1));
   const float* q2 = qw + kRank * N;
   const float* k2 = kw + kRank * N;
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -93,10 +101,10 @@ DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg, c
     const __m512 g = _mm512_add_ps(_mm512_add_ps(one, _mm512_maskz_loadu_ps(m, qg + c)),
                                    _mm512_maskz_loadu_ps(m, kg + c));
     __m512 v = _mm512_mul_ps(sv, g);
-    for (int i = 0; i < kRank; ++i) {
-      v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + i * N + c), _mm512_set1_ps(qa[i]), v);
-      v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + i * N + c), _mm512_set1_ps(ka[i]), v);
-    }
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + c), _mm512_set1_ps(d[0]), v);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + N + c), _mm512_set1_ps(d[1]), v);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + c), _mm512_set1_ps(d[2]), v);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + N + c), _mm512_set1_ps(d[3]), v);
     _mm512_storeu_ps(s + c, _mm512_maskz_mov_ps(m, v));  // padding heads stay 0
   }
 }
@@ -128,28 +136,72 @@ DCF_AVX512_INLINE void Scores(const float* q, const float* k, int N, int hd, flo
   }
 }
 
-// out[N, hd] += p[n] * v[N, hd]
-DCF_AVX512_INLINE void AccumulateValues(const float* p, const float* v, int N, int hd,
-                                        float* out) {
-  const __mmask16 dtail = TailMask(hd % 16 == 0 ? 16 : hd % 16);
-  const int full = hd % 16 == 0 ? hd : hd - hd % 16;
-  for (int n = 0; n < N; ++n) {
-    const __m512 w = _mm512_set1_ps(p[n]);
-    const float* vn = v + n * hd;
-    float* on = out + n * hd;
-    int d = 0;
-    for (; d + 16 <= full; d += 16) {
-      _mm512_storeu_ps(on + d, _mm512_fmadd_ps(w, _mm512_loadu_ps(vn + d), _mm512_loadu_ps(on + d)));
+// out[n, :] = sum over the keys of P[j][n] * v_j[n, :] for heads [n0, n0 + G), each head's
+// HC vectors of 16 (the last masked) held in registers across all keys: the value rows are
+// read once per head group, and `out` is written once.
+template <int HC>
+DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment* segments,
+                                    int num_segments, int64_t lo, int64_t hi, const float* P,
+                                    int NP, int n0, int G, float* out) {
+  constexpr int kMaxG = 16 / HC;
+  const int hd = layout.head_dim;
+  const __mmask16 dtail = TailMask(hd - (HC - 1) * 16);
+  __m512 acc[kMaxG][HC];
+#pragma GCC unroll 16
+  for (int h = 0; h < kMaxG; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < HC; ++c) acc[h][c] = _mm512_setzero_ps();
+  }
+  for (int si = 0; si < num_segments; ++si) {
+    const KeySegment& seg = segments[si];
+    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
+    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
+    for (int64_t p = begin; p < end; ++p) {
+      const float* v = seg.rows + (p - seg.pos0) * seg.stride + layout.v_offset() + n0 * hd;
+      const float* pj = P + (p - lo) * NP + n0;
+#pragma GCC unroll 16
+      for (int h = 0; h < kMaxG; ++h) {
+        if (h >= G) break;
+        const __m512 w = _mm512_set1_ps(pj[h]);
+#pragma GCC unroll 8
+        for (int c = 0; c < HC; ++c) {
+          const __m512 vv = c == HC - 1 ? _mm512_maskz_loadu_ps(dtail, v + h * hd + c * 16)
+                                        : _mm512_loadu_ps(v + h * hd + c * 16);
+          acc[h][c] = _mm512_fmadd_ps(w, vv, acc[h][c]);
+        }
+      }
     }
-    if (d < hd) {
-      _mm512_mask_storeu_ps(on + d, dtail,
-                            _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(dtail, vn + d),
-                                            _mm512_maskz_loadu_ps(dtail, on + d)));
+  }
+#pragma GCC unroll 16
+  for (int h = 0; h < kMaxG; ++h) {
+    if (h >= G) break;
+#pragma GCC unroll 8
+    for (int c = 0; c < HC; ++c) {
+      if (c == HC - 1) {
+        _mm512_mask_storeu_ps(out + (n0 + h) * hd + c * 16, dtail, acc[h][c]);
+      } else {
+        _mm512_storeu_ps(out + (n0 + h) * hd + c * 16, acc[h][c]);
+      }
     }
   }
 }
 
+template <int HC>
+DCF_AVX512 void AccumulateValues(const KvRowLayout& layout, const KeySegment* segments,
+                                 int num_segments, int64_t lo, int64_t hi, const float* P,
+                                 int NP, float* out) {
+  constexpr int kMaxG = 16 / HC;
+  for (int n0 = 0; n0 < layout.n_head; n0 += kMaxG) {
+    const int G = layout.n_head - n0 < kMaxG ? layout.n_head - n0 : kMaxG;
+    AccumulateHeadGroup<HC>(layout, segments, num_segments, lo, hi, P, NP, n0, G, out);
+  }
+}
+
 }  // namespace
+
+bool AttendOneAvx512Supports(const KvRowLayout& layout) {
+  return layout.head_dim <= 128;
+}
 
 DCF_AVX512 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi,
                                 const KeySegment* segments, int num_segments, int64_t lo,
@@ -188,22 +240,31 @@ DCF_AVX512 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi
     _mm512_store_ps(inv + c, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
   }
 
-  // Pass 2: normalise, post-compose and accumulate values.
-  std::memset(out, 0, sizeof(float) * N * hd);
+  // Pass 2: normalise and post-compose every key's probabilities, then accumulate values.
   for (int si = 0; si < num_segments; ++si) {
     const KeySegment& seg = segments[si];
     const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
     const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
     for (int64_t p = begin; p < end; ++p) {
-      const float* row = seg.rows + (p - seg.pos0) * seg.stride;
       float* s = S + (p - lo) * NP;
       for (int c = 0; c < NP; c += 16) {
         _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_load_ps(inv + c)));
       }
-      const float* kt = row + layout.branch_offset(1);
-      if (qi.compose) ComposeInPlace(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
-      AccumulateValues(s, row + layout.v_offset(), N, hd, out);
+      if (qi.compose) {
+        const float* kt = seg.rows + (p - seg.pos0) * seg.stride + layout.branch_offset(1);
+        ComposeInPlace(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
+      }
     }
+  }
+  switch ((hd + 15) / 16) {
+    case 1: AccumulateValues<1>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 2: AccumulateValues<2>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 3: AccumulateValues<3>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 4: AccumulateValues<4>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 5: AccumulateValues<5>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 6: AccumulateValues<6>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 7: AccumulateValues<7>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    default: AccumulateValues<8>(layout, segments, num_segments, lo, hi, S, NP, out); break;
   }
 }
 

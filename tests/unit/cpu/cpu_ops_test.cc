@@ -204,7 +204,7 @@ TEST(AttendOneTest, VectorisedMatchesPortable) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const int N : {1, 8, 16, 20, 32}) {
-    for (const int hd : {1, 8, 16, 20, 64, 80}) {
+    for (const int hd : {1, 8, 16, 20, 64, 80, 128}) {
       const KvRowLayout layout(N, hd);
       const int row = layout.row_floats();
       const int P = 37;
