@@ -37,42 +37,23 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
 
 // y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias).
 // x[r][k] is at x[r * xr + k * xk]: rows of the caller's matrix (xr = ldx, xk = 1) or a
-// packed group (xr = 1, xk = MR).
-// With `accumulate` the products are added to y (a later k block), else y = products + bias.
+// packed group (xr = 1, xk = MR). With `accumulate` the products are added to y (a later
+// column block), else y = products + bias. Every row accumulates its columns in order into
+// its own registers whatever MR is, so a row's result does not depend on the batch.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
                       const float* bias, bool accumulate, float* y, int64_t ldy, int valid) {
-  // FMA latency is 4 cycles at one zmm FMA per cycle: one or two rows alone would leave the
-  // pipe idle, so they accumulate even and odd columns separately.
-  constexpr int U = MR <= 2 ? 2 : 1;
-  __m512 a0[U][MR], a1[U][MR];
+  __m512 a0[MR], a1[MR];
 #pragma GCC unroll 16
-  for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) a0[u][r] = a1[u][r] = _mm512_setzero_ps();
-  }
-  int64_t k = 0;
-  for (; k + U <= in; k += U) {
-#pragma GCC unroll 2
-    for (int u = 0; u < U; ++u) {
-      __m512 w0, w1;
-      LoadColumn<WT>(panel, k + u, &w0, &w1);
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const __m512 b = _mm512_set1_ps(x[r * xr + (k + u) * xk]);
-        a0[u][r] = _mm512_fmadd_ps(b, w0, a0[u][r]);
-        a1[u][r] = _mm512_fmadd_ps(b, w1, a1[u][r]);
-      }
-    }
-  }
-  for (; k < in; ++k) {
+  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < in; ++k) {
     __m512 w0, w1;
     LoadColumn<WT>(panel, k, &w0, &w1);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
-      a0[0][r] = _mm512_fmadd_ps(b, w0, a0[0][r]);
-      a1[0][r] = _mm512_fmadd_ps(b, w1, a1[0][r]);
+      a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
+      a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
     }
   }
   const __mmask16 m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
@@ -85,17 +66,12 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
   }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
-    __m512 v0 = a0[0][r], v1 = a1[0][r];
-    if constexpr (U == 2) {
-      v0 = _mm512_add_ps(v0, a0[1][r]);
-      v1 = _mm512_add_ps(v1, a1[1][r]);
-    }
     if (accumulate) {
       b0 = _mm512_maskz_loadu_ps(m0, y + r * ldy);
       b1 = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
     }
-    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(v0, b0));
-    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(v1, b1));
+    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], b0));
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], b1));
   }
 }
 
@@ -113,16 +89,31 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
   }
 }
 
-// GotoBLAS-style blocking for more than one row: kRowBlock rows by kColumnBlock columns of
-// x packed k-major (in L2), every panel's slice of those columns multiplied into them (the
-// weights are streamed rows / kRowBlock times), partial sums accumulated in y. One row
-// (decode of one sequence) streams each panel once, all columns at a time.
+// Columns (k) in blocks of kColumnBlock for every row count, partial sums added to y in
+// order, so each row's arithmetic is the same in a batch of 1 or of 200.
+// One row (decode of one sequence): each panel streamed once, its column blocks in turn.
+// More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
+// k-major (in L2) while every panel's slice of those columns passes over them (the weights
+// are streamed rows / kRowBlock times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const bool pack = a.xpack != nullptr && a.rows > 1;
-  const int64_t kc_max = pack ? kColumnBlock : a.in;
+  if (a.rows == 1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t o = p * kPanel;
+      const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+      for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
+        const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
+        const void* panel = w + (p * a.in + k0) * kPanel * elem;
+        Block<1, WT>(a.x + k0, 0, 1, panel, kc,
+                     a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr, k0 > 0, a.y + o, 0,
+                     valid);
+      }
+    }
+    return;
+  }
+  const bool pack = a.xpack != nullptr;
   for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
     const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
     // Rows in passes of at most 12, the remainder split evenly (16 -> 8 + 8, not 12 + 4).
@@ -135,8 +126,8 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
       group_n[groups] = (left + passes - 1) / passes;
       r += group_n[groups++];
     }
-    for (int64_t k0 = 0; k0 < a.in; k0 += kc_max) {
-      const int64_t kc = a.in - k0 < kc_max ? a.in - k0 : kc_max;
+    for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
+      const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
       if (pack) {
         // Each group's rows interleaved k-major ([kc][n]): the broadcasts of one column come
         // from one cache line, not from n rows 4 KiB apart (which share an L1 set).
