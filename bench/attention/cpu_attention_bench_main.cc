@@ -29,6 +29,7 @@
 #include "bench/attention/attention_report.h"
 #include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/large_buffer.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/model/model_config.h"
 
@@ -98,8 +99,11 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
     for (float& x : v) x = scale * u(rng);
   };
   // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq).
-  std::vector<float> cache(static_cast<size_t>(S) * blocks_per_seq * B * row);
-  fill(cache, 0.5f);  // decode: the cached positions' rows
+  // Allocated as the backend allocates its cache (huge pages).
+  const size_t cache_floats = static_cast<size_t>(S) * blocks_per_seq * B * row;
+  cpu::LargeBuffer cache_buffer(cache_floats * sizeof(float));
+  float* cache = static_cast<float*>(cache_buffer.data());
+  for (size_t i = 0; i < cache_floats; ++i) cache[i] = 0.5f * u(rng);  // decode: cached rows
   std::vector<int32_t> tables(static_cast<size_t>(S) * blocks_per_seq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
   std::vector<cpu::PagedSequence> seqs(S);
@@ -134,7 +138,7 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   in.dw = dw.data();
   in.g = g.data();
   in.g_stride = C * N;
-  in.cache = {cache.data(), 1, 0, B};
+  in.cache = {cache, 1, 0, B};
 
   for (int i = 0; i < warmup; ++i) cpu::PagedAttention(in, out.data());
   const auto t0 = std::chrono::steady_clock::now();
@@ -150,7 +154,7 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   r.kv_bytes_read = static_cast<double>(pairs) * row * sizeof(float);
   const int64_t max_keys = window > 0 ? std::min(end, window) : end;
   r.bytes = static_cast<int64_t>(sizeof(float)) *
-                static_cast<int64_t>(cache.size() + rows.size() + q.size() + dw.size() +
+                static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() +
                                      g.size() + out.size()) +
             static_cast<int64_t>(sizeof(int32_t) * (tables.size() + seq_of.size())) +
             static_cast<int64_t>(sizeof(int64_t) * positions.size()) +

@@ -139,16 +139,17 @@ absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     const size_t floats = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) /
                           sizeof(float) * static_cast<size_t>(shape.num_blocks[g]);
-    cache_[g].clear();
-    cache_[g].shrink_to_fit();
-    try {  // std::vector reports allocation failure by exception; turn it into a Status
-      cache_[g].resize(floats);
+    cache_[g] = cpu::LargeBuffer();
+    try {  // allocation failure is reported by exception; turn it into a Status
+      cache_[g] = cpu::LargeBuffer(floats * sizeof(float));
     } catch (const std::bad_alloc&) {
-      cache_[0].clear();
-      cache_[1].clear();
+      cache_[0] = cpu::LargeBuffer();
+      cache_[1] = cpu::LargeBuffer();
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", floats * sizeof(float), " bytes of KV cache"));
     }
+    // Touch it now, so the memory is the process's from the start (as Prepare counted it).
+    std::memset(cache_[g].data(), 0, cache_[g].size());
   }
   cache_shape_ = shape;
   return absl::OkStatus();
@@ -417,7 +418,8 @@ void CpuBackend::AttentionLayer(int layer) {
   in.dw = s.dw.data();
   in.g = s.qkv.data() + g_off;
   in.g_stride = ld;
-  in.cache = {cache_[gi].data(), layers_in_group_[gi], config_.IndexInGroup(layer),
+  in.cache = {static_cast<float*>(cache_[gi].data()), layers_in_group_[gi],
+              config_.IndexInGroup(layer),
               cache_shape_.block_size};
   cpu::PagedAttentionTimes times;
   cpu::PagedAttention(in, s.o.data(), &times);

@@ -13,6 +13,7 @@
 
 #include "engine/cpu/cpu_profile.h"
 #include "engine/cpu/cpu_weights.h"
+#include "engine/cpu/large_buffer.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/model/backend.h"
@@ -76,7 +77,7 @@ class CpuBackend final : public Backend {
   const bool compose_;
   StepLimits limits_;
   KvCacheShape cache_shape_;
-  std::array<std::vector<float>, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row]
+  std::array<cpu::LargeBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] f32
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
   std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread

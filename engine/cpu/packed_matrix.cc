@@ -37,8 +37,6 @@ int Slot(DType dtype, int j) {
 
 }  // namespace
 
-void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
-
 PackedMatrix PackedMatrix::Concat(const std::vector<Source>& sources, int64_t in,
                                   DType dtype) {
   PackedMatrix m;
@@ -48,10 +46,8 @@ PackedMatrix PackedMatrix::Concat(const std::vector<Source>& sources, int64_t in
   m.in_ = in;
   m.out_ = out;
   m.dtype_ = dtype;
-  const size_t bytes = (m.nbytes() + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  m.data_.reset(static_cast<uint8_t*>(p));
+  m.data_ = LargeBuffer(m.nbytes());
+  void* p = m.data_.data();
   // Output row -> (source, row within it).
   std::vector<int> source_of(out);
   std::vector<int64_t> row_in(out);
@@ -111,7 +107,7 @@ PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int
 float PackedMatrix::At(int64_t o, int64_t k) const {
   const int64_t p = o / kPanel;
   const int64_t i = (p * in_ + k) * kPanel + Slot(dtype_, static_cast<int>(o % kPanel));
-  return ToFloat(data_.get(), dtype_, i);
+  return ToFloat(data_.data(), dtype_, i);
 }
 
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/large_buffer.h"
 #include "engine/weights/dtype.h"
 
 namespace dcf::cpu {
@@ -64,19 +65,16 @@ class PackedMatrix {
   size_t nbytes() const {
     return static_cast<size_t>(num_panels()) * kPanel * in_ * DTypeSize(dtype_);
   }
-  const void* data() const { return data_.get(); }
+  const void* data() const { return data_.data(); }
 
   // W[o][k] as fp32 (tests and debugging).
   float At(int64_t o, int64_t k) const;
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
 
   int64_t in_ = 0, out_ = 0;
   DType dtype_ = DType::kF32;
-  std::unique_ptr<uint8_t, Free> data_;  // [num_panels, in, 32] of dtype_
+  LargeBuffer data_;  // [num_panels, in, 32] of dtype_ (huge pages when large)
 };
 
 // y[rows, out] (row stride ldy) = x[rows, in] (row stride ldx) * W^T (+ bias[out] when not
