@@ -12,12 +12,13 @@
 //      (inverse CDF over the kept ids in descending probability order, ties by lower id;
 //      when neither top-k nor top-p is on, the walk visits the maximum first and then the
 //      other ids in ascending order, id 0 in the maximum's place: the same distribution).
-// Cost O(V) whatever the parameters: top-k, the top-p boundary and the draw are radix
-// searches over an order-preserving 32-bit key of the logits (three levels of 11, 11 and
-// 10 bits, per-bucket counts or probability mass); nothing is sorted. Probabilities are
-// double exp(l - max); a cumulative sum is accumulated per bucket rather than in sorted
-// order, so a choice can differ from a sequential sum only where the draw or the top-p
-// bound falls within double rounding of a cumulative sum.
+// Cost O(V) whatever the parameters: top-k (beyond 64; up to it one insertion pass), the
+// top-p boundary and the draw are radix searches over an order-preserving 32-bit key of the
+// logits (three levels of 11, 11 and 10 bits, per-bucket counts or probability mass);
+// nothing is sorted. Probabilities are double exp(l - max) (exp_shifted.h, within about an
+// ulp of std::exp); cumulative sums are accumulated per bucket rather than in sorted order,
+// so a choice can differ from a sequential sum only where the draw or the top-p bound falls
+// within double rounding of a cumulative sum.
 // Logprobs (ComputeLogprobs) are the log-softmax of the RAW logits, before any penalty or
 // temperature: they describe the model, not the sampling distribution.
 //
