@@ -5,7 +5,7 @@
 # other in one run, and prints the ratios.
 #
 #   bench/compare.sh [--model DIR] [--workload fixed|mixed] [--requests 32] [--out DIR]
-#                    [--server-flag FLAG ...]
+#                    [--server-flag FLAG ...] [--server-bin PATH]
 #
 # --model      checkpoint directory (default: the issue's 261M-parameter model, written once
 #              to $OUT/model-261m with dcformer-make-model: dim 1024, 12 layers, 16 heads,
@@ -16,6 +16,7 @@
 # --requests   number of requests (default 32), all sent at once
 # --out        where the prompts, JSON results and logs go (default /tmp/dcformer-compare)
 # --server-flag  passed to dcformer-server (repeatable), e.g. --server-flag=--max-num-seqs=64
+# --server-bin   another dcformer-server binary (e.g. an older build, for a before/after)
 #
 # Both sides use every core. OMP_WAIT_POLICY defaults to passive for both processes (an
 # actively spinning OpenMP barrier collapses on a machine shared with other work); export
@@ -30,6 +31,7 @@ WORKLOAD="fixed"
 REQUESTS=32
 OUT="/tmp/dcformer-compare"
 SERVER_FLAGS=()
+SERVER_BIN=""
 while (($#)); do
   case "$1" in
     --model) MODEL="$2"; shift 2 ;;
@@ -42,7 +44,9 @@ while (($#)); do
     --out=*) OUT="${1#*=}"; shift ;;
     --server-flag) SERVER_FLAGS+=("$2"); shift 2 ;;
     --server-flag=*) SERVER_FLAGS+=("${1#*=}"); shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --server-bin) SERVER_BIN="$2"; shift 2 ;;
+    --server-bin=*) SERVER_BIN="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +64,11 @@ for b in dcformer-server dcformer-loadgen dcformer-cli dcformer-make-model; do
     exit 1
   fi
 done
+SERVER_BIN="${SERVER_BIN:-${BIN}/dcformer-server}"
+if [[ ! -x "${SERVER_BIN}" ]]; then
+  echo "compare.sh: --server-bin ${SERVER_BIN} is not an executable" >&2
+  exit 1
+fi
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 mkdir -p "${OUT}"
 
@@ -99,7 +108,7 @@ echo "compare.sh: OMP_WAIT_POLICY=${OMP_WAIT_POLICY}; load average at start: $(c
 # --- ours: dcformer-server + dcformer-loadgen -------------------------------------------
 PORT=$((20000 + RANDOM % 20000))
 METRICS_PORT=$((PORT + 1))
-"${BIN}/dcformer-server" --model="${MODEL}" --host=127.0.0.1 --port="${PORT}" \
+"${SERVER_BIN}" --model="${MODEL}" --host=127.0.0.1 --port="${PORT}" \
   --metrics-port="${METRICS_PORT}" --max-num-seqs="$((REQUESTS > 64 ? REQUESTS : 64))" \
   "${SERVER_FLAGS[@]+"${SERVER_FLAGS[@]}"}" >"${OUT}/server.log" 2>&1 &
 SERVER_PID=$!

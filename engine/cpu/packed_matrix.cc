@@ -15,6 +15,8 @@ namespace {
 
 // Below this many multiply-adds one thread finishes before a second one would start.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+// Work items per thread of a parallel product.
+constexpr int64_t kChunksPerThread = 8;
 
 uint16_t NarrowBits(float v, DType dtype) {
   return dtype == DType::kBF16 ? FloatToBF16(v) : FloatToHalf(v);
@@ -149,12 +151,11 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     run(0, panels);
     return;
   }
-  // Contiguous panel ranges: each thread streams its own part of the matrix once.
-#pragma omp parallel num_threads(static_cast<int>(threads))
-  {
-    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    run(panels * t / n, panels * (t + 1) / n);
-  }
+  // Chunks of consecutive panels handed out dynamically: a thread that another process
+  // slows down (a shared host) takes fewer, instead of the others waiting for its half.
+  const int64_t chunks = std::min<int64_t>(panels, threads * kChunksPerThread);
+#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
 }
 
 }  // namespace dcf::cpu
