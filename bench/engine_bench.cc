@@ -5,9 +5,15 @@
 // and the throughput ratio a / b. Prompt and generation lengths are drawn uniformly from the
 // flag ranges and clamped to the model context (prompt <= context / 2, prompt + new <= context).
 // TTFT in (b) counts from the request's own enqueue, not from the start of the run.
+// With --profile (cpu backend) it also prints where the time of (a)'s steps goes, for
+// decode-only steps and for steps with prefill tokens separately: the backend's phases (cpu_profile.h), the engine's own work inside a step
+// (scheduling, building the batch, stop checks, detokenization) and the loop's work between
+// steps (publishing chunks to the request streams).
 //
 //   dcformer-bench [--model_dir=DIR | --random_model_context=2048] [--num_requests=32] ...
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -22,6 +28,7 @@
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/backends/backend_flags.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/engine.h"
 
@@ -40,6 +47,8 @@ ABSL_FLAG(int, max_prefill_chunk, 0, "EngineOptions::max_prefill_chunk_tokens");
 ABSL_FLAG(int64_t, kv_cache_mb, 0, "KV cache budget in MiB (0: the default fraction)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the request lengths and prompts");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
+ABSL_FLAG(bool, profile, false,
+          "print the time breakdown of (a)'s steps, decode-only and with prefill (cpu backend)");
 
 namespace dcf {
 namespace {
@@ -73,6 +82,8 @@ Workload MakeWorkload(const ModelConfig& c) {
 // Collects latencies from the engine loop (the only caller).
 class Recorder : public EngineObserver {
  public:
+  // Decode-only steps are profiled when `cpu` is set (it must outlive the run).
+  void set_cpu(const CpuBackend* cpu) { cpu_ = cpu; }
   void OnFirstToken(absl::Duration ttft) override {
     absl::MutexLock l(&mu_);
     ttft_ms_.push_back(absl::ToDoubleMilliseconds(ttft));
@@ -85,10 +96,32 @@ class Recorder : public EngineObserver {
     absl::MutexLock l(&mu_);
     ++preemptions_;
   }
-  void OnStep(int num_seqs, int num_tokens, int, absl::Duration) override {
+  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+              absl::Duration step_time) override {
     absl::MutexLock l(&mu_);
     ++steps_;
     seqs_ += num_seqs;
+    const absl::Time now = absl::Now();
+    if (cpu_ != nullptr) {
+      // The profile advanced by exactly this step (OnStep runs on the engine loop thread).
+      const cpu::CpuStepProfile& p = cpu_->profile();
+      if (last_step_end_.has_value()) {
+        StepStats& st = num_prefill_tokens == 0 ? decode_ : prefill_;
+        for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
+          st.phases[i] += p.seconds[i] - last_profile_.seconds[i];
+        }
+        st.backend_s += p.Total() - last_profile_.Total();
+        st.step_s += absl::ToDoubleSeconds(step_time);
+        // From the end of the previous step to the start of this one: publishing chunks to
+        // the streams, waiting for work, bookkeeping.
+        st.between_s += absl::ToDoubleSeconds(now - step_time - *last_step_end_);
+        st.seqs += num_seqs;
+        st.tokens += num_tokens;
+        ++st.steps;
+      }
+      last_profile_ = p;
+    }
+    last_step_end_ = now;
   }
   void Report(const char* name, double seconds, int64_t tokens) {
     absl::MutexLock l(&mu_);
@@ -99,6 +132,8 @@ class Recorder : public EngineObserver {
                 static_cast<long long>(preemptions_));
     PrintPercentiles("  TTFT ms", ttft_ms_);
     PrintPercentiles("  ITL  ms", itl_ms_);
+    Print("decode-only steps", decode_);
+    Print("steps with prefill", prefill_);
   }
 
  private:
@@ -115,6 +150,34 @@ class Recorder : public EngineObserver {
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t seqs_ ABSL_GUARDED_BY(mu_) = 0;
+  // Time of a class of steps (decode-only, or with prefill tokens).
+  struct StepStats {
+    std::array<double, cpu::CpuStepProfile::kNumPhases> phases{};
+    double backend_s = 0, step_s = 0, between_s = 0;
+    int64_t seqs = 0, tokens = 0, steps = 0;
+  };
+  static void Print(const char* what, const StepStats& st) {
+    if (st.steps == 0) return;
+    const double n = static_cast<double>(st.steps);
+    const double total = st.step_s + st.between_s;
+    std::printf("%s: %lld, mean %.1f sequences and %.1f tokens, %.2f ms per step (in step "
+                "%.2f, between steps %.2f)\n",
+                what, static_cast<long long>(st.steps), st.seqs / n, st.tokens / n,
+                1e3 * total / n, 1e3 * st.step_s / n, 1e3 * st.between_s / n);
+    const auto row = [&](const char* name, double s) {
+      std::printf("  %-28s %8.3f ms  %5.1f%%\n", name, 1e3 * s / n, 100.0 * s / total);
+    };
+    for (int i = 0; i < cpu::CpuStepProfile::kNumPhases; ++i) {
+      row(cpu::CpuStepProfile::Name(i), st.phases[i]);
+    }
+    row("engine: schedule+batch+stops", st.step_s - st.backend_s);
+    row("engine: streams+loop", st.between_s);
+  }
+  const CpuBackend* cpu_ = nullptr;
+  cpu::CpuStepProfile last_profile_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> last_step_end_ ABSL_GUARDED_BY(mu_);
+  StepStats decode_ ABSL_GUARDED_BY(mu_);
+  StepStats prefill_ ABSL_GUARDED_BY(mu_);
 };
 
 GenerationRequest MakeRequest(const Workload& w, size_t i) {
@@ -147,6 +210,9 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   o.max_prefill_chunk_tokens = absl::GetFlag(FLAGS_max_prefill_chunk);
   o.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_mb)) << 20;
   o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
+  if (batched && absl::GetFlag(FLAGS_profile)) {
+    rec->set_cpu(dynamic_cast<const CpuBackend*>(model->backend.get()));
+  }
   auto engine = Engine::Create(std::move(model->backend), nullptr, o, rec);
   if (!engine.ok()) return engine.status();
   *tokens = 0;

@@ -5,9 +5,11 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
-# Prefer Debian's OpenMP build of OpenBLAS (libopenblas0-openmp): its GEMMs then share the
-# engine's OpenMP thread pool instead of a second set of spinning pthreads, which on a
-# 2-core machine halved decode and prefill speed. The build RPATH points at it, so the
+# OpenBLAS (dcf_blas) is what code outside the CPU backend links for host GEMMs (the CPU
+# backend has its own kernels; dcformer-matmul-bench compares them with it). Prefer Debian's
+# OpenMP build (libopenblas0-openmp): its GEMMs then share the engine's OpenMP thread pool
+# instead of a second set of spinning pthreads, which on a 2-core machine halved decode and
+# prefill speed. The build RPATH points at it, so the
 # binaries use it whatever the system's libopenblas alternative is.
 find_library(DCF_OPENBLAS_OPENMP NAMES openblas libopenblas.so.0
              PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib64/openblas-openmp

@@ -31,8 +31,9 @@ const char* ComputeDTypeName(DType dtype);  // "float32", "bfloat16", "float16"
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kAuto;
-  // The dtype weights are kept and multiplied in; nullopt: the backend's default (cpu:
-  // float32; cuda and cuda-sim: bfloat16).
+  // The dtype weights are kept in; nullopt: the backend's default (cpu: the checkpoint's
+  // own dtype, F32, F16 or BF16; cuda and cuda-sim: bfloat16). The cpu backend always
+  // multiplies in fp32 (16-bit weights are widened inside its kernels).
   std::optional<DType> dtype;
   int device = 0;  // CUDA device ordinal
   // false: skip the DCMHA compose (plain multi-head attention with the same weights and

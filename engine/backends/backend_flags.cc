@@ -9,8 +9,9 @@ ABSL_FLAG(std::string, backend, "auto",
           "model backend: auto (cuda when a GPU is visible, else cpu), cpu, cuda, or cuda-sim "
           "(the CUDA kernels on the host SIMT emulator; for testing)");
 ABSL_FLAG(std::string, dtype, "",
-          "dtype the weights are kept and multiplied in: float32, bfloat16 or float16 "
-          "(default: float32 on cpu, bfloat16 on cuda and cuda-sim)");
+          "dtype the weights are kept in: float32, bfloat16 or float16 (default: the "
+          "checkpoint's dtype on cpu, which computes in float32 whatever the weights; "
+          "bfloat16 on cuda and cuda-sim)");
 
 namespace dcf {
 

@@ -13,7 +13,10 @@
 #include "absl/strings/strip.h"
 #include "engine/common/memory_info.h"
 #include "engine/common/status_macros.h"
+#include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/packed_matrix.h"
+#include "engine/cpu/paged_attention.h"
 #include "engine/cpu/dcmha.h"
 
 namespace dcf {
@@ -23,8 +26,10 @@ constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
 constexpr float kQkNormEps = 1e-6f;  // fixed by the reference, independent of norm_eps
 constexpr float kDynNormEps = 1e-6f;
-// Below these sizes an OpenMP fork/join costs more than the work it splits.
+// Below these sizes an OpenMP fork/join costs more than the work it splits (and on a busy
+// machine every join waits for a thread the scheduler may not run at once).
 constexpr int64_t kMinParallelTokens = 4;
+constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 
 // x[hd] <- x / sqrt(mean(x^2) + eps) * scale
 void HeadRmsNorm(float* x, const float* scale, int hd) {
@@ -42,12 +47,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
-  weights.ConvertTo(DType::kF32);
   return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose));
 }
 
 CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose)
-    : config_(config), weights_(std::move(weights)), layout_(config), compose_(compose) {
+    : config_(config),
+      weights_(cpu::PackWeights(config, std::move(weights))),
+      layout_(config),
+      compose_(compose) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -56,7 +63,7 @@ CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool com
 BackendInfo CpuBackend::info() const {
   BackendInfo info;
   info.name = "cpu";
-  info.dtype = DType::kF32;
+  info.dtype = weights_.matrix_dtype;
   // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -70,7 +77,8 @@ BackendInfo CpuBackend::info() const {
     }
   }
   if (info.device.empty()) info.device = "CPU";
-  absl::StrAppend(&info.device, ", ", omp_get_max_threads(), " threads");
+  absl::StrAppend(&info.device, ", ", omp_get_max_threads(), " threads, ",
+                  cpu::IsaName(cpu::ActiveIsa()));
   return info;
 }
 
@@ -85,16 +93,14 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     sampler_scratch_.resize(omp_get_max_threads());
     // The largest step's activations, so no step allocates (and the report below counts them).
     const int64_t T = limits.max_tokens, E = config_.dim, F = config_.intermediate_size;
-    const int64_t N = config_.n_head, K = config_.dynamic_hidden();
+    const int64_t N = config_.n_head;
     const int64_t rows = std::min<int64_t>(T, std::max(limits.max_seqs, limits.max_logit_rows));
     for (std::vector<float>* v : {&s_.x, &s_.a, &s_.y, &s_.o}) v->reserve(T * E);
-    s_.qkv.reserve(T * 3 * E);
-    s_.u.reserve(T * C * K);
+    s_.qkv.reserve(T * InProjWidth());
     s_.dw.reserve(T * C * 2 * kI * N);
-    s_.g.reserve(T * C * N);
     s_.rows.reserve(T * layout_.row_floats());
-    s_.ff1.reserve(T * F);
-    s_.ff3.reserve(T * F);
+    s_.up.reserve(T * 2 * F);
+    s_.act.reserve(T * F);
     s_.logits.reserve(rows * config_.vocab_size);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("cannot allocate the CPU backend's step workspace");
@@ -133,27 +139,20 @@ absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     const size_t floats = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) /
                           sizeof(float) * static_cast<size_t>(shape.num_blocks[g]);
-    cache_[g].clear();
-    cache_[g].shrink_to_fit();
-    try {  // std::vector reports allocation failure by exception; turn it into a Status
-      cache_[g].resize(floats);
+    cache_[g] = cpu::LargeBuffer();
+    try {  // allocation failure is reported by exception; turn it into a Status
+      cache_[g] = cpu::LargeBuffer(floats * sizeof(float));
     } catch (const std::bad_alloc&) {
-      cache_[0].clear();
-      cache_[1].clear();
+      cache_[0] = cpu::LargeBuffer();
+      cache_[1] = cpu::LargeBuffer();
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", floats * sizeof(float), " bytes of KV cache"));
     }
+    // Touch it now, so the memory is the process's from the start (as Prepare counted it).
+    std::memset(cache_[g].data(), 0, cache_[g].size());
   }
   cache_shape_ = shape;
   return absl::OkStatus();
-}
-
-float* CpuBackend::CacheRows(LayerGroup g, int32_t block, int layer_in_group) {
-  const int gi = static_cast<int>(g);
-  const size_t B = cache_shape_.block_size;
-  return cache_[gi].data() +
-         ((static_cast<size_t>(block) * layers_in_group_[gi] + layer_in_group) * B) *
-             layout_.row_floats();
 }
 
 absl::Status CpuBackend::Launch(const StepBatch& batch) {
@@ -176,6 +175,7 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
     if (batch.return_logits[s] || batch.sample[s]) last_row[s] = static_cast<int64_t>(rows.size()) - 1;
   }
   Forward(batch, rows);
+  cpu::PhaseTimer timer(&profile_);
 
   result_.Resize(S, batch.num_logit_rows(), V);
   int64_t out_row = 0;
@@ -187,6 +187,9 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
     out_row += n;
   }
   Sample(batch, last_row);
+  timer.Next(cpu::CpuStepProfile::kSample);
+  ++profile_.steps;
+  profile_.tokens += batch.num_tokens();
   launched_ = true;
   return absl::OkStatus();
 }
@@ -230,8 +233,10 @@ void CpuBackend::Sample(const StepBatch& batch, const std::vector<int64_t>& last
 }
 
 void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& want) {
+  using P = cpu::CpuStepProfile;
+  cpu::PhaseTimer timer(&profile_);
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
-  const int64_t N = config_.n_head, K = config_.dynamic_hidden();
+  const int64_t N = config_.n_head;
   const int half = config_.rotary_dim / 2;
   const int64_t T = batch.num_tokens();
   const int S = batch.num_seqs();
@@ -253,23 +258,19 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   s.a.resize(T * E);
   s.y.resize(T * E);
   s.o.resize(T * E);
-  s.qkv.resize(T * 3 * E);
-  s.u.resize(T * C * K);
+  s.qkv.resize(T * InProjWidth());
   s.dw.resize(T * C * 2 * kI * N);
-  s.g.resize(T * C * N);
   s.rows.resize(T * layout_.row_floats());
-  s.ff1.resize(T * F);
-  s.ff3.resize(T * F);
+  s.up.resize(T * 2 * F);
+  s.act.resize(T * F);
   s.rope_cos.resize(T * half);
   s.rope_sin.resize(T * half);
 
-  const float* emb = weights_.tok_embeddings.f32();
   for (int i = 0; i < S; ++i) {
     for (int64_t t = batch.seq_offsets[i]; t < batch.seq_offsets[i + 1]; ++t) {
       s.seq_of[t] = i;
       s.pos[t] = batch.positions[t];
-      std::memcpy(&s.x[t * E], emb + static_cast<int64_t>(batch.tokens[t]) * E,
-                  sizeof(float) * E);
+      cpu::EmbeddingRow(weights_.tok_embeddings, batch.tokens[t], &s.x[t * E]);
     }
   }
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
@@ -277,6 +278,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
     cpu::RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
                     &s.rope_sin[t * half]);
   }
+  timer.Next(P::kEmbed);
 
   const bool pythia = config_.architecture == Architecture::kDcPythia;
   auto norm = [&](const Tensor& w, const Tensor& b, const float* in, int64_t rows, float* out) {
@@ -288,19 +290,28 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   };
 
   for (int l = 0; l < config_.n_layer; ++l) {
-    const LayerWeights& L = weights_.layers[l];
+    const cpu::CpuLayerWeights& L = weights_.layers[l];
     norm(L.attention_norm_w, L.attention_norm_b, s.x.data(), T, s.a.data());
+    timer.Next(P::kNorm);
     AttentionLayer(l);  // reads s.a, writes s.y = attention output (with bias)
+    timer = cpu::PhaseTimer(&profile_);
     if (pythia) {
       // Parallel residual: both branches read the same x.
       norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
+      timer.Next(P::kNorm);
       FeedForward(l, s.a.data(), s.o.data());
+      timer = cpu::PhaseTimer(&profile_);
       for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i] + s.o[i];
+      timer.Next(P::kResidual);
     } else {
       for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i];
+      timer.Next(P::kResidual);
       norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
+      timer.Next(P::kNorm);
       FeedForward(l, s.a.data(), s.o.data());
+      timer = cpu::PhaseTimer(&profile_);
       for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.o[i];
+      timer.Next(P::kResidual);
     }
   }
 
@@ -311,47 +322,59 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   }
   norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
   s.logits.resize(R * V);
-  cpu::Linear(s.a.data(), weights_.output.f32(), nullptr, R, E, V, s.logits.data());
+  cpu::MatMul(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
+  timer.Next(P::kLogits);
+}
+
+int64_t CpuBackend::InProjWidth() const {
+  return 3 * static_cast<int64_t>(config_.dim) +
+         C * (static_cast<int64_t>(config_.dynamic_hidden()) + config_.n_head);
 }
 
 void CpuBackend::AttentionLayer(int layer) {
-  const LayerWeights& L = weights_.layers[layer];
+  using P = cpu::CpuStepProfile;
+  cpu::PhaseTimer timer(&profile_);
+  const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, N = config_.n_head, hd = config_.head_dim,
                 K = config_.dynamic_hidden();
   const int half = config_.rotary_dim / 2;
   const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
+  const int64_t ld = InProjWidth();  // per token: q | k | v | u [C, K] | G [C, N]
+  const int64_t u_off = 3 * E, g_off = 3 * E + C * K;
   const int row = layout_.row_floats();
 
-  // Projections for all tokens of the step at once.
-  cpu::Linear(s.a.data(), L.wqkv_w.f32(), L.wqkv_b.f32_or_null(), T, E,
-              3 * E, s.qkv.data());
-  cpu::MatMul(s.a.data(), E, L.dw1.f32(), C * K, T, E, C * K, s.u.data(), C * K);
-  cpu::MatMul(s.a.data(), E, L.dd.f32(), C * N, T, E, C * N, s.g.data(), C * N);
-  for (int64_t i = 0; i < T * C * K; ++i) s.u[i] = cpu::GeluErf(s.u[i]);
-  for (int c = 0; c < C; ++c) {
-    // w[t, c, :, :] = u[t, c, :] @ qkw[c]   ([K] x [K, 2I*N])
-    cpu::MatMul(s.u.data() + c * K, C * K, L.qkw.f32() + c * K * W2I, W2I, T, K, W2I,
-                s.dw.data() + c * W2I, C * W2I);
-  }
+  // One product for q, k, v and the dynamic-weight projections of every token.
+  cpu::MatMul(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld);
+  timer.Next(P::kInProj);
 
+  // Per token: the dynamic weights (gelu, the qkw products, tanh, W1 normalised over
+  // heads), qk-norm and RoPE, and the fresh cache row.
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
   for (int64_t t = 0; t < T; ++t) {
-    float* gt = &s.g[t * C * N];
+    float* tok = &s.qkv[t * ld];
+    float* u = tok + u_off;
+    for (int64_t i = 0; i < C * K; ++i) u[i] = cpu::GeluErf(u[i]);
+    float* dw = &s.dw[t * C * W2I];
+    for (int c = 0; c < C; ++c) {
+      // w[c, :, :] = u[c, :] @ qkw[c]   ([K] x [K, 2I*N])
+      cpu::MatMul(u + c * K, K, 1, L.qkw[c], nullptr, dw + c * W2I, W2I);
+    }
+    float* gt = tok + g_off;
     for (int64_t i = 0; i < C * N; ++i) gt[i] = std::tanh(gt[i]);
     for (int c = 0; c < C; ++c) {
       for (int i = 0; i < kI; ++i) {  // normalise W1 over heads (no scale)
-        float* w1 = &s.dw[((t * C + c) * 2 * kI + i) * N];
+        float* w1 = dw + (c * 2 * kI + i) * N;
         float ss = 0;
         for (int64_t n = 0; n < N; ++n) ss += w1[n] * w1[n];
         const float inv = 1.0f / std::sqrt(ss / N + kDynNormEps);
         for (int64_t n = 0; n < N; ++n) w1[n] *= inv;
       }
     }
-    float* q = &s.qkv[t * 3 * E];
-    float* k = q + E;
-    const float* v = q + 2 * E;
+    float* q = tok;
+    float* k = tok + E;
+    const float* v = tok + 2 * E;
     for (int64_t n = 0; n < N; ++n) {
       if (config_.use_qk_norm) {
         HeadRmsNorm(q + n * hd, L.q_norm.f32(), hd);
@@ -366,84 +389,71 @@ void CpuBackend::AttentionLayer(int layer) {
     for (int b = 0; b < 2; ++b) {
       const int c = 2 * b + 1;  // key-side branches: 1 (pre), 3 (post)
       float* dst = r + layout_.branch_offset(b);
-      std::memcpy(dst, &s.dw[(t * C + c) * W2I], sizeof(float) * W2I);
+      std::memcpy(dst, dw + c * W2I, sizeof(float) * W2I);
       std::memcpy(dst + W2I, &gt[c * N], sizeof(float) * N);
     }
   }
+  timer.Next(P::kPerToken);
 
-  // Keep the new rows future queries need, and describe every sequence's keys as segments.
   const LayerGroup group = config_.GroupOf(layer);
   const int gi = static_cast<int>(group);
-  const int lig = config_.IndexInGroup(layer);
-  const int window = group == LayerGroup::kWindow ? config_.window_size : 0;
-  const int B = cache_shape_.block_size;
   const int S = static_cast<int>(s.seqs.size());
-  std::vector<std::vector<cpu::KeySegment>> segments(S);
+  s.paged.resize(S);
   for (int i = 0; i < S; ++i) {
-    const SeqView& sp = s.seqs[i];
-    const int n = sp.num_tokens;
-    const int end = sp.start_pos + n;
-    const int64_t t0 = sp.first_token;
-    const int32_t* table = sp.table[gi];
-    for (int p = std::max(sp.start_pos, FirstKeptPosition(window, end)); p < end; ++p) {
-      std::memcpy(CacheRows(group, table[p / B], lig) + static_cast<int64_t>(p % B) * row,
-                  &s.rows[(t0 + p - sp.start_pos) * row], sizeof(float) * row);
-    }
-    for (int p0 = FirstKeptPosition(window, sp.start_pos) / B * B; p0 < sp.start_pos; p0 += B) {
-      const int lo = std::max(p0, FirstKeptPosition(window, sp.start_pos));
-      const int hi = std::min(p0 + B, sp.start_pos);
-      segments[i].push_back(
-          {lo, hi - lo, CacheRows(group, table[p0 / B], lig) + static_cast<int64_t>(lo - p0) * row,
-           row});
-    }
-    // The chunk's own keys come from the fresh rows, also where no window block keeps them.
-    segments[i].push_back({sp.start_pos, n, &s.rows[t0 * row], row});
+    s.paged[i] = {s.seqs[i].start_pos, s.seqs[i].num_tokens, s.seqs[i].first_token,
+                  s.seqs[i].table[gi]};
   }
-
-  int64_t max_keys = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    max_keys = std::max<int64_t>(max_keys, s.pos[t] - FirstKeptPosition(window, s.pos[t]) + 1);
-  }
-#pragma omp parallel if (T > 1)  // one query (batch-1 decode) stays on one thread
-  {
-    std::vector<float> scratch(max_keys * N);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* q = &s.qkv[t * 3 * E];
-      cpu::QueryInputs qi;
-      qi.q = q;
-      qi.pre_w = &s.dw[(t * C + 0) * W2I];
-      qi.pre_g = &s.g[(t * C + 0) * N];
-      qi.post_w = &s.dw[(t * C + 2) * W2I];
-      qi.post_g = &s.g[(t * C + 2) * N];
-      qi.compose = compose_;
-      const int64_t pos = s.pos[t];
-      cpu::AttendOne(layout_, qi, segments[s.seq_of[t]], FirstKeptPosition(window, pos), pos,
-                     scratch.data(), &s.o[t * E]);
-    }
-  }
-  cpu::Linear(s.o.data(), L.wo_w.f32(), L.wo_b.f32_or_null(), T, E, E,
-              s.y.data());
+  cpu::PagedAttentionInputs in;
+  in.layout = layout_;
+  in.window = group == LayerGroup::kWindow ? config_.window_size : 0;
+  in.compose = compose_;
+  in.seqs = s.paged.data();
+  in.num_seqs = S;
+  in.positions = s.pos.data();
+  in.seq_of = s.seq_of.data();
+  in.num_tokens = T;
+  in.rows = s.rows.data();
+  in.q = s.qkv.data();
+  in.q_stride = ld;
+  in.dw = s.dw.data();
+  in.g = s.qkv.data() + g_off;
+  in.g_stride = ld;
+  in.cache = {static_cast<float*>(cache_[gi].data()), layers_in_group_[gi],
+              config_.IndexInGroup(layer),
+              cache_shape_.block_size};
+  cpu::PagedAttentionTimes times;
+  cpu::PagedAttention(in, s.o.data(), &times);
+  profile_.seconds[P::kCacheWrite] += times.cache_write;
+  profile_.seconds[P::kAttention] += times.attention;
+  timer = cpu::PhaseTimer(&profile_);
+  cpu::MatMul(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
+  timer.Next(P::kOutProj);
 }
 
 void CpuBackend::FeedForward(int layer, const float* h, float* out) {
-  const LayerWeights& L = weights_.layers[layer];
+  using P = cpu::CpuStepProfile;
+  cpu::PhaseTimer timer(&profile_);
+  const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
-  if (config_.architecture == Architecture::kDcPythia) {
-    cpu::Linear(h, L.w1_w.f32(), L.w1_b.f32_or_null(), T, E, F,
-                s.ff1.data());
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-    for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::GeluErf(s.ff1[i]);
-  } else {
-    cpu::Linear(h, L.w1_w.f32(), nullptr, T, E, F, s.ff1.data());
-    cpu::Linear(h, L.w3_w.f32(), nullptr, T, E, F, s.ff3.data());
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-    for (int64_t i = 0; i < T * F; ++i) s.ff1[i] = cpu::Silu(s.ff1[i]) * s.ff3[i];
+  const int64_t up = L.up.out();  // 2F: [w1 h | w3 h] per token (dcformer), or F
+  cpu::MatMul(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up);
+  timer.Next(P::kFfnMatMul);
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+#pragma omp parallel for schedule(static) if (T * F >= kMinParallelElements)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* u = &s.up[t * up];
+    float* a = &s.act[t * F];
+    if (pythia) {
+      for (int64_t f = 0; f < F; ++f) a[f] = cpu::GeluErf(u[f]);
+    } else {
+      for (int64_t f = 0; f < F; ++f) a[f] = cpu::Silu(u[f]) * u[F + f];
+    }
   }
-  cpu::Linear(s.ff1.data(), L.w2_w.f32(), L.w2_b.f32_or_null(), T, F, E,
-              out);
+  timer.Next(P::kFfnAct);
+  cpu::MatMul(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
+  timer.Next(P::kFfnMatMul);
 }
 
 }  // namespace dcf

@@ -1,6 +1,7 @@
-// The CPU backend: fp32 math, OpenBLAS GEMMs, OpenMP threads over tokens, the host token
-// sampler. It is the oracle the CUDA backend is tested against, so it follows DCFORMER.md
-// literally.
+// The CPU backend: fp32 activations and accumulation, weights kept in their loaded dtype
+// (F32, F16 or BF16) and widened inside its own matmul kernels (packed_matrix.h), OpenMP
+// threads, the host token sampler. It is the oracle the CUDA backend is tested against, so
+// it follows DCFORMER.md literally.
 //
 // Thread-compatibility: one caller at a time (the engine loop); see backend.h.
 #pragma once
@@ -10,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/cpu_profile.h"
+#include "engine/cpu/cpu_weights.h"
+#include "engine/cpu/large_buffer.h"
+#include "engine/cpu/paged_attention.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/model/backend.h"
 #include "engine/model/model_weights.h"
@@ -19,9 +24,10 @@ namespace dcf {
 
 class CpuBackend final : public Backend {
  public:
-  // Takes ownership of the weights (converted to fp32 if they are not). InvalidArgument when
-  // the config exceeds what the kernels support (n_head > 256). `compose` false skips the
-  // DCMHA compose (plain multi-head attention): for benchmarks that price DCMHA, never for
+  // Takes ownership of the weights and packs them for its kernels: matrices keep their dtype
+  // (convert before calling to change it), vectors become fp32. InvalidArgument when the
+  // config exceeds what the kernels support (n_head > 256). `compose` false skips the DCMHA
+  // compose (plain multi-head attention): for benchmarks that price DCMHA, never for
   // serving a DCFormer.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
@@ -38,6 +44,13 @@ class CpuBackend final : public Backend {
   absl::Status Launch(const StepBatch& batch) override;
   absl::Status Wait(StepOutput* out) override;
 
+  // Wall time per phase of the steps since the last ResetProfile (benchmarks).
+  const cpu::CpuStepProfile& profile() const { return profile_; }
+  void ResetProfile() { profile_ = cpu::CpuStepProfile(); }
+  // Bytes of weights one decode step reads (every matrix once, one embedding row): the
+  // numerator of the memory roofline.
+  size_t WeightBytesPerStep() const { return weights_.BytesReadPerToken(); }
+
  private:
   CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose);
 
@@ -52,38 +65,39 @@ class CpuBackend final : public Backend {
   // Runs the model over the batch and writes the logits of `rows` (step token indices) into
   // s_.logits ([rows, vocab]).
   void Forward(const StepBatch& batch, const std::vector<int64_t>& rows);
-  // First row of (block, layer) in the cache of group `g`: [B, row] floats.
-  float* CacheRows(LayerGroup g, int32_t block, int layer_in_group);
   void AttentionLayer(int layer);
+  // Floats per token of the attention input projection: 3E + C*K + C*N.
+  int64_t InProjWidth() const;
   void FeedForward(int layer, const float* h, float* out);
   void Sample(const StepBatch& batch, const std::vector<int64_t>& last_row_index);
 
   ModelConfig config_;
-  ModelWeights weights_;
+  cpu::CpuWeights weights_;
   KvRowLayout layout_;
   const bool compose_;
   StepLimits limits_;
   KvCacheShape cache_shape_;
-  std::array<std::vector<float>, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row]
+  std::array<cpu::LargeBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] f32
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
   std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread
   StepOutput result_;
   bool launched_ = false;
+  cpu::CpuStepProfile profile_;
 
   // Per-step activations, resized to the step's T tokens.
   struct Scratch {
     std::vector<SeqView> seqs;                 // [S]
+    std::vector<cpu::PagedSequence> paged;     // [S] for the current layer's group
     std::vector<int32_t> seq_of;               // [T]
     std::vector<int64_t> pos;                  // [T]
     std::vector<float> x, a, y;                // [T, E]
-    std::vector<float> qkv;                    // [T, 3E]
-    std::vector<float> u;                      // [T, C*K]
+    std::vector<float> qkv;                    // [T, 3E + C*K + C*N] a in_proj^T
     std::vector<float> dw;                     // [T, C, 2I, N]
-    std::vector<float> g;                      // [T, C*N]
     std::vector<float> rows;                   // [T, row]  fresh K | V | key terms
     std::vector<float> o;                      // [T, E]
-    std::vector<float> ff1, ff3;               // [T, F]
+    std::vector<float> up;                     // [T, 2F] (dcformer) or [T, F]
+    std::vector<float> act;                    // [T, F]
     std::vector<float> rope_cos, rope_sin;     // [T, r/2]
     std::vector<float> logits;                 // [rows, V]
   } s_;

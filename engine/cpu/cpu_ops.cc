@@ -1,32 +1,8 @@
 #include "engine/cpu/cpu_ops.h"
 
-#include <cblas.h>
-
 #include <cmath>
 
 namespace dcf::cpu {
-
-void Linear(const float* x, const float* w, const float* b, int64_t T, int64_t in, int64_t out,
-            float* y) {
-  if (T == 1) {  // decode of one sequence: a matrix-vector product
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in, 0.0f,
-                y, out);
-  }
-  if (b != nullptr) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* row = y + t * out;
-      for (int64_t o = 0; o < out; ++o) row[o] += b[o];
-    }
-  }
-}
-
-void MatMul(const float* x, int64_t lda, const float* w, int64_t ldb, int64_t T, int64_t k,
-            int64_t n, float* y, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, n, k, 1.0f, x, lda, w, ldb, 0.0f, y,
-              ldc);
-}
 
 void RmsNorm(const float* x, const float* w, int64_t T, int64_t E, double eps, float* y) {
   for (int64_t t = 0; t < T; ++t) {

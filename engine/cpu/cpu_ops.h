@@ -1,18 +1,11 @@
-// Elementwise and row-wise fp32 kernels of the CPU backend. All operate on row-major arrays;
-// shapes are given in the comments. Thread-safe (no shared state); callers parallelise.
+// Elementwise and row-wise fp32 kernels of the CPU backend (its matrix products are in
+// packed_matrix.h). All operate on row-major arrays; shapes are given in the comments.
+// Thread-safe (no shared state); callers parallelise.
 #pragma once
 
 #include <cstdint>
 
 namespace dcf::cpu {
-
-// y[T, out] = x[T, in] * w[out, in]^T (+ b[out] when b != nullptr). BLAS, multithreaded.
-void Linear(const float* x, const float* w, const float* b, int64_t T, int64_t in, int64_t out,
-            float* y);
-
-// y[T, n] = x[T, k] * w[k, n] with leading dimensions (row strides) lda, ldb, ldc.
-void MatMul(const float* x, int64_t lda, const float* w, int64_t ldb, int64_t T, int64_t k,
-            int64_t n, float* y, int64_t ldc);
 
 // Per row of x[T, E]: y = x / sqrt(mean(x^2) + eps) * w.
 void RmsNorm(const float* x, const float* w, int64_t T, int64_t E, double eps, float* y);

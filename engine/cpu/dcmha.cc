@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/cpu/dcmha_kernels.h"
 #include "engine/model/model_config.h"
 
 namespace dcf::cpu {
@@ -48,9 +49,18 @@ void Compose(int n_head, const float* qw, const float* qg, const float* kw, cons
   }
 }
 
+int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys) {
+  return num_keys * ((layout.n_head + 15) / 16 * 16);
+}
+
 void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
                absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
-               float* out) {
+               float* out, Isa isa) {
+  if (SupportedIsa(isa) == Isa::kAvx512 && kernels::AttendOneAvx512Supports(layout)) {
+    kernels::AttendOneAvx512(layout, qi, segments.data(), static_cast<int>(segments.size()), lo,
+                             hi, scratch, out);
+    return;
+  }
   const int N = layout.n_head, hd = layout.head_dim;
   const int64_t L = hi - lo + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "engine/cpu/cpu_isa.h"
 #include "engine/kv/kv_layout.h"
 
 namespace dcf::cpu {
@@ -37,10 +38,16 @@ struct QueryInputs {
   bool compose = true;            // false: plain multi-head attention (benchmarks only)
 };
 
+// Floats of AttendOne's scratch for `num_keys` visible keys: num_keys * N rounded up to whole
+// 16-lane vectors per key.
+int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys);
+
 // Attends query `qi` to the visible keys [lo, hi] (inclusive) found in `segments` (which
-// must cover that range) and writes o [N, hd]. `scratch` holds (hi - lo + 1) * N floats.
+// must cover that range) and writes o [N, hd]. `scratch` holds
+// AttendScratchFloats(layout, hi - lo + 1) floats. `isa` picks the implementation (the
+// portable one is the reference; results agree to float rounding).
 void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
                absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
-               float* out);
+               float* out, Isa isa = ActiveIsa());
 
 }  // namespace dcf::cpu

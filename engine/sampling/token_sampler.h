@@ -9,7 +9,16 @@
 //      top-k (the k largest), softmax, top-p (smallest prefix of the sorted probabilities
 //      whose mass reaches p), min-p (drop probabilities below min_p * max probability), and
 //      one draw u = philox::Uniform(seed, step) from the renormalized distribution
-//      (inverse CDF over the kept ids in descending probability order, ties by lower id).
+//      (inverse CDF over the kept ids in descending probability order, ties by lower id;
+//      when neither top-k nor top-p is on, the walk visits the maximum first and then the
+//      other ids in ascending order, id 0 in the maximum's place: the same distribution).
+// Cost O(V) whatever the parameters: top-k (beyond 64; up to it one insertion pass), the
+// top-p boundary and the draw are radix searches over an order-preserving 32-bit key of the
+// logits (three levels of 11, 11 and 10 bits, per-bucket counts or probability mass);
+// nothing is sorted. Probabilities are double exp(l - max) (exp_shifted.h, within about an
+// ulp of std::exp); cumulative sums are accumulated per bucket rather than in sorted order,
+// so a choice can differ from a sequential sum only where the draw or the top-p bound falls
+// within double rounding of a cumulative sum.
 // Logprobs (ComputeLogprobs) are the log-softmax of the RAW logits, before any penalty or
 // temperature: they describe the model, not the sampling distribution.
 //
@@ -50,10 +59,15 @@ class PenaltyState {
 
 // Reusable buffers of SampleToken (one per thread avoids reallocating every step).
 struct SamplerScratch {
-  std::vector<float> work;                        // [vocab] adjusted logits
-  std::vector<int32_t> order;                     // [vocab] candidate ids
-  std::vector<double> probs;                      // [vocab] candidate probabilities
-  std::vector<std::pair<float, int32_t>> pairs;   // [vocab] (-logit, id) for sorting
+  std::vector<float> work;       // [vocab] adjusted logits
+  std::vector<float> values;     // [<= vocab] the candidates' adjusted logits
+  std::vector<int32_t> ids;      // [<= vocab] candidate ids, ascending
+  std::vector<uint32_t> keys;    // [<= vocab] their order keys
+  std::vector<double> probs;     // [<= vocab] their probabilities relative to the maximum
+  std::vector<double> weights;   // [<= vocab] top-p weights
+  std::vector<int32_t> counts;   // [2048] radix histogram (top-k)
+  std::vector<double> mass;      // [2048] radix histogram (top-p, draw)
+  std::vector<int32_t> bucket, next;  // [<= vocab] candidates of the current radix bucket
 };
 
 // Picks a token from `raw_logits` ([vocab] f32) for a sequence's draw number `step` of stream

@@ -4,6 +4,10 @@
 //
 // Prints load time, peak RSS after loading, prefill throughput and decode tokens/s
 // (median over repeats). Prompt ids are deterministic pseudo-random ids below vocab_size.
+// With --roofline (cpu backend) it then measures the memory read bandwidth with 1 and all
+// OpenMP threads in the same run and prints the decode speed as a fraction of the roofline
+// bandwidth / (weight bytes one decode step reads).
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -16,12 +20,17 @@
 #include "absl/time/clock.h"
 #include "engine/common/flag_names.h"
 #include "engine/backends/backend_flags.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/read_bandwidth.h"
 #include "engine/model/sequence_runner.h"
 
 ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR, "model directory");
 ABSL_FLAG(int, prompt_tokens, 128, "prompt length");
 ABSL_FLAG(int, new_tokens, 64, "tokens to decode");
 ABSL_FLAG(int, repeats, 3, "repetitions (median reported)");
+ABSL_FLAG(bool, roofline, false,
+          "measure memory read bandwidth in the same run and compare decode with the roofline "
+          "(cpu backend)");
 
 namespace {
 
@@ -101,7 +110,20 @@ int main(int argc, char** argv) {
   std::printf("load: %.2f s, peak RSS after load: %.1f MiB\n", load_s, rss_after_load);
   std::printf("prefill: %d tokens, %.1f tokens/s (median of %zu)\n", prompt_len,
               prefill_tps[prefill_tps.size() / 2], prefill_tps.size());
+  const double decode = decode_tps[decode_tps.size() / 2];
   std::printf("decode batch 1: %d tokens after a %d-token prompt, %.2f tokens/s (median)\n",
-              new_tokens, prompt_len, decode_tps[decode_tps.size() / 2]);
+              new_tokens, prompt_len, decode);
+  const auto* cpu = dynamic_cast<const dcf::CpuBackend*>(model->backend.get());
+  if (absl::GetFlag(FLAGS_roofline) && cpu != nullptr) {
+    const double bytes = static_cast<double>(cpu->WeightBytesPerStep());
+    const dcf::ReadBandwidth one = dcf::MeasureReadBandwidth(1);
+    const dcf::ReadBandwidth all = dcf::MeasureReadBandwidth(omp_get_max_threads());
+    std::printf("read bandwidth (1 GiB, %s): %.1f GB/s with 1 thread, %.1f GB/s with %d\n",
+                all.avx512 ? "AVX-512" : "portable", one.gb_per_s, all.gb_per_s, all.threads);
+    const double roof = all.gb_per_s * 1e9 / bytes;
+    std::printf("weights read per decode step: %.3f GB (%s) -> roofline %.1f tokens/s; "
+                "decode at %.0f%% of it\n",
+                bytes / 1e9, dcf::ComputeDTypeName(info.dtype), roof, 100.0 * decode / roof);
+  }
   return 0;
 }

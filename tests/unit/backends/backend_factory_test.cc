@@ -64,19 +64,44 @@ TEST(BackendFactoryTest, CudaSimIsAlwaysAvailable) {
 }
 
 TEST(BackendFactoryTest, RefusesWhatCannotRunWithAClearError) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  BackendOptions o;
+  o.kind = BackendKind::kCuda;
+  const absl::Status c = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
+  EXPECT_EQ(c.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(c.message().find("cuda"), std::string::npos) << c.message();
+}
+
+// The cpu backend keeps the checkpoint's dtype (F32 stays F32, F16 stays F16) and converts
+// when asked.
+TEST(BackendFactoryTest, CpuKeepsTheCheckpointDtypeUnlessAsked) {
   BackendOptions o;
   o.kind = BackendKind::kCpu;
-  o.dtype = DType::kBF16;
-  const absl::Status s = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("float32"), std::string::npos) << s.message();
-  if (CudaDeviceCount() == 0) {
-    o.kind = BackendKind::kCuda;
-    o.dtype.reset();
-    const absl::Status c = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
-    EXPECT_EQ(c.code(), absl::StatusCode::kUnavailable);
-    EXPECT_NE(c.message().find("cuda"), std::string::npos) << c.message();
+  const struct {
+    const char* model;
+    std::optional<DType> ask;
+    DType want;
+  } cases[] = {{"dcformer-f32-short-prompt", std::nullopt, DType::kF32},
+               {"dcpythia-f16-bin", std::nullopt, DType::kF16},
+               {"dcpythia-f16-bin", DType::kF32, DType::kF32},
+               {"dcformer-f32-short-prompt", DType::kBF16, DType::kBF16},
+               {"dcformer-f32-short-prompt", DType::kF16, DType::kF16}};
+  for (const auto& c : cases) {
+    o.dtype = c.ask;
+    auto m = LoadModel(testing::GoldenDir(c.model), o);
+    ASSERT_TRUE(m.ok()) << c.model << ": " << m.status();
+    EXPECT_EQ(m->backend->info().dtype, c.want)
+        << c.model << " asked " << (c.ask ? ComputeDTypeName(*c.ask) : "nothing");
   }
+}
+
+TEST(BackendFactoryTest, RefusesWhatCannotRunWithAClearError) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  BackendOptions o;
+  o.kind = BackendKind::kCuda;
+  const absl::Status c = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
+  EXPECT_EQ(c.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(c.message().find("cuda"), std::string::npos) << c.message();
 }
 
 }  // namespace

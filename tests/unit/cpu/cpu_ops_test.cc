@@ -2,6 +2,9 @@
 // attention.
 #include <cmath>
 #include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/dcmha.h"
@@ -9,6 +12,13 @@
 
 namespace dcf::cpu {
 namespace {
+
+// The attention implementations this CPU can run: the portable reference, and AVX-512.
+std::vector<Isa> TestIsas() {
+  std::vector<Isa> isas = {Isa::kPortable};
+  if (SupportedIsa(Isa::kAvx512) == Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
 
 TEST(NormTest, RmsNormHandCase) {
   const float x[4] = {1, 2, 3, 4};  // mean square 7.5
@@ -108,9 +118,11 @@ TEST(AttendOneTest, ZeroComposeIsSoftmaxAttentionAndWindowMasksKeys) {
   const float q[4] = {0.5f, 1.0f, -1.0f, 2.0f};
   const std::vector<float> zeros(4 * N, 0.0f);
   QueryInputs qi{q, zeros.data(), zeros.data(), zeros.data(), zeros.data()};
-  std::vector<float> scratch(P * N);
+  std::vector<float> scratch(AttendScratchFloats(layout, P));
+  for (Isa isa : TestIsas()) {
+  SCOPED_TRACE(IsaName(isa));
   float out[4];
-  AttendOne(layout, qi, segs, /*lo=*/1, /*hi=*/3, scratch.data(), out);
+  AttendOne(layout, qi, segs, /*lo=*/1, /*hi=*/3, scratch.data(), out, isa);
   for (int n = 0; n < N; ++n) {
     double sc[3], mx = -1e30, sum = 0;
     for (int p = 1; p < P; ++p) {
@@ -123,6 +135,7 @@ TEST(AttendOneTest, ZeroComposeIsSoftmaxAttentionAndWindowMasksKeys) {
       for (int p = 1; p < P; ++p) want += sc[p - 1] / sum * v[p][n * 2 + d];
       EXPECT_NEAR(out[n * hd + d], want, 1e-5) << n << "," << d;
     }
+  }
   }
 }
 
@@ -145,13 +158,15 @@ TEST(AttendOneTest, ComposeOffIgnoresTheTerms) {
   const std::vector<float> zeros(4 * N, 0.0f);
   QueryInputs off{q, terms.data(), terms.data(), terms.data(), terms.data(), /*compose=*/false};
   QueryInputs plain{q, zeros.data(), zeros.data(), zeros.data(), zeros.data()};
-  std::vector<float> scratch(P * N);
-  float a[4], b[4];
+  std::vector<float> scratch(AttendScratchFloats(layout, P));
   const KeySegment with_terms[1] = {{0, P, rows.data(), row}};
   const KeySegment without[1] = {{0, P, zero_terms.data(), row}};
-  AttendOne(layout, off, with_terms, 0, P - 1, scratch.data(), a);
-  AttendOne(layout, plain, without, 0, P - 1, scratch.data(), b);
-  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(a[i], b[i]) << i;
+  for (Isa isa : TestIsas()) {
+    float a[4], b[4];
+    AttendOne(layout, off, with_terms, 0, P - 1, scratch.data(), a, isa);
+    AttendOne(layout, plain, without, 0, P - 1, scratch.data(), b, isa);
+    for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(a[i], b[i]) << IsaName(isa) << " " << i;
+  }
 }
 
 // Post-compose acts on normalised probabilities, with no renormalisation afterwards: with
@@ -172,11 +187,55 @@ TEST(AttendOneTest, PostComposeScalesProbabilitiesWithoutRenormalising) {
   const float q[1] = {1};
   const std::vector<float> zeros(4, 0.0f);
   QueryInputs qi{q, zeros.data(), zeros.data(), zeros.data(), zeros.data()};
-  std::vector<float> scratch(2);
-  float out[1];
-  AttendOne(layout, qi, {&seg, 1}, 0, 1, scratch.data(), out);
+  std::vector<float> scratch(AttendScratchFloats(layout, 2));
   const double e0 = std::exp(1.0), e1 = std::exp(-1.0);
-  EXPECT_NEAR(out[0], 1.5 * (2 * e0 + 4 * e1) / (e0 + e1), 1e-5);
+  for (Isa isa : TestIsas()) {
+    float out[1];
+    AttendOne(layout, qi, {&seg, 1}, 0, 1, scratch.data(), out, isa);
+    EXPECT_NEAR(out[0], 1.5 * (2 * e0 + 4 * e1) / (e0 + e1), 1e-5) << IsaName(isa);
+  }
+}
+
+// The AVX-512 attention against the portable one on random inputs: head counts below, at and
+// above one vector (1, 8, 16, 20, 32), head dims with and without a partial vector, several
+// segments, windows, compose on and off.
+TEST(AttendOneTest, VectorisedMatchesPortable) {
+  if (SupportedIsa(Isa::kAvx512) != Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const int N : {1, 8, 16, 20, 32}) {
+    for (const int hd : {1, 8, 16, 20, 64, 80, 128}) {
+      const KvRowLayout layout(N, hd);
+      const int row = layout.row_floats();
+      const int P = 37;
+      std::vector<float> rows(P * row);
+      for (float& x : rows) x = u(rng);
+      std::vector<float> q(N * hd), terms(4 * 5 * N);
+      for (float& x : q) x = 2 * u(rng);
+      for (float& x : terms) x = 0.5f * u(rng);
+      const float* pre_w = terms.data();
+      const float* post_w = terms.data() + 10 * N;
+      QueryInputs qi{q.data(), pre_w, pre_w + 4 * N, post_w, post_w + 4 * N};
+      // Keys 0..36 in three segments laid out in different places.
+      const KeySegment segs[3] = {{0, 16, rows.data(), row},
+                                  {16, 5, rows.data() + 16 * row, row},
+                                  {21, 16, rows.data() + 21 * row, row}};
+      std::vector<float> scratch(AttendScratchFloats(layout, P));
+      for (const bool compose : {true, false}) {
+        qi.compose = compose;
+        for (const auto& [lo, hi] : {std::pair{0, 36}, std::pair{0, 0}, std::pair{14, 30}}) {
+          std::vector<float> want(N * hd), got(N * hd);
+          AttendOne(layout, qi, segs, lo, hi, scratch.data(), want.data(), Isa::kPortable);
+          AttendOne(layout, qi, segs, lo, hi, scratch.data(), got.data(), Isa::kAvx512);
+          for (int i = 0; i < N * hd; ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::abs(want[i])))
+                << "N " << N << " hd " << hd << " compose " << compose << " keys " << lo << ".."
+                << hi << " at " << i;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

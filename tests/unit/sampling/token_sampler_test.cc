@@ -4,10 +4,12 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/sampling/philox.h"
 #include "gtest/gtest.h"
+#include "tests/testing/reference_sampler.h"
 
 namespace dcf {
 namespace {
@@ -286,6 +288,104 @@ TEST(SamplerTest, ValidationNamesTheField) {
   p = {};
   p.frequency_penalty = -3;
   check(p, "frequency_penalty");
+}
+
+// The O(V) sampler picks exactly the token of the old full-sort sampler
+// (tests/testing/reference_sampler.h) for the same seed and step, over random and
+// adversarial logits and every combination of top-k, top-p and min-p.
+struct LogitCase {
+  std::string name;
+  std::vector<float> logits;
+};
+
+std::vector<LogitCase> AdversarialLogits() {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<LogitCase> cases;
+  for (const int V : {1, 2, 7, 300, 5000, 50257}) {
+    std::vector<float> l(V);
+    for (float& v : l) v = 3 * normal(rng);
+    cases.push_back({"normal_" + std::to_string(V), l});
+  }
+  const int V = 3001;
+  cases.push_back({"flat", std::vector<float>(V, 0.25f)});
+  std::vector<float> l(V);
+  for (int i = 0; i < V; ++i) l[i] = std::round(2 * normal(rng)) / 2;  // many ties
+  cases.push_back({"quantized", l});
+  for (int i = 0; i < V; ++i) l[i] = i % 2 == 0 ? 1.0f : 0.0f;  // two levels
+  cases.push_back({"two_levels", l});
+  for (int i = 0; i < V; ++i) l[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -1.0f;
+  cases.push_back({"signed_zeros", l});  // -0 and +0 are one value: ties by id
+  for (int i = 0; i < V; ++i) l[i] = normal(rng) * 1e-6f;  // nearly flat, distinct keys
+  cases.push_back({"nearly_flat", l});
+  for (int i = 0; i < V; ++i) l[i] = i < 3 ? 50.0f - i : -1e4f * (1 + normal(rng) * 0.01f);
+  cases.push_back({"peaked_underflow", l});  // all but three probabilities underflow to 0
+  for (int i = 0; i < V; ++i) l[i] = normal(rng) * 30;  // wide range, mixed signs
+  cases.push_back({"wide", l});
+  for (int i = 0; i < V; ++i) l[i] = -std::abs(normal(rng)) - 1e30f * (i % 5 == 0);
+  cases.push_back({"huge_negative", l});
+  for (int i = 0; i < V; ++i) l[i] = i == V - 1 ? 1.0f : 0.0f;  // maximum at the last id
+  cases.push_back({"max_last", l});
+  return cases;
+}
+
+TEST(SamplerTest, LinearTimeSamplerMatchesTheFullSortReference) {
+  SamplerScratch scratch;
+  testing::ReferenceSamplerScratch ref_scratch;
+  int compared = 0;
+  for (const LogitCase& c : AdversarialLogits()) {
+    const int V = static_cast<int>(c.logits.size());
+    for (const float temperature : {1.0f, 0.7f, 3.0f}) {
+      for (const int top_k : {0, 1, 2, 5, 50, 1500, V - 1, V, V + 3}) {
+        for (const float top_p : {1.0f, 0.9f, 0.5f, 0.999999f, 1e-4f}) {
+          for (const float min_p : {0.0f, 0.05f, 1.0f}) {
+            SamplingParams p;
+            p.temperature = temperature;
+            p.top_k = top_k < 0 ? 0 : top_k;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            const int draws = V > 10000 ? 2 : 6;
+            for (int step = 0; step < draws; ++step) {
+              const int32_t want =
+                  testing::ReferenceSampleToken(c.logits, p, 99, step, nullptr, &ref_scratch);
+              const int32_t got = SampleToken(c.logits, p, 99, step, nullptr, &scratch);
+              ASSERT_EQ(got, want) << c.name << " T " << temperature << " top_k " << p.top_k
+                                   << " top_p " << top_p << " min_p " << min_p << " step "
+                                   << step;
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("compared", compared);
+}
+
+// Many draws over a random vocabulary: the same token stream, draw after draw, for the
+// sampling settings requests use most.
+TEST(SamplerTest, LinearTimeSamplerMatchesTheReferenceOverManyDraws) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0, 2.5f);
+  std::vector<float> logits(20000);
+  SamplerScratch scratch;
+  testing::ReferenceSamplerScratch ref_scratch;
+  const SamplingParams settings[] = {
+      [] { SamplingParams p; p.top_p = 0.95f; return p; }(),
+      [] { SamplingParams p; p.top_k = 40; p.top_p = 0.9f; p.temperature = 0.8f; return p; }(),
+      [] { SamplingParams p; p.min_p = 0.1f; return p; }(),
+      [] { SamplingParams p; p.top_k = 10000; p.min_p = 0.001f; return p; }()};
+  for (const SamplingParams& p : settings) {
+    for (int step = 0; step < 300; ++step) {
+      if (step % 10 == 0) {
+        for (float& v : logits) v = normal(rng);
+      }
+      ASSERT_EQ(SampleToken(logits, p, 5, step, nullptr, &scratch),
+                testing::ReferenceSampleToken(logits, p, 5, step, nullptr, &ref_scratch))
+          << "top_k " << p.top_k << " top_p " << p.top_p << " min_p " << p.min_p << " step "
+          << step;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,296 @@
+// dcformer-cpu-attention-bench: the attention layer's core alone on the CPU backend's kernels
+// (issue 10, "Attention benchmark"): plain multi-head attention (compose off) against DCMHA,
+// global and windowed, over sequence lengths; time per forward, tokens/s, memory, FLOP/s.
+// The same report (attention_report.h: table, JSON, FLOP formula) as the CUDA driver
+// dcformer-attention-bench, so the two compare line by line; bench/README.md documents it.
+//
+// One forward = cpu::PagedAttention on projected inputs: the fresh cache rows written into
+// the paged cache, then every query attends (scores, pre-compose, softmax, post-compose,
+// values). The q/k/v and dynamic-weight projections and Wo are not part of it.
+//
+//   dcformer-cpu-attention-bench [--mode prefill|decode] [--batch 32 --dim 512 --n-head 8]
+//       [--seq-lens 128,256,512,1024,2048 --windows 0,256 --variants mha,dcmha]
+//       [--warmup 10 --iters 100 | --quick] [--json-out FILE --plot-out FILE.png]
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/attention/attention_report.h"
+#include "engine/common/flag_names.h"
+#include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/large_buffer.h"
+#include "engine/cpu/paged_attention.h"
+#include "engine/model/model_config.h"
+
+ABSL_FLAG(std::string, mode, "prefill",
+          "prefill: each sequence's --seq-lens tokens from position 0 in one forward; decode: "
+          "one new token per sequence after --seq-lens cached positions");
+ABSL_FLAG(int, batch, 32, "sequences per forward");
+ABSL_FLAG(int, dim, 512, "model dim (n_head * head_dim)");
+ABSL_FLAG(int, n_head, 8, "heads");
+ABSL_FLAG(std::string, seq_lens, "128,256,512,1024,2048", "comma-separated sequence lengths");
+ABSL_FLAG(std::string, windows, "0,256", "comma-separated windows (0: global layer)");
+ABSL_FLAG(std::string, variants, "mha,dcmha", "mha (compose off) and/or dcmha");
+ABSL_FLAG(int, block_size, 16, "KV cache block size (tokens)");
+ABSL_FLAG(int, warmup, 10, "untimed forwards first");
+ABSL_FLAG(int, iters, 100, "timed forwards (the mean is reported)");
+ABSL_FLAG(bool, quick, false, "1 warm-up and 3 timed forwards (a smoke run)");
+ABSL_FLAG(std::string, json_out, "", "also write the report as JSON to this file");
+ABSL_FLAG(std::string, plot_out, "",
+          "also draw ms per forward against sequence length to this PNG (needs gnuplot)");
+
+namespace dcf {
+namespace {
+
+constexpr int C = ModelConfig::kComposeBranches;
+constexpr int kI = ModelConfig::kRank;
+
+bool ParseInts(const char* flag, const std::string& text, int min, std::vector<int>* out) {
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(piece, &v) || v < min) {
+      std::fprintf(stderr, "dcformer-cpu-attention-bench: --%s: '%s' is not an integer >= %d\n",
+                   flag, std::string(piece).c_str(), min);
+      return false;
+    }
+    out->push_back(v);
+  }
+  if (out->empty()) {
+    std::fprintf(stderr, "dcformer-cpu-attention-bench: --%s is empty\n", flag);
+    return false;
+  }
+  return true;
+}
+
+struct CaseResult {
+  double ms_per_forward = 0;
+  int64_t bytes = 0;  // inputs, KV cache, output and scratch of the forward
+  double kv_bytes_read = 0;
+  int64_t query_tokens = 0;
+};
+
+// Runs one (variant, window, length) case on random inputs.
+CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window, int len,
+                   bool compose, int warmup, int iters) {
+  const int S = report.batch, N = report.n_head, hd = report.head_dim, B = report.block_size;
+  const KvRowLayout layout(N, hd);
+  const int row = layout.row_floats();
+  const int64_t E = static_cast<int64_t>(N) * hd;
+  const int new_per_seq = decode ? 1 : len;
+  const int start = decode ? len : 0;
+  const int end = start + new_per_seq;
+  const int blocks_per_seq = (end + B - 1) / B;
+  const int64_t T = static_cast<int64_t>(S) * new_per_seq;
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const auto fill = [&](std::vector<float>& v, float scale) {
+    for (float& x : v) x = scale * u(rng);
+  };
+  // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq).
+  // Allocated as the backend allocates its cache (huge pages).
+  const size_t cache_floats = static_cast<size_t>(S) * blocks_per_seq * B * row;
+  cpu::LargeBuffer cache_buffer(cache_floats * sizeof(float));
+  float* cache = static_cast<float*>(cache_buffer.data());
+  for (size_t i = 0; i < cache_floats; ++i) cache[i] = 0.5f * u(rng);  // decode: cached rows
+  std::vector<int32_t> tables(static_cast<size_t>(S) * blocks_per_seq);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+  std::vector<cpu::PagedSequence> seqs(S);
+  std::vector<int64_t> positions(T);
+  std::vector<int32_t> seq_of(T);
+  for (int s = 0; s < S; ++s) {
+    seqs[s] = {start, new_per_seq, static_cast<int64_t>(s) * new_per_seq,
+               &tables[static_cast<size_t>(s) * blocks_per_seq]};
+    for (int j = 0; j < new_per_seq; ++j) {
+      positions[static_cast<size_t>(s) * new_per_seq + j] = start + j;
+      seq_of[static_cast<size_t>(s) * new_per_seq + j] = s;
+    }
+  }
+  std::vector<float> rows(T * row), q(T * E), dw(T * C * 2 * kI * N), g(T * C * N), out(T * E);
+  fill(rows, 0.5f);
+  fill(q, 0.5f);
+  fill(dw, 0.3f);
+  fill(g, 0.3f);
+
+  cpu::PagedAttentionInputs in;
+  in.layout = layout;
+  in.window = window;
+  in.compose = compose;
+  in.seqs = seqs.data();
+  in.num_seqs = S;
+  in.positions = positions.data();
+  in.seq_of = seq_of.data();
+  in.num_tokens = T;
+  in.rows = rows.data();
+  in.q = q.data();
+  in.q_stride = E;
+  in.dw = dw.data();
+  in.g = g.data();
+  in.g_stride = C * N;
+  in.cache = {cache, 1, 0, B};
+
+  for (int i = 0; i < warmup; ++i) cpu::PagedAttention(in, out.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) cpu::PagedAttention(in, out.data());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  CaseResult r;
+  r.ms_per_forward = s * 1e3 / iters;
+  r.query_tokens = T;
+  const int64_t pairs = S * (decode ? bench::VisiblePairs(len, 1, window)
+                                    : bench::VisiblePairs(0, len, window));
+  // Every visible pair reads its key's row once (K and pre terms, then V and post terms).
+  r.kv_bytes_read = static_cast<double>(pairs) * row * sizeof(float);
+  const int64_t max_keys = window > 0 ? std::min(end, window) : end;
+  r.bytes = static_cast<int64_t>(sizeof(float)) *
+                static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() +
+                                     g.size() + out.size()) +
+            static_cast<int64_t>(sizeof(int32_t) * (tables.size() + seq_of.size())) +
+            static_cast<int64_t>(sizeof(int64_t) * positions.size()) +
+            cpu::PagedAttentionScratchBytes(layout, max_keys);
+  return r;
+}
+
+// ms per forward against sequence length, one line per (variant, window), log-log axes.
+bool Plot(const bench::AttentionReport& report, const std::string& png) {
+  const std::string data = png + ".dat";
+  std::ofstream d(data);
+  std::vector<std::string> titles;
+  std::string key;
+  for (const bench::AttentionRow& r : report.rows) {
+    const std::string k = r.variant + (r.window > 0 ? " window " + std::to_string(r.window)
+                                                    : std::string(" global"));
+    if (k != key) {
+      if (!key.empty()) d << "\n\n";  // a new gnuplot data block
+      titles.push_back(k);
+      key = k;
+    }
+    d << r.seq_len << " " << r.ms_per_forward << "\n";
+  }
+  d.close();
+  const std::string script = png + ".gp";
+  std::ofstream g(script);
+  g << "set terminal pngcairo size 900,600\nset output '" << png << "'\n"
+    << "set title 'attention " << report.mode << " on " << report.backend << ": batch "
+    << report.batch << ", dim " << report.dim << ", " << report.n_head << " heads'\n"
+    << "set xlabel 'sequence length'\nset ylabel 'ms per forward'\n"
+    << "set logscale xy\nset grid\nset key top left\nplot ";
+  for (size_t i = 0; i < titles.size(); ++i) {
+    g << (i ? ", " : "") << "'" << data << "' index " << i << " with linespoints title '"
+      << titles[i] << "'";
+  }
+  g << "\n";
+  g.close();
+  const std::string cmd = "gnuplot '" + script + "'";
+  return std::system(cmd.c_str()) == 0;
+}
+
+int Main() {
+  bench::AttentionReport report;
+  report.backend = "cpu";
+  report.mode = absl::GetFlag(FLAGS_mode);
+  report.batch = absl::GetFlag(FLAGS_batch);
+  report.dim = absl::GetFlag(FLAGS_dim);
+  report.n_head = absl::GetFlag(FLAGS_n_head);
+  report.block_size = absl::GetFlag(FLAGS_block_size);
+  report.warmup = absl::GetFlag(FLAGS_quick) ? 1 : absl::GetFlag(FLAGS_warmup);
+  report.iters = absl::GetFlag(FLAGS_quick) ? 3 : absl::GetFlag(FLAGS_iters);
+  report.dtype = "float32";
+  report.device = std::string(cpu::IsaName(cpu::ActiveIsa())) + ", " +
+                  std::to_string(omp_get_max_threads()) + " threads";
+  report.scope =
+      "cpu::PagedAttention on projected inputs (q, fresh K/V/key-term rows, dynamic compose "
+      "terms given): cache write + attention; no projections, no Wo";
+  const auto bad = [](const char* what) {
+    std::fprintf(stderr, "dcformer-cpu-attention-bench: %s\n", what);
+    return 2;
+  };
+  if (report.mode != "prefill" && report.mode != "decode") {
+    return bad("--mode must be prefill or decode");
+  }
+  if (report.batch < 1 || report.n_head < 1 || report.n_head > 256 ||
+      report.dim < report.n_head || report.dim % report.n_head != 0) {
+    return bad("--batch and --n-head must be >= 1 (n-head <= 256) and --dim a multiple of "
+               "--n-head");
+  }
+  report.head_dim = report.dim / report.n_head;
+  if (report.block_size < 1 || report.warmup < 0 || report.iters < 1) {
+    return bad("--block-size and --iters must be >= 1, --warmup >= 0");
+  }
+  std::vector<int> seq_lens, windows;
+  if (!ParseInts("seq-lens", absl::GetFlag(FLAGS_seq_lens), 1, &seq_lens) ||
+      !ParseInts("windows", absl::GetFlag(FLAGS_windows), 0, &windows)) {
+    return 2;
+  }
+  std::vector<std::string> variants =
+      absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipWhitespace());
+  for (const std::string& v : variants) {
+    if (v != "mha" && v != "dcmha") return bad("--variants: each must be mha or dcmha");
+  }
+  if (variants.empty()) return bad("--variants is empty");
+
+  const bool decode = report.mode == "decode";
+  for (int window : windows) {
+    for (const std::string& variant : variants) {
+      for (int len : seq_lens) {
+        const CaseResult r = RunCase(report, decode, window, len, variant == "dcmha",
+                                     report.warmup, report.iters);
+        bench::AttentionRow row;
+        row.variant = variant;
+        row.window = window;
+        row.seq_len = len;
+        row.ms_per_forward = r.ms_per_forward;
+        row.peak_memory_mb = r.bytes / 1048576.0;
+        const int64_t pairs = report.batch * (decode ? bench::VisiblePairs(len, 1, window)
+                                                     : bench::VisiblePairs(0, len, window));
+        bench::Finish(report, row, r.query_tokens, pairs, r.kv_bytes_read);
+        report.rows.push_back(row);
+        std::fprintf(stderr, "%s %s %d: %.3f ms\n", variant.c_str(),
+                     window > 0 ? std::to_string(window).c_str() : "global", len,
+                     row.ms_per_forward);
+      }
+    }
+  }
+  std::fputs(bench::FormatTable(report).c_str(), stdout);
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  if (!json_out.empty()) {
+    std::ofstream f(json_out);
+    f << bench::ToJson(report).dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "dcformer-cpu-attention-bench: cannot write --json-out %s\n",
+                   json_out.c_str());
+      return 1;
+    }
+  }
+  const std::string plot_out = absl::GetFlag(FLAGS_plot_out);
+  if (!plot_out.empty() && !Plot(report, plot_out)) {
+    std::fprintf(stderr, "dcformer-cpu-attention-bench: gnuplot failed for --plot-out %s\n",
+                 plot_out.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dcf
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Times the CPU attention kernels alone: MHA vs DCMHA, global and windowed "
+      "(bench/README.md)");
+  std::vector<std::string> storage;
+  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, storage);
+  absl::ParseCommandLine(argc, args.data());
+  return dcf::Main();
+}

@@ -1,0 +1,115 @@
+#include "engine/cpu/cpu_weights.h"
+
+#include <algorithm>
+
+namespace dcf::cpu {
+namespace {
+
+constexpr int C = ModelConfig::kComposeBranches;
+constexpr int kI = ModelConfig::kRank;
+
+// Linear weight [out, in] (shape from the tensor), then the tensor is released.
+PackedMatrix Rows(Tensor& t) {
+  if (t.empty()) return PackedMatrix();
+  const int64_t out = t.shape()[0], in = t.numel() / out;
+  PackedMatrix m = PackedMatrix::FromRows(t.data(), t.dtype(), out, in, t.dtype());
+  t = Tensor();
+  return m;
+}
+
+Tensor F32(Tensor& t) {
+  t.ConvertTo(DType::kF32);
+  return std::move(t);
+}
+
+size_t Bytes(const Tensor& t) { return t.nbytes(); }
+
+}  // namespace
+
+CpuWeights PackWeights(const ModelConfig& config, ModelWeights w) {
+  const int64_t E = config.dim, N = config.n_head, K = config.dynamic_hidden();
+  const int64_t F = config.intermediate_size;
+  const int64_t W2I = 2 * kI * N;
+  CpuWeights out;
+  out.tok_embeddings = std::move(w.tok_embeddings);
+  out.norm_w = F32(w.norm_w);
+  out.norm_b = F32(w.norm_b);
+  out.output = Rows(w.output);
+  out.matrix_dtype = out.output.dtype();
+  out.layers.resize(w.layers.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    LayerWeights& s = w.layers[l];
+    CpuLayerWeights& d = out.layers[l];
+    using Source = PackedMatrix::Source;
+    const std::vector<Source> in_proj = {{s.wqkv_w.data(), s.wqkv_w.dtype(), 3 * E, false, E},
+                                         {s.dw1.data(), s.dw1.dtype(), C * K, true, C * K},
+                                         {s.dd.data(), s.dd.dtype(), C * N, true, C * N}};
+    d.in_proj = PackedMatrix::Concat(in_proj, E, PackedMatrix::CommonDType(in_proj));
+    if (!s.wqkv_b.empty()) {
+      d.in_proj_b = Tensor(DType::kF32, {3 * E + C * K + C * N});
+      float* b = d.in_proj_b.f32();
+      ConvertToF32(s.wqkv_b.dtype(), s.wqkv_b.data(), 3 * E, b);
+      std::fill(b + 3 * E, b + d.in_proj_b.numel(), 0.0f);
+    }
+    s.wqkv_w = Tensor();
+    s.dw1 = Tensor();
+    s.dd = Tensor();
+    d.wo = Rows(s.wo_w);
+    const size_t branch_bytes = static_cast<size_t>(K * W2I) * DTypeSize(s.qkw.dtype());
+    for (int c = 0; c < C; ++c) {
+      d.qkw[c] = PackedMatrix::FromColumns(static_cast<const uint8_t*>(s.qkw.data()) +
+                                               c * branch_bytes,
+                                           s.qkw.dtype(), K, W2I, W2I, s.qkw.dtype());
+    }
+    s.qkw = Tensor();
+    if (s.w3_w.empty()) {
+      d.up = Rows(s.w1_w);
+    } else {
+      const std::vector<Source> up = {{s.w1_w.data(), s.w1_w.dtype(), F, false, E},
+                                      {s.w3_w.data(), s.w3_w.dtype(), F, false, E}};
+      d.up = PackedMatrix::Concat(up, E, PackedMatrix::CommonDType(up));
+      s.w1_w = Tensor();
+      s.w3_w = Tensor();
+    }
+    d.w2 = Rows(s.w2_w);
+    if (l == 0) out.matrix_dtype = d.in_proj.dtype();
+    d.attention_norm_w = F32(s.attention_norm_w);
+    d.attention_norm_b = F32(s.attention_norm_b);
+    d.ffn_norm_w = F32(s.ffn_norm_w);
+    d.ffn_norm_b = F32(s.ffn_norm_b);
+    d.wo_b = F32(s.wo_b);
+    d.q_norm = F32(s.q_norm);
+    d.k_norm = F32(s.k_norm);
+    d.up_b = F32(s.w1_b);
+    d.w2_b = F32(s.w2_b);
+  }
+  return out;
+}
+
+size_t CpuWeights::BytesReadPerToken() const {
+  size_t n = output.nbytes() + Bytes(norm_w) + Bytes(norm_b);
+  if (!tok_embeddings.empty()) {
+    n += tok_embeddings.nbytes() / static_cast<size_t>(tok_embeddings.shape()[0]);
+  }
+  for (const CpuLayerWeights& l : layers) {
+    for (const PackedMatrix* m : {&l.in_proj, &l.wo, &l.up, &l.w2}) {
+      n += m->nbytes();
+    }
+    for (const PackedMatrix& m : l.qkw) n += m.nbytes();
+    for (const Tensor* t : {&l.attention_norm_w, &l.attention_norm_b, &l.ffn_norm_w,
+                            &l.ffn_norm_b, &l.in_proj_b, &l.wo_b, &l.q_norm, &l.k_norm,
+                            &l.up_b, &l.w2_b}) {
+      n += Bytes(*t);
+    }
+  }
+  return n;
+}
+
+void EmbeddingRow(const Tensor& table, int64_t token, float* out) {
+  const int64_t E = table.shape()[1];
+  ConvertToF32(table.dtype(),
+               static_cast<const uint8_t*>(table.data()) + token * E * DTypeSize(table.dtype()),
+               E, out);
+}
+
+}  // namespace dcf::cpu

@@ -1,0 +1,271 @@
+// AVX-512 version of cpu::AttendOne (dcmha.h): the same two passes over the keys, with the
+// heads of a key in vector lanes (16 per vector, the last chunk masked), per-head dot products
+// folded 16 at a time by a transpose-and-add tree, and a vector exp. Every function carries
+// the target attribute; dcmha.cc calls it only when cpu_isa.h found AVX-512.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its own intrinsics
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "engine/cpu/dcmha_kernels.h"
+#include "engine/model/model_config.h"
+
+#define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define DCF_AVX512_INLINE DCF_AVX512 inline __attribute__((always_inline))
+
+namespace dcf::cpu::kernels {
+namespace {
+
+constexpr int kRank = ModelConfig::kRank;
+constexpr int kMaxHeads = 256;
+
+DCF_AVX512_INLINE __mmask16 TailMask(int n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// r[i] = sum of the lanes of v[i], for 16 vectors (a transpose-and-add tree: 15 adds and 30
+// shuffles instead of 16 separate horizontal sums).
+DCF_AVX512_INLINE __m512 Reduce16(const __m512* v) {
+  __m512 t[8];
+  for (int i = 0; i < 8; ++i) {
+    // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] for a = v[2i], b = v[2i+1].
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  __m512 u[4];
+  for (int i = 0; i < 4; ++i) {
+    // Per 128-bit lane: partial sums of v[4i..4i+3] in lanes 0..3.
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xee));
+  }
+  // Add the four 128-bit lanes of each u and lay the results out in order.
+  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
+                                  _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
+                                  _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xdd));
+}
+
+// exp(x) for x <= 0 (scores minus their maximum), ~1 ulp (Cephes expf polynomial on
+// x - n ln2 with |x - n ln2| <= ln2 / 2, then scaled by 2^n); 0 below -87.3.
+DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
+}
+
+// Lanes 0..3 of the result: the sums of a, b, c and d.
+DCF_AVX512_INLINE __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  // Per 128-bit lane: partial sums of a, b, c, d.
+  __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xee));
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0x4e));
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0xb1));
+  return _mm512_castps512_ps128(u);
+}
+
+// Compose (dcmha.h) of s[NP] in place; q/k terms as in Compose, N entries each (masked
+// loads past them). kRank == 2: the four rank dot products are folded together.
+DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg, const float* kw,
+                                      const float* kg, float* s) {
+  static_assert(kRank == 2, "the dot products are folded four at a time");
+  __m512 dq0 = _mm512_setzero_ps(), dq1 = dq0, dk0 = dq0, dk1 = dq0;
+  for (int c = 0; c < N; c += 16) {
+    const __mmask16 m = TailMask(N - c);
+    const __m512 sv = _mm512_loadu_ps(s + c);
+    dq0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qw + c), sv, dq0);
+    dq1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qw + N + c), sv, dq1);
+    dk0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kw + c), sv, dk0);
+    dk1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kw + N + c), sv, dk1);
+  }
+  alignas(16) float d[4];  // <W1q[0], s>, <W1q[1], s>, <W1k[0], s>, <W1k[1], s>
+  _mm_store_ps(d, Reduce4(dq0, dq1, dk0, dk1));
+  const float* q2 = qw + kRank * N;
+  const float* k2 = kw + kRank * N;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int c = 0; c < N; c += 16) {
+    const __mmask16 m = TailMask(N - c);
+    const __m512 sv = _mm512_loadu_ps(s + c);
+    const __m512 g = _mm512_add_ps(_mm512_add_ps(one, _mm512_maskz_loadu_ps(m, qg + c)),
+                                   _mm512_maskz_loadu_ps(m, kg + c));
+    __m512 v = _mm512_mul_ps(sv, g);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + c), _mm512_set1_ps(d[0]), v);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + N + c), _mm512_set1_ps(d[1]), v);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + c), _mm512_set1_ps(d[2]), v);
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + N + c), _mm512_set1_ps(d[3]), v);
+    _mm512_storeu_ps(s + c, _mm512_maskz_mov_ps(m, v));  // padding heads stay 0
+  }
+}
+
+// s[NP] = scale * <q_n, k_n> for every head n (zero past N).
+DCF_AVX512_INLINE void Scores(const float* q, const float* k, int N, int hd, float scale,
+                              float* s) {
+  const __mmask16 dtail = TailMask(hd % 16 == 0 ? 16 : hd % 16);
+  const int full = hd % 16 == 0 ? hd : hd - hd % 16;
+  for (int h0 = 0; h0 < N; h0 += 16) {
+    __m512 acc[16];
+    const int nh = N - h0 < 16 ? N - h0 : 16;
+    for (int h = 0; h < 16; ++h) acc[h] = _mm512_setzero_ps();
+    for (int h = 0; h < nh; ++h) {
+      const float* qn = q + (h0 + h) * hd;
+      const float* kn = k + (h0 + h) * hd;
+      __m512 a = _mm512_setzero_ps();
+      int d = 0;
+      for (; d + 16 <= full; d += 16) {
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(qn + d), _mm512_loadu_ps(kn + d), a);
+      }
+      if (d < hd) {
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dtail, qn + d), _mm512_maskz_loadu_ps(dtail, kn + d),
+                            a);
+      }
+      acc[h] = a;
+    }
+    _mm512_storeu_ps(s + h0, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+  }
+}
+
+// out[n, :] = sum over the keys of P[j][n] * v_j[n, :] for heads [n0, n0 + G), each head's
+// HC vectors of 16 (the last masked) held in registers across all keys: the value rows are
+// read once per head group, and `out` is written once.
+template <int HC>
+DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment* segments,
+                                    int num_segments, int64_t lo, int64_t hi, const float* P,
+                                    int NP, int n0, int G, float* out) {
+  constexpr int kMaxG = 16 / HC;
+  const int hd = layout.head_dim;
+  const __mmask16 dtail = TailMask(hd - (HC - 1) * 16);
+  __m512 acc[kMaxG][HC];
+#pragma GCC unroll 16
+  for (int h = 0; h < kMaxG; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < HC; ++c) acc[h][c] = _mm512_setzero_ps();
+  }
+  for (int si = 0; si < num_segments; ++si) {
+    const KeySegment& seg = segments[si];
+    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
+    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
+    for (int64_t p = begin; p < end; ++p) {
+      const float* v = seg.rows + (p - seg.pos0) * seg.stride + layout.v_offset() + n0 * hd;
+      const float* pj = P + (p - lo) * NP + n0;
+#pragma GCC unroll 16
+      for (int h = 0; h < kMaxG; ++h) {
+        if (h >= G) break;
+        const __m512 w = _mm512_set1_ps(pj[h]);
+#pragma GCC unroll 8
+        for (int c = 0; c < HC; ++c) {
+          const __m512 vv = c == HC - 1 ? _mm512_maskz_loadu_ps(dtail, v + h * hd + c * 16)
+                                        : _mm512_loadu_ps(v + h * hd + c * 16);
+          acc[h][c] = _mm512_fmadd_ps(w, vv, acc[h][c]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int h = 0; h < kMaxG; ++h) {
+    if (h >= G) break;
+#pragma GCC unroll 8
+    for (int c = 0; c < HC; ++c) {
+      if (c == HC - 1) {
+        _mm512_mask_storeu_ps(out + (n0 + h) * hd + c * 16, dtail, acc[h][c]);
+      } else {
+        _mm512_storeu_ps(out + (n0 + h) * hd + c * 16, acc[h][c]);
+      }
+    }
+  }
+}
+
+template <int HC>
+DCF_AVX512 void AccumulateValues(const KvRowLayout& layout, const KeySegment* segments,
+                                 int num_segments, int64_t lo, int64_t hi, const float* P,
+                                 int NP, float* out) {
+  constexpr int kMaxG = 16 / HC;
+  for (int n0 = 0; n0 < layout.n_head; n0 += kMaxG) {
+    const int G = layout.n_head - n0 < kMaxG ? layout.n_head - n0 : kMaxG;
+    AccumulateHeadGroup<HC>(layout, segments, num_segments, lo, hi, P, NP, n0, G, out);
+  }
+}
+
+}  // namespace
+
+bool AttendOneAvx512Supports(const KvRowLayout& layout) {
+  return layout.head_dim <= 128;
+}
+
+DCF_AVX512 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi,
+                                const KeySegment* segments, int num_segments, int64_t lo,
+                                int64_t hi, float* scratch, float* out) {
+  const int N = layout.n_head, hd = layout.head_dim;
+  const int NP = (N + 15) / 16 * 16;  // a key's scores, padded to whole vectors
+  const int64_t L = hi - lo + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* S = scratch;  // [L, NP]
+
+  // Pass 1: scores and pre-compose at every key.
+  for (int si = 0; si < num_segments; ++si) {
+    const KeySegment& seg = segments[si];
+    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
+    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
+    for (int64_t p = begin; p < end; ++p) {
+      const float* row = seg.rows + (p - seg.pos0) * seg.stride;
+      float* s = S + (p - lo) * NP;
+      Scores(qi.q, row + layout.k_offset(), N, hd, scale, s);
+      const float* kt = row + layout.branch_offset(0);
+      if (qi.compose) ComposeInPlace(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
+    }
+  }
+
+  // Softmax over keys, per head (heads in lanes).
+  alignas(64) float inv[kMaxHeads];
+  for (int c = 0; c < NP; c += 16) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < L; ++j) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + j * NP + c));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; ++j) {
+      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(S + j * NP + c), mx));
+      _mm512_storeu_ps(S + j * NP + c, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    _mm512_store_ps(inv + c, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
+  }
+
+  // Pass 2: normalise and post-compose every key's probabilities, then accumulate values.
+  for (int si = 0; si < num_segments; ++si) {
+    const KeySegment& seg = segments[si];
+    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
+    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
+    for (int64_t p = begin; p < end; ++p) {
+      float* s = S + (p - lo) * NP;
+      for (int c = 0; c < NP; c += 16) {
+        _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_load_ps(inv + c)));
+      }
+      if (qi.compose) {
+        const float* kt = seg.rows + (p - seg.pos0) * seg.stride + layout.branch_offset(1);
+        ComposeInPlace(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
+      }
+    }
+  }
+  switch ((hd + 15) / 16) {
+    case 1: AccumulateValues<1>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 2: AccumulateValues<2>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 3: AccumulateValues<3>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 4: AccumulateValues<4>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 5: AccumulateValues<5>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 6: AccumulateValues<6>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 7: AccumulateValues<7>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    default: AccumulateValues<8>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+  }
+}
+
+}  // namespace dcf::cpu::kernels

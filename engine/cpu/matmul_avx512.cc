@@ -1,0 +1,178 @@
+// AVX-512 kernel of cpu::MatMul (see packed_matrix.h for the layout). Every function here
+// carries the target attribute, so the file compiles for baseline x86-64 and only runs
+// when cpu_isa.h found AVX-512.
+// GCC 12 warns about the deliberately undefined vectors inside its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "engine/cpu/matmul_kernels.h"
+
+#define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define DCF_AVX512_INLINE DCF_AVX512 inline __attribute__((always_inline))
+
+namespace dcf::cpu::kernels {
+namespace {
+
+constexpr int kPanel = 32;
+
+// The 32 weights of column k of a panel as two vectors of 16 floats (outputs 0-15, 16-31).
+template <int WT>
+DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m512* w1) {
+  if constexpr (WT == kWeightF32) {
+    const float* p = static_cast<const float*>(panel) + k * kPanel;
+    *w0 = _mm512_loadu_ps(p);
+    *w1 = _mm512_loadu_ps(p + 16);
+  } else if constexpr (WT == kWeightF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
+    *w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    *w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  } else {
+    // Pair-interleaved bf16: the low halves are outputs 0-15, the high halves 16-31.
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
+    const __m512i v = _mm512_loadu_si512(p);
+    *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+}
+
+// y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias).
+// x[r][k] is at x[r * xr + k * xk]: rows of the caller's matrix (xr = ldx, xk = 1) or a
+// packed group (xr = 1, xk = MR). With `accumulate` the products are added to y (a later
+// column block), else y = products + bias. Every row accumulates its columns in order into
+// its own registers whatever MR is, so a row's result does not depend on the batch.
+template <int MR, int WT>
+DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
+                      const float* bias, bool accumulate, float* y, int64_t ldy, int valid) {
+  __m512 a0[MR], a1[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < in; ++k) {
+    __m512 w0, w1;
+    LoadColumn<WT>(panel, k, &w0, &w1);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
+      a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
+      a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
+    }
+  }
+  const __mmask16 m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+  const __mmask16 m1 =
+      valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (bias != nullptr) {
+    b0 = _mm512_maskz_loadu_ps(m0, bias);
+    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (accumulate) {
+      b0 = _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      b1 = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+    }
+    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], b0));
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], b1));
+  }
+}
+
+template <int WT>
+DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, const void* panel,
+                             int64_t in, const float* bias, bool accumulate, float* y,
+                             int64_t ldy, int valid) {
+  switch (rows) {
+#define DCF_CASE(n) \
+  case n: Block<n, WT>(x, xr, xk, panel, in, bias, accumulate, y, ldy, valid); break;
+    DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6)
+    DCF_CASE(7) DCF_CASE(8) DCF_CASE(9) DCF_CASE(10) DCF_CASE(11) DCF_CASE(12)
+#undef DCF_CASE
+    default: break;
+  }
+}
+
+// Columns (k) in blocks of kColumnBlock for every row count, partial sums added to y in
+// order, so each row's arithmetic is the same in a batch of 1 or of 200.
+// One row (decode of one sequence): each panel streamed once, its column blocks in turn.
+// More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
+// k-major (in L2) while every panel's slice of those columns passes over them (the weights
+// are streamed rows / kRowBlock times).
+template <int WT>
+DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
+  const int64_t elem = WT == kWeightF32 ? 4 : 2;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  if (a.rows == 1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t o = p * kPanel;
+      const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+      for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
+        const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
+        const void* panel = w + (p * a.in + k0) * kPanel * elem;
+        Block<1, WT>(a.x + k0, 0, 1, panel, kc,
+                     a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr, k0 > 0, a.y + o, 0,
+                     valid);
+      }
+    }
+    return;
+  }
+  const bool pack = a.xpack != nullptr;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
+    const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
+    // Rows in passes of at most 12, the remainder split evenly (16 -> 8 + 8, not 12 + 4).
+    int64_t group_row[kRowBlock], group_n[kRowBlock];
+    int groups = 0;
+    for (int64_t r = r0; r < r1;) {
+      const int64_t left = r1 - r;
+      const int64_t passes = (left + kRowsPerPass - 1) / kRowsPerPass;
+      group_row[groups] = r;
+      group_n[groups] = (left + passes - 1) / passes;
+      r += group_n[groups++];
+    }
+    for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
+      const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
+      if (pack) {
+        // Each group's rows interleaved k-major ([kc][n]): the broadcasts of one column come
+        // from one cache line, not from n rows 4 KiB apart (which share an L1 set).
+        float* dst = a.xpack;
+        for (int g = 0; g < groups; ++g) {
+          const int64_t n = group_n[g];
+          for (int64_t j = 0; j < n; ++j) {
+            const float* src = a.x + (group_row[g] + j) * a.ldx + k0;
+            for (int64_t k = 0; k < kc; ++k) dst[k * n + j] = src[k];
+          }
+          dst += n * kc;
+        }
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        const void* panel = w + (p * a.in + k0) * kPanel * elem;
+        const int64_t o = p * kPanel;
+        const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+        const float* bias = a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr;
+        const float* packed = a.xpack;
+        for (int g = 0; g < groups; ++g) {
+          const int64_t r = group_row[g], n = group_n[g];
+          float* y = a.y + r * a.ldy + o;
+          if (pack) {
+            BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, bias, k0 > 0, y,
+                             a.ldy, valid);
+            packed += n * kc;
+          } else {
+            BlockAnyRows<WT>(static_cast<int>(n), a.x + r * a.ldx + k0, a.ldx, 1, panel, kc,
+                             bias, k0 > 0, y, a.ldy, valid);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
+  switch (a.weight_type) {
+    case kWeightF32: Panels<kWeightF32>(a, panel_begin, panel_end); break;
+    case kWeightF16: Panels<kWeightF16>(a, panel_begin, panel_end); break;
+    case kWeightBF16: Panels<kWeightBF16>(a, panel_begin, panel_end); break;
+    default: break;
+  }
+}
+
+}  // namespace dcf::cpu::kernels

@@ -1,0 +1,116 @@
+// The portable and AVX2 kernels of cpu::MatMul: one C++ loop nest (vectorised by the
+// compiler) inlined into a baseline function and into an AVX2+FMA one.
+#include <cstdint>
+
+#include "engine/cpu/matmul_kernels.h"
+
+#define DCF_ALWAYS_INLINE inline __attribute__((always_inline))
+#define DCF_AVX2 __attribute__((target("avx2,fma")))
+
+namespace dcf::cpu::kernels {
+namespace {
+
+constexpr int kPanel = 32;
+// Rows per pass of the generic kernel: 4 x 32 accumulators fill the 16 AVX2 registers.
+constexpr int kGenericRows = 4;
+// Rows kept hot while a thread's panels pass over them (48 * in floats).
+constexpr int kGenericRowBlock = 48;
+
+// Writes column k of a panel (32 weights) as fp32 to w[32].
+struct WidenF32 {
+  DCF_ALWAYS_INLINE void operator()(const void* panel, int64_t k, float* w) const {
+    __builtin_memcpy(w, static_cast<const float*>(panel) + k * kPanel, sizeof(float) * kPanel);
+  }
+};
+
+struct WidenBF16 {  // pair-interleaved: low halves are outputs 0-15, high halves 16-31
+  DCF_ALWAYS_INLINE void operator()(const void* panel, int64_t k, float* w) const {
+    const uint32_t* p = static_cast<const uint32_t*>(panel) + k * (kPanel / 2);
+    for (int j = 0; j < kPanel / 2; ++j) {
+      w[j] = __builtin_bit_cast(float, p[j] << 16);
+      w[j + kPanel / 2] = __builtin_bit_cast(float, p[j] & 0xffff0000u);
+    }
+  }
+};
+
+// IEEE half -> float without branches or tables, so the loop vectorises (exact for every
+// input: normals by rebiasing the exponent, subnormals through an exact multiply, inf/NaN
+// keep their payload).
+struct WidenF16 {
+  DCF_ALWAYS_INLINE void operator()(const void* panel, int64_t k, float* w) const {
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
+    for (int j = 0; j < kPanel; ++j) {
+      const uint32_t h = p[j];
+      const uint32_t sign = (h & 0x8000u) << 16;
+      const uint32_t em = h & 0x7fffu;
+      const uint32_t normal = (em << 13) + (em >= 0x7c00u ? 0x70000000u : 0x38000000u);
+      const float magnitude = em < 0x400u ? static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f
+                                          : __builtin_bit_cast(float, normal);
+      w[j] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, magnitude) | sign);
+    }
+  }
+};
+
+template <int MR, typename Widen>
+DCF_ALWAYS_INLINE void Block(const Widen& widen, const float* x, int64_t ldx, const void* panel,
+                             int64_t in, const float* bias, float* y, int64_t ldy, int valid) {
+  float acc[MR][kPanel] = {};
+  alignas(64) float w[kPanel];
+  for (int64_t k = 0; k < in; ++k) {
+    widen(panel, k, w);
+    for (int r = 0; r < MR; ++r) {
+      const float xv = x[r * ldx + k];
+      for (int j = 0; j < kPanel; ++j) acc[r][j] += xv * w[j];
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < valid; ++j) y[r * ldy + j] = acc[r][j] + (bias != nullptr ? bias[j] : 0.0f);
+  }
+}
+
+template <typename Widen>
+DCF_ALWAYS_INLINE void Panels(const Widen& widen, int64_t elem, const PanelArgs& a, int64_t p0,
+                              int64_t p1) {
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kGenericRowBlock) {
+    const int64_t r1 = r0 + kGenericRowBlock < a.rows ? r0 + kGenericRowBlock : a.rows;
+    for (int64_t p = p0; p < p1; ++p) {
+      const void* panel = w + p * a.in * kPanel * elem;
+      const int64_t o = p * kPanel;
+      const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+      const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
+      for (int64_t r = r0; r < r1; r += kGenericRows) {
+        const float* x = a.x + r * a.ldx;
+        float* y = a.y + r * a.ldy + o;
+        switch (r1 - r < kGenericRows ? r1 - r : kGenericRows) {
+          case 1: Block<1>(widen, x, a.ldx, panel, a.in, bias, y, a.ldy, valid); break;
+          case 2: Block<2>(widen, x, a.ldx, panel, a.in, bias, y, a.ldy, valid); break;
+          case 3: Block<3>(widen, x, a.ldx, panel, a.in, bias, y, a.ldy, valid); break;
+          default: Block<4>(widen, x, a.ldx, panel, a.in, bias, y, a.ldy, valid); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
+  switch (a.weight_type) {
+    case kWeightF32: Panels(WidenF32{}, 4, a, panel_begin, panel_end); break;
+    case kWeightF16: Panels(WidenF16{}, 2, a, panel_begin, panel_end); break;
+    case kWeightBF16: Panels(WidenBF16{}, 2, a, panel_begin, panel_end); break;
+    default: break;
+  }
+}
+
+DCF_AVX2 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
+  switch (a.weight_type) {
+    case kWeightF32: Panels(WidenF32{}, 4, a, panel_begin, panel_end); break;
+    case kWeightF16: Panels(WidenF16{}, 2, a, panel_begin, panel_end); break;
+    case kWeightBF16: Panels(WidenBF16{}, 2, a, panel_begin, panel_end); break;
+    default: break;
+  }
+}
+
+}  // namespace dcf::cpu::kernels

@@ -1,0 +1,46 @@
+// The per-ISA kernels behind cpu::MatMul (packed_matrix.h), one set per instruction-set
+// level. Internal to engine/cpu; callers use MatMul.
+//
+// Each kernel computes y for the output panels [panel_begin, panel_end) of a packed matrix
+// and every row of x, single-threaded. ISA-specific code carries function target attributes
+// (never file-wide -m flags), so no shared inline code is compiled with instructions the CPU
+// may lack; cpu_isa.h decides which kernel may run.
+#pragma once
+
+#include <cstdint>
+
+namespace dcf::cpu::kernels {
+
+// Weight storage of a packed matrix (mirrors DType without including it).
+enum WeightType : int { kWeightF32 = 0, kWeightF16 = 1, kWeightBF16 = 2 };
+
+struct PanelArgs {
+  const float* x = nullptr;  // [rows, in], row stride ldx
+  int64_t ldx = 0;
+  int64_t rows = 0;
+  const void* w = nullptr;  // packed [num_panels, in, 32]
+  int weight_type = kWeightF32;
+  int64_t in = 0;
+  int64_t out = 0;
+  const float* bias = nullptr;  // [out] or null
+  float* y = nullptr;           // [rows, out], row stride ldy
+  int64_t ldy = 0;
+  // Scratch of kPackFloats floats the kernel may pack rows of x into (null: no packing).
+  // Per thread: each call writes it.
+  float* xpack = nullptr;
+};
+
+void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
+void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
+void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
+
+// Rows of x one pass over a panel serves at most (the row block of each kernel).
+inline constexpr int kRowsPerPass = 12;
+// Blocking of the AVX-512 kernel for more than one row: rows of x and columns (k) packed
+// together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
+inline constexpr int kRowBlock = 192;
+inline constexpr int kColumnBlock = 256;
+// Bytes of the per-thread pack buffer (PanelArgs::xpack).
+inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
+
+}  // namespace dcf::cpu::kernels

@@ -1,0 +1,161 @@
+#include "engine/cpu/packed_matrix.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "engine/cpu/matmul_kernels.h"
+
+namespace dcf::cpu {
+namespace {
+
+// Below this many multiply-adds one thread finishes before a second one would start.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
+// Work items per thread of a parallel product.
+constexpr int64_t kChunksPerThread = 8;
+
+uint16_t NarrowBits(float v, DType dtype) {
+  return dtype == DType::kBF16 ? FloatToBF16(v) : FloatToHalf(v);
+}
+
+float ToFloat(const void* src, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(src)[i];
+    case DType::kF16: return HalfToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DType::kBF16: return BF16ToFloat(static_cast<const uint16_t*>(src)[i]);
+  }
+  return 0;
+}
+
+// Slot of output j (0..31) of a panel column: pairs (j, j + 16) share a word in bf16.
+int Slot(DType dtype, int j) {
+  if (dtype != DType::kBF16) return j;
+  return j < 16 ? 2 * j : 2 * (j - 16) + 1;
+}
+
+}  // namespace
+
+PackedMatrix PackedMatrix::Concat(const std::vector<Source>& sources, int64_t in,
+                                  DType dtype) {
+  PackedMatrix m;
+  int64_t out = 0;
+  for (const Source& src : sources) out += src.rows;
+  if (out == 0 || in == 0) return m;
+  m.in_ = in;
+  m.out_ = out;
+  m.dtype_ = dtype;
+  m.data_ = LargeBuffer(m.nbytes());
+  void* p = m.data_.data();
+  // Output row -> (source, row within it).
+  std::vector<int> source_of(out);
+  std::vector<int64_t> row_in(out);
+  for (int64_t o = 0, i = 0; i < static_cast<int64_t>(sources.size()); ++i) {
+    for (int64_t r = 0; r < sources[i].rows; ++r, ++o) {
+      source_of[o] = static_cast<int>(i);
+      row_in[o] = r;
+    }
+  }
+  const int64_t panels = m.num_panels();
+#pragma omp parallel for schedule(static)
+  for (int64_t pi = 0; pi < panels; ++pi) {
+    for (int j = 0; j < kPanel; ++j) {
+      const int64_t o = pi * kPanel + j;
+      for (int64_t k = 0; k < in; ++k) {
+        const int64_t dst = (pi * in + k) * kPanel + Slot(dtype, j);
+        if (o >= out) {  // padding outputs: zero weights
+          if (dtype == DType::kF32) {
+            static_cast<float*>(p)[dst] = 0;
+          } else {
+            static_cast<uint16_t*>(p)[dst] = 0;
+          }
+          continue;
+        }
+        const Source& src = sources[source_of[o]];
+        const int64_t i = src.columns ? k * src.ld + row_in[o] : row_in[o] * src.ld + k;
+        if (dtype == DType::kF32) {
+          static_cast<float*>(p)[dst] = ToFloat(src.data, src.dtype, i);
+        } else if (src.dtype == dtype) {  // same 16-bit dtype: copy the bits
+          static_cast<uint16_t*>(p)[dst] = static_cast<const uint16_t*>(src.data)[i];
+        } else {
+          static_cast<uint16_t*>(p)[dst] = NarrowBits(ToFloat(src.data, src.dtype, i), dtype);
+        }
+      }
+    }
+  }
+  return m;
+}
+
+DType PackedMatrix::CommonDType(const std::vector<Source>& sources) {
+  for (const Source& s : sources) {
+    if (s.dtype != sources.front().dtype) return DType::kF32;
+  }
+  return sources.empty() ? DType::kF32 : sources.front().dtype;
+}
+
+PackedMatrix PackedMatrix::FromRows(const void* w, DType src, int64_t out, int64_t in,
+                                    DType dtype) {
+  return Concat({Source{w, src, out, false, in}}, in, dtype);
+}
+
+PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int64_t out,
+                                       int64_t ld, DType dtype) {
+  return Concat({Source{w, src, out, true, ld}}, in, dtype);
+}
+
+float PackedMatrix::At(int64_t o, int64_t k) const {
+  const int64_t p = o / kPanel;
+  const int64_t i = (p * in_ + k) * kPanel + Slot(dtype_, static_cast<int>(o % kPanel));
+  return ToFloat(data_.data(), dtype_, i);
+}
+
+void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
+            float* y, int64_t ldy, Isa isa) {
+  if (rows <= 0 || w.empty()) return;
+  kernels::PanelArgs a;
+  a.x = x;
+  a.ldx = ldx;
+  a.rows = rows;
+  a.w = w.data();
+  a.weight_type = w.dtype() == DType::kF32   ? kernels::kWeightF32
+                  : w.dtype() == DType::kF16 ? kernels::kWeightF16
+                                             : kernels::kWeightBF16;
+  a.in = w.in();
+  a.out = w.out();
+  a.bias = bias;
+  a.y = y;
+  a.ldy = ldy;
+  void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
+  switch (SupportedIsa(isa)) {
+    case Isa::kAvx512: kernel = kernels::PanelsAvx512; break;
+    case Isa::kAvx2: kernel = kernels::PanelsAvx2; break;
+    case Isa::kPortable: break;
+  }
+  const int64_t panels = w.num_panels();
+  const int64_t threads = std::min<int64_t>(omp_get_max_threads(), panels);
+  // Each thread packs its own copy of the rows it multiplies (cheap next to the product).
+  const auto run = [&](int64_t p0, int64_t p1) {
+    kernels::PanelArgs mine = a;
+    if (rows > 1) {
+      thread_local std::vector<float> pack;
+      const size_t need = static_cast<size_t>(kernels::kPackFloats);
+      if (pack.size() < need) pack.resize(need);
+      mine.xpack = pack.data();
+    }
+    kernel(mine, p0, p1);
+  };
+  if (threads <= 1 || omp_in_parallel() || rows * w.in() * w.out() < kMinParallelMacs) {
+    run(0, panels);
+    return;
+  }
+  // Chunks of consecutive panels handed out dynamically: a thread that another process
+  // slows down (a shared host) takes fewer, instead of the others waiting for its half.
+  const int64_t chunks = std::min<int64_t>(panels, threads * kChunksPerThread);
+#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
+}
+
+}  // namespace dcf::cpu

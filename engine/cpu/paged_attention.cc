@@ -1,0 +1,90 @@
+#include "engine/cpu/paged_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model/model_config.h"
+
+namespace dcf::cpu {
+namespace {
+
+constexpr int C = ModelConfig::kComposeBranches;
+constexpr int kI = ModelConfig::kRank;
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int64_t PagedAttentionScratchBytes(const KvRowLayout& layout, int64_t max_keys) {
+  return static_cast<int64_t>(omp_get_max_threads()) * AttendScratchFloats(layout, max_keys) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTimes* times) {
+  auto t0 = std::chrono::steady_clock::now();
+  const KvRowLayout& layout = in.layout;
+  const int N = layout.n_head;
+  const int64_t E = static_cast<int64_t>(N) * layout.head_dim;
+  const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
+  const int row = layout.row_floats();
+  const int B = in.cache.block_size;
+  const int window = in.window;
+
+  // Keep the new rows future queries need, and describe every sequence's keys as segments.
+  std::vector<std::vector<KeySegment>> segments(in.num_seqs);
+  for (int i = 0; i < in.num_seqs; ++i) {
+    const PagedSequence& sp = in.seqs[i];
+    const int n = sp.num_tokens;
+    const int end = sp.start_pos + n;
+    const int64_t t0i = sp.first_token;
+    for (int p = std::max(sp.start_pos, FirstKeptPosition(window, end)); p < end; ++p) {
+      std::memcpy(in.cache.Row(sp.table[p / B], p % B, row),
+                  &in.rows[(t0i + p - sp.start_pos) * row], sizeof(float) * row);
+    }
+    const int first = FirstKeptPosition(window, sp.start_pos);
+    for (int p0 = first / B * B; p0 < sp.start_pos; p0 += B) {
+      const int lo = std::max(p0, first);
+      const int hi = std::min(p0 + B, sp.start_pos);
+      segments[i].push_back({lo, hi - lo, in.cache.Row(sp.table[p0 / B], lo - p0, row), row});
+    }
+    // The chunk's own keys come from the fresh rows, also where no window block keeps them.
+    segments[i].push_back({sp.start_pos, n, &in.rows[t0i * row], row});
+  }
+  if (times != nullptr) {
+    times->cache_write += Since(t0);
+    t0 = std::chrono::steady_clock::now();
+  }
+
+  const int64_t T = in.num_tokens;
+  int64_t max_keys = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    max_keys = std::max<int64_t>(max_keys,
+                                 in.positions[t] - FirstKeptPosition(window, in.positions[t]) + 1);
+  }
+#pragma omp parallel if (T > 1)  // one query (batch-1 decode) stays on one thread
+  {
+    std::vector<float> scratch(AttendScratchFloats(layout, max_keys));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < T; ++t) {
+      QueryInputs qi;
+      qi.q = in.q + t * in.q_stride;
+      qi.pre_w = &in.dw[(t * C + 0) * W2I];
+      qi.pre_g = &in.g[t * in.g_stride + 0 * N];
+      qi.post_w = &in.dw[(t * C + 2) * W2I];
+      qi.post_g = &in.g[t * in.g_stride + 2 * N];
+      qi.compose = in.compose;
+      const int64_t pos = in.positions[t];
+      AttendOne(layout, qi, segments[in.seq_of[t]], FirstKeptPosition(window, pos), pos,
+                scratch.data(), out + t * E);
+    }
+  }
+  if (times != nullptr) times->attention += Since(t0);
+}
+
+}  // namespace dcf::cpu

@@ -1,0 +1,73 @@
+// One layer's attention over the paged KV cache for one step, on the CPU: the fresh cache
+// rows of every sequence are written into its blocks (only the positions the layer keeps,
+// step_batch.h's window rule), then every query attends to its visible keys (cpu::AttendOne;
+// the chunk's own keys come from the fresh rows). The projections around it (q, k, v, the
+// dynamic compose terms, Wo) are the caller's.
+//
+// Thread-safety: uses OpenMP threads over the queries; the caller owns every buffer and must
+// not touch them concurrently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/cpu/dcmha.h"
+#include "engine/kv/kv_layout.h"
+
+namespace dcf::cpu {
+
+// The new tokens of one sequence of the step and its block table for the layer's group.
+struct PagedSequence {
+  int start_pos = 0;          // cached positions before the step
+  int num_tokens = 0;         // new tokens
+  int64_t first_token = 0;    // index of its first new token in the step
+  const int32_t* table = nullptr;  // [blocks_per_seq] physical block of each logical block
+};
+
+// Where a layer's rows live: row (block b, offset i) starts at
+// base + ((b * layers_in_group + layer_in_group) * block_size + i) * row_floats.
+struct PagedCacheView {
+  float* base = nullptr;
+  int layers_in_group = 1;
+  int layer_in_group = 0;
+  int block_size = 16;
+  float* Row(int32_t block, int offset, int row_floats) const {
+    return base + ((static_cast<int64_t>(block) * layers_in_group + layer_in_group) * block_size +
+                   offset) *
+                      static_cast<int64_t>(row_floats);
+  }
+};
+
+struct PagedAttentionInputs {
+  KvRowLayout layout{0, 0};
+  int window = 0;                             // 0: global layer
+  bool compose = true;                        // false: plain multi-head attention
+  const PagedSequence* seqs = nullptr;        // [S]
+  int num_seqs = 0;
+  const int64_t* positions = nullptr;         // [T]
+  const int32_t* seq_of = nullptr;            // [T] sequence of each token
+  int64_t num_tokens = 0;                     // T
+  const float* rows = nullptr;                // [T, row] fresh K | V | key terms (kv_layout.h)
+  const float* q = nullptr;                   // [T, *] row stride q_stride, [N, hd] each
+  int64_t q_stride = 0;
+  const float* dw = nullptr;                  // [T, C, 2I, N] dynamic W1 | W2 per branch
+  const float* g = nullptr;                   // [T, *] row stride g_stride, [C, N] each:
+  int64_t g_stride = 0;                       //   dynamic G per branch
+  PagedCacheView cache;
+};
+
+// Phase times in seconds, added to by PagedAttention (benchmarks).
+struct PagedAttentionTimes {
+  double cache_write = 0;
+  double attention = 0;
+};
+
+// Writes the kept fresh rows into the cache and fills out [T, N*hd] f32.
+void PagedAttention(const PagedAttentionInputs& in, float* out,
+                    PagedAttentionTimes* times = nullptr);
+
+// Bytes of per-thread scratch PagedAttention allocates for a step whose longest query sees
+// `max_keys` keys (the memory figure of benchmarks).
+int64_t PagedAttentionScratchBytes(const KvRowLayout& layout, int64_t max_keys);
+
+}  // namespace dcf::cpu
