@@ -25,12 +25,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "engine/backends/backend_flags.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
-#include "absl/strings/str_join.h"
 #include "engine/common/logging.h"
-#include "engine/backends/backend_flags.h"
 #include "engine/model/sequence_runner.h"
+#include "engine/sampling/token_sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -111,7 +112,8 @@ int Score(const std::string& model_dir, const std::string& path, const dcf::Toke
     auto st = (*runner)->Append(piece, static_cast<int>(piece.size()), &logits);
     if (!st.ok()) return Fail(1, st.ToString());
     for (size_t t = 0; t + 1 < piece.size(); ++t) {
-      nll -= dcf::LogSoftmaxAt(absl::MakeConstSpan(logits).subspan(t * V, V), piece[t + 1]);
+      nll -= dcf::ComputeLogprobs(absl::MakeConstSpan(logits).subspan(t * V, V), piece[t + 1], 0,
+                                  nullptr);
     }
     predicted += piece.size() - 1;
     ++windows;

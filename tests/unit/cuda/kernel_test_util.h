@@ -25,6 +25,31 @@ inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f
 }
 
 // Normalised mean squared error sum((got - want)^2) / sum(want^2).
+// Host references in double precision (the CPU backend's own matmul takes packed weights).
+// y[T, out] = x[T, in] * w[out, in]^T (+ b[out] when b != nullptr).
+inline void RefLinear(const float* x, const float* w, const float* b, int64_t T, int64_t in,
+                      int64_t out, float* y) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b != nullptr ? b[o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) acc += double{x[t * in + i]} * w[o * in + i];
+      y[t * out + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+// y[T, n] = x[T, k] * w[k, n] with row strides lda, ldb, ldc.
+inline void RefMatMul(const float* x, int64_t lda, const float* w, int64_t ldb, int64_t T,
+                      int64_t k, int64_t n, float* y, int64_t ldc) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += double{x[t * lda + i]} * w[i * ldb + j];
+      y[t * ldc + j] = static_cast<float>(acc);
+    }
+  }
+}
+
 inline double Nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {

@@ -1,5 +1,5 @@
 // qk-norm + RoPE and the dynamic-weight tail against host references built from the CPU
-// ops (cpu::ApplyRope, cpu::RopeAngles, cpu::GeluErf, cpu::MatMul) and the formulas of
+// ops (cpu::ApplyRope, cpu::RopeAngles, cpu::GeluErf; a host matmul) and the formulas of
 // engine/cpu/cpu_backend.cc.
 #include <cmath>
 
@@ -88,7 +88,7 @@ TEST_P(DynWeightsTest, MatchesCpu) {
     for (int i = 0; i < C * K; ++i) u[t * C * K + i] = cpu::GeluErf(proj[t * stride + u_off + i]);
   }
   for (int c = 0; c < C; ++c) {
-    cpu::MatMul(u.data() + c * K, C * K, qkw.data() + c * K * W, W, T, K, W,
+    RefMatMul(u.data() + c * K, C * K, qkw.data() + c * K * W, W, T, K, W,
                 want_dyn.data() + c * W, C * W);
   }
   for (int t = 0; t < T; ++t) {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/model_loader.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/model/sequence_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -39,7 +39,9 @@ nlohmann::json LoadReference() {
 class KjvModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto m = LoadModel(kModelDir);
+    BackendOptions options;
+    options.kind = BackendKind::kCpu;  // the oracle: fp32 math, whatever devices exist
+    auto m = LoadModel(kModelDir, options);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = new LoadedModel(std::move(*m));
     ref_ = new nlohmann::json(LoadReference());
