@@ -1,8 +1,8 @@
 // Conversions between the dcformer.v1 proto messages and the engine's plain types. Together
 // with status_util.h this is the only code that knows both worlds.
 //
-// Validation here names fields by their proto path ("sampling.top_p: ..."), so API errors
-// read the same whatever the engine would say; the engine validates again on Enqueue.
+// Conversion only: the values are validated once, by the engine (Engine::Enqueue, see
+// engine/serving/request_validator.h), whose messages name the field.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,9 @@ struct RequestLimits {
   const Tokenizer* tokenizer = nullptr;  // null: text features are rejected
 };
 
-// Validates `request` and builds the engine request (text prompts are tokenized).
-// InvalidArgument naming the proto field on any bad value.
+// Builds the engine request (text prompts are tokenized; unset fields get the engine's or the
+// server's defaults). InvalidArgument only when it cannot be built: no prompt, a text prompt
+// on a model without a tokenizer, text the tokenizer rejects.
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                   const RequestLimits& limits);
 

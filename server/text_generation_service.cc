@@ -1,6 +1,7 @@
 #include "server/text_generation_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/generate_reactor.h"
 #include "server/status_util.h"
@@ -46,18 +47,10 @@ grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
     return FinishUnary(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                              "this model has no tokenizer"));
   }
-  const int32_t vocab = state_->limits().vocab_size;
-  for (int i = 0; i < request->token_ids_size(); ++i) {
-    const int32_t id = request->token_ids(i);
-    if (id < 0 || id >= vocab) {
-      return FinishUnary(context,
-                         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                      absl::StrCat("token_ids[", i, "]: token id ", id,
-                                                   " is outside the vocabulary [0, ", vocab,
-                                                   ")")));
-    }
-  }
   std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+  if (absl::Status s = ValidateTokenIds("token_ids", ids, state_->limits().vocab_size); !s.ok()) {
+    return FinishUnary(context, ToGrpcStatus(s));
+  }
   absl::StatusOr<std::string> text = tokenizer->Decode(ids, request->skip_special_tokens());
   if (!text.ok()) return FinishUnary(context, ToGrpcStatus(text.status()));
   response->set_text(*std::move(text));

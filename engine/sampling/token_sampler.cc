@@ -11,7 +11,7 @@ namespace dcf {
 namespace {
 
 absl::Status FieldError(const char* field, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("sampling.", field, " ", what));
+  return absl::InvalidArgumentError(absl::StrCat("sampling.", field, ": ", what));
 }
 
 // Puts the k ids of `order` with the largest `values` first, sorted (ties: lower id first).

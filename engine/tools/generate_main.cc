@@ -27,6 +27,7 @@
 #include "engine/common/logging.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/model/sequence_runner.h"
+#include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -110,11 +111,8 @@ int main(int argc, char** argv) {
   // tokens can have ids beyond the embedding table.
   auto config = dcf::ModelConfig::FromFile(model_dir + "/config.json");
   if (!config.ok()) return Fail(1, config.status().ToString());
-  for (int32_t id : prompt) {
-    if (id < 0 || id >= config->vocab_size) {
-      return Fail(1, absl::StrCat("prompt token id ", id, " is outside the model's vocabulary [0, ",
-                                  config->vocab_size, ")"));
-    }
+  if (absl::Status s = dcf::ValidateTokenIds("prompt", prompt, config->vocab_size); !s.ok()) {
+    return Fail(1, s.message());
   }
   if (static_cast<int>(prompt.size()) > config->max_positions) {
     return Fail(1, absl::StrCat("the prompt has ", prompt.size(),
