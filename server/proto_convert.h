@@ -12,8 +12,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dcformer/v1/dcformer.pb.h"
-#include "engine/model/model_config.h"
-#include "engine/model/backend.h"
 #include "engine/serving/request.h"
 
 namespace dcf {
@@ -48,21 +46,5 @@ void ToProtoDuration(absl::Duration d, google::protobuf::Duration* out);
 // Fills `out` (cleared first) from a chunk taken from a RequestStream.
 void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id,
                      bool with_logprobs, v1::GenerateResponse* out);
-
-// Everything GetModelInfo reports that is not in ModelConfig.
-struct ServedModelInfo {
-  std::string model_name;
-  BackendInfo backend;
-  size_t kv_cache_bytes = 0;
-  int block_size = 0;
-  std::optional<int32_t> eos_token_id;
-  std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
-  bool has_tokenizer = false;
-  int max_prompt_tokens = 0;
-  int max_new_tokens = 0;
-  int default_max_new_tokens = 0;
-};
-void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
-                      v1::GetModelInfoResponse* out);
 
 }  // namespace dcf::server

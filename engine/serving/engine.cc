@@ -58,8 +58,8 @@ class EngineImpl {
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark},
                    &kv_),
-        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt),
-        blocks_per_seq_(limits.blocks_per_seq) {
+        blocks_per_seq_(limits.blocks_per_seq),
+        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
@@ -228,6 +228,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
     live_keys_.insert(key);
     ++queued_requests_;
     queued_prompt_tokens_ += prompt_len;
+    // Visible at once, not only after the loop's next publish: a loop that hangs in the step
+    // that takes this request must look busy to the server's stall watchdog.
+    ++stats_.num_waiting;
     r->stream = std::make_shared<RequestStream>(request.id, key);
     r->request = std::move(request);
     auto stream = r->stream;
@@ -625,9 +628,12 @@ RequestHandle& RequestHandle::operator=(RequestHandle&& other) {
 
 RequestHandle::~RequestHandle() { Cancel(); }
 
-void RequestHandle::Cancel() {
-  if (stream_ == nullptr || stream_->done()) return;
-  if (std::shared_ptr<EngineImpl> engine = engine_.lock()) engine->Cancel(stream_->key());
+void RequestHandle::Cancel() { canceller().Cancel(); }
+
+void RequestCanceller::Cancel() const {
+  const std::shared_ptr<RequestStream> stream = stream_.lock();
+  if (stream == nullptr || stream->done()) return;
+  if (std::shared_ptr<EngineImpl> engine = engine_.lock()) engine->Cancel(stream->key());
 }
 
 }  // namespace dcf

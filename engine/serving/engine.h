@@ -80,6 +80,22 @@ namespace engine_internal {
 class EngineImpl;
 }  // namespace engine_internal
 
+// Cancels one request from any thread; copyable, and harmless once the request finished or
+// the engine is gone (it refers to both weakly).
+class RequestCanceller {
+ public:
+  RequestCanceller() = default;
+  void Cancel() const;
+
+ private:
+  friend class RequestHandle;
+  RequestCanceller(std::weak_ptr<engine_internal::EngineImpl> engine,
+                   std::weak_ptr<RequestStream> stream)
+      : engine_(std::move(engine)), stream_(std::move(stream)) {}
+  std::weak_ptr<engine_internal::EngineImpl> engine_;
+  std::weak_ptr<RequestStream> stream_;
+};
+
 // RAII owner of one request: destroying it cancels the request if it is still running.
 // A handle may outlive its Engine: it refers to the engine weakly, and once the engine is
 // gone Cancel() and the destructor do nothing (the engine cancelled everything when it shut
@@ -95,6 +111,7 @@ class RequestHandle {
   RequestStream& stream() const { return *stream_; }
   const std::shared_ptr<RequestStream>& shared_stream() const { return stream_; }
   void Cancel();
+  RequestCanceller canceller() const { return RequestCanceller(engine_, stream_); }
 
  private:
   friend class Engine;

@@ -102,6 +102,39 @@ class ErrorsTest(unittest.TestCase):
         self.assertEqual(counted, len(CASES))
         self.assertEqual(self.server.check_health(), h.SERVING)
 
+    def test_unparseable_bytes_are_invalid_argument_and_counted(self):
+        # Raw bytes (no serializer): what a broken or hostile client can put on the wire.
+        generate = f"/{h.SERVICE}/Generate"
+        tokenize = f"/{h.SERVICE}/Tokenize"
+        bad = b"ok\xc3"  # "ok" and the first byte of a two-byte character
+        stopping = b"\x12\x00" + b"\x12" + bytes([len(bad)]) + bad  # stop_strings: "", bad
+        cases = [
+            # text = "Hello \xff\xfe \xc3": invalid UTF-8 in a proto3 string
+            (generate, bytes.fromhex("120a48656c6c6f20fffe20c3"), "prompt.text: is not valid UTF-8 (byte 6)"),
+            # not protobuf at all
+            (generate, bytes.fromhex("ffffffff0f"), "not a valid dcformer.v1.GenerateRequest"),
+            # token_ids { ids: 5 }, then stopping { stop_strings: "", stop_strings: bad }
+            (generate, bytes.fromhex("1a020805") + b"\x2a" + bytes([len(stopping)]) + stopping,
+             "stopping.stop_strings[1]: is not valid UTF-8 (byte 2)"),
+            (tokenize, bytes.fromhex("0a0648698080fffe"), "text: is not valid UTF-8 (byte 2)"),
+        ]
+        before = self.server.metric("dcformer_requests_total", outcome="invalid_argument")
+        with self.server.channel() as ch:
+            for method, body, needle in cases:
+                with self.subTest(body=body.hex()):
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        if method == generate:
+                            list(ch.unary_stream(method)(body, timeout=30))
+                        else:
+                            ch.unary_unary(method)(body, timeout=30)
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                    self.assertIn(needle, ctx.exception.details())
+        self.assertEqual(self.server.metric("dcformer_requests_total", outcome="invalid_argument"),
+                         before + 3)
+        self.assertEqual(self.server.metric("dcformer_unary_requests_total", method="Tokenize",
+                                            outcome="invalid_argument"), 1)
+        self.assertEqual(self.server.check_health(), h.SERVING)
+
     def test_oversize_message_rejected(self):
         stub = self.server.stub()
         big = h.ids_request([299] * 2500, 1)  # ~5 KB of varints > --max-receive-message-bytes

@@ -4,6 +4,7 @@
 #include "engine/common/status_macros.h"
 #include "engine/serving/request_validator.h"
 #include "gtest/gtest.h"
+#include "server/model_info.h"
 
 // GCC 12 reports a false -Wrestrict inside std::string when protobuf setters are inlined.
 #pragma GCC diagnostic ignored "-Wrestrict"

@@ -1,0 +1,107 @@
+#include "server/request_parser.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "engine/tokenizer/utf8.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace dcf::server {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::internal::WireFormatLite;
+
+// Nesting the scan follows; deeper messages are left to protobuf (which limits them too).
+constexpr int kMaxDepth = 32;
+
+// The API's name of `field`: "<oneof>.<field>" for members of a real oneof ("prompt.text").
+std::string FieldName(const FieldDescriptor& field) {
+  const auto* oneof = field.real_containing_oneof();
+  return oneof != nullptr ? absl::StrCat(oneof->name(), ".", field.name()) : field.name();
+}
+
+// Offset of the first byte that starts no valid UTF-8 character, or npos.
+size_t FirstInvalidUtf8(absl::string_view s) {
+  if (IsValidUtf8(std::string_view(s.data(), s.size()))) return absl::string_view::npos;
+  const std::string_view text(s.data(), s.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const Utf8Char c = DecodeUtf8At(text, i);
+    if (c.status != Utf8Status::kValid) return i;
+    i += c.length;
+  }
+  return absl::string_view::npos;
+}
+
+// Scans one message's fields until the current limit. False when the bytes are malformed (the
+// caller then stops looking: protobuf's parser will report it).
+bool Scan(const Descriptor& d, CodedInputStream* in, const std::string& prefix, int depth,
+          InvalidUtf8Field* found) {
+  std::map<int, int> seen;  // occurrences per field number, for repeated-field indices
+  while (true) {
+    const uint32_t tag = in->ReadTag();
+    if (tag == 0) return in->ConsumedEntireMessage() || in->BytesUntilLimit() == 0;
+    const int number = WireFormatLite::GetTagFieldNumber(tag);
+    const FieldDescriptor* field = d.FindFieldByNumber(number);
+    const bool nested = field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE &&
+                        depth < kMaxDepth;
+    const bool string = field != nullptr && field->type() == FieldDescriptor::TYPE_STRING;
+    if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
+        !(nested || string)) {
+      if (!WireFormatLite::SkipField(in, tag)) return false;
+      continue;
+    }
+    const int index = seen[number]++;
+    std::string path = absl::StrCat(prefix, FieldName(*field));
+    if (field->is_repeated()) absl::StrAppend(&path, "[", index, "]");
+    uint32_t length = 0;
+    if (!in->ReadVarint32(&length)) return false;
+    if (string) {
+      std::string value;
+      if (!in->ReadString(&value, static_cast<int>(length))) return false;
+      const size_t bad = FirstInvalidUtf8(value);
+      if (bad != absl::string_view::npos) {
+        *found = {std::move(path), bad};
+        return true;
+      }
+      continue;
+    }
+    const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
+    if (!Scan(*field->message_type(), in, absl::StrCat(path, "."), depth + 1, found)) return false;
+    if (!found->path.empty()) return true;
+    if (!in->ConsumedEntireMessage() && in->BytesUntilLimit() != 0) return false;
+    in->PopLimit(limit);
+  }
+}
+
+}  // namespace
+
+InvalidUtf8Field FindInvalidUtf8(const Descriptor& descriptor, absl::string_view bytes) {
+  InvalidUtf8Field found;
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  if (!Scan(descriptor, &in, "", 0, &found)) return {};
+  return found;
+}
+
+absl::Status ParseRequestBytes(absl::string_view bytes, google::protobuf::Message* out) {
+  out->Clear();
+  const InvalidUtf8Field bad = FindInvalidUtf8(*out->GetDescriptor(), bytes);
+  if (!bad.path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bad.path, ": is not valid UTF-8 (byte ", bad.offset, ")"));
+  }
+  if (!out->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request is not a valid ", out->GetDescriptor()->full_name(),
+                     " message (", bytes.size(), " bytes that protobuf cannot parse)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dcf::server
