@@ -38,10 +38,10 @@ size_t FirstInvalidUtf8(absl::string_view s) {
   return absl::string_view::npos;
 }
 
-// Scans one message's fields until the current limit. False when the bytes are malformed (the
-// caller then stops looking: protobuf's parser will report it).
+// Scans one message's fields until the current limit, stopping at the first invalid string.
+// False when the bytes are malformed.
 bool Scan(const Descriptor& d, CodedInputStream* in, const std::string& prefix, int depth,
-          InvalidUtf8Field* found) {
+          WireScan* found) {
   std::map<int, int> seen;  // occurrences per field number, for repeated-field indices
   while (true) {
     const uint32_t tag = in->ReadTag();
@@ -66,14 +66,15 @@ bool Scan(const Descriptor& d, CodedInputStream* in, const std::string& prefix, 
       if (!in->ReadString(&value, static_cast<int>(length))) return false;
       const size_t bad = FirstInvalidUtf8(value);
       if (bad != absl::string_view::npos) {
-        *found = {std::move(path), bad};
+        found->invalid_utf8_path = std::move(path);
+        found->invalid_utf8_offset = bad;
         return true;
       }
       continue;
     }
     const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
     if (!Scan(*field->message_type(), in, absl::StrCat(path, "."), depth + 1, found)) return false;
-    if (!found->path.empty()) return true;
+    if (!found->invalid_utf8_path.empty()) return true;
     if (!in->ConsumedEntireMessage() && in->BytesUntilLimit() != 0) return false;
     in->PopLimit(limit);
   }
@@ -81,22 +82,24 @@ bool Scan(const Descriptor& d, CodedInputStream* in, const std::string& prefix, 
 
 }  // namespace
 
-InvalidUtf8Field FindInvalidUtf8(const Descriptor& descriptor, absl::string_view bytes) {
-  InvalidUtf8Field found;
+WireScan ScanRequestBytes(const Descriptor& descriptor, absl::string_view bytes) {
+  WireScan found;
   CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                       static_cast<int>(bytes.size()));
-  if (!Scan(descriptor, &in, "", 0, &found)) return {};
+  found.well_formed = Scan(descriptor, &in, "", 0, &found);
   return found;
 }
 
 absl::Status ParseRequestBytes(absl::string_view bytes, google::protobuf::Message* out) {
   out->Clear();
-  const InvalidUtf8Field bad = FindInvalidUtf8(*out->GetDescriptor(), bytes);
-  if (!bad.path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(bad.path, ": is not valid UTF-8 (byte ", bad.offset, ")"));
+  const WireScan scan = ScanRequestBytes(*out->GetDescriptor(), bytes);
+  if (!scan.invalid_utf8_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(scan.invalid_utf8_path,
+                                                   ": is not valid UTF-8 (byte ",
+                                                   scan.invalid_utf8_offset, ")"));
   }
-  if (!out->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+  if (!scan.well_formed || !out->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    out->Clear();
     return absl::InvalidArgumentError(
         absl::StrCat("the request is not a valid ", out->GetDescriptor()->full_name(),
                      " message (", bytes.size(), " bytes that protobuf cannot parse)"));

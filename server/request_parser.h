@@ -23,14 +23,16 @@ namespace dcf::server {
 //   "the request is not a valid <full message name>: ..." for anything protobuf rejects.
 absl::Status ParseRequestBytes(absl::string_view bytes, google::protobuf::Message* out);
 
-// Path of the first string field of `bytes` (a serialized `descriptor` message) whose value is
-// not valid UTF-8, plus the byte offset within that value; empty when every string is valid or
-// the bytes are not a well-formed message (protobuf's parser reports that).
-struct InvalidUtf8Field {
-  std::string path;
-  size_t offset = 0;
+// What a scan of `bytes` (a serialized `descriptor` message) found: whether its wire format is
+// well-formed (every length within bounds, every tag readable), and the path of the first
+// string field whose value is not valid UTF-8, with the byte offset within that value.
+// Protobuf's own parser logs an error for every invalid string it meets, even in a message it
+// then rejects as truncated, so malformed bytes are never handed to it.
+struct WireScan {
+  bool well_formed = true;
+  std::string invalid_utf8_path;  // empty: none found
+  size_t invalid_utf8_offset = 0;
 };
-InvalidUtf8Field FindInvalidUtf8(const google::protobuf::Descriptor& descriptor,
-                                 absl::string_view bytes);
+WireScan ScanRequestBytes(const google::protobuf::Descriptor& descriptor, absl::string_view bytes);
 
 }  // namespace dcf::server

@@ -6,7 +6,8 @@
 //  * nothing crashes, leaks or trips a sanitizer;
 //  * every rejection is INVALID_ARGUMENT or OUT_OF_RANGE and carries a message;
 //  * whatever parses holds only valid UTF-8 in its string fields;
-//  * a parsed TokenizeRequest always encodes.
+//  * a parsed TokenizeRequest always encodes;
+//  * protobuf never logs (a client must not be able to fill the server's log).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,10 +15,12 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/string_view.h"
 #include "dcformer/v1/dcformer.pb.h"
 #include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
+#include "google/protobuf/stubs/logging.h"
 #include "server/proto_convert.h"
 #include "server/request_parser.h"
 
@@ -51,7 +54,7 @@ void CheckRejection(const absl::Status& s, const char* stage) {
         stage, s);
 }
 
-void FuzzGenerate(std::string_view bytes) {
+void FuzzGenerate(absl::string_view bytes) {
   dcformer::v1::GenerateRequest request;
   const absl::Status parsed = dcf::server::ParseRequestBytes(bytes, &request);
   if (!parsed.ok()) return CheckRejection(parsed, "parse");
@@ -78,7 +81,7 @@ void FuzzGenerate(std::string_view bytes) {
   if (!valid.ok()) CheckRejection(valid, "validate");
 }
 
-void FuzzTokenize(std::string_view bytes) {
+void FuzzTokenize(absl::string_view bytes) {
   dcformer::v1::TokenizeRequest request;
   const absl::Status parsed = dcf::server::ParseRequestBytes(bytes, &request);
   if (!parsed.ok()) return CheckRejection(parsed, "parse");
@@ -88,9 +91,20 @@ void FuzzTokenize(std::string_view bytes) {
 
 }  // namespace
 
+static void AbortOnProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                        const std::string& message) {
+  std::fprintf(stderr, "request_fuzz: protobuf logged %s:%d: %s\n", file, line, message.c_str());
+  std::abort();
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool handler_set = [] {
+    google::protobuf::SetLogHandler(&AbortOnProtobufLog);
+    return true;
+  }();
+  (void)handler_set;
   if (size == 0) return 0;
-  const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const absl::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] % 2 == 0) {
     FuzzGenerate(bytes);
   } else {
