@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh Debian 12 machine: dependencies, build, a short libFuzzer
-# run of the tokenizer, then every CTest test (labels unit and integration; there is no CUDA
+# The whole test suite on a fresh Debian 12 machine: dependencies, build, short libFuzzer
+# runs (tokenizer, request bytes), the sanitizer builds and runs (scripts/sanitizers.sh;
+# SANITIZERS=0 skips them), then every CTest test (labels unit and integration; there is no CUDA
 # backend yet, so no gpu-labelled tests). CTest runs last so its summary closes the output.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -8,4 +9,7 @@ cd "${ROOT}"
 bash scripts/build.sh
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 bash tests/fuzz/run_fuzz.sh "${FUZZ_SECONDS}" "${ROOT}/build-fuzz"
+if [[ "${SANITIZERS:-1}" != 0 ]]; then
+  bash scripts/sanitizers.sh all
+fi
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
