@@ -43,6 +43,24 @@ void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
     Reject(admitted);
     return;
   }
+  if (!request_bytes.Valid()) {
+    // No request message at all (a message of zero bytes is valid: an empty request). Either
+    // the client ended the call (cancel or deadline) before gRPC read one, counted like any
+    // client-ended call, or it closed its side without sending one.
+    const bool ended = context_->IsCancelled() ||
+                       absl::FromChrono(context_->deadline()) <= absl::Now();
+    if (!ended) {
+      Reject(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message"));
+      return;
+    }
+    {
+      absl::MutexLock lock(&link_->mu);
+      outcome_ = CancelOutcomeNow();
+      finish_called_ = true;
+    }
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request arrived"));
+    return;
+  }
   v1::GenerateRequest request;
   if (absl::Status parsed = ParseRequestBytes(ByteBufferToString(request_bytes), &request);
       !parsed.ok()) {

@@ -12,6 +12,11 @@ namespace {
 
 template <typename Message>
 grpc::Status Parse(const grpc::ByteBuffer& bytes, Message* out) {
+  if (!bytes.Valid()) {
+    // No message at all: the client ended the call before gRPC read one, or closed its side
+    // without sending one.
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message");
+  }
   return ToGrpcStatus(ParseRequestBytes(ByteBufferToString(bytes), out));
 }
 

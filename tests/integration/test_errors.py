@@ -129,8 +129,13 @@ class ErrorsTest(unittest.TestCase):
                             ch.unary_unary(method)(body, timeout=30)
                     self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
                     self.assertIn(needle, ctx.exception.details())
+            # A client that closes its side without sending the request message at all.
+            with self.assertRaises(grpc.RpcError) as ctx:
+                list(ch.stream_stream(generate)(iter([]), timeout=30))
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("no request message", ctx.exception.details())
         self.assertEqual(self.server.metric("dcformer_requests_total", outcome="invalid_argument"),
-                         before + 3)
+                         before + 4)
         self.assertEqual(self.server.metric("dcformer_unary_requests_total", method="Tokenize",
                                             outcome="invalid_argument"), 1)
         self.assertEqual(self.server.check_health(), h.SERVING)
