@@ -13,7 +13,7 @@ With --check (the short CI run in tests/integration/test_soak.py) it fails unles
 warm-up (the first --warmup fraction of the run), RSS grew by at most --rss-bound-mib (plus
 --rss-bound-frac of the warm RSS), open fds and threads by at most --fd-bound / --thread-bound,
 every request got a well-formed answer, the server counted as many cancelled and
-deadline_exceeded calls as the clients saw, and KV blocks, running and waiting are back to
+deadline_exceeded calls as the clients saw (within 1 call or 2%: see the check), and KV blocks, running and waiting are back to
 zero.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/soak/soak.py --duration 600 --concurrency 8
@@ -317,9 +317,12 @@ def run(args, target, pid, metrics_port, info):
     if wrong:
         f.append(f"wrong answers: {wrong}")
     # The server's classification of client-ended calls agrees with what the clients saw (a
-    # deadline a client hit counted as a cancel, or the reverse, is a metrics bug).
+    # deadline a client hit counted as a cancel, or the reverse, is a metrics bug). Allowed:
+    # 1 call or 2%, for the two races no server can see through: a call that expired before
+    # the server read it (never counted), and one the server finished just as the client's
+    # deadline fired (counted by its finish reason).
     for k in ("cancelled", "deadline_exceeded"):
-        if outcomes.get(k, 0) != observed[k]:
+        if abs(outcomes.get(k, 0) - observed[k]) > max(1, 0.02 * observed[k]):
             f.append(f"server counted {outcomes.get(k, 0)} {k}, clients saw {observed[k]}")
     if sum(counts.values()) == 0:
         f.append("no request completed")
