@@ -47,8 +47,12 @@ class BackendFailureTest(unittest.TestCase):
                 h.collect(stub.Generate(h.ids_request([5, 6], 3), timeout=30))
             self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
             self.assertIn("failed", ctx.exception.details())
-            self.assertEqual(server.metric("dcformer_requests_total", outcome="error"), 1)
-            self.assertEqual(server.metric("dcformer_requests_total", outcome="unavailable"), 1)
+            # Counted when each call is done on the server (just after the client has its status).
+            h.wait_until(lambda: server.metric("dcformer_requests_total", outcome="error") == 1,
+                         what="the failed request counted")
+            h.wait_until(lambda: server.metric("dcformer_requests_total",
+                                               outcome="unavailable") == 1,
+                         what="the refused request counted")
             self.assertEqual(server.kv_blocks_used(), 0)
             self.assertIn("engine backend failed", server.read_log())
 
