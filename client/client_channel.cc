@@ -1,25 +1,23 @@
 #include "client/client_channel.h"
 
 #include <chrono>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/common/file_util.h"
 
 namespace dcf::client {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat("--", flag, ": ", text.status().message()));
+  }
+  return text;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh Debian 12 machine: dependencies, build, a short libFuzzer
-# run of the tokenizer, then every CTest test (labels unit and integration, plus gpu when a
-# CUDA toolkit exists: those skip without a device, while their emulator builds run as unit
+# The whole test suite on a fresh Debian 12 machine: dependencies, build, short libFuzzer
+# runs (tokenizer, request bytes), the sanitizer builds and runs (scripts/sanitizers.sh;
+# SANITIZERS=0 skips them), then every CTest test (labels unit and integration, plus gpu when
+# a CUDA toolkit exists: those skip without a device, while their emulator builds run as unit
 # tests, docs/CUDA_SIM.md). CTest runs last so its summary closes the output.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,4 +10,7 @@ cd "${ROOT}"
 bash scripts/build.sh
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 bash tests/fuzz/run_fuzz.sh "${FUZZ_SECONDS}" "${ROOT}/build-fuzz"
+if [[ "${SANITIZERS:-1}" != 0 ]]; then
+  bash scripts/sanitizers.sh all
+fi
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900

@@ -1,12 +1,10 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/common/file_util.h"
 
 namespace dcf::server {
 namespace {
@@ -22,12 +20,13 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 }  // namespace
 
 absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--api-key-file: cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--api-key-file: ", text.status().message()));
+  }
   std::vector<std::string> keys;
-  for (absl::string_view line : absl::StrSplit(text.str(), '\n')) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || absl::StartsWith(line, "#")) continue;
     keys.emplace_back(line);

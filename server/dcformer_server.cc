@@ -1,13 +1,12 @@
 #include "server/dcformer_server.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "engine/backends/backend_factory.h"
+#include "engine/common/file_util.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -16,16 +15,24 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace dcf::server {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+// gRPC's certificate provider reads the TLS files itself (and again on every reload), and
+// only logs what it cannot use; reading them once here makes a missing or unreadable file a
+// startup error that names the flag.
+absl::Status CheckPemFile(const std::string& flag, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat("--", flag, ": ", text.status().message()));
+  }
+  if (!absl::StrContains(*text, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", path, "' holds no PEM block"));
+  }
+  return absl::OkStatus();
 }
 
 std::string HostPort(const std::string& host, int port) {
@@ -66,15 +73,24 @@ absl::Status DcformerServer::Start() {
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options_.tls_cert.empty()) {
-    ASSIGN_OR_RETURN(std::string cert, ReadFile("tls-cert", options_.tls_cert));
-    ASSIGN_OR_RETURN(std::string key, ReadFile("tls-key", options_.tls_key));
-    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    if (!options_.tls_client_ca.empty()) {
-      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile("tls-client-ca", options_.tls_client_ca));
-      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    RETURN_IF_ERROR(CheckPemFile("tls-cert", options_.tls_cert));
+    RETURN_IF_ERROR(CheckPemFile("tls-key", options_.tls_key));
+    const bool mtls = !options_.tls_client_ca.empty();
+    if (mtls) RETURN_IF_ERROR(CheckPemFile("tls-client-ca", options_.tls_client_ca));
+    // The provider re-reads the files every --tls-reload-interval: rotated certificates (a
+    // renewed Kubernetes Secret) serve new connections without a restart.
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        options_.tls_key, options_.tls_cert, options_.tls_client_ca,
+        static_cast<unsigned int>(absl::ToInt64Seconds(options_.tls_reload_interval)));
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_identity_key_cert_pairs();
+    if (mtls) {
+      tls.watch_root_certs();
+      tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    } else {
+      tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     }
-    ssl.pem_key_cert_pairs.push_back({key, cert});
-    credentials = grpc::SslServerCredentials(ssl);
+    credentials = grpc::experimental::TlsServerCredentials(tls);
   } else {
     credentials = grpc::InsecureServerCredentials();
   }
@@ -127,6 +143,7 @@ absl::Status DcformerServer::Start() {
 absl::Status DcformerServer::LoadModel() {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(LoadedModel loaded, dcf::LoadModel(options_.model_dir, options_.backend));
+  if (backend_decorator_) loaded.backend = backend_decorator_(std::move(loaded.backend));
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       Tokenizer::FromModelDir(options_.model_dir);
   if (tokenizer.ok()) {

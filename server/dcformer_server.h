@@ -15,6 +15,7 @@
 // within --drain-timeout + 1 s (the process exits about 1 s later: the metrics endpoint stops).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,11 @@ class DcformerServer {
   explicit DcformerServer(ServerOptions options);
   ~DcformerServer();
 
+  // Wraps the backend LoadModel creates before the engine gets it (e.g. a test build's fault
+  // injection, tests/testing/fault_injecting_backend.h). Call before LoadModel.
+  using BackendDecorator = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+  void SetBackendDecorator(BackendDecorator decorator) { backend_decorator_ = std::move(decorator); }
+
   absl::Status Start();
   // The gRPC port actually bound (useful with --port 0).
   int port() const { return bound_port_; }
@@ -50,6 +56,7 @@ class DcformerServer {
   absl::Status WarmUp();
 
   const ServerOptions options_;
+  BackendDecorator backend_decorator_;
   std::unique_ptr<ApiKeyChecker> auth_;
   ServerMetrics metrics_;
   std::unique_ptr<ServingState> state_;

@@ -1,11 +1,15 @@
 #include "server/generate_reactor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "engine/common/logging.h"
 #include "server/proto_convert.h"
+#include "server/request_parser.h"
 #include "server/status_util.h"
+#include "server/wire.h"
 
 namespace dcf::server {
 namespace {
@@ -15,7 +19,7 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 }  // namespace
 
 GenerateReactor::GenerateReactor(ServingState* state, grpc::CallbackServerContext* context,
-                                 const v1::GenerateRequest* request)
+                                 const grpc::ByteBuffer* request)
     : state_(state), context_(context), link_(std::make_shared<Link>()) {
   {
     absl::MutexLock lock(&link_->mu);
@@ -34,13 +38,36 @@ void GenerateReactor::Reject(const grpc::Status& status) {
   Finish(status);
 }
 
-void GenerateReactor::Start(const v1::GenerateRequest& request) {
-  request_id_ = request.request_id();
+void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
   if (grpc::Status admitted = state_->Admit(*context_); !admitted.ok()) {
     Reject(admitted);
     return;
   }
-  Engine* engine = state_->engine();
+  if (!request_bytes.Valid()) {
+    // No request message at all (a message of zero bytes is valid: an empty request). Either
+    // the client ended the call (cancel or deadline) before gRPC read one, counted like any
+    // client-ended call, or it closed its side without sending one.
+    const bool ended = context_->IsCancelled() ||
+                       absl::FromChrono(context_->deadline()) <= absl::Now();
+    if (!ended) {
+      Reject(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message"));
+      return;
+    }
+    {
+      absl::MutexLock lock(&link_->mu);
+      outcome_ = CancelOutcomeNow();
+      finish_called_ = true;
+    }
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request arrived"));
+    return;
+  }
+  v1::GenerateRequest request;
+  if (absl::Status parsed = ParseRequestBytes(ByteBufferToString(request_bytes), &request);
+      !parsed.ok()) {
+    Reject(ToGrpcStatus(parsed));
+    return;
+  }
+  request_id_ = request.request_id();
   absl::StatusOr<GenerationRequest> converted = ToEngineRequest(request, state_->limits());
   if (!converted.ok()) {
     Reject(ToGrpcStatus(converted.status()));
@@ -48,7 +75,7 @@ void GenerateReactor::Start(const v1::GenerateRequest& request) {
   }
   with_logprobs_ = converted->output.logprobs;
   prompt_tokens_ = static_cast<int>(converted->prompt_tokens.size());
-  absl::StatusOr<RequestHandle> handle = engine->Enqueue(std::move(*converted));
+  absl::StatusOr<RequestHandle> handle = state_->engine()->Enqueue(std::move(*converted));
   if (!handle.ok()) {
     Reject(ToGrpcStatus(handle.status()));
     return;
@@ -56,38 +83,69 @@ void GenerateReactor::Start(const v1::GenerateRequest& request) {
   handle_ = std::move(*handle);
   request_id_ = handle_.stream().id();
   state_->metrics().AddPromptTokens(prompt_tokens_);
-  // May run OnStreamReady right here when output is already pending; that is fine: starting
-  // a write from the reactor's constructor is allowed by the callback API.
+  // The engine loop only posts the call to the writer pool (once while a post is pending).
   std::shared_ptr<Link> link = link_;
-  handle_.stream().SetOnReady([link]() { OnStreamReady(link); });
+  StreamWriterPool* writers = &state_->writers();
+  handle_.stream().SetOnReady([link, writers]() {
+    if (link->queued.exchange(true)) return;
+    writers->Post([link]() {
+      link->queued.store(false);
+      OnStreamReady(link);
+    });
+  });
 }
 
 void GenerateReactor::OnStreamReady(const std::shared_ptr<Link>& link) {
   GenerateReactor* reactor;
   Action action;
+  bool cancel_engine = false;
+  RequestCanceller canceller;
   {
     absl::MutexLock lock(&link->mu);
     reactor = link->reactor;
     if (reactor == nullptr) return;  // the call is already done
-    action = reactor->Pump();
+    action = reactor->Pump(&cancel_engine);
+    if (cancel_engine) canceller = reactor->handle_.canceller();
   }
-  // Safe without the lock: a claimed write or finish keeps the reactor alive until its
-  // completion (OnDone cannot run before Finish, and Finish waits for the write).
-  reactor->Perform(action);
+  // This thread is no gRPC reaction, so nothing keeps the reactor alive once the lock is
+  // released unless this pump claimed a write or the finish (OnDone cannot run before those
+  // complete). The engine cancel therefore goes through a canceller taken under the lock.
+  canceller.Cancel();
+  if (action != Action::kNone) reactor->Perform(action);
 }
 
-GenerateReactor::Action GenerateReactor::Pump() {
-  if (finish_called_ || write_in_flight_) return Action::kNone;
+GenerateReactor::Action GenerateReactor::Pump(bool* cancel_engine) {
+  if (finish_called_) return Action::kNone;
+  if (write_in_flight_) {
+    // The client reads slower than the engine writes: output coalesces in the stream. Bound
+    // it: a client that stopped reading must not hold the engine (or memory) forever.
+    const size_t limit = state_->options().max_stream_buffer_bytes;
+    if (!cancelled_ && !final_written_ && handle_.shared_stream() != nullptr && limit > 0 &&
+        handle_.stream().pending_bytes() > limit) {
+      cancelled_ = true;
+      overflowed_ = true;
+      *cancel_engine = true;
+      outcome_ = "resource_exhausted";
+      finish_status_ = grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the client is not reading its stream: more than ", limit,
+                       " bytes of output were waiting (--max-stream-buffer-bytes)"));
+    }
+    return Action::kNone;
+  }
   if (cancelled_ || final_written_) {
     finish_called_ = true;
-    if (cancelled_ && !final_written_) finish_status_ = grpc::Status::CANCELLED;
+    if (cancelled_ && !final_written_ && !overflowed_) finish_status_ = grpc::Status::CANCELLED;
     return Action::kFinish;
   }
-  if (!handle_.shared_stream()) return Action::kNone;
+  if (handle_.shared_stream() == nullptr) return Action::kNone;
   GenerationChunk chunk;
   if (!handle_.stream().TryTake(&chunk)) return Action::kNone;
-  ChunkToResponse(chunk, request_id_, with_logprobs_, &response_);
-  generated_tokens_ += static_cast<int>(chunk.tokens.size());
+  v1::GenerateResponse response;
+  ChunkToResponse(chunk, request_id_, with_logprobs_, &response);
+  SerializeToByteBuffer(response, &write_buffer_);
+  tokens_in_flight_ = static_cast<int>(chunk.tokens.size());
+  generated_tokens_ += tokens_in_flight_;
   if (chunk.finished) {
     final_written_ = true;
     outcome_ = FinishReasonLabel(chunk.finish_reason);
@@ -109,7 +167,7 @@ void GenerateReactor::Perform(Action action) {
     case Action::kNone:
       return;
     case Action::kWrite:
-      StartWrite(&response_);
+      StartWrite(&write_buffer_);
       return;
     case Action::kFinish: {
       grpc::Status status;
@@ -123,17 +181,12 @@ void GenerateReactor::Perform(Action action) {
   }
 }
 
-std::string GenerateReactor::CancelOutcome() const {
-  // gRPC does not say why a call ended. A cancel at its deadline is its expiry; the slack
-  // covers the server's deadline timer firing a hair before the system clock reaches the
-  // deadline (they run on different clocks).
-  constexpr auto kSlack = std::chrono::milliseconds(50);
+std::string GenerateReactor::CancelOutcomeNow() const {
   const auto deadline = context_->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max() &&
-      deadline <= std::chrono::system_clock::now() + kSlack) {
-    return "deadline_exceeded";
-  }
-  return "cancelled";
+  const absl::Time server_deadline = deadline == std::chrono::system_clock::time_point::max()
+                                         ? absl::InfiniteFuture()
+                                         : absl::FromChrono(deadline);
+  return ClientCancelOutcome(start_time_, server_deadline, absl::Now());
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
@@ -143,29 +196,32 @@ void GenerateReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&link_->mu);
     write_in_flight_ = false;
     if (ok) {
-      state_->metrics().AddGeneratedTokens(response_.token_ids_size());
+      state_->metrics().AddGeneratedTokens(tokens_in_flight_);
     } else if (!final_written_ && !cancelled_) {
       // The stream broke (client gone): stop generating for it.
       cancelled_ = true;
       cancel_engine = true;
-      if (outcome_.empty()) outcome_ = CancelOutcome();
+      if (outcome_.empty()) outcome_ = CancelOutcomeNow();
     }
-    action = Pump();
+    tokens_in_flight_ = 0;
+    action = Pump(&cancel_engine);
   }
   if (cancel_engine && handle_.shared_stream()) handle_.Cancel();
   Perform(action);
 }
 
 void GenerateReactor::OnCancel() {
-  const std::string cancel_outcome = CancelOutcome();
+  const std::string cancel_outcome = CancelOutcomeNow();
   Action action;
+  bool cancel_engine = false;
   {
     absl::MutexLock lock(&link_->mu);
     cancelled_ = true;
-    // A rejected call keeps its status as outcome; a finished one its finish reason. This
-    // also overrides a "cancelled" set by a failed write that the deadline caused.
-    if (!final_written_ && handle_.shared_stream()) outcome_ = cancel_outcome;
-    action = Pump();
+    // A rejected call keeps its status as outcome, a finished one its finish reason, an
+    // overflowed one resource_exhausted. This also overrides a "cancelled" set by a failed
+    // write that the deadline caused.
+    if (!final_written_ && !overflowed_ && handle_.shared_stream()) outcome_ = cancel_outcome;
+    action = Pump(&cancel_engine);
   }
   if (handle_.shared_stream()) handle_.Cancel();  // frees the KV blocks within one step
   Perform(action);

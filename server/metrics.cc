@@ -49,6 +49,11 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                          "call that failed or was rejected")
                    .Register(r);
   for (const char* o : kOutcomes) requests_->Add({{"outcome", o}});
+  unary_requests_ = &BuildCounter()
+                         .Name("dcformer_unary_requests_total")
+                         .Help("Tokenize, Detokenize and GetModelInfo calls by method and "
+                               "outcome (ok or the gRPC code of the failure)")
+                         .Register(r);
   prompt_tokens_ = &BuildCounter()
                         .Name("dcformer_prompt_tokens_total")
                         .Help("Prompt tokens of accepted Generate requests")
@@ -149,6 +154,10 @@ absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
 
 void ServerMetrics::RecordRequest(absl::string_view outcome) {
   requests_->Add({{"outcome", std::string(outcome)}}).Increment();
+}
+void ServerMetrics::RecordUnaryRequest(absl::string_view method, absl::string_view outcome) {
+  unary_requests_->Add({{"method", std::string(method)}, {"outcome", std::string(outcome)}})
+      .Increment();
 }
 void ServerMetrics::AddPromptTokens(int64_t n) { prompt_tokens_->Increment(n); }
 void ServerMetrics::AddGeneratedTokens(int64_t n) { generated_tokens_->Increment(n); }

@@ -48,6 +48,8 @@ class ServerMetrics : public EngineObserver {
   // One finished call: `outcome` is a finish reason ("eos", "length", ...) or a gRPC code
   // label for calls that failed ("invalid_argument", "resource_exhausted", ...).
   void RecordRequest(absl::string_view outcome);
+  // One finished unary call ("Tokenize", ...): `outcome` is "ok" or a gRPC code label.
+  void RecordUnaryRequest(absl::string_view method, absl::string_view outcome);
   void AddPromptTokens(int64_t n);
   void AddGeneratedTokens(int64_t n);
 
@@ -76,6 +78,7 @@ class ServerMetrics : public EngineObserver {
   std::function<std::optional<EngineStats>()> source_;
 
   prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* unary_requests_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* preemptions_;

@@ -4,74 +4,27 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/backends/backend_factory.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace dcf::server {
 namespace {
 
-constexpr int kMaxRequestIdLength = 128;
-constexpr int kMaxStopStrings = 16;
-constexpr int kMaxStopStringBytes = 256;
-constexpr int kMaxStopTokenIds = 64;
-
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-absl::Status CheckTokenId(absl::string_view field, int index, int32_t id, int32_t vocab) {
-  if (id < 0 || id >= vocab) {
-    return absl::InvalidArgumentError(absl::StrCat(field, "[", index, "]: token id ", id,
-                                                   " is outside the vocabulary [0, ", vocab,
-                                                   ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
-  if (in.has_temperature()) {
-    if (!std::isfinite(in.temperature()) || in.temperature() < 0) {
-      return Invalid("sampling.temperature", "must be finite and >= 0");
-    }
-    out->temperature = in.temperature();
-  }
-  if (in.has_top_k()) {
-    if (in.top_k() < 0) return Invalid("sampling.top_k", "must be >= 0 (0 = off)");
-    out->top_k = in.top_k();
-  }
-  if (in.has_top_p()) {
-    if (!(in.top_p() > 0.0f && in.top_p() <= 1.0f)) {
-      return Invalid("sampling.top_p", "must be in (0, 1]");
-    }
-    out->top_p = in.top_p();
-  }
-  if (in.has_min_p()) {
-    if (!(in.min_p() >= 0.0f && in.min_p() <= 1.0f)) {
-      return Invalid("sampling.min_p", "must be in [0, 1]");
-    }
-    out->min_p = in.min_p();
-  }
-  if (in.has_repetition_penalty()) {
-    if (!std::isfinite(in.repetition_penalty()) || in.repetition_penalty() <= 0) {
-      return Invalid("sampling.repetition_penalty", "must be finite and > 0");
-    }
-    out->repetition_penalty = in.repetition_penalty();
-  }
-  if (in.has_presence_penalty()) {
-    if (!(in.presence_penalty() >= -2.0f && in.presence_penalty() <= 2.0f)) {
-      return Invalid("sampling.presence_penalty", "must be in [-2, 2]");
-    }
-    out->presence_penalty = in.presence_penalty();
-  }
-  if (in.has_frequency_penalty()) {
-    if (!(in.frequency_penalty() >= -2.0f && in.frequency_penalty() <= 2.0f)) {
-      return Invalid("sampling.frequency_penalty", "must be in [-2, 2]");
-    }
-    out->frequency_penalty = in.frequency_penalty();
-  }
+// Copies the fields the client set; unset ones keep the engine's defaults. Values are
+// validated by the engine (request_validator.h), not here.
+void ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) {
+  if (in.has_temperature()) out->temperature = in.temperature();
+  if (in.has_top_k()) out->top_k = in.top_k();
+  if (in.has_top_p()) out->top_p = in.top_p();
+  if (in.has_min_p()) out->min_p = in.min_p();
+  if (in.has_repetition_penalty()) out->repetition_penalty = in.repetition_penalty();
+  if (in.has_presence_penalty()) out->presence_penalty = in.presence_penalty();
+  if (in.has_frequency_penalty()) out->frequency_penalty = in.frequency_penalty();
   if (in.has_seed()) out->seed = in.seed();
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -79,42 +32,25 @@ absl::Status ConvertSampling(const v1::SamplingParams& in, SamplingParams* out) 
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                   const RequestLimits& limits) {
   GenerationRequest out;
-  if (request.request_id().size() > kMaxRequestIdLength) {
-    return Invalid("request_id", absl::StrCat("longer than ", kMaxRequestIdLength, " bytes"));
-  }
-  for (char c : request.request_id()) {
-    if (c < 0x21 || c > 0x7e) return Invalid("request_id", "must be printable ASCII");
-  }
   out.id = request.request_id();
-
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      if (request.text().empty()) return Invalid("prompt.text", "is empty");
       if (limits.tokenizer == nullptr) {
         return Invalid("prompt.text", "this model has no tokenizer; send prompt.token_ids");
       }
       ASSIGN_OR_RETURN(out.prompt_tokens, limits.tokenizer->Encode(request.text()));
-      if (out.prompt_tokens.empty()) return Invalid("prompt.text", "encodes to no tokens");
       break;
     }
-    case v1::GenerateRequest::kTokenIds: {
-      const auto& ids = request.token_ids().ids();
-      if (ids.empty()) return Invalid("prompt.token_ids", "is empty");
-      for (int i = 0; i < ids.size(); ++i) {
-        RETURN_IF_ERROR(CheckTokenId("prompt.token_ids.ids", i, ids[i], limits.vocab_size));
-      }
-      out.prompt_tokens.assign(ids.begin(), ids.end());
+    case v1::GenerateRequest::kTokenIds:
+      out.prompt_tokens.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
       break;
-    }
     default:
       return Invalid("prompt", "set prompt.text or prompt.token_ids");
   }
-
-  RETURN_IF_ERROR(ConvertSampling(request.sampling(), &out.sampling));
+  ConvertSampling(request.sampling(), &out.sampling);
 
   const v1::StoppingCriteria& stop = request.stopping();
   if (stop.has_max_new_tokens()) {
-    if (stop.max_new_tokens() < 1) return Invalid("stopping.max_new_tokens", "must be >= 1");
     out.stopping.max_new_tokens = stop.max_new_tokens();
   } else {
     // Unset: the server default, shortened to the server's max_new_tokens limit and to the
@@ -124,45 +60,17 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
     if (limits.max_new_tokens_limit > 0) max_new = std::min(max_new, limits.max_new_tokens_limit);
     out.stopping.max_new_tokens = std::max(1, max_new);
   }
-  if (stop.stop_token_ids_size() > kMaxStopTokenIds) {
-    return Invalid("stopping.stop_token_ids", absl::StrCat("more than ", kMaxStopTokenIds));
-  }
-  for (int i = 0; i < stop.stop_token_ids_size(); ++i) {
-    RETURN_IF_ERROR(CheckTokenId("stopping.stop_token_ids", i, stop.stop_token_ids(i),
-                                 limits.vocab_size));
-    out.stopping.stop_token_ids.push_back(stop.stop_token_ids(i));
-  }
-  if (stop.stop_strings_size() > 0 && limits.tokenizer == nullptr) {
-    return Invalid("stopping.stop_strings", "this model has no tokenizer");
-  }
-  if (stop.stop_strings_size() > kMaxStopStrings) {
-    return Invalid("stopping.stop_strings", absl::StrCat("more than ", kMaxStopStrings));
-  }
-  for (int i = 0; i < stop.stop_strings_size(); ++i) {
-    const std::string& s = stop.stop_strings(i);
-    if (s.empty() || s.size() > kMaxStopStringBytes) {
-      return Invalid(absl::StrCat("stopping.stop_strings[", i, "]"),
-                     absl::StrCat("must be 1 to ", kMaxStopStringBytes, " bytes"));
-    }
-    out.stopping.stop_strings.push_back(s);
-  }
+  out.stopping.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
+  out.stopping.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
   out.stopping.include_stop_string = stop.include_stop_string();
   out.stopping.ignore_eos = stop.ignore_eos();
 
   const v1::OutputOptions& output = request.output();
-  if (output.top_logprobs() < 0 || output.top_logprobs() > kMaxTopLogprobs) {
-    return Invalid("output.top_logprobs", absl::StrCat("must be in [0, ", kMaxTopLogprobs, "]"));
-  }
   out.output.top_logprobs = output.top_logprobs();
   out.output.logprobs = output.logprobs() || output.top_logprobs() > 0;
-  if (output.has_return_text()) {
-    if (output.return_text() && limits.tokenizer == nullptr) {
-      return Invalid("output.return_text", "this model has no tokenizer");
-    }
-    out.output.text = output.return_text();
-  } else {
-    out.output.text = limits.tokenizer != nullptr;
-  }
+  // Text by default when the model has a tokenizer; asking for it without one is rejected
+  // by the engine.
+  out.output.text = output.has_return_text() ? output.return_text() : limits.tokenizer != nullptr;
   return out;
 }
 
@@ -229,39 +137,6 @@ void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id
   if (chunk.finish_reason == FinishReason::kError) {
     out->set_error_message(std::string(chunk.error.message()));
   }
-}
-
-void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
-                      v1::GetModelInfoResponse* out) {
-  out->Clear();
-  out->set_model_name(info.model_name);
-  out->set_architecture(config.architecture == Architecture::kDcPythia ? "dcpythia" : "dcformer");
-  out->set_num_layers(config.n_layer);
-  out->set_num_heads(config.n_head);
-  out->set_head_dim(config.head_dim);
-  out->set_hidden_size(config.dim);
-  out->set_context_length(config.max_positions);
-  out->set_vocab_size(config.vocab_size);
-  if (info.eos_token_id.has_value()) out->add_eos_token_ids(*info.eos_token_id);
-  out->set_block_size(info.block_size);
-  out->set_backend(info.backend.name);
-  out->set_dtype(ComputeDTypeName(info.backend.dtype));
-  out->set_device(info.backend.device);
-  out->set_kv_cache_bytes(static_cast<int64_t>(info.kv_cache_bytes));
-  for (LayerGroup group : {LayerGroup::kGlobal, LayerGroup::kWindow}) {
-    if (config.NumLayersIn(group) == 0) continue;
-    v1::LayerGroup* g = out->add_layer_groups();
-    g->set_name(group == LayerGroup::kGlobal ? "global" : "window");
-    g->set_window(group == LayerGroup::kGlobal ? 0 : config.window_size);
-    for (int l = 0; l < config.n_layer; ++l) {
-      if (config.GroupOf(l) == group) g->add_layers(l);
-    }
-    g->set_kv_blocks_total(info.kv_blocks_total[static_cast<int>(group)]);
-  }
-  out->set_has_tokenizer(info.has_tokenizer);
-  out->set_max_prompt_tokens(info.max_prompt_tokens);
-  out->set_max_new_tokens(info.max_new_tokens);
-  out->set_default_max_new_tokens(info.default_max_new_tokens);
 }
 
 }  // namespace dcf::server

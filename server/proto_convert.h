@@ -1,8 +1,8 @@
 // Conversions between the dcformer.v1 proto messages and the engine's plain types. Together
 // with status_util.h this is the only code that knows both worlds.
 //
-// Validation here names fields by their proto path ("sampling.top_p: ..."), so API errors
-// read the same whatever the engine would say; the engine validates again on Enqueue.
+// Conversion only: the values are validated once, by the engine (Engine::Enqueue, see
+// engine/serving/request_validator.h), whose messages name the field.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +12,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dcformer/v1/dcformer.pb.h"
-#include "engine/model/model_config.h"
-#include "engine/model/backend.h"
 #include "engine/serving/request.h"
 
 namespace dcf {
@@ -33,8 +31,9 @@ struct RequestLimits {
   const Tokenizer* tokenizer = nullptr;  // null: text features are rejected
 };
 
-// Validates `request` and builds the engine request (text prompts are tokenized).
-// InvalidArgument naming the proto field on any bad value.
+// Builds the engine request (text prompts are tokenized; unset fields get the engine's or the
+// server's defaults). InvalidArgument only when it cannot be built: no prompt, a text prompt
+// on a model without a tokenizer, text the tokenizer rejects.
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                   const RequestLimits& limits);
 
@@ -47,21 +46,5 @@ void ToProtoDuration(absl::Duration d, google::protobuf::Duration* out);
 // Fills `out` (cleared first) from a chunk taken from a RequestStream.
 void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id,
                      bool with_logprobs, v1::GenerateResponse* out);
-
-// Everything GetModelInfo reports that is not in ModelConfig.
-struct ServedModelInfo {
-  std::string model_name;
-  BackendInfo backend;
-  size_t kv_cache_bytes = 0;
-  int block_size = 0;
-  std::optional<int32_t> eos_token_id;
-  std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
-  bool has_tokenizer = false;
-  int max_prompt_tokens = 0;
-  int max_new_tokens = 0;
-  int default_max_new_tokens = 0;
-};
-void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
-                      v1::GetModelInfoResponse* out);
 
 }  // namespace dcf::server

@@ -5,6 +5,7 @@
 // With no flags it serves the repository's default model (models/dcformer-kjv) on
 // 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
 // exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable).
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,10 +15,14 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
+#include "engine/common/compute_threads.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
 #include "server/dcformer_server.h"
 #include "server/server_options.h"
+#ifdef DCF_FAULT_INJECTION
+#include "tests/testing/fault_injecting_backend.h"
+#endif
 
 namespace {
 
@@ -34,7 +39,8 @@ void OnSignal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (pipe(signal_pipe) != 0) {
+  // O_CLOEXEC: the pipe must not leak into the re-executed process (see below).
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
     std::perror("dcformer-server: pipe");
     return 1;
   }
@@ -61,6 +67,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // --threads and passive idle threads: the OpenMP runtime read its environment before main,
+  // so this re-executes the server once with the settings in place (see compute_threads.h).
+  dcf::ComputeThreadEnvironment compute;
+  compute.threads = options->threads;
+  if (absl::Status s = dcf::EnsureComputeThreadEnvironment(compute, argv); !s.ok()) {
+    DCF_LOG(Warning) << s.message() << "; idle compute threads may spin";
+  }
+
   absl::Notification stop;
   std::thread([&stop]() {
     unsigned char sig = 0;
@@ -76,6 +90,9 @@ int main(int argc, char** argv) {
   }).detach();
 
   dcf::server::DcformerServer server(*std::move(options));
+#ifdef DCF_FAULT_INJECTION
+  server.SetBackendDecorator(dcf::testing::FaultInjectionFromFlags());
+#endif
   if (absl::Status s = server.Start(); !s.ok()) {
     DCF_LOG(Error) << s.message();
     return 1;

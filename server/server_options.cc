@@ -22,6 +22,9 @@ ABSL_FLAG(double, kv_cache_fraction, 0.25,
           "KV-cache budget as a fraction of the memory left after weights and workspace: free "
           "device memory (cuda), or host memory within the container's limit (cpu)");
 ABSL_FLAG(int, block_size, 16, "tokens per KV-cache block");
+ABSL_FLAG(int, threads, 0,
+          "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
+          "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");
 ABSL_FLAG(int, max_num_seqs, 64, "most sequences running in one engine step");
 ABSL_FLAG(int, max_batch_tokens, 512, "token budget of one engine step (decode + prefill)");
 ABSL_FLAG(int, max_queued_requests, 256,
@@ -34,6 +37,9 @@ ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that lea
 ABSL_FLAG(bool, warmup, true, "run one tiny request before reporting SERVING");
 ABSL_FLAG(int, max_receive_message_bytes, 1 << 20, "largest accepted request message");
 ABSL_FLAG(int, max_send_message_bytes, 4 << 20, "largest response message");
+ABSL_FLAG(int, max_stream_buffer_bytes, 1 << 20,
+          "a Generate stream whose unsent output grows past this (the client stopped reading) "
+          "is cancelled with RESOURCE_EXHAUSTED; at most half of --max-send-message-bytes");
 ABSL_FLAG(int, max_concurrent_streams, 0, "concurrent calls per HTTP/2 connection; 0 = default");
 ABSL_FLAG(int, keepalive_time_ms, 60000, "server keepalive ping interval (ms)");
 ABSL_FLAG(int, keepalive_timeout_ms, 20000, "close the connection if a ping ack takes longer");
@@ -49,6 +55,9 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls-k
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require and verify client certificates (mTLS)");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(60),
+          "how often the TLS key, certificate and client CA files are re-read: replace them "
+          "and new connections use the new ones, without a restart");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM/SIGINT, let running streams finish this long, then cancel them");
 ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(30),
@@ -73,6 +82,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_bytes));
   o.engine.kv_cache_fraction = absl::GetFlag(FLAGS_kv_cache_fraction);
   o.engine.block_size = absl::GetFlag(FLAGS_block_size);
+  o.threads = absl::GetFlag(FLAGS_threads);
   o.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.engine.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
@@ -83,6 +93,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   o.max_send_message_bytes = absl::GetFlag(FLAGS_max_send_message_bytes);
+  o.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   o.keepalive_time_ms = absl::GetFlag(FLAGS_keepalive_time_ms);
   o.keepalive_timeout_ms = absl::GetFlag(FLAGS_keepalive_timeout_ms);
@@ -94,6 +105,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval);
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   o.engine_stall_timeout = absl::GetFlag(FLAGS_engine_stall_timeout);
   if (absl::Status s = ValidateServerOptions(o); !s.ok()) return s;
@@ -130,6 +142,10 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
     return bad("max-receive-message-bytes", "must be >= 1024");
   }
   if (o.max_send_message_bytes < 1024) return bad("max-send-message-bytes", "must be >= 1024");
+  // Output coalesces into one message while a write is in flight: it must stay sendable.
+  if (o.max_stream_buffer_bytes < 1024 || o.max_stream_buffer_bytes > o.max_send_message_bytes / 2) {
+    return bad("max-stream-buffer-bytes", "must be in [1024, --max-send-message-bytes / 2]");
+  }
   if (o.max_concurrent_streams < 0) return bad("max-concurrent-streams", "must be >= 0");
   if (o.keepalive_time_ms < 1) return bad("keepalive-time-ms", "must be >= 1");
   if (o.keepalive_timeout_ms < 1) return bad("keepalive-timeout-ms", "must be >= 1");
@@ -145,6 +161,8 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   if (!o.tls_client_ca.empty() && o.tls_cert.empty()) {
     return bad("tls-client-ca", "needs --tls-cert and --tls-key");
   }
+  if (o.tls_reload_interval < absl::Seconds(1)) return bad("tls-reload-interval", "must be >= 1s");
+  if (o.threads < 0 || o.threads > 1024) return bad("threads", "must be in [0, 1024]");
   if (o.drain_timeout < absl::ZeroDuration()) return bad("drain-timeout", "must be >= 0");
   if (o.engine_stall_timeout <= absl::ZeroDuration()) {
     return bad("engine-stall-timeout", "must be > 0");

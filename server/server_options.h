@@ -18,12 +18,14 @@ struct ServerOptions {
   int metrics_port = 9090;            // 0: no metrics endpoint
 
   BackendOptions backend;             // --backend, --dtype
+  int threads = 0;                    // compute threads (OpenMP/BLAS); 0 = environment/cores
   EngineOptions engine;
   int default_max_new_tokens = 256;   // when a request leaves max_new_tokens unset
   bool warmup = true;                 // run one tiny request before reporting SERVING
 
   int max_receive_message_bytes = 1 << 20;
   int max_send_message_bytes = 4 << 20;
+  int max_stream_buffer_bytes = 1 << 20;  // output waiting for a client that does not read
   int max_concurrent_streams = 0;     // per HTTP/2 connection; 0 = gRPC default
   int keepalive_time_ms = 60'000;     // server pings idle connections this often
   int keepalive_timeout_ms = 20'000;  // ...and closes them if the ack takes longer
@@ -36,6 +38,7 @@ struct ServerOptions {
   std::string tls_cert;               // PEM; with tls_key enables TLS
   std::string tls_key;
   std::string tls_client_ca;          // PEM; requires and verifies client certs (mTLS)
+  absl::Duration tls_reload_interval = absl::Seconds(60);  // re-read the TLS files this often
 
   absl::Duration drain_timeout = absl::Seconds(30);
   absl::Duration engine_stall_timeout = absl::Seconds(30);

@@ -17,8 +17,10 @@
 #include "grpcpp/server_context.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/model_info.h"
 #include "server/proto_convert.h"
 #include "server/server_options.h"
+#include "server/stream_writer_pool.h"
 
 namespace dcf::server {
 
@@ -26,7 +28,7 @@ class ServingState {
  public:
   // `auth` may be null (no API key); neither pointer is owned.
   ServingState(const ServerOptions* options, const ApiKeyChecker* auth, ServerMetrics* metrics)
-      : options_(options), auth_(auth), metrics_(metrics) {}
+      : options_(options), auth_(auth), metrics_(metrics), writers_(kWriterThreads) {}
 
   // Must be called once, before any call can see the engine; `limits` and `info` describe it.
   void PublishEngine(Engine* engine, RequestLimits limits, ServedModelInfo info) {
@@ -43,6 +45,9 @@ class ServingState {
   const ServedModelInfo& info() const { return info_; }
   const ServerOptions& options() const { return *options_; }
   ServerMetrics& metrics() const { return *metrics_; }
+  // Where Generate calls build and start their writes (see stream_writer_pool.h). Outlives the
+  // gRPC server and the engine: it is destroyed with this object.
+  StreamWriterPool& writers() { return writers_; }
 
   // Checks the API key, then that the engine is up and not draining. OK or the status to
   // fail the call with (UNAUTHENTICATED / UNAVAILABLE).
@@ -69,6 +74,10 @@ class ServingState {
   }
 
  private:
+  // One thread builds the first write of each burst; later writes of busy streams start on
+  // gRPC's threads (OnWriteDone), so one is enough to keep the engine loop off the wire.
+  static constexpr int kWriterThreads = 1;
+
   const ServerOptions* options_;
   const ApiKeyChecker* auth_;
   ServerMetrics* metrics_;
@@ -78,6 +87,7 @@ class ServingState {
   std::atomic<bool> draining_{false};
   mutable absl::Mutex mu_;
   int active_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  StreamWriterPool writers_;  // last: its threads stop before the rest is destroyed
 };
 
 }  // namespace dcf::server

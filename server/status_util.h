@@ -2,6 +2,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "grpcpp/support/status.h"
 
 namespace dcf::server {
@@ -16,6 +17,13 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // and accepted, so e.g. an InvalidArgument from the detokenizer is the server's fault, not
 // the client's. Errors from Engine::Enqueue (before acceptance) go through ToGrpcStatus.
 grpc::Status AcceptedRequestFailedStatus(const absl::Status& engine_error);
+
+// How a call that the client ended (RST_STREAM: its cancel or its deadline, which gRPC does
+// not tell apart) is counted: "deadline_exceeded" when it ended in the last 10% of its time
+// budget (at least 250 ms of it), "cancelled" before. `start` is when the server received the
+// call, `deadline` the server's copy of the client's deadline (InfiniteFuture when none), `now`
+// when the cancellation was seen. The .cc says why the allowance is that wide.
+const char* ClientCancelOutcome(absl::Time start, absl::Time deadline, absl::Time now);
 
 // Lower-case name of a gRPC code ("invalid_argument"), used as a metrics label and in logs.
 const char* GrpcCodeLabel(grpc::StatusCode code);

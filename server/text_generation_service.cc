@@ -1,75 +1,109 @@
 #include "server/text_generation_service.h"
 
-#include "absl/strings/str_cat.h"
+#include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/generate_reactor.h"
+#include "server/request_parser.h"
 #include "server/status_util.h"
+#include "server/wire.h"
 
 namespace dcf::server {
 namespace {
 
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                      const grpc::Status& status) {
+template <typename Message>
+grpc::Status Parse(const grpc::ByteBuffer& bytes, Message* out) {
+  if (!bytes.Valid()) {
+    // No message at all: the client ended the call before gRPC read one, or closed its side
+    // without sending one.
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message");
+  }
+  return ToGrpcStatus(ParseRequestBytes(ByteBufferToString(bytes), out));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TextGenerationService::FinishUnary(grpc::CallbackServerContext* context,
+                                                             const char* method,
+                                                             const grpc::Status& status) {
+  state_->metrics().RecordUnaryRequest(method, GrpcCodeLabel(status.error_code()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
 }
 
-}  // namespace
-
-grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TextGenerationService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateReactor(state_, context, request);  // deletes itself in OnDone
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* context,
-                                                          const v1::TokenizeRequest* request,
-                                                          v1::TokenizeResponse* response) {
-  if (grpc::Status s = state_->Admit(*context); !s.ok()) return FinishUnary(context, s);
-  const Tokenizer* tokenizer = state_->limits().tokenizer;
-  if (tokenizer == nullptr) {
-    return FinishUnary(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                             "this model has no tokenizer"));
-  }
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request->text());
-  if (!ids.ok()) return FinishUnary(context, ToGrpcStatus(ids.status()));
-  response->mutable_token_ids()->Add(ids->begin(), ids->end());
-  return FinishUnary(context, grpc::Status::OK);
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return FinishUnary(context, "Tokenize", DoTokenize(*context, *request, response));
 }
 
-grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
-    grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
-    v1::DetokenizeResponse* response) {
-  if (grpc::Status s = state_->Admit(*context); !s.ok()) return FinishUnary(context, s);
-  const Tokenizer* tokenizer = state_->limits().tokenizer;
-  if (tokenizer == nullptr) {
-    return FinishUnary(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                             "this model has no tokenizer"));
-  }
-  const int32_t vocab = state_->limits().vocab_size;
-  for (int i = 0; i < request->token_ids_size(); ++i) {
-    const int32_t id = request->token_ids(i);
-    if (id < 0 || id >= vocab) {
-      return FinishUnary(context,
-                         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                      absl::StrCat("token_ids[", i, "]: token id ", id,
-                                                   " is outside the vocabulary [0, ", vocab,
-                                                   ")")));
-    }
-  }
-  std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
-  absl::StatusOr<std::string> text = tokenizer->Decode(ids, request->skip_special_tokens());
-  if (!text.ok()) return FinishUnary(context, ToGrpcStatus(text.status()));
-  response->set_text(*std::move(text));
-  return FinishUnary(context, grpc::Status::OK);
+grpc::ServerUnaryReactor* TextGenerationService::Detokenize(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return FinishUnary(context, "Detokenize", DoDetokenize(*context, *request, response));
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::GetModelInfo(
-    grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* request,
-    v1::GetModelInfoResponse* response) {
-  if (grpc::Status s = state_->Admit(*context); !s.ok()) return FinishUnary(context, s);
-  ToProtoModelInfo(state_->engine()->config(), state_->info(), response);
-  return FinishUnary(context, grpc::Status::OK);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishUnary(context, "GetModelInfo", DoGetModelInfo(*context, *request, response));
+}
+
+grpc::Status TextGenerationService::DoTokenize(const grpc::CallbackServerContext& context,
+                                               const grpc::ByteBuffer& request_bytes,
+                                               grpc::ByteBuffer* response_bytes) {
+  if (grpc::Status s = state_->Admit(context); !s.ok()) return s;
+  v1::TokenizeRequest request;
+  if (grpc::Status s = Parse(request_bytes, &request); !s.ok()) return s;
+  const Tokenizer* tokenizer = state_->limits().tokenizer;
+  if (tokenizer == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer");
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.text());
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
+  v1::TokenizeResponse response;
+  response.mutable_token_ids()->Add(ids->begin(), ids->end());
+  SerializeToByteBuffer(response, response_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status TextGenerationService::DoDetokenize(const grpc::CallbackServerContext& context,
+                                                 const grpc::ByteBuffer& request_bytes,
+                                                 grpc::ByteBuffer* response_bytes) {
+  if (grpc::Status s = state_->Admit(context); !s.ok()) return s;
+  v1::DetokenizeRequest request;
+  if (grpc::Status s = Parse(request_bytes, &request); !s.ok()) return s;
+  const Tokenizer* tokenizer = state_->limits().tokenizer;
+  if (tokenizer == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer");
+  }
+  std::vector<int32_t> ids(request.token_ids().begin(), request.token_ids().end());
+  if (absl::Status s = ValidateTokenIds("token_ids", ids, state_->limits().vocab_size); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<std::string> text = tokenizer->Decode(ids, request.skip_special_tokens());
+  if (!text.ok()) return ToGrpcStatus(text.status());
+  v1::DetokenizeResponse response;
+  response.set_text(*std::move(text));
+  SerializeToByteBuffer(response, response_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status TextGenerationService::DoGetModelInfo(const grpc::CallbackServerContext& context,
+                                                   const grpc::ByteBuffer& request_bytes,
+                                                   grpc::ByteBuffer* response_bytes) {
+  if (grpc::Status s = state_->Admit(context); !s.ok()) return s;
+  v1::GetModelInfoRequest request;
+  if (grpc::Status s = Parse(request_bytes, &request); !s.ok()) return s;
+  v1::GetModelInfoResponse response;
+  ToProtoModelInfo(state_->engine()->config(), state_->info(), &response);
+  SerializeToByteBuffer(response, response_bytes);
+  return grpc::Status::OK;
 }
 
 }  // namespace dcf::server

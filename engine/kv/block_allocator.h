@@ -1,5 +1,5 @@
 // A fixed pool of KV-cache block ids with reference counts. Pure bookkeeping: the storage
-// the ids index lives in a backend (CpuKvStorage, CUDA buffers).
+// the ids index lives in a backend (the CPU backend's KV arrays, CUDA buffers).
 //
 // Not thread-safe: owned by the engine loop thread.
 #pragma once

@@ -92,4 +92,22 @@ int KvCacheManager::WindowBlockBound() const {
   return (shape_.window + B - 1) / B + 1;
 }
 
+std::array<int, kNumLayerGroups> BlocksToRunAlone(const KvCacheShape& shape, int max_len) {
+  const int B = shape.block_size;
+  const int global = (max_len + B - 1) / B;
+  const int window = shape.window > 0 ? std::min(global, (shape.window + B - 1) / B + 2) : global;
+  std::array<int, kNumLayerGroups> out{};
+  out[static_cast<int>(LayerGroup::kGlobal)] = global;
+  out[static_cast<int>(LayerGroup::kWindow)] = window;
+  return out;
+}
+
+bool FitsPoolAlone(const KvCacheShape& shape, int max_len) {
+  const std::array<int, kNumLayerGroups> need = BlocksToRunAlone(shape, max_len);
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    if (need[g] > shape.num_blocks[g]) return false;
+  }
+  return true;
+}
+
 }  // namespace dcf

@@ -46,6 +46,16 @@ struct KvCacheShape {
   int window = 0;                                     // W of the window group (0: none)
 };
 
+// Blocks each layer group needs so that one sequence of `max_len` tokens can run alone in a
+// pool of this shape: ceil(max_len/B) in the global group; in the window group the window
+// bound ceil(W/B) + 1 (see WindowBlockBound) plus the one block a step may add before Commit
+// frees the oldest (the scheduler shrinks prefill chunks to what fits), but never more than
+// the global count. The one rule behind "can this request ever run" (Engine::Enqueue) and
+// "does the pool hold one full-context sequence" (PlanKvCache). Pure, thread-safe.
+std::array<int, kNumLayerGroups> BlocksToRunAlone(const KvCacheShape& shape, int max_len);
+// True when BlocksToRunAlone(shape, max_len) fits the pool sizes of `shape`.
+bool FitsPoolAlone(const KvCacheShape& shape, int max_len);
+
 class KvCacheManager {
  public:
   explicit KvCacheManager(const KvCacheShape& shape);

@@ -48,11 +48,11 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
     global_blocks = std::min<int64_t>(max_useful, static_cast<int64_t>(left / bg));
   }
   // One sequence of the full context must fit, or no request of that length could ever run.
-  const int window_one = in.window > 0 ? std::min(context_blocks, CeilDiv(in.window, B) + 1 +
-                                                                      CeilDiv(in.window, B) + 1)
-                                       : context_blocks;
-  if (global_blocks < context_blocks || window_blocks < window_one) {
-    const size_t need = context_blocks * bg + static_cast<size_t>(window_one) * bw;
+  const std::array<int, kNumLayerGroups> one = BlocksToRunAlone(shape, in.context);
+  const int global_one = one[static_cast<int>(LayerGroup::kGlobal)];
+  const int window_one = one[static_cast<int>(LayerGroup::kWindow)];
+  if (global_blocks < global_one || window_blocks < window_one) {
+    const size_t need = static_cast<size_t>(global_one) * bg + static_cast<size_t>(window_one) * bw;
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache budget of ", in.budget_bytes, " bytes cannot hold one sequence of ",
                      in.context, " tokens (needs at least ", need, " bytes)"));

@@ -1,11 +1,10 @@
 #include "engine/model/model_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/file_util.h"
 #include "engine/common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -193,11 +192,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text) 
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto config = FromJson(ss.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  auto config = FromJson(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

@@ -13,7 +13,7 @@ namespace dcf {
 namespace {
 
 absl::Status FieldError(const char* field, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("sampling.", field, " ", what));
+  return absl::InvalidArgumentError(absl::StrCat("sampling.", field, ": ", what));
 }
 
 // Order-preserving 32-bit key of a float: a > b (as floats, no NaN) iff Key(a) > Key(b),

@@ -40,21 +40,26 @@ struct ActiveRequest {
 
 }  // namespace
 
-class Engine::Impl {
+namespace engine_internal {
+
+class EngineImpl {
  public:
-  Impl(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, const EngineOptions& options,
+  using StepHook = Engine::StepHook;
+
+  EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, const EngineOptions& options,
        EngineObserver* observer, const KvCacheShape& shape, const StepLimits& limits)
       : backend_(std::move(backend)),
         tokenizer_(tokenizer),
         options_(options),
         observer_(observer),
         config_(backend_->config()),
+        kv_shape_(shape),
         kv_(shape),
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark},
                    &kv_),
-        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt),
-        blocks_per_seq_(limits.blocks_per_seq) {
+        blocks_per_seq_(limits.blocks_per_seq),
+        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
@@ -128,6 +133,7 @@ class Engine::Impl {
   const EngineOptions options_;
   EngineObserver* observer_;
   const ModelConfig config_;
+  const KvCacheShape kv_shape_;  // the pool's sizes: read by API threads (Enqueue)
   RequestLimits limits_;
 
   // Engine loop thread only.
@@ -167,15 +173,19 @@ class Engine::Impl {
   absl::Mutex join_mu_;  // serializes Shutdown
 };
 
-absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationRequest request) {
+}  // namespace engine_internal
+
+using engine_internal::EngineImpl;
+
+absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationRequest request) {
   RETURN_IF_ERROR(ValidateRequest(request, limits_));
   const int prompt_len = static_cast<int>(request.prompt_tokens.size());
   const int max_len = prompt_len + request.stopping.max_new_tokens;
-  if (!scheduler_.FitsPool(max_len)) {  // reads only the immutable pool sizes
+  if (!FitsPoolAlone(kv_shape_, max_len)) {
     return absl::OutOfRangeError(
         absl::StrCat("prompt + max_new_tokens = ", max_len,
                      " tokens can never fit the KV cache pool (",
-                     kv_.shape().num_blocks[0], " global blocks of ", kv_.block_size(),
+                     kv_shape_.num_blocks[0], " global blocks of ", kv_shape_.block_size,
                      " tokens); lower max_new_tokens or give the engine more KV memory"));
   }
   auto r = std::make_unique<ActiveRequest>();
@@ -218,6 +228,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
     live_keys_.insert(key);
     ++queued_requests_;
     queued_prompt_tokens_ += prompt_len;
+    // Visible at once, not only after the loop's next publish: a loop that hangs in the step
+    // that takes this request must look busy to the server's stall watchdog.
+    ++stats_.num_waiting;
     r->stream = std::make_shared<RequestStream>(request.id, key);
     r->request = std::move(request);
     auto stream = r->stream;
@@ -226,12 +239,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Impl::Enqueue(GenerationR
   }
 }
 
-void Engine::Impl::Cancel(uint64_t key) {
+void EngineImpl::Cancel(uint64_t key) {
   absl::MutexLock lock(&mu_);
   if (live_keys_.contains(key)) cancels_.push_back(key);
 }
 
-void Engine::Impl::Shutdown() {
+void EngineImpl::Shutdown() {
   absl::MutexLock join_lock(&join_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -241,7 +254,7 @@ void Engine::Impl::Shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::Impl::Loop() {
+void EngineImpl::Loop() {
   while (true) {
     std::vector<std::unique_ptr<ActiveRequest>> incoming;
     std::vector<uint64_t> cancels;
@@ -250,7 +263,7 @@ void Engine::Impl::Loop() {
       absl::MutexLock lock(&mu_);
       // Idle: wake at least once a second so stats_.last_progress shows a live loop.
       if (!scheduler_.HasWork()) {
-        mu_.AwaitWithTimeout(absl::Condition(this, &Impl::HasInput), absl::Seconds(1));
+        mu_.AwaitWithTimeout(absl::Condition(this, &EngineImpl::HasInput), absl::Seconds(1));
       }
       incoming.swap(inbox_);
       cancels.swap(cancels_);
@@ -284,7 +297,7 @@ void Engine::Impl::Loop() {
   stats_.loop_alive = false;
 }
 
-void Engine::Impl::Step() {
+void EngineImpl::Step() {
   const absl::Time t0 = absl::Now();
   SchedulerOutput out = scheduler_.Schedule();
   for (size_t i = 0; i < out.preempted.size(); ++i) {
@@ -352,7 +365,7 @@ void Engine::Impl::Step() {
   }
 }
 
-absl::Status Engine::Impl::AcquirePenaltySlot(ActiveRequest* r) {
+absl::Status EngineImpl::AcquirePenaltySlot(ActiveRequest* r) {
   if (!r->request.sampling.HasPenalties() || r->penalty_slot >= 0) return absl::OkStatus();
   // Every running sequence can hold one: there are as many slots as sequences per step.
   DCF_CHECK(!free_penalty_slots_.empty()) << "no free penalty slot";
@@ -364,13 +377,13 @@ absl::Status Engine::Impl::AcquirePenaltySlot(ActiveRequest* r) {
                                    tokens.subspan(seq.prompt_len));
 }
 
-void Engine::Impl::ReleasePenaltySlot(ActiveRequest* r) {
+void EngineImpl::ReleasePenaltySlot(ActiveRequest* r) {
   if (r->penalty_slot < 0) return;
   free_penalty_slots_.push_back(r->penalty_slot);
   r->penalty_slot = -1;
 }
 
-void Engine::Impl::FailBackend(const absl::Status& status) {
+void EngineImpl::FailBackend(const absl::Status& status) {
   DCF_LOG(Error) << "backend " << backend_->info().name << " failed; the engine stops serving: "
                  << status;
   failure_ = status;
@@ -387,7 +400,7 @@ void Engine::Impl::FailBackend(const absl::Status& status) {
   }
 }
 
-void Engine::Impl::ProcessToken(ActiveRequest* r, int i) {
+void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
   const int32_t token = out_.tokens[i];
   r->seq.tokens.push_back(token);
   ++tokens_generated_;
@@ -448,7 +461,7 @@ void Engine::Impl::ProcessToken(ActiveRequest* r, int i) {
   }
 }
 
-void Engine::Impl::Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
+void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
                           GenerationChunk chunk) {
   if (r->stop != nullptr && reason != FinishReason::kStopString) {
     if (r->detok != nullptr) chunk.text += r->stop->Push(r->detok->Finish());
@@ -482,7 +495,7 @@ void Engine::Impl::Finish(ActiveRequest* r, FinishReason reason, absl::Status er
   by_seq_.erase(&r->seq);
 }
 
-void Engine::Impl::PublishAndFlush() {
+void EngineImpl::PublishAndFlush() {
   StepHook hook;
   {
     absl::MutexLock lock(&mu_);
@@ -574,7 +587,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   RETURN_IF_ERROR(backend->AllocateCache(shape));
   const BackendInfo info = backend->info();
   auto impl =
-      std::make_unique<Impl>(std::move(backend), tokenizer, options, observer, shape, limits);
+      std::make_shared<EngineImpl>(std::move(backend), tokenizer, options, observer, shape, limits);
   DCF_LOG(Info) << "backend " << info.name << " on " << info.device << ", "
                 << DTypeName(info.dtype) << "; KV cache "
                 << (impl->Stats().kv_cache_bytes >> 20) << " MiB of " << (available >> 20)
@@ -585,12 +598,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::Engine(std::shared_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<RequestHandle> Engine::Enqueue(GenerationRequest request) {
   ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream, impl_->Enqueue(std::move(request)));
-  return RequestHandle(this, std::move(stream));
+  return RequestHandle(impl_, std::move(stream));
 }
 void Engine::Cancel(uint64_t request_key) { impl_->Cancel(request_key); }
 void Engine::StopAccepting() { impl_->StopAccepting(); }
@@ -607,17 +620,20 @@ void Engine::SetStepHookForTesting(StepHook hook) { impl_->SetStepHook(std::move
 RequestHandle& RequestHandle::operator=(RequestHandle&& other) {
   if (this != &other) {
     Cancel();
-    engine_ = other.engine_;
+    engine_ = std::move(other.engine_);
     stream_ = std::move(other.stream_);
-    other.engine_ = nullptr;
   }
   return *this;
 }
 
 RequestHandle::~RequestHandle() { Cancel(); }
 
-void RequestHandle::Cancel() {
-  if (engine_ != nullptr && stream_ != nullptr && !stream_->done()) engine_->Cancel(stream_->key());
+void RequestHandle::Cancel() { canceller().Cancel(); }
+
+void RequestCanceller::Cancel() const {
+  const std::shared_ptr<RequestStream> stream = stream_.lock();
+  if (stream == nullptr || stream->done()) return;
+  if (std::shared_ptr<EngineImpl> engine = engine_.lock()) engine->Cancel(stream->key());
 }
 
 }  // namespace dcf

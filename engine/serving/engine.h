@@ -76,13 +76,34 @@ class EngineObserver {
   virtual void OnFinished(const GenerationChunk& final_chunk) {}
 };
 
+namespace engine_internal {
+class EngineImpl;
+}  // namespace engine_internal
+
+// Cancels one request from any thread; copyable, and harmless once the request finished or
+// the engine is gone (it refers to both weakly).
+class RequestCanceller {
+ public:
+  RequestCanceller() = default;
+  void Cancel() const;
+
+ private:
+  friend class RequestHandle;
+  RequestCanceller(std::weak_ptr<engine_internal::EngineImpl> engine,
+                   std::weak_ptr<RequestStream> stream)
+      : engine_(std::move(engine)), stream_(std::move(stream)) {}
+  std::weak_ptr<engine_internal::EngineImpl> engine_;
+  std::weak_ptr<RequestStream> stream_;
+};
+
 // RAII owner of one request: destroying it cancels the request if it is still running.
-// A handle must not outlive the Engine that issued it (its destructor calls Engine::Cancel).
+// A handle may outlive its Engine: it refers to the engine weakly, and once the engine is
+// gone Cancel() and the destructor do nothing (the engine cancelled everything when it shut
+// down). The stream stays readable. Not thread-safe itself (one owner), but different
+// handles may be used from different threads.
 class RequestHandle {
  public:
   RequestHandle() = default;
-  RequestHandle(Engine* engine, std::shared_ptr<RequestStream> stream)
-      : engine_(engine), stream_(std::move(stream)) {}
   RequestHandle(RequestHandle&&) = default;
   RequestHandle& operator=(RequestHandle&&);
   ~RequestHandle();
@@ -90,9 +111,15 @@ class RequestHandle {
   RequestStream& stream() const { return *stream_; }
   const std::shared_ptr<RequestStream>& shared_stream() const { return stream_; }
   void Cancel();
+  RequestCanceller canceller() const { return RequestCanceller(engine_, stream_); }
 
  private:
-  Engine* engine_ = nullptr;
+  friend class Engine;
+  RequestHandle(std::weak_ptr<engine_internal::EngineImpl> engine,
+                std::shared_ptr<RequestStream> stream)
+      : engine_(std::move(engine)), stream_(std::move(stream)) {}
+
+  std::weak_ptr<engine_internal::EngineImpl> engine_;
   std::shared_ptr<RequestStream> stream_;
 };
 
@@ -144,9 +171,9 @@ class Engine {
   void SetStepHookForTesting(StepHook hook);
 
  private:
-  class Impl;
-  explicit Engine(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Engine(std::shared_ptr<engine_internal::EngineImpl> impl);
+  // Shared only so that RequestHandles can refer to it weakly.
+  std::shared_ptr<engine_internal::EngineImpl> impl_;
 };
 
 }  // namespace dcf

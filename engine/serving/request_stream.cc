@@ -5,6 +5,14 @@
 namespace dcf {
 namespace {
 
+// Roughly what `chunk` costs on the wire: an id and a logprob per token and per alternative,
+// plus the text.
+size_t ApproxBytes(const GenerationChunk& chunk) {
+  size_t n = chunk.text.size();
+  for (const TokenOutput& t : chunk.tokens) n += 16 + 12 * t.top.size();
+  return n;
+}
+
 // Appends `src` to `dst` (both chunks of the same request, `src` later).
 void Merge(GenerationChunk&& src, GenerationChunk* dst) {
   for (auto& t : src.tokens) dst->tokens.push_back(std::move(t));
@@ -26,6 +34,7 @@ bool RequestStream::TryTake(GenerationChunk* out) {
   *out = std::move(pending_);
   pending_ = GenerationChunk();
   has_pending_ = false;
+  pending_bytes_ = 0;
   if (out->finished) final_taken_ = true;
   return true;
 }
@@ -36,6 +45,7 @@ bool RequestStream::WaitTake(GenerationChunk* out, absl::Duration timeout) {
   *out = std::move(pending_);
   pending_ = GenerationChunk();
   has_pending_ = false;
+  pending_bytes_ = 0;
   if (out->finished) final_taken_ = true;
   return true;
 }
@@ -50,6 +60,11 @@ void RequestStream::SetOnReady(std::function<void()> on_ready) {
   if (run_now) on_ready();
 }
 
+size_t RequestStream::pending_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return pending_bytes_;
+}
+
 bool RequestStream::done() const {
   absl::MutexLock lock(&mu_);
   return final_taken_;
@@ -59,6 +74,7 @@ void RequestStream::Push(GenerationChunk chunk) {
   std::function<void()> callback;
   {
     absl::MutexLock lock(&mu_);
+    pending_bytes_ += ApproxBytes(chunk);
     Merge(std::move(chunk), &pending_);
     has_pending_ = true;
     callback = on_ready_;

@@ -40,12 +40,18 @@ class RequestStream {
   bool WaitTake(GenerationChunk* out, absl::Duration timeout = absl::InfiniteDuration());
 
   // Installs a callback run (on the engine loop thread, without internal locks held) each
-  // time new output becomes pending. It must not block: a reactor uses it to start a write.
-  // If output is already pending when installed, it is run once immediately on this thread.
+  // time new output becomes pending. It must be cheap and never block: it runs inside the
+  // engine's step loop, so a server only hands the stream to its own threads there (see
+  // server/stream_writer_pool.h). If output is already pending when installed, it is run
+  // once immediately on this thread.
   void SetOnReady(std::function<void()> on_ready);
 
   // True once the final chunk has been taken.
   bool done() const;
+
+  // Approximate serialized size of the output pending now (token ids, logprobs, text): what
+  // a consumer that does not keep up lets pile up.
+  size_t pending_bytes() const;
 
   // --- producer side (engine loop only) ---
   void Push(GenerationChunk chunk);
@@ -56,6 +62,7 @@ class RequestStream {
   mutable absl::Mutex mu_;
   GenerationChunk pending_ ABSL_GUARDED_BY(mu_);
   bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool final_taken_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
 };

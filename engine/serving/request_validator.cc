@@ -7,69 +7,84 @@
 namespace dcf {
 namespace {
 
-bool InVocab(int32_t id, int vocab) { return id >= 0 && id < vocab; }
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
 
 }  // namespace
 
-absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& lim) {
-  if (r.prompt_tokens.empty()) return absl::InvalidArgumentError("prompt_tokens is empty");
-  for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
-    if (!InVocab(r.prompt_tokens[i], lim.vocab_size)) {
+absl::Status ValidateTokenIds(absl::string_view field, absl::Span<const int32_t> ids,
+                              int vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("prompt_tokens[", i, "] = ", r.prompt_tokens[i],
-                       " is outside the model vocabulary [0, ", lim.vocab_size, ")"));
+          absl::StrCat(field, "[", i, "]: token id ", ids[i],
+                       " is outside the model vocabulary [0, ", vocab_size, ")"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& lim) {
+  if (r.id.size() > static_cast<size_t>(kMaxRequestIdBytes)) {
+    return Invalid("id", absl::StrCat("longer than ", kMaxRequestIdBytes, " bytes"));
+  }
+  for (char c : r.id) {
+    if (c < 0x21 || c > 0x7e) return Invalid("id", "must be printable ASCII without spaces");
+  }
+  if (r.prompt_tokens.empty()) return Invalid("prompt_tokens", "is empty");
+  RETURN_IF_ERROR(ValidateTokenIds("prompt_tokens", r.prompt_tokens, lim.vocab_size));
   RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
+
   const StoppingCriteria& s = r.stopping;
   if (s.max_new_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stopping.max_new_tokens must be >= 1, got ", s.max_new_tokens));
+    return Invalid("stopping.max_new_tokens", absl::StrCat("must be >= 1, got ", s.max_new_tokens));
   }
-  for (size_t i = 0; i < s.stop_token_ids.size(); ++i) {
-    if (!InVocab(s.stop_token_ids[i], lim.vocab_size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stopping.stop_token_ids[", i, "] = ", s.stop_token_ids[i],
-                       " is outside the model vocabulary [0, ", lim.vocab_size, ")"));
-    }
+  if (s.stop_token_ids.size() > static_cast<size_t>(kMaxStopTokenIds)) {
+    return Invalid("stopping.stop_token_ids", absl::StrCat("more than ", kMaxStopTokenIds, " ids"));
+  }
+  RETURN_IF_ERROR(ValidateTokenIds("stopping.stop_token_ids", s.stop_token_ids, lim.vocab_size));
+  if (s.stop_strings.size() > static_cast<size_t>(kMaxStopStrings)) {
+    return Invalid("stopping.stop_strings", absl::StrCat("more than ", kMaxStopStrings, " strings"));
   }
   for (size_t i = 0; i < s.stop_strings.size(); ++i) {
-    if (s.stop_strings[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("stopping.stop_strings[", i, "] is empty"));
+    const size_t n = s.stop_strings[i].size();
+    if (n == 0 || n > static_cast<size_t>(kMaxStopStringBytes)) {
+      return Invalid(absl::StrCat("stopping.stop_strings[", i, "]"),
+                     absl::StrCat("must be 1 to ", kMaxStopStringBytes, " bytes, got ", n));
     }
   }
   if (!s.stop_strings.empty() && !lim.has_tokenizer) {
-    return absl::InvalidArgumentError(
-        "stopping.stop_strings needs a tokenizer, and the engine has none");
+    return Invalid("stopping.stop_strings", "needs a tokenizer, and this model has none");
   }
-  if (s.eos_token_id.has_value() && !InVocab(*s.eos_token_id, lim.vocab_size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stopping.eos_token_id = ", *s.eos_token_id,
-                     " is outside the model vocabulary [0, ", lim.vocab_size, ")"));
+  if (s.eos_token_id.has_value()) {
+    RETURN_IF_ERROR(ValidateTokenIds("stopping.eos_token_id", {*s.eos_token_id}, lim.vocab_size));
   }
+
   if (r.output.top_logprobs < 0 || r.output.top_logprobs > kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output.top_logprobs must be in [0, ", kMaxTopLogprobs, "], got ",
-                     r.output.top_logprobs));
+    return Invalid("output.top_logprobs", absl::StrCat("must be in [0, ", kMaxTopLogprobs,
+                                                       "], got ", r.output.top_logprobs));
   }
   if (r.output.text && !lim.has_tokenizer) {
-    return absl::InvalidArgumentError("output.text needs a tokenizer, and the engine has none");
+    return Invalid("output.text", "needs a tokenizer, and this model has none");
   }
+
   const int64_t prompt = static_cast<int64_t>(r.prompt_tokens.size());
   if (prompt > lim.max_prompt_tokens) {
-    return absl::OutOfRangeError(absl::StrCat("prompt of ", prompt,
-                                              " tokens exceeds the limit of ",
+    return absl::OutOfRangeError(absl::StrCat("prompt_tokens: ", prompt,
+                                              " tokens exceed the limit of ",
                                               lim.max_prompt_tokens, " tokens"));
   }
   if (s.max_new_tokens > lim.max_new_tokens_limit) {
-    return absl::OutOfRangeError(absl::StrCat("stopping.max_new_tokens = ", s.max_new_tokens,
+    return absl::OutOfRangeError(absl::StrCat("stopping.max_new_tokens: ", s.max_new_tokens,
                                               " exceeds the limit of ",
                                               lim.max_new_tokens_limit));
   }
   if (prompt + s.max_new_tokens > lim.context) {
     return absl::OutOfRangeError(absl::StrCat(
-        "prompt (", prompt, " tokens) + max_new_tokens (", s.max_new_tokens, ") = ",
-        prompt + s.max_new_tokens, " exceeds the model context of ", lim.context, " tokens"));
+        "stopping.max_new_tokens: prompt (", prompt, " tokens) + max_new_tokens (",
+        s.max_new_tokens, ") = ", prompt + s.max_new_tokens, " exceeds the model context of ",
+        lim.context, " tokens"));
   }
   return absl::OkStatus();
 }

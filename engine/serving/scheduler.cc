@@ -25,10 +25,20 @@ void Scheduler::Add(Sequence* seq) {
 }
 
 int Scheduler::LargestFit(const Sequence& seq, int want) const {
-  for (int n = want; n > 0; n /= 2) {
-    if (kv_->CanReserve(seq.kv, seq.kv.num_tokens + n)) return n;
+  // The blocks a chunk needs never shrink as it grows, so "fits" is monotone in n: binary
+  // search for the largest n that fits.
+  const int start = seq.kv.num_tokens;
+  if (kv_->CanReserve(seq.kv, start + want)) return want;
+  int lo = 0, hi = want;  // fits(lo) (or lo == 0), !fits(hi)
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    if (kv_->CanReserve(seq.kv, start + mid)) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
   }
-  return 0;
+  return lo;
 }
 
 int Scheduler::OutstandingBlocks(const Sequence& seq, LayerGroup g) const {
@@ -151,19 +161,6 @@ void Scheduler::Remove(Sequence* seq) {
   auto w = std::find(waiting_.begin(), waiting_.end(), seq);
   if (w != waiting_.end()) waiting_.erase(w);
   kv_->Free(seq->kv);
-}
-
-bool Scheduler::FitsPool(int max_len) const {
-  const int B = kv_->block_size();
-  const int global_need = (max_len + B - 1) / B;
-  // Alone, a window group holds at most its bound plus the one block a decode step adds (the
-  // scheduler shrinks prefill chunks to what fits); without a window it is like the global one.
-  const int window_need = kv_->shape().window > 0
-                              ? std::min(global_need, kv_->WindowBlockBound() + 1)
-                              : global_need;
-  // Only the immutable shape is read: Engine::Enqueue calls this from API threads.
-  return global_need <= kv_->shape().num_blocks[static_cast<int>(LayerGroup::kGlobal)] &&
-         window_need <= kv_->shape().num_blocks[static_cast<int>(LayerGroup::kWindow)];
 }
 
 }  // namespace dcf

@@ -76,10 +76,6 @@ class Scheduler {
   // left to the caller (finished, cancelled, failed).
   void Remove(Sequence* seq);
 
-  // True when a sequence of `max_len` tokens could run alone in the whole pool. Reads only
-  // the pool sizes, which never change: safe to call from any thread.
-  bool FitsPool(int max_len) const;
-
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -90,8 +86,7 @@ class Scheduler {
   const KvCacheManager& kv() const { return *kv_; }
 
  private:
-  // Largest n in [1, want] whose blocks can be reserved now (0 if none), trying want, then
-  // halving.
+  // Largest n in [1, want] whose blocks can be reserved now (0 if none).
   int LargestFit(const Sequence& seq, int want) const;
   void Preempt(Sequence* victim, SchedulerOutput* out, int* budget);
   // Blocks group `g` needs for `seq` to cache all its known tokens.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/file_util.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/pretokenizer.h"

@@ -1,10 +1,6 @@
 #include "engine/tokenizer/tokenizer_spec.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -183,19 +179,6 @@ absl::Status ParseAddedTokens(const Json& list, TokenizerSpec* spec) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat("tokenizer: no file ", path));
-    return absl::InternalError(absl::StrCat("tokenizer: cannot open ", path, ": ", strerror(err)));
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat("tokenizer: cannot read ", path));
-  return std::move(buffer).str();
-}
 
 absl::StatusOr<TokenizerSpec> ParseTokenizerJson(std::string_view json_text) {
   ASSIGN_OR_RETURN(const Json json, ParseJson(json_text, "tokenizer.json"));

@@ -39,8 +39,4 @@ absl::StatusOr<TokenizerSpec> ParseTokenizerJson(std::string_view json_text);
 absl::StatusOr<TokenizerSpec> ParseVocabMerges(std::string_view vocab_json,
                                                std::string_view merges_txt);
 
-// Reads a whole file. NotFound when it does not exist, Internal (with errno text) on other
-// failures.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
-
 }  // namespace dcf

@@ -27,11 +27,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "engine/backends/backend_flags.h"
+#include "engine/common/file_util.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
 #include "engine/common/logging.h"
 #include "engine/model/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -85,18 +87,18 @@ int Score(const std::string& model_dir, const std::string& path, const dcf::Toke
     return Fail(2, absl::StrCat("--score needs a tokenizer: ", model_dir,
                                 " has no tokenizer.json; give --tokenizer FILE"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Fail(1, absl::StrCat("--score: cannot read ", path));
-  const std::string text(std::istreambuf_iterator<char>(in), {});
-  auto ids = tok->Encode(text);
+  absl::StatusOr<std::string> text = dcf::ReadFileToString(path);
+  if (!text.ok()) return Fail(1, absl::StrCat("--score: ", text.status().message()));
+  auto ids = tok->Encode(*text);
   if (!ids.ok()) return Fail(1, ids.status().ToString());
   if (ids->size() < 2) return Fail(1, absl::StrCat("--score: ", path, " has fewer than 2 tokens"));
-  auto model = dcf::LoadModel(model_dir);
+  auto backend_options = dcf::BackendOptionsFromFlags();
+  if (!backend_options.ok()) return Fail(2, backend_options.status().message());
+  auto model = dcf::LoadModel(model_dir, *backend_options);
   if (!model.ok()) return Fail(1, model.status().ToString());
-  for (int32_t id : *ids) {
-    if (id >= model->config.vocab_size) {
-      return Fail(1, absl::StrCat("--score: token id ", id, " is outside the model's vocabulary"));
-    }
+  if (absl::Status s = dcf::ValidateTokenIds("--score text", *ids, model->config.vocab_size);
+      !s.ok()) {
+    return Fail(1, s.message());
   }
   auto runner = dcf::SequenceRunner::Create(model->backend.get());
   if (!runner.ok()) return Fail(1, runner.status().ToString());
@@ -176,11 +178,8 @@ int main(int argc, char** argv) {
   // tokens can have ids beyond the embedding table.
   auto config = dcf::ModelConfig::FromFile(model_dir + "/config.json");
   if (!config.ok()) return Fail(1, config.status().ToString());
-  for (int32_t id : prompt) {
-    if (id < 0 || id >= config->vocab_size) {
-      return Fail(1, absl::StrCat("prompt token id ", id, " is outside the model's vocabulary [0, ",
-                                  config->vocab_size, ")"));
-    }
+  if (absl::Status s = dcf::ValidateTokenIds("prompt", prompt, config->vocab_size); !s.ok()) {
+    return Fail(1, s.message());
   }
   if (static_cast<int>(prompt.size()) > config->max_positions) {
     return Fail(1, absl::StrCat("the prompt has ", prompt.size(),

@@ -1,12 +1,11 @@
 #include "engine/weights/checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/common/file_util.h"
 #include "engine/common/status_macros.h"
 #include "engine/weights/safetensors_reader.h"
 #include "engine/weights/torch_checkpoint.h"
@@ -43,11 +42,8 @@ class ShardedReader final : public CheckpointReader {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenSharded(const fs::path& index_path,
                                                               OpenFn open) {
-  std::ifstream in(index_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", index_path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Json index = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index_path.string()));
+  Json index = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto wm = index.is_object() ? index.find("weight_map") : index.end();
   if (index.is_discarded() || !index.is_object() || wm == index.end() || !wm->is_object()) {
     return absl::InvalidArgumentError(

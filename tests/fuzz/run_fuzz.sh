@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds tests/fuzz/tokenizer_fuzz with clang + libFuzzer in its own build dir and runs it
-# briefly with the GPT-2 reference texts as seed corpus. Exits non-zero on a crash or a violated
-# property. Usage: tests/fuzz/run_fuzz.sh [seconds=30] [build_dir=build-fuzz]
+# Builds the libFuzzer targets with clang in their own build dir and runs each briefly:
+#   tokenizer_fuzz  the tokenizer, seeded with the GPT-2 reference texts;
+#   request_fuzz    raw GenerateRequest/TokenizeRequest bytes through parsing, conversion and
+#                   validation (needs the main project: the generated protobuf code).
+# Exits non-zero on a crash or a violated property.
+# Usage: tests/fuzz/run_fuzz.sh [seconds per target=30] [build_dir=build-fuzz]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SECONDS_TO_RUN="${1:-30}"
@@ -18,7 +21,9 @@ fi
 cmake -S "${SRC}" -B "${BUILD}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCFORMER_FUZZ=ON \
   -DDCFORMER_CUDA=OFF -DDCFORMER_BUILD_TESTS=OFF \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-cmake --build "${BUILD}" --target tokenizer_fuzz -j"${JOBS}"
+TARGETS=(tokenizer_fuzz)
+if [[ "${SRC}" == "${ROOT}" ]]; then TARGETS+=(request_fuzz); fi
+cmake --build "${BUILD}" --target "${TARGETS[@]}" -j"${JOBS}"
 FUZZER="$(find "${BUILD}" -type f -name tokenizer_fuzz -perm -u+x | head -n 1)"
 
 CORPUS="${BUILD}/tokenizer_fuzz_corpus"
@@ -36,3 +41,38 @@ PY
 # libFuzzer exits non-zero on a crash, leak, timeout or abort from a violated property.
 "${FUZZER}" "${CORPUS}" -max_total_time="${SECONDS_TO_RUN}" -max_len=4096 -timeout=10 \
   -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="${BUILD}/"
+
+if [[ " ${TARGETS[*]} " == *" request_fuzz "* ]]; then
+  REQUEST_FUZZER="$(find "${BUILD}" -type f -name request_fuzz -perm -u+x | head -n 1)"
+  REQUEST_CORPUS="${BUILD}/request_fuzz_corpus"
+  mkdir -p "${REQUEST_CORPUS}"
+  # Seeds: well-formed requests (leading 0x00 = GenerateRequest, 0x01 = TokenizeRequest), in
+  # protobuf wire format written by hand so that no generated Python code is needed.
+  python3 - "${REQUEST_CORPUS}" <<'PY'
+import os, sys
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7f, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+def field(num, payload):  # length-delimited
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+def vfield(num, n):
+    return varint(num << 3) + varint(n)
+seeds = {
+    "gen_text": b"\x00" + field(1, b"req-1") + field(2, "Hello, world! \u00e9\u4e2d".encode()),
+    "gen_ids": b"\x00" + field(3, field(1, b"".join(varint(i) for i in (5, 6, 7))))
+               + field(4, vfield(2, 40) + b"\x0d\x00\x00\x00\x3f")  # top_k, temperature
+               + field(5, vfield(1, 8) + field(2, b"stop") + vfield(3, 11) + vfield(5, 1))
+               + field(6, vfield(1, 1) + vfield(2, 5) + vfield(3, 1)),
+    "tok_text": b"\x01" + field(1, "Tokenize me \u263a".encode()),
+}
+for name, data in seeds.items():
+    with open(os.path.join(sys.argv[1], name), "wb") as f:
+        f.write(data)
+PY
+  "${REQUEST_FUZZER}" "${REQUEST_CORPUS}" -max_total_time="${SECONDS_TO_RUN}" -max_len=4096 \
+    -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="${BUILD}/request-"
+fi

@@ -33,6 +33,8 @@ import health_pb2_grpc  # noqa: E402
 GOLDEN_DIR = os.path.join(SOURCE_DIR, "tests", "data", "golden")
 SHORT_MODEL = os.path.join(GOLDEN_DIR, "dcformer-f32-short-prompt")
 SERVER = os.path.join(BIN_DIR, "dcformer-server")
+# The same server with test-only fault injection (tests/testing/fault_injecting_backend.h).
+SERVER_FAULTS = os.path.join(BIN_DIR, "dcformer-server-faults")
 CLI = os.path.join(BIN_DIR, "dcformer-cli")
 GENERATE = os.path.join(BIN_DIR, "dcformer-generate")
 MAKE_MODEL = os.path.join(BIN_DIR, "dcformer-make-model")
@@ -85,13 +87,16 @@ def wait_until(predicate, timeout=30.0, what="condition"):
 class Server:
     """A dcformer-server child process. Use as a context manager."""
 
-    def __init__(self, model=SHORT_MODEL, args=(), tls_ca=None, ready=True):
+    def __init__(self, model=SHORT_MODEL, args=(), tls_ca=None, ready=True, binary=SERVER,
+                 env=None):
         self.port = free_port()
         self.metrics_port = free_port()
         self.model = model
         self.args = list(args)
         self.tls_ca = tls_ca
         self.ready = ready
+        self.binary = binary
+        self.extra_env = dict(env or {})
         self.log = tempfile.NamedTemporaryFile(prefix="dcformer-server-", suffix=".log",
                                                delete=False)
         self.proc = None
@@ -101,11 +106,11 @@ class Server:
         return f"127.0.0.1:{self.port}"
 
     def __enter__(self):
-        cmd = [SERVER, f"--model={self.model}", "--host=127.0.0.1", f"--port={self.port}",
+        cmd = [self.binary, f"--model={self.model}", "--host=127.0.0.1", f"--port={self.port}",
                f"--metrics-port={self.metrics_port}", "--kv-cache-bytes=16000000"] + self.args
         # One compute thread: the tests check the API, not throughput, and on a small shared
         # machine spinning OpenMP/BLAS pools of several servers starve each other.
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **self.extra_env)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         if self.ready:
             try:

@@ -34,12 +34,12 @@ CASES = [
     # (name, request, code, text expected in the message)
     ("no prompt", pb.GenerateRequest(), grpc.StatusCode.INVALID_ARGUMENT, "prompt"),
     ("empty token ids", pb.GenerateRequest(token_ids=pb.TokenIds()),
-     grpc.StatusCode.INVALID_ARGUMENT, "prompt.token_ids"),
+     grpc.StatusCode.INVALID_ARGUMENT, "prompt_tokens"),
     ("empty text", pb.GenerateRequest(text=""), grpc.StatusCode.INVALID_ARGUMENT, "prompt"),
     ("unknown token id", h.ids_request([5, 300], 4), grpc.StatusCode.INVALID_ARGUMENT,
-     "prompt.token_ids.ids[1]"),
+     "prompt_tokens[1]: token id 300"),
     ("negative token id", h.ids_request([-1], 4), grpc.StatusCode.INVALID_ARGUMENT,
-     "prompt.token_ids.ids[0]"),
+     "prompt_tokens[0]"),
     ("text without tokenizer", pb.GenerateRequest(text="hello"),
      grpc.StatusCode.INVALID_ARGUMENT, "prompt.text"),
     ("negative temperature", req(sampling__temperature=-1.0), grpc.StatusCode.INVALID_ARGUMENT,
@@ -68,9 +68,9 @@ CASES = [
     ("top_logprobs too large", req(output__top_logprobs=21), grpc.StatusCode.INVALID_ARGUMENT,
      "output.top_logprobs"),
     ("return_text without tokenizer", req(output__return_text=True),
-     grpc.StatusCode.INVALID_ARGUMENT, "output.return_text"),
+     grpc.StatusCode.INVALID_ARGUMENT, "output.text"),
     ("request id too long", req(request_id="x" * 200), grpc.StatusCode.INVALID_ARGUMENT,
-     "request_id"),
+     "id: longer than 128 bytes"),
     ("prompt + max_new_tokens beyond context", h.ids_request(OK_IDS, 254),
      grpc.StatusCode.OUT_OF_RANGE, "max_new_tokens"),
     ("prompt longer than the context", h.ids_request([5] * 300, 1),
@@ -95,11 +95,55 @@ class ErrorsTest(unittest.TestCase):
                     h.collect(stub.Generate(request, timeout=30))
                 self.assertEqual(ctx.exception.code(), code, ctx.exception.details())
                 self.assertIn(needle, ctx.exception.details())
-        # Every rejection is counted under its code; the server is still healthy.
-        m = self.server.metrics()
-        counted = sum(v for (n, labels), v in m.items() if n == "dcformer_requests_total"
-                      and dict(labels)["outcome"] in ("invalid_argument", "out_of_range"))
-        self.assertEqual(counted, len(CASES))
+        # Every rejection is counted under its code (when the call is done on the server, which
+        # may be just after the client has its status); the server is still healthy.
+        def counted():
+            m = self.server.metrics()
+            return sum(v for (n, labels), v in m.items() if n == "dcformer_requests_total"
+                       and dict(labels)["outcome"] in ("invalid_argument", "out_of_range"))
+        h.wait_until(lambda: counted() == len(CASES), what="every rejection counted")
+        self.assertEqual(self.server.check_health(), h.SERVING)
+
+    def test_unparseable_bytes_are_invalid_argument_and_counted(self):
+        # Raw bytes (no serializer): what a broken or hostile client can put on the wire.
+        generate = f"/{h.SERVICE}/Generate"
+        tokenize = f"/{h.SERVICE}/Tokenize"
+        bad = b"ok\xc3"  # "ok" and the first byte of a two-byte character
+        stopping = b"\x12\x00" + b"\x12" + bytes([len(bad)]) + bad  # stop_strings: "", bad
+        cases = [
+            # text = "Hello \xff\xfe \xc3": invalid UTF-8 in a proto3 string
+            (generate, bytes.fromhex("120a48656c6c6f20fffe20c3"), "prompt.text: is not valid UTF-8 (byte 6)"),
+            # not protobuf at all
+            (generate, bytes.fromhex("ffffffff0f"), "not a valid dcformer.v1.GenerateRequest"),
+            # token_ids { ids: 5 }, then stopping { stop_strings: "", stop_strings: bad }
+            (generate, bytes.fromhex("1a020805") + b"\x2a" + bytes([len(stopping)]) + stopping,
+             "stopping.stop_strings[1]: is not valid UTF-8 (byte 2)"),
+            (tokenize, bytes.fromhex("0a0648698080fffe"), "text: is not valid UTF-8 (byte 2)"),
+        ]
+        before = self.server.metric("dcformer_requests_total", outcome="invalid_argument")
+        with self.server.channel() as ch:
+            for method, body, needle in cases:
+                with self.subTest(body=body.hex()):
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        if method == generate:
+                            list(ch.unary_stream(method)(body, timeout=30))
+                        else:
+                            ch.unary_unary(method)(body, timeout=30)
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                    self.assertIn(needle, ctx.exception.details())
+            # A client that closes its side without sending the request message at all.
+            with self.assertRaises(grpc.RpcError) as ctx:
+                list(ch.stream_stream(generate)(iter([]), timeout=30))
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("no request message", ctx.exception.details())
+        # Counted when the call is done on the server, which may be just after the client
+        # has its status.
+        h.wait_until(lambda: self.server.metric("dcformer_requests_total",
+                                                outcome="invalid_argument") == before + 4,
+                     what="the rejected Generate calls counted")
+        h.wait_until(lambda: self.server.metric("dcformer_unary_requests_total", method="Tokenize",
+                                                outcome="invalid_argument") == 1,
+                     what="the rejected Tokenize call counted")
         self.assertEqual(self.server.check_health(), h.SERVING)
 
     def test_oversize_message_rejected(self):

@@ -18,19 +18,27 @@ def openssl(*args, cwd):
 
 def make_pki(d):
     """A CA, a server cert for localhost/127.0.0.1, a client cert, and an unrelated CA."""
-    for ca in ("ca", "other-ca"):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN={ca}", cwd=d)
-    with open(os.path.join(d, "server.ext"), "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    make_server_cert(d, "ca", "server", cas=("ca", "other-ca"))
     with open(os.path.join(d, "client.ext"), "w") as f:
         f.write("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-                "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
-                "-extfile", f"{name}.ext", cwd=d)
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key",
+            "-out", "client.csr", "-subj", "/CN=client", cwd=d)
+    openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-out", "client.pem", "-extfile", "client.ext", cwd=d)
+
+
+def make_server_cert(d, ca, name, cas=()):
+    """Self-signed CAs `cas`, then `name`.pem/.key for localhost/127.0.0.1 signed by `ca`."""
+    for c in cas:
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-keyout", f"{c}.key", "-out", f"{c}.pem", "-subj", f"/CN={c}", cwd=d)
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", "server.ext",
+            cwd=d)
 
 
 def read(d, name):
@@ -151,6 +159,63 @@ class TlsTest(unittest.TestCase):
                                      capture_output=True, text=True, timeout=30)
                 self.assertEqual((out.returncode, out.stdout.strip()), (0, "SERVING"),
                                  out.stderr)
+
+
+class TlsReloadTest(unittest.TestCase):
+    def test_rotated_certificate_is_served_without_restart(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        make_server_cert(d, "ca", "server", cas=("ca", "new-ca"))
+        make_server_cert(d, "new-ca", "rotated")
+        live_cert, live_key = os.path.join(d, "live.pem"), os.path.join(d, "live.key")
+        shutil.copy(os.path.join(d, "server.pem"), live_cert)
+        shutil.copy(os.path.join(d, "server.key"), live_key)
+        old_trust = grpc.ssl_channel_credentials(read(d, "ca.pem"))
+        new_trust = grpc.ssl_channel_credentials(read(d, "new-ca.pem"))
+
+        def serves(server, credentials):
+            # A fresh connection each time, so that it sees the certificate in force now.
+            options = [("grpc.use_local_subchannel_pool", 1)]
+            try:
+                with grpc.secure_channel(server.target, credentials, options=options) as ch:
+                    h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(),
+                                                           timeout=5)
+                return True
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)
+                return False
+
+        args = [f"--tls-cert={live_cert}", f"--tls-key={live_key}", "--tls-reload-interval=1s"]
+        with h.Server(args=args, tls_ca=os.path.join(d, "ca.pem")) as server:
+            pid = server.proc.pid
+            self.assertTrue(serves(server, old_trust))
+            self.assertFalse(serves(server, new_trust))
+            # An open connection made before the rotation.
+            before = grpc.secure_channel(server.target, old_trust,
+                                         options=[("grpc.use_local_subchannel_pool", 1)])
+            self.addCleanup(before.close)
+            stub = h.pb_grpc.TextGenerationStub(before)
+            self.assertEqual(len(h.collect(stub.Generate(h.ids_request(PROMPT, 2),
+                                                         timeout=10))[0]), 2)
+            # Rotate as a Secret update does: new files swapped in by rename.
+            for name, live in (("rotated.key", live_key), ("rotated.pem", live_cert)):
+                shutil.copy(os.path.join(d, name), live + ".tmp")
+                os.replace(live + ".tmp", live)
+            h.wait_until(lambda: serves(server, new_trust), timeout=30,
+                         what="the rotated certificate served")
+            self.assertFalse(serves(server, old_trust))
+            self.assertEqual(server.proc.pid, pid)  # same process: no restart
+            self.assertIsNone(server.proc.poll())
+            # Existing connections keep working.
+            self.assertEqual(len(h.collect(stub.Generate(h.ids_request(PROMPT, 2),
+                                                         timeout=10))[0]), 2)
+
+    def test_unreadable_tls_files_fail_startup(self):
+        out = subprocess.run([h.SERVER, "--tls-cert=/nonexistent.pem", "--tls-key=/nonexistent.key",
+                              f"--port={h.free_port()}", "--metrics-port=0"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--tls-cert", out.stderr)
 
 
 if __name__ == "__main__":

@@ -57,5 +57,17 @@ TEST(KvCacheManagerTest, ChunkLongerThanWindowOnlyAllocatesKeptBlocks) {
   kv.Free(seq);
 }
 
+TEST(KvCacheManagerTest, BlocksToRunAlone) {
+  // Global: ceil(len/B). Window (W=4, B=4): ceil(W/B) + 1 between steps + 1 during a step.
+  EXPECT_EQ(BlocksToRunAlone(Shape(4, 3, 4), 16), (std::array<int, kNumLayerGroups>{4, 3}));
+  EXPECT_EQ(BlocksToRunAlone(Shape(4, 3, 4), 5), (std::array<int, kNumLayerGroups>{2, 2}));
+  EXPECT_TRUE(FitsPoolAlone(Shape(4, 3, 4), 16));
+  EXPECT_FALSE(FitsPoolAlone(Shape(4, 3, 4), 17));  // global-bound
+  EXPECT_TRUE(FitsPoolAlone(Shape(100, 4, 8), 400));
+  EXPECT_FALSE(FitsPoolAlone(Shape(100, 3, 8), 13));  // window-bound: needs 4
+  // Without a window the window group is like the global one.
+  EXPECT_EQ(BlocksToRunAlone(Shape(8, 8, 0), 30), (std::array<int, kNumLayerGroups>{8, 8}));
+}
+
 }  // namespace
 }  // namespace dcf

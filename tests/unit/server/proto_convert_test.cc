@@ -1,6 +1,10 @@
 #include "server/proto_convert.h"
 
+#include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
+#include "engine/serving/request_validator.h"
 #include "gtest/gtest.h"
+#include "server/model_info.h"
 
 // GCC 12 reports a false -Wrestrict inside std::string when protobuf setters are inlined.
 #pragma GCC diagnostic ignored "-Wrestrict"
@@ -85,6 +89,18 @@ TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheServerLimit) {
   EXPECT_EQ(out->stopping.max_new_tokens, 50);
 }
 
+// The server only converts; the engine's one validator judges the values. Every rejection
+// of a converted request names the field.
+absl::Status ConvertAndValidate(const v1::GenerateRequest& request) {
+  ASSIGN_OR_RETURN(GenerationRequest converted, ToEngineRequest(request, Limits()));
+  ::dcf::RequestLimits engine_limits;
+  engine_limits.vocab_size = 300;
+  engine_limits.context = 256;
+  engine_limits.max_prompt_tokens = 256;
+  engine_limits.max_new_tokens_limit = 256;
+  return ValidateRequest(converted, engine_limits);
+}
+
 TEST(ToEngineRequestTest, ErrorsNameTheField) {
   struct Case {
     const char* field;
@@ -92,8 +108,8 @@ TEST(ToEngineRequestTest, ErrorsNameTheField) {
   };
   const Case cases[] = {
       {"prompt", [](v1::GenerateRequest& r) { r.clear_prompt(); }},
-      {"prompt.token_ids", [](v1::GenerateRequest& r) { r.mutable_token_ids()->clear_ids(); }},
-      {"prompt.token_ids.ids[1]",
+      {"prompt_tokens", [](v1::GenerateRequest& r) { r.mutable_token_ids()->clear_ids(); }},
+      {"prompt_tokens[1]",
        [](v1::GenerateRequest& r) { r.mutable_token_ids()->set_ids(1, 300); }},
       {"prompt.text", [](v1::GenerateRequest& r) { r.set_text("hello"); }},
       {"sampling.temperature",
@@ -115,17 +131,16 @@ TEST(ToEngineRequestTest, ErrorsNameTheField) {
        [](v1::GenerateRequest& r) { r.mutable_stopping()->add_stop_strings("x"); }},
       {"output.top_logprobs",
        [](v1::GenerateRequest& r) { r.mutable_output()->set_top_logprobs(21); }},
-      {"output.return_text",
-       [](v1::GenerateRequest& r) { r.mutable_output()->set_return_text(true); }},
-      {"request_id", [](v1::GenerateRequest& r) { r.set_request_id("has space"); }},
+      {"output.text", [](v1::GenerateRequest& r) { r.mutable_output()->set_return_text(true); }},
+      {"id", [](v1::GenerateRequest& r) { r.set_request_id("has space"); }},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest r = IdsRequest({1, 2});
     c.mutate(r);
-    auto out = ToEngineRequest(r, Limits());
-    ASSERT_FALSE(out.ok()) << c.field;
-    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
-    EXPECT_EQ(std::string(out.status().message()).rfind(c.field, 0), 0u) << out.status();
+    const absl::Status st = ConvertAndValidate(r);
+    ASSERT_FALSE(st.ok()) << c.field;
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(std::string(st.message()).rfind(absl::StrCat(c.field, ":"), 0), 0u) << st;
   }
 }
 

@@ -63,6 +63,12 @@ TEST(ServerOptionsTest, RejectsBadValuesNamingTheFlag) {
       {"--tls-key", [](ServerOptions& o) { o.tls_cert = "c.pem"; }},
       {"--tls-client-ca", [](ServerOptions& o) { o.tls_client_ca = "ca.pem"; }},
       {"--drain-timeout", [](ServerOptions& o) { o.drain_timeout = absl::Seconds(-1); }},
+      {"--max-stream-buffer-bytes", [](ServerOptions& o) { o.max_stream_buffer_bytes = 100; }},
+      {"--max-stream-buffer-bytes",
+       [](ServerOptions& o) { o.max_stream_buffer_bytes = o.max_send_message_bytes; }},
+      {"--tls-reload-interval",
+       [](ServerOptions& o) { o.tls_reload_interval = absl::Milliseconds(10); }},
+      {"--threads", [](ServerOptions& o) { o.threads = -1; }},
   };
   for (const Case& c : cases) {
     ServerOptions o = base();

@@ -53,5 +53,24 @@ TEST(StatusUtilTest, AcceptedRequestFailuresAreInternal) {
   }
 }
 
+TEST(StatusUtilTest, ClientCancelOutcome) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const absl::Time never = absl::InfiniteFuture();
+  EXPECT_STREQ(ClientCancelOutcome(t0, never, t0 + absl::Hours(1)), "cancelled");
+  // A 300 ms deadline whose request reached the server 200 ms late (CPU load): the client's
+  // cancel arrives 200 ms before the server's copy. The old 50 ms allowance called it a
+  // cancel; this is the case of the issue.
+  const absl::Time d = t0 + absl::Milliseconds(300);
+  EXPECT_STREQ(ClientCancelOutcome(t0, d, d - absl::Milliseconds(200)), "deadline_exceeded");
+  EXPECT_STREQ(ClientCancelOutcome(t0, d, d + absl::Milliseconds(5)), "deadline_exceeded");
+  // A budget shorter than the allowance: any cancel is the deadline.
+  EXPECT_STREQ(ClientCancelOutcome(t0, t0 + absl::Milliseconds(100), t0), "deadline_exceeded");
+  // A 60 s budget: the last 6 s count as the deadline, a cancel after 10 s does not.
+  const absl::Time m = t0 + absl::Seconds(60);
+  EXPECT_STREQ(ClientCancelOutcome(t0, m, t0 + absl::Seconds(10)), "cancelled");
+  EXPECT_STREQ(ClientCancelOutcome(t0, m, m - absl::Seconds(5)), "deadline_exceeded");
+  EXPECT_STREQ(ClientCancelOutcome(t0, m, m - absl::Seconds(7)), "cancelled");
+}
+
 }  // namespace
 }  // namespace dcf::server

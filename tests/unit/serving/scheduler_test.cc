@@ -229,11 +229,13 @@ TEST(SchedulerTest, WatermarkHoldsBackAdmission) {
   EXPECT_EQ(b->state, RequestState::kFinished);
 }
 
-TEST(SchedulerTest, FitsPool) {
-  KvCacheManager kv(Shape(4, 3, 4));
-  Scheduler s({8, 64, 0, 0.0}, &kv);
-  EXPECT_TRUE(s.FitsPool(16));
-  EXPECT_FALSE(s.FitsPool(17));
+TEST(SchedulerTest, ChunkTakesTheLargestFit) {
+  Harness h(Shape(3, 3, 0), {4, 64, 0, 0.0});  // 12 tokens of blocks
+  Sequence* s = h.Add(20, 1);
+  const SchedulerOutput out = h.sched.Schedule();
+  ASSERT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(out.chunks[0].num_tokens, 12);  // halving from 20 would have stopped at 10
+  h.sched.Remove(s);
 }
 
 }  // namespace

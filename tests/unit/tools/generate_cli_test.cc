@@ -118,7 +118,7 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
   };
   const std::vector<Case> cases = {
       {golden + " --prompt-ids 1,2,x", 2, "'x' is not an integer"},
-      {golden + " --prompt-ids 1,300", 1, "token id 300 is outside the model's vocabulary"},
+      {golden + " --prompt-ids 1,300", 1, "prompt[1]: token id 300 is outside the model vocabulary"},
       {golden + " --prompt-ids -1", 1, "token id -1"},
       {golden + " --prompt 'hi'", 2, "needs a tokenizer"},
       {golden, 2, "exactly one of"},
@@ -133,11 +133,11 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
        }() + " --max-new-tokens 1", 1, "context"},
       // The GPT-2 tokenizer knows <|endoftext|> = 50256; the golden model has 300 tokens.
       {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +
-           " --prompt '<|endoftext|>'", 1, "prompt token id 50256 is outside"},
+           " --prompt '<|endoftext|>'", 1, "prompt[0]: token id 50256 is outside"},
       {golden + " --score /dev/null", 2, "--score needs a tokenizer"},
-      {" --score /nonexistent.txt", 1, "cannot read /nonexistent.txt"},
+      {" --score /nonexistent.txt", 1, "--score: cannot open '/nonexistent.txt'"},
       {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +
-           " --score " + DCF_TEST_DATA_DIR + "/kjv/heldout.txt", 1, "outside the model's vocab"},
+           " --score " + DCF_TEST_DATA_DIR + "/kjv/heldout.txt", 1, "is outside the model vocabulary"},
   };
   for (const Case& c : cases) {
     const auto r = testing::RunCommand(kGenerate + c.args);

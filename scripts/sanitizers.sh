@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The test suites under sanitizers (scripts/test.sh runs this; SANITIZERS=0 skips it):
+#   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) over the unit
+#               and integration suites: every test binary, and the servers and tools the
+#               integration tests start, are instrumented.
+#   build-tsan  ThreadSanitizer over the engine (serving) and server unit tests. Debian's
+#               absl::Mutex is uninstrumented; tests/sanitizers/tsan_absl_mutex.cc tells TSan
+#               about it. OpenMP runs with one thread (libgomp is not instrumented either).
+# Zero findings: any report fails the run. Suppressions (tests/sanitizers/*.supp) hold only
+# third-party code, each entry explained. The CUDA backend is not built here.
+# Usage: scripts/sanitizers.sh [asan|tsan|all=all]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+WHICH="${1:-all}"
+JOBS="${JOBS:-$(nproc)}"
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+SUPP="${ROOT}/tests/sanitizers"
+
+configure() {  # build_dir sanitizer
+  # -O1 -g1: line tables for the reports, and less to compile than -O2 -g (the CI machine
+  # has 2 cores); the engine tests are compute-bound, so not -O0.
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DDCFORMER_CUDA=OFF -DDCFORMER_SANITIZE="$2" \
+    "${LAUNCHER[@]}" >/dev/null
+}
+
+if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
+  start=$(date +%s)
+  configure build-asan "address,undefined"
+  cmake --build build-asan -j"${JOBS}"
+  built=$(date +%s)
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
+  LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    ctest --test-dir build-asan -L "unit|integration" --output-on-failure -j"${JOBS}" --timeout 1800
+  echo "sanitizers: asan+ubsan build $((built - start)) s, tests $(( $(date +%s) - built )) s"
+fi
+
+if [[ "${WHICH}" == all || "${WHICH}" == tsan ]]; then
+  start=$(date +%s)
+  configure build-tsan thread
+  TSAN_TARGETS=(serving_unit_test serving_engine_test server_unit_test)
+  cmake --build build-tsan -j"${JOBS}" --target "${TSAN_TARGETS[@]}"
+  built=$(date +%s)
+  for t in "${TSAN_TARGETS[@]}"; do
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=${SUPP}/tsan.supp" \
+      "build-tsan/bin/tests/${t}" --gtest_brief=1
+  done
+  echo "sanitizers: tsan build $((built - start)) s, tests $(( $(date +%s) - built )) s"
+fi

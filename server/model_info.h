@@ -1,0 +1,33 @@
+// What GetModelInfo reports: the model's config plus what the server and its backend chose.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+
+#include "dcformer/v1/dcformer.pb.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model/backend.h"
+#include "engine/model/model_config.h"
+
+namespace dcf::server {
+
+namespace v1 = ::dcformer::v1;
+
+// Everything GetModelInfo reports that is not in ModelConfig.
+struct ServedModelInfo {
+  std::string model_name;
+  BackendInfo backend;
+  size_t kv_cache_bytes = 0;
+  int block_size = 0;
+  std::optional<int32_t> eos_token_id;
+  std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
+  bool has_tokenizer = false;
+  int max_prompt_tokens = 0;
+  int max_new_tokens = 0;
+  int default_max_new_tokens = 0;
+};
+void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
+                      v1::GetModelInfoResponse* out);
+
+}  // namespace dcf::server

@@ -1,0 +1,33 @@
+// Test-only fault injection for the serving path: a Backend decorator that fails or stalls a
+// step that prefills a prompt starting with a chosen token id, so that a test can break the
+// engine on purpose with an ordinary request (generated tokens never trigger it). It is compiled only into test binaries (the unit tests and
+// build/bin/dcformer-server-faults, a build of server/server_main.cc with
+// DCF_FAULT_INJECTION); release binaries carry none of it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/model/backend.h"
+#include "server/dcformer_server.h"
+
+namespace dcf::testing {
+
+struct FaultPlan {
+  // A step that prefills a prompt starting with this token fails with
+  // Internal("injected backend fault ...").
+  std::optional<int32_t> fail_token;
+  // A step that prefills a prompt starting with this token blocks before running until
+  // `release_file` exists (polled every 10 ms), as a hung device would.
+  std::optional<int32_t> stall_token;
+  std::string release_file;
+};
+
+std::unique_ptr<Backend> InjectFaults(std::unique_ptr<Backend> inner, FaultPlan plan);
+
+// The plan given by the test-only flags --fault-fail-token, --fault-stall-token and
+// --fault-release-file (defined in fault_injecting_backend.cc), as a server decorator.
+server::DcformerServer::BackendDecorator FaultInjectionFromFlags();
+
+}  // namespace dcf::testing
