@@ -186,10 +186,14 @@ absl::Status DcformerServer::LoadModel() {
   info.default_max_new_tokens = options_.default_max_new_tokens;
   state_->PublishEngine(engine, limits, std::move(info));
   SetServing(true);
+  // `info` was moved into the serving state: log from `stats`.
   DCF_LOG(Info) << "serving " << options_.model_dir << " (" << config.ArchitectureName() << ", "
-                << config.n_layer << " layers, backend " << info.backend.name << " on "
-                << info.backend.device << ", " << ComputeDTypeName(info.backend.dtype)
-                << ") after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+                << config.n_layer << " layers, backend " << stats.backend.name << " on "
+                << stats.backend.device << ", " << ComputeDTypeName(stats.backend.dtype)
+                << ", KV cache " << stats.kv_cache_bytes / (1 << 20) << " MiB in "
+                << stats.kv_blocks_total[0] << " global + " << stats.kv_blocks_total[1]
+                << " window blocks) after "
+                << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   return absl::OkStatus();
 }
 

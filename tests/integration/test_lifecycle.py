@@ -61,6 +61,26 @@ class LifecycleTest(unittest.TestCase):
         finally:
             shutil.rmtree(tmp)
 
+    def test_startup_log_line_reports_backend_device_dtype_and_cache(self):
+        # Issue 8: the startup line says what serves, and agrees with GetModelInfo.
+        with h.Server(args=["--backend=cpu", "--kv-cache-bytes=8000000"]) as server:
+            with server.channel() as ch:
+                info = h.pb_grpc.TextGenerationStub(ch).GetModelInfo(
+                    h.pb.GetModelInfoRequest(), timeout=30)
+            m = re.search(r"serving \S+ \(.*, backend (\S+) on (.+), (\w+), KV cache (\d+) MiB "
+                          r"in (\d+) global \+ (\d+) window blocks\)", server.read_log())
+            self.assertIsNotNone(m, server.read_log()[-2000:])
+            self.assertEqual(m.group(1), "cpu")
+            self.assertEqual(m.group(1), info.backend)
+            self.assertEqual(m.group(2), info.device)
+            self.assertTrue(info.device)
+            self.assertEqual(m.group(3), info.dtype)
+            self.assertEqual(int(m.group(4)), info.kv_cache_bytes // (1 << 20))
+            self.assertGreater(info.kv_cache_bytes, 0)
+            blocks = {g.name: g.kv_blocks_total for g in info.layer_groups}
+            self.assertEqual(int(m.group(5)), blocks.get("global", 0))
+            self.assertEqual(int(m.group(6)), blocks.get("window", 0))
+
     def test_sigterm_drains_running_streams(self):
         with h.Server(args=["--drain-timeout=60s"]) as server:
             # Small flow-control windows: the streams cannot complete until the test reads
