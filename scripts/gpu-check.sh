@@ -120,8 +120,9 @@ patchelf --set-rpath '$ORIGIN' "${BUNDLE}/lib/libdcformer_cuda_plugin.so"
 # (glibc, the C++ runtime, the driver, the CUDA toolkit's cuBLAS): the deployment image's
 # rule, deploy/docker/runtime-libs.sh with CUDA on. libstdc++ and libgcc_s also go to
 # lib/fallback (used only where the machine's own are older). OpenBLAS (36 MB, every CPU's
-# kernels) is replaced by Debian's reference BLAS under its soname: the bundle's CPU backend
-# only runs the tiny golden models (the CPU oracle), and needs cblas_sgemm/sgemv.
+# kernels) is replaced by Debian's reference BLAS under its soname: only the cuda-sim GEMM
+# (engine/cuda/gemm_sim.cc, linked into every engine binary) calls cblas_sgemm, and the
+# bundle never runs cuda-sim on anything but tiny models.
 source deploy/docker/runtime-libs.sh
 for exe in "${BUNDLE}"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "${exe}"; done
 REF_BLAS=/usr/lib/x86_64-linux-gnu/blas/libblas.so.3

@@ -16,7 +16,7 @@ namespace dcf {
 
 enum class BackendKind {
   kAuto,     // cuda when this build has it and a device is visible, else cpu
-  kCpu,      // fp32 on the host (the oracle)
+  kCpu,      // the host: fp32 math, weights in the checkpoint's dtype (the oracle)
   kCuda,     // NVIDIA GPU
   kCudaSim,  // the CUDA backend's kernels on the host SIMT emulator (docs/CUDA_SIM.md)
 };

@@ -76,6 +76,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",
         kMaxQkRopeHeadDim, " (model: ", config.n_head, ", ", config.head_dim, ")"));
   }
+  if (!DcmhaShapeSupported(config.n_head, config.head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", kBackendName, " backend's attention kernels do not support ", config.n_head,
+        " heads of ", config.head_dim, " (engine/cuda/dcmha_attention.h: n_head * head_dim <= "
+        "4096 within 96 KiB of shared memory)"));
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= options.device || options.device < 0) {
     cudaGetLastError();
@@ -137,6 +143,9 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
         cudaMemcpy(rope_sin_.get(), sn.data(), n * sizeof(float), cudaMemcpyHostToDevice),
         "RoPE table upload");
   }
+  // Copies and memsets on the legacy default stream are not ordered with stream_ (created
+  // non-blocking): finish them before any step can run.
+  DCF_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "weight upload");
   return absl::OkStatus();
 }
 
@@ -226,6 +235,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   if (slots > 0) {
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(seen_.get(), 0, seen_.bytes()), "penalty state reset");
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(counts_.get(), 0, counts_.bytes()), "penalty state reset");
+    // The legacy stream's memsets are not ordered with stream_ (non-blocking), where
+    // SetPenaltyState and the sampler touch this state: finish them now.
+    DCF_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "penalty state reset");
   }
   limits_ = limits;
   prepared_ = true;
@@ -266,6 +278,9 @@ absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
       DCF_CUDA_RETURN_IF_ERROR(cudaMemset(cache_[g].get(), 0, bytes), "KV cache reset");
     }
   }
+  // The zeroing ran on the legacy stream, which stream_ (non-blocking) does not wait for: a
+  // first step could otherwise write K/V rows that the memset then clears.
+  DCF_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "KV cache reset");
   cache_shape_ = shape;
   return absl::OkStatus();
 }

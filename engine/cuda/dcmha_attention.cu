@@ -140,7 +140,27 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Dynamic shared memory (floats) of the attention kernels for a step with or without
+// prefill chunks.
+size_t AttentionSmemFloats(int nvec, int n_head, bool has_chunks) {
+  return std::max({dcmha::ScoresSmemFloats(1, nvec, n_head), dcmha::OutputSmemFloats(1, n_head),
+                   has_chunks ? dcmha::ScoresSmemFloats(kChunkQueries, nvec, n_head) : 0,
+                   has_chunks ? dcmha::OutputSmemFloats(kChunkQueries, n_head) : 0});
+}
+
 }  // namespace
+
+bool DcmhaShapeSupported(int n_head, int head_dim) {
+  if (n_head <= 0 || head_dim <= 0 || n_head > 256) return false;
+  const int row_elems = 2 * n_head * head_dim + 2 * (2 * kRank + 1) * n_head;
+  // The cache pools come from cudaMalloc (256-byte aligned): vector loads whenever the
+  // shapes allow them, as in LaunchDcmha.
+  const int vec = head_dim % dcmha::kVec == 0 && row_elems % dcmha::kVec == 0 ? dcmha::kVec : 1;
+  const int nvec = n_head * head_dim / vec;
+  return dcmha::ThreadsFor(nvec) <= dcmha::kMaxThreads &&
+         AttentionSmemFloats(nvec, n_head, true) * sizeof(float) <=
+             static_cast<size_t>(dcmha::kMaxSmemBytes);
+}
 
 size_t DcmhaWorkspaceBytes(int n_head, int head_dim, int max_tokens, int max_seqs, int max_keys) {
   n_head = std::max(n_head, 1);
@@ -177,10 +197,7 @@ cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaSt
   const bool has_chunks = step.max_seq_tokens > 1;
   const int chunk_qb = kChunkQueries;
   const int max_qb = has_chunks ? chunk_qb : 1;
-  const size_t smem_floats =
-      std::max({dcmha::ScoresSmemFloats(1, nvec, N), dcmha::OutputSmemFloats(1, N),
-                has_chunks ? dcmha::ScoresSmemFloats(max_qb, nvec, N) : 0,
-                has_chunks ? dcmha::OutputSmemFloats(max_qb, N) : 0});
+  const size_t smem_floats = AttentionSmemFloats(nvec, N, has_chunks);
   if (smem_floats * sizeof(float) > static_cast<size_t>(dcmha::kMaxSmemBytes)) {
     return cudaErrorInvalidValue;
   }

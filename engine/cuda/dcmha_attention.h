@@ -107,5 +107,11 @@ cudaError_t LaunchKvCacheWrite(const StepView& step, const DcmhaLayerArgs& args,
 // inconsistent arguments. Kernel design: dcmha_plan.h.
 cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaStream_t stream);
 
+// Whether LaunchDcmha supports a model with `n_head` heads of `head_dim` (the limits above,
+// for a cache allocated with cudaMalloc and steps with prefill chunks): checked when a
+// backend is created, so an unsupported model is refused at load instead of failing its
+// first step.
+bool DcmhaShapeSupported(int n_head, int head_dim);
+
 }  // namespace DCF_CUDA_NS
 }  // namespace dcf::cuda

@@ -365,12 +365,18 @@ __device__ int DrawInIdOrder(const float* values, int V, const Filter& f, float 
   }
   const double excl = BlockExclusiveScanD(sum, s);
   if (threadIdx.x == 0) {
-    s.i[kIBcast] = -1;
+    s.i[kIBcast] = INT_MAX;  // the winning position
     s.i[kIBcast + 1] = 0;
   }
   __syncthreads();
-  if (excl <= target && target < excl + sum) {
+  // The scan's `excl` of one thread and `excl + sum` of the previous one are rounded
+  // separately, so two ranges may both claim the target (or neither). Claims go through
+  // atomicMin: the lowest claimed position wins whatever order threads run in. A range that
+  // claims the target but whose own running sum, rounded differently, never passes it
+  // claims its last position with mass.
+  if (sum > 0 && excl <= target && target < excl + sum) {
     double cum = excl;
+    int pos = last_pos;
     for (int k = lo; k < hi; ++k) {
       const int id = k == top ? 0 : k;
       const float v = values[id];
@@ -378,18 +384,17 @@ __device__ int DrawInIdOrder(const float* values, int V, const Filter& f, float 
       if (!(f.Keep(OrderKey(v), id, p) && p > 0.0f)) continue;
       cum += p;
       if (target < cum) {
-        s.i[kIBcast] = id;
+        pos = k;
         break;
       }
     }
+    atomicMin(&s.i[kIBcast], pos);
   }
   if (last_pos > 0) atomicMax(&s.i[kIBcast + 1], last_pos);
   __syncthreads();
-  int id = s.i[kIBcast];
-  if (id < 0) {  // rounding left the target beyond the total: the last position with mass
-    const int k = s.i[kIBcast + 1];
-    id = k == 0 ? top : (k == top ? 0 : k);
-  }
+  // No claim: rounding left the target beyond the total; the last position with mass.
+  const int k = s.i[kIBcast] != INT_MAX ? s.i[kIBcast] : s.i[kIBcast + 1];
+  const int id = k == 0 ? top : (k == top ? 0 : k);
   __syncthreads();
   return id;
 }

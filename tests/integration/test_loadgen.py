@@ -162,7 +162,7 @@ class LoadgenTest(unittest.TestCase):
         self.assertEqual(doc["workload"]["prompts"], "file")
         self.assertEqual(run["requests"], {"warmup": 0, "sent": 12, "ok": 6, "failed": 6})
         self.assertEqual(run["errors"], {"OUT_OF_RANGE": 3, "INVALID_ARGUMENT": 3})
-        self.assertIn("prompt.token_ids.ids[1]", run["error_examples"]["INVALID_ARGUMENT"])
+        self.assertIn("prompt_tokens[1]", run["error_examples"]["INVALID_ARGUMENT"])
         self.assertEqual(run["tokens"]["output"], 3 * 5 + 3 * 3)
         self.assertEqual(run["tokens"]["requested_output"], 3 * 5 + 3 * 3)
         self.assertIn("errors: INVALID_ARGUMENT 3, OUT_OF_RANGE 3", p.stdout)

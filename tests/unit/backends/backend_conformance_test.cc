@@ -122,9 +122,15 @@ TEST_P(MultiSpanTest, BatchedSpansEqualEachSequenceAlone) {
     for (size_t i = 0; i < got[s].size(); ++i) {
       worst = std::max(worst, static_cast<double>(std::abs(got[s][i] - want[s][i])));
     }
-    // Bit for bit: every kernel computes a token's row the same way whatever else is in the
-    // batch or the chunk (packed_matrix.h, dcmha.h), so batching changes nothing.
-    EXPECT_EQ(worst, 0.0) << "sequence " << s;
+    if (GetParam().backend == BackendKind::kCpu) {
+      // Bit for bit: every CPU kernel computes a token's row the same way whatever else is in
+      // the batch or the chunk (packed_matrix.h, dcmha.h), so batching changes nothing.
+      EXPECT_EQ(worst, 0.0) << "sequence " << s;
+    } else {
+      // The CUDA GEMMs (cuBLASLt; OpenBLAS on the emulator) pick their reduction order by
+      // shape, so a row's logits move by float rounding with the batch.
+      EXPECT_LT(worst, 1e-4) << "sequence " << s;
+    }
   }
   for (SequenceKv& k : kv) manager.Free(k);
   EXPECT_EQ(manager.num_used(LayerGroup::kGlobal), 0);

@@ -214,6 +214,16 @@ TEST(DcmhaShapes, ManyHeads) {
   ExpectMatchesCpu(Scenario(s, {{25, 1}, {3, 9}}, 13));
 }
 
+TEST(DcmhaShapes, SupportedShapesAreKnownAtLoad) {
+  EXPECT_TRUE(cuda::DcmhaShapeSupported(32, 80));   // DCFormer-2.8B
+  EXPECT_TRUE(cuda::DcmhaShapeSupported(32, 128));  // DCPythia-6.9B
+  EXPECT_TRUE(cuda::DcmhaShapeSupported(4, 16));    // the golden models
+  EXPECT_FALSE(cuda::DcmhaShapeSupported(64, 128));  // N * hd = 8192 > 4096
+  EXPECT_FALSE(cuda::DcmhaShapeSupported(300, 8));   // N > 256
+  EXPECT_FALSE(cuda::DcmhaShapeSupported(16, 36));   // no vector loads: N * hd > 512
+  EXPECT_FALSE(cuda::DcmhaShapeSupported(0, 16));
+}
+
 TEST(DcmhaShapes, DcFormer28BShape) {
   // N = 32, hd = 80 (320 threads per block, one warp per pair in compose), bf16 cache and
   // output as on the GPU; a decode token and a chunk, global and window layers.

@@ -220,7 +220,7 @@ class Scenario {
       qi.post_g = g + 2 * N;
       qi.compose = shape_.compose;
       const int lo = VisibleLo(shape_.window, pos);
-      std::vector<float> scratch(static_cast<size_t>(pos - lo + 1) * N);
+      std::vector<float> scratch(cpu::AttendScratchFloats(layout_, pos - lo + 1));
       cpu::AttendOne(layout_, qi, absl::MakeConstSpan(&seg, 1), lo, pos, scratch.data(),
                      &out[static_cast<size_t>(t) * N * hd]);
     }
