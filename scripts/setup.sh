@@ -36,6 +36,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Debian's prometheus package starts a system Prometheus on :9090, dcformer-server's default
+  # metrics port. The project only runs prometheus/promtool from its tests: on a machine with
+  # systemd, stop the service that this install just started.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1 &&
+     [[ -d /run/systemd/system ]]; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 else
   echo "setup: all system packages present"
 fi

@@ -27,10 +27,12 @@ namespace {
 absl::Status CheckPemFile(const std::string& flag, const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
-    return absl::Status(text.status().code(), absl::StrCat("--", flag, ": ", text.status().message()));
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--", flag, ": ", text.status().message()));
   }
   if (!absl::StrContains(*text, "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", path, "' holds no PEM block"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": '", path, "' holds no PEM block"));
   }
   return absl::OkStatus();
 }
@@ -192,8 +194,7 @@ absl::Status DcformerServer::LoadModel() {
                 << stats.backend.device << ", " << ComputeDTypeName(stats.backend.dtype)
                 << ", KV cache " << stats.kv_cache_bytes / (1 << 20) << " MiB in "
                 << stats.kv_blocks_total[0] << " global + " << stats.kv_blocks_total[1]
-                << " window blocks) after "
-                << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+                << " window blocks) after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   return absl::OkStatus();
 }
 
@@ -242,7 +243,7 @@ void DcformerServer::Watch(absl::Notification* stop) {
       if (healthy) {
         DCF_LOG(Info) << "engine loop recovered: SERVING";
       } else {
-        DCF_LOG(Error) << (!stats.healthy       ? "engine backend failed"
+        DCF_LOG(Error) << (!stats.healthy     ? "engine backend failed"
                            : stats.loop_alive ? "engine loop stalled"
                                               : "engine loop stopped")
                        << ": NOT_SERVING";

@@ -6,6 +6,7 @@
 // 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
 // exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable).
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "engine/common/compute_threads.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
@@ -31,6 +33,10 @@ namespace {
 // threads before main() (OpenBLAS's pool) that would otherwise take the default action.
 int signal_pipe[2] = {-1, -1};
 
+// After a signal, the process exits 1 at once when the drain has not finished within
+// --drain-timeout plus this (docs/API.md "Shutdown": a normal drain ends within + 2 s).
+constexpr absl::Duration kHardExitMargin = absl::Seconds(5);
+
 void OnSignal(int sig) {
   const unsigned char byte = static_cast<unsigned char>(sig);
   [[maybe_unused]] ssize_t n = write(signal_pipe[1], &byte, 1);
@@ -39,19 +45,6 @@ void OnSignal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // O_CLOEXEC: the pipe must not leak into the re-executed process (see below).
-  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
-    std::perror("dcformer-server: pipe");
-    return 1;
-  }
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
   absl::SetProgramUsageMessage(
       "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...");
   std::vector<std::string> arg_storage;
@@ -75,17 +68,41 @@ int main(int argc, char** argv) {
     DCF_LOG(Warning) << s.message() << "; idle compute threads may spin";
   }
 
+  // Signals are taken over only now, after the re-execution above: a SIGTERM before this
+  // point has its default action (the process ends; it serves nothing yet), where a handler
+  // would have written it to a pipe that exec closes. O_CLOEXEC: nothing leaks into
+  // processes the server might start.
+  if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
+    std::perror("dcformer-server: pipe");
+    return 1;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
   absl::Notification stop;
-  std::thread([&stop]() {
+  const absl::Duration hard_deadline = options->drain_timeout + kHardExitMargin;
+  std::thread([&stop, hard_deadline]() {
     unsigned char sig = 0;
     while (read(signal_pipe[0], &sig, 1) != 1) {
     }
     DCF_LOG(Info) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining";
     stop.Notify();
-    // A second signal while draining ends the process at once.
-    while (read(signal_pipe[0], &sig, 1) != 1) {
+    // A second signal while draining ends the process at once; so does a shutdown that
+    // overruns the drain deadline by kHardExitMargin (a model still loading, or an engine
+    // step that never returns, e.g. a hung device): the orchestrator's kill would come next.
+    pollfd p = {signal_pipe[0], POLLIN, 0};
+    const int ms = static_cast<int>(absl::ToInt64Milliseconds(hard_deadline));
+    if (poll(&p, 1, ms) > 0 && read(signal_pipe[0], &sig, 1) == 1) {
+      DCF_LOG(Warning) << "second signal: exiting without draining";
+    } else {
+      DCF_LOG(Error) << "shutdown overran --drain-timeout by "
+                     << absl::FormatDuration(kHardExitMargin) << ": exiting without draining";
     }
-    DCF_LOG(Warning) << "second signal: exiting without draining";
     std::_Exit(1);
   }).detach();
 

@@ -77,10 +77,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         kMaxQkRopeHeadDim, " (model: ", config.n_head, ", ", config.head_dim, ")"));
   }
   if (!DcmhaShapeSupported(config.n_head, config.head_dim)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the ", kBackendName, " backend's attention kernels do not support ", config.n_head,
-        " heads of ", config.head_dim, " (engine/cuda/dcmha_attention.h: n_head * head_dim <= "
-        "4096 within 96 KiB of shared memory)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", kBackendName, " backend's attention kernels do not support ",
+                     config.n_head, " heads of ", config.head_dim,
+                     " (engine/cuda/dcmha_attention.h: n_head * head_dim <= "
+                     "4096 within 96 KiB of shared memory)"));
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= options.device || options.device < 0) {

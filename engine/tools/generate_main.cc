@@ -183,8 +183,7 @@ int main(int argc, char** argv) {
   }
   if (static_cast<int>(prompt.size()) > config->max_positions) {
     return Fail(1, absl::StrCat("the prompt has ", prompt.size(),
-                                " tokens, more than the model context of ",
-                                config->max_positions));
+                                " tokens, more than the model context of ", config->max_positions));
   }
   auto backend_options = dcf::BackendOptionsFromFlags();
   if (!backend_options.ok()) return Fail(2, backend_options.status().message());

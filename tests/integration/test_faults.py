@@ -6,7 +6,9 @@ dcformer-server carries no such code."""
 import concurrent.futures
 import os
 import shutil
+import signal
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -85,6 +87,30 @@ class StallWatchdogTest(unittest.TestCase):
                 self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
             self.assertIn("engine loop recovered", server.read_log())
             self.assertEqual(server.check_health(h.SERVICE), h.SERVING)
+
+    def test_shutdown_with_a_hung_step_exits_after_the_hard_deadline(self):
+        # A step that never returns (a hung device) would block the drain forever: the process
+        # exits 1 at --drain-timeout + 5 s (docs/API.md, "Shutdown") instead of waiting for
+        # the orchestrator's kill.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        args = [f"--fault-stall-token={STALL_TOKEN}",
+                f"--fault-release-file={os.path.join(tmp, 'never')}", "--drain-timeout=1s",
+                "--engine-stall-timeout=300ms"]
+        with h.Server(binary=h.SERVER_FAULTS, args=args) as server:
+            stub = server.stub()
+            stalled = stub.Generate(h.ids_request([STALL_TOKEN, 5, 9], 4), timeout=120)
+            h.wait_until(lambda: "engine loop stalled" in server.read_log(),
+                         what="the step to hang")
+            start = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(server.proc.wait(timeout=60), 1)
+            elapsed = time.monotonic() - start
+            self.assertIn("shutdown overran --drain-timeout", server.read_log())
+            self.assertGreaterEqual(elapsed, 1.0 + 5.0 - 0.5)
+            self.assertLess(elapsed, 1.0 + 5.0 + 5.0)
+            with self.assertRaises(grpc.RpcError):
+                h.collect(stalled)
 
 
 if __name__ == "__main__":

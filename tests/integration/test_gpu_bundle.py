@@ -28,6 +28,11 @@ def has_gpu():
 class GpuBundleTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # The bundle carries the CUDA backend: a build without the toolkit (DCFORMER_CUDA=OFF
+        # or no nvcc) has none to pack. Said visibly, as a skip.
+        if not os.path.exists(os.path.join(BUILD_DIR, "lib", "libdcformer_cuda_plugin.so")):
+            raise unittest.SkipTest("this build has no CUDA backend (no toolkit or "
+                                    "DCFORMER_CUDA=OFF): nothing to bundle")
         cls.tmp = tempfile.mkdtemp(prefix="gpu-bundle-test-")
         cls.bundle = os.path.join(cls.tmp, "bundle")
         p = subprocess.run(["bash", SCRIPT, "--reuse-build", "--build-dir", BUILD_DIR,

@@ -165,9 +165,9 @@ TEST(CpuBackendTest, SixteenBitWeightsKeptEqualWidenedAtLoad) {
   for (const DType dtype : {DType::kF16, DType::kBF16}) {
     testing::TempDir dir;
     // 40 = 32 + 8 outputs per matrix: a partial panel; 300 vocab rows likewise.
-    ASSERT_TRUE(WriteRandomModel(dir.path(), SmallDcFormerConfig(64, 2, 4, 40, 300, 64, 8),
-                                 dtype, 11)
-                    .ok());
+    ASSERT_TRUE(
+        WriteRandomModel(dir.path(), SmallDcFormerConfig(64, 2, 4, 40, 300, 64, 8), dtype, 11)
+            .ok());
     std::vector<std::vector<float>> logits(2);
     for (int widen = 0; widen < 2; ++widen) {
       BackendOptions o;

@@ -215,9 +215,9 @@ TEST(DcmhaShapes, ManyHeads) {
 }
 
 TEST(DcmhaShapes, SupportedShapesAreKnownAtLoad) {
-  EXPECT_TRUE(cuda::DcmhaShapeSupported(32, 80));   // DCFormer-2.8B
-  EXPECT_TRUE(cuda::DcmhaShapeSupported(32, 128));  // DCPythia-6.9B
-  EXPECT_TRUE(cuda::DcmhaShapeSupported(4, 16));    // the golden models
+  EXPECT_TRUE(cuda::DcmhaShapeSupported(32, 80));    // DCFormer-2.8B
+  EXPECT_TRUE(cuda::DcmhaShapeSupported(32, 128));   // DCPythia-6.9B
+  EXPECT_TRUE(cuda::DcmhaShapeSupported(4, 16));     // the golden models
   EXPECT_FALSE(cuda::DcmhaShapeSupported(64, 128));  // N * hd = 8192 > 4096
   EXPECT_FALSE(cuda::DcmhaShapeSupported(300, 8));   // N > 256
   EXPECT_FALSE(cuda::DcmhaShapeSupported(16, 36));   // no vector loads: N * hd > 512

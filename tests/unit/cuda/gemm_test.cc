@@ -1,5 +1,6 @@
 // The GEMM wrapper (cuBLASLt on a GPU, OpenBLAS on the emulator) against a double-precision
-// host reference on the same (rounded) inputs: bias, accumulation, strided rows, every compute dtype.
+// host reference on the same (rounded) inputs: bias, accumulation, strided rows, every compute
+// dtype.
 #include "engine/cuda/gemm.h"
 
 #include "gtest/gtest.h"

@@ -144,8 +144,8 @@ TEST_F(KjvModelTest, HeldoutPerplexityIsLowAndFarBelowRandomWeights) {
   const auto c = model_->config;
   const auto made = testing::RunCommand(absl::StrCat(
       DCF_BIN_DIR, "/dcformer-make-model --out ", dir.path(), " --dim ", c.dim, " --n-layer ",
-      c.n_layer, " --n-head ", c.n_head, " --ffn ", c.intermediate_size, " --vocab ",
-      c.vocab_size, " --context ", c.max_positions, " --window ", c.window_size));
+      c.n_layer, " --n-head ", c.n_head, " --ffn ", c.intermediate_size, " --vocab ", c.vocab_size,
+      " --context ", c.max_positions, " --window ", c.window_size));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   std::ifstream tok_in(kModelDir + "/tokenizer.json", std::ios::binary);
   std::stringstream tok_text;
