@@ -7,10 +7,16 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
-bash scripts/build.sh
+phase() {  # NAME COMMAND...: runs the command and prints how long it took
+  local name="$1" start=${SECONDS}
+  shift
+  "$@"
+  echo "test.sh: ${name} took $((SECONDS - start)) s (total $((SECONDS)) s)"
+}
+phase "setup and build" bash scripts/build.sh
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
-bash tests/fuzz/run_fuzz.sh "${FUZZ_SECONDS}" "${ROOT}/build-fuzz"
+phase "fuzzing" bash tests/fuzz/run_fuzz.sh "${FUZZ_SECONDS}" "${ROOT}/build-fuzz"
 if [[ "${SANITIZERS:-1}" != 0 ]]; then
-  bash scripts/sanitizers.sh all
+  phase "sanitizers" bash scripts/sanitizers.sh all
 fi
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
+phase "ctest" ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
