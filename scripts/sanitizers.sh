@@ -44,6 +44,7 @@ if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   configure build-asan "address,undefined"
   cmake --build build-asan -j"${JOBS}"
   built=$(date +%s)
+  DCF_SANITIZE="address,undefined" \
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
   LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
