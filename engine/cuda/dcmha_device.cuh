@@ -6,6 +6,7 @@
 
 #include "engine/cuda/cuda_compat.h"
 #include "engine/cuda/dcmha_plan.h"
+#include "engine/cuda/device_util.cuh"
 
 // Loop unrolling in both builds (g++ would warn about nvcc's plain `#pragma unroll`).
 #if defined(__CUDACC__)
@@ -18,29 +19,10 @@ namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace dcmha {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// ---------------------------------------------------------------------------------------
-// Element conversion.
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half_rn(x);
-}
+// Element conversion and the full warp mask: the helpers every kernel shares.
+using dev::FromFloat;
+using dev::kFullMask;
+using dev::ToFloat;
 
 // Stores x into element i of a buffer of runtime type `type`.
 __device__ __forceinline__ void StoreAs(ElemType type, void* base, int64_t i, float x) {
@@ -284,6 +266,46 @@ __device__ __forceinline__ bool FindGroup(const Params& p, int& t0, int& count) 
   t0 = p.groups[1 + 2 * g];
   count = p.groups[2 + 2 * g];
   return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: what both attention passes do around their launch.
+
+// Raises `kernel`'s dynamic shared-memory limit when `smem` bytes are above the default
+// 48 KiB.
+template <typename Kernel>
+cudaError_t AllowDynamicSmem(Kernel kernel, size_t smem) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem));
+}
+
+// Dispatches a pass to Pass<CT, VEC, QB>::Launch(p, num_groups, stream) for the cache's
+// element type CT, the vector width VEC of p (kVec or 1) and QB queries per block (1, or
+// kChunkQueries when qb > 1).
+template <template <typename, int, int> class Pass, typename CT>
+cudaError_t DispatchPassShape(const Params& p, int qb, int num_groups, cudaStream_t stream) {
+  if (p.vec == kVec) {
+    return qb == 1 ? Pass<CT, kVec, 1>::Launch(p, num_groups, stream)
+                   : Pass<CT, kVec, kChunkQueries>::Launch(p, num_groups, stream);
+  }
+  return qb == 1 ? Pass<CT, 1, 1>::Launch(p, num_groups, stream)
+                 : Pass<CT, 1, kChunkQueries>::Launch(p, num_groups, stream);
+}
+
+template <template <typename, int, int> class Pass>
+cudaError_t DispatchPass(const Params& p, ElemType cache_dtype, int qb, int num_groups,
+                         cudaStream_t stream) {
+  if (num_groups <= 0) return cudaSuccess;
+  switch (cache_dtype) {
+    case ElemType::kF32:
+      return DispatchPassShape<Pass, float>(p, qb, num_groups, stream);
+    case ElemType::kBF16:
+      return DispatchPassShape<Pass, __nv_bfloat16>(p, qb, num_groups, stream);
+    case ElemType::kF16:
+      return DispatchPassShape<Pass, __half>(p, qb, num_groups, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace dcmha

@@ -173,44 +173,24 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
   }
 }
 
+// One instantiation of the pass, for DispatchPass (dcmha_device.cuh).
 template <typename CT, int VEC, int QB>
-cudaError_t Launch(const Params& p, int num_groups, cudaStream_t stream) {
-  const size_t smem = sizeof(float) * ScoresSmemFloats(QB, p.nvec, p.n_head);
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(DcmhaScoresKernel<CT, VEC, QB>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+struct ScoresPass {
+  static cudaError_t Launch(const Params& p, int num_groups, cudaStream_t stream) {
+    const size_t smem = sizeof(float) * ScoresSmemFloats(QB, p.nvec, p.n_head);
+    const cudaError_t e = AllowDynamicSmem(DcmhaScoresKernel<CT, VEC, QB>, smem);
     if (e != cudaSuccess) return e;
+    const dim3 grid(p.max_splits, num_groups);
+    DCF_LAUNCH((DcmhaScoresKernel<CT, VEC, QB>), grid, ThreadsFor(p.nvec), smem, stream, p);
+    return cudaGetLastError();
   }
-  const dim3 grid(p.max_splits, num_groups);
-  DCF_LAUNCH((DcmhaScoresKernel<CT, VEC, QB>), grid, ThreadsFor(p.nvec), smem, stream, p);
-  return cudaGetLastError();
-}
-
-template <typename CT>
-cudaError_t LaunchFor(const Params& p, int qb, int num_groups, cudaStream_t stream) {
-  if (p.vec == kVec) {
-    return qb == 1 ? Launch<CT, kVec, 1>(p, num_groups, stream)
-                   : Launch<CT, kVec, kChunkQueries>(p, num_groups, stream);
-  }
-  return qb == 1 ? Launch<CT, 1, 1>(p, num_groups, stream)
-                 : Launch<CT, 1, kChunkQueries>(p, num_groups, stream);
-}
+};
 
 }  // namespace
 
 cudaError_t LaunchScores(const Params& p, ElemType cache_dtype, int qb, int num_groups,
                          cudaStream_t stream) {
-  if (num_groups <= 0) return cudaSuccess;
-  switch (cache_dtype) {
-    case ElemType::kF32:
-      return LaunchFor<float>(p, qb, num_groups, stream);
-    case ElemType::kBF16:
-      return LaunchFor<__nv_bfloat16>(p, qb, num_groups, stream);
-    case ElemType::kF16:
-      return LaunchFor<__half>(p, qb, num_groups, stream);
-  }
-  return cudaErrorInvalidValue;
+  return DispatchPass<ScoresPass>(p, cache_dtype, qb, num_groups, stream);
 }
 
 }  // namespace dcmha

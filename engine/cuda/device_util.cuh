@@ -1,6 +1,6 @@
-// Device helpers shared by the CUDA backend's kernels (not the DCMHA kernels, which keep
-// their own in dcmha_device.cuh): element conversion and warp / block reductions. Included
-// by .cu files only.
+// Device helpers shared by the CUDA backend's kernels (the DCMHA kernels add theirs in
+// dcmha_device.cuh): element conversion and warp / block reductions. Included by .cu files
+// only.
 #pragma once
 
 #include <cstdint>
