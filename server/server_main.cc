@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <thread>
 
@@ -95,9 +97,16 @@ int main(int argc, char** argv) {
     // A second signal while draining ends the process at once; so does a shutdown that
     // overruns the drain deadline by kHardExitMargin (a model still loading, or an engine
     // step that never returns, e.g. a hung device): the orchestrator's kill would come next.
-    pollfd p = {signal_pipe[0], POLLIN, 0};
-    const int ms = static_cast<int>(absl::ToInt64Milliseconds(hard_deadline));
-    if (poll(&p, 1, ms) > 0 && read(signal_pipe[0], &sig, 1) == 1) {
+    const absl::Time give_up = absl::Now() + hard_deadline;
+    bool second_signal = false;
+    for (absl::Duration left = hard_deadline; left > absl::ZeroDuration() && !second_signal;
+         left = give_up - absl::Now()) {
+      pollfd p = {signal_pipe[0], POLLIN, 0};
+      const int64_t ms = std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30);
+      // EINTR (a handler ran on this thread) polls again for the time left.
+      second_signal = poll(&p, 1, static_cast<int>(ms)) > 0 && read(signal_pipe[0], &sig, 1) == 1;
+    }
+    if (second_signal) {
       DCF_LOG(Warning) << "second signal: exiting without draining";
     } else {
       DCF_LOG(Error) << "shutdown overran --drain-timeout by "
