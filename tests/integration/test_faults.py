@@ -112,6 +112,26 @@ class StallWatchdogTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError):
                 h.collect(stalled)
 
+    def test_second_signal_exits_at_once(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        args = [f"--fault-stall-token={STALL_TOKEN}",
+                f"--fault-release-file={os.path.join(tmp, 'never')}", "--drain-timeout=60s",
+                "--engine-stall-timeout=300ms"]
+        with h.Server(binary=h.SERVER_FAULTS, args=args) as server:
+            stalled = server.stub().Generate(h.ids_request([STALL_TOKEN, 5, 9], 4), timeout=120)
+            h.wait_until(lambda: "engine loop stalled" in server.read_log(),
+                         what="the step to hang")
+            server.proc.send_signal(signal.SIGTERM)
+            h.wait_until(lambda: "draining" in server.read_log(), what="the drain to start")
+            start = time.monotonic()
+            server.proc.send_signal(signal.SIGINT)
+            self.assertEqual(server.proc.wait(timeout=30), 1)
+            self.assertLess(time.monotonic() - start, 5.0)
+            self.assertIn("second signal: exiting without draining", server.read_log())
+            with self.assertRaises(grpc.RpcError):
+                h.collect(stalled)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
