@@ -4,9 +4,9 @@
 #   -> tests/data/kjv/reference.json (make_reference.py)
 # A development step: installs its own Debian packages (bible-kjv for the text,
 # python3-matplotlib for the loss curve; python3-torch comes with scripts/setup.sh) and the
-# pinned npm `tokenizers`. Training takes minutes on 2 idle cores (the committed run took 55
-# on a busy shared machine); run it niced there. Extra arguments go to train.py
-# (e.g. --stop-after 360 for the whole schedule).
+# pinned npm `tokenizers`. Training takes about 6 minutes on 2 idle cores; run it niced on a
+# busy shared machine. Extra arguments go to train.py (e.g. --steps 720 for a longer
+# schedule, --stop-after N to stop early).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${HERE}/../.." && pwd)"

@@ -116,9 +116,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "dcformer-kjv"))
     ap.add_argument("--steps", type=int, default=360,
                     help="length of the learning-rate schedule")
-    # The committed model is step 200 of the 360-step schedule: its run on a shared machine
-    # was stopped there (models/dcformer-kjv/README.md). --stop-after 360 runs it all.
-    ap.add_argument("--stop-after", type=int, default=200,
+    # The committed model is the whole 360-step schedule (models/dcformer-kjv/README.md).
+    ap.add_argument("--stop-after", type=int, default=None,
                     help="stop after this many steps of the --steps schedule (the weights are "
                          "then exactly that step's of a full run)")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
