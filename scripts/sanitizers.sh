@@ -34,9 +34,9 @@ configure() {  # build_dir sanitizer
     "${LAUNCHER[@]}" >/dev/null
 }
 
-# CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, and parameters named
-# after the backend.
-SIM_TESTS='_sim\.|cuda_sim|CudaSim|SixteenBitAgreement'
+# CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, parameters named
+# after the backend, and the runs of dcformer-attention-bench (cuda-sim without a GPU).
+SIM_TESTS='_sim\.|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 ASAN_EXCLUDE="${SIM_TESTS}|^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)\$"
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then

@@ -4,13 +4,15 @@
 //
 // With no flags it serves the repository's default model (models/dcformer-kjv) on
 // 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
-// exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable).
+// exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable), a
+// second signal, or a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <thread>
@@ -86,9 +88,11 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  absl::Notification stop;
+  // Static: the detached watcher below may still run while main returns.
+  static absl::Notification stop;
+  static std::atomic<bool> shut_down{false};  // a drain finished: the watcher stands down
   const absl::Duration hard_deadline = options->drain_timeout + kHardExitMargin;
-  std::thread([&stop, hard_deadline]() {
+  std::thread([hard_deadline]() {
     unsigned char sig = 0;
     while (read(signal_pipe[0], &sig, 1) != 1) {
     }
@@ -102,10 +106,12 @@ int main(int argc, char** argv) {
     for (absl::Duration left = hard_deadline; left > absl::ZeroDuration() && !second_signal;
          left = give_up - absl::Now()) {
       pollfd p = {signal_pipe[0], POLLIN, 0};
-      const int64_t ms = std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30);
+      // +1: never 0 ms while time is left; the cap also covers --drain-timeout=inf.
+      const int64_t ms = std::min<int64_t>(absl::ToInt64Milliseconds(left), 1 << 30) + 1;
       // EINTR (a handler ran on this thread) polls again for the time left.
       second_signal = poll(&p, 1, static_cast<int>(ms)) > 0 && read(signal_pipe[0], &sig, 1) == 1;
     }
+    if (shut_down.load()) return;  // the process is exiting 0 on its own
     if (second_signal) {
       DCF_LOG(Warning) << "second signal: exiting without draining";
     } else {
@@ -132,5 +138,6 @@ int main(int argc, char** argv) {
   }
   server.Watch(&stop);
   server.Shutdown();
+  shut_down.store(true);
   return 0;
 }

@@ -370,11 +370,13 @@ __device__ int DrawInIdOrder(const float* values, int V, const Filter& f, float 
   }
   __syncthreads();
   // The scan's `excl` of one thread and `excl + sum` of the previous one are rounded
-  // separately, so two ranges may both claim the target (or neither). Claims go through
-  // atomicMin: the lowest claimed position wins whatever order threads run in. A range that
-  // claims the target but whose own running sum, rounded differently, never passes it
-  // claims its last position with mass.
-  if (sum > 0 && excl <= target && target < excl + sum) {
+  // separately, so the ranges may overlap or leave a gap at the target. Every range that
+  // ends beyond the target claims (a range starting beyond it claims its first position) and
+  // claims go through atomicMin: the lowest claimed position wins whatever order threads
+  // run in, and a gap resolves to the next range's first position. A range whose own
+  // running sum, rounded differently, never passes the target claims its last position
+  // with mass.
+  if (sum > 0 && target < excl + sum) {
     double cum = excl;
     int pos = last_pos;
     for (int k = lo; k < hi; ++k) {

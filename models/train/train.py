@@ -197,7 +197,9 @@ def main():
                "threads": args.threads, "seed": args.seed,
                "final_train_loss": rows[-1]["train_loss"],
                "final_heldout_loss_bf16": final_held,
-               "heldout_perplexity_bf16": math.exp(final_held), "torch": torch.__version__}
+               "heldout_perplexity_bf16": math.exp(final_held), "torch": torch.__version__,
+               "command": f"bash models/train/retrain.sh (train.py --steps {args.steps} "
+                          f"--stop-after {run_steps})"}
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")

@@ -69,8 +69,9 @@ class AbuseTest(unittest.TestCase):
                 h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(),
                                                        timeout=30)
                 channels.append(ch)
-            # One socket each; no thread per connection.
-            self.assertGreaterEqual(open_fds(pid), fds_before + 300)
+            # One socket each; no thread per connection. (Up to 8 descriptors of earlier
+            # calls may close meanwhile: the same slack as the check after closing below.)
+            self.assertGreaterEqual(open_fds(pid), fds_before + 300 - 8)
             self.assertLess(threads(pid), threads_before + 16)
             self.generate_ok()
             self.assertEqual(self.server.check_health(), h.SERVING)

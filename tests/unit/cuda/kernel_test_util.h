@@ -24,7 +24,6 @@ inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f
   return v;
 }
 
-// Normalised mean squared error sum((got - want)^2) / sum(want^2).
 // Host references in double precision (the CPU backend's own matmul takes packed weights).
 // y[T, out] = x[T, in] * w[out, in]^T (+ b[out] when b != nullptr).
 inline void RefLinear(const float* x, const float* w, const float* b, int64_t T, int64_t in,
@@ -50,6 +49,7 @@ inline void RefMatMul(const float* x, int64_t lda, const float* w, int64_t ldb, 
   }
 }
 
+// Normalised mean squared error sum((got - want)^2) / sum(want^2).
 inline double Nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
