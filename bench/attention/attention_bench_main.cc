@@ -14,8 +14,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "bench/attention/attention_report.h"
 #include "engine/common/flag_names.h"
 #include "engine/cuda/dcmha_bench.h"
@@ -38,23 +36,6 @@ ABSL_FLAG(int, iters, 100, "timed forwards (the mean is reported)");
 ABSL_FLAG(std::string, json_out, "", "also write the report as JSON to this file");
 
 namespace {
-
-bool ParseInts(const char* flag, const std::string& text, int min, std::vector<int>* out) {
-  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(piece, &v) || v < min) {
-      std::fprintf(stderr, "dcformer-attention-bench: --%s: '%s' is not an integer >= %d\n", flag,
-                   std::string(piece).c_str(), min);
-      return false;
-    }
-    out->push_back(v);
-  }
-  if (out->empty()) {
-    std::fprintf(stderr, "dcformer-attention-bench: --%s is empty\n", flag);
-    return false;
-  }
-  return true;
-}
 
 int Main() {
   dcf::bench::AttentionReport report;
@@ -96,17 +77,12 @@ int Main() {
   if (report.block_size < 1 || report.warmup < 0 || report.iters < 1) {
     return bad("--block-size and --iters must be >= 1, --warmup >= 0");
   }
-  std::vector<int> seq_lens, windows;
-  if (!ParseInts("seq-lens", absl::GetFlag(FLAGS_seq_lens), 1, &seq_lens) ||
-      !ParseInts("windows", absl::GetFlag(FLAGS_windows), 0, &windows)) {
-    return 2;
-  }
-  std::vector<std::string> variants =
-      absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipWhitespace());
-  for (const std::string& v : variants) {
-    if (v != "mha" && v != "dcmha") return bad("--variants: each must be mha or dcmha");
-  }
-  if (variants.empty()) return bad("--variants is empty");
+  absl::StatusOr<dcf::bench::AttentionSweep> sweep = dcf::bench::ParseAttentionSweep(
+      absl::GetFlag(FLAGS_seq_lens), absl::GetFlag(FLAGS_windows), absl::GetFlag(FLAGS_variants));
+  if (!sweep.ok()) return bad(std::string(sweep.status().message()).c_str());
+  const std::vector<int>& seq_lens = sweep->seq_lens;
+  const std::vector<int>& windows = sweep->windows;
+  const std::vector<std::string>& variants = sweep->variants;
 
   const bool decode = report.mode == "decode";
   for (int window : windows) {

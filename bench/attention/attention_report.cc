@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace dcf::bench {
 
@@ -83,6 +85,40 @@ nlohmann::json ToJson(const AttentionReport& r) {
            "compose (pre and post: 4*I rank dot products + (3 + 4*I) mixing terms per head, "
            "I = 2); softmax and the KV write not counted"},
           {"rows", rows}};
+}
+
+namespace {
+
+absl::Status ParseInts(absl::string_view flag, absl::string_view text, int min,
+                       std::vector<int>* out) {
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(piece, &v) || v < min) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s: '%s' is not an integer >= %d", flag, piece, min));
+    }
+    out->push_back(v);
+  }
+  if (out->empty()) return absl::InvalidArgumentError(absl::StrFormat("--%s is empty", flag));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionSweep> ParseAttentionSweep(absl::string_view seq_lens,
+                                                   absl::string_view windows,
+                                                   absl::string_view variants) {
+  AttentionSweep sweep;
+  if (absl::Status s = ParseInts("seq-lens", seq_lens, 1, &sweep.seq_lens); !s.ok()) return s;
+  if (absl::Status s = ParseInts("windows", windows, 0, &sweep.windows); !s.ok()) return s;
+  sweep.variants = absl::StrSplit(variants, ',', absl::SkipWhitespace());
+  for (const std::string& v : sweep.variants) {
+    if (v != "mha" && v != "dcmha") {
+      return absl::InvalidArgumentError("--variants: each must be mha or dcmha");
+    }
+  }
+  if (sweep.variants.empty()) return absl::InvalidArgumentError("--variants is empty");
+  return sweep;
 }
 
 }  // namespace dcf::bench

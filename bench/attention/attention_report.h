@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace dcf::bench {
@@ -58,5 +60,17 @@ void Finish(const AttentionReport& report, AttentionRow& row, int64_t query_toke
 
 std::string FormatTable(const AttentionReport& report);
 nlohmann::json ToJson(const AttentionReport& report);
+
+// The sweep every driver runs, from its --seq-lens, --windows and --variants flags: each a
+// non-empty comma-separated list; lengths are integers >= 1, windows >= 0 (0: a global
+// layer), variants "mha" (compose off) or "dcmha". InvalidArgument naming the flag otherwise.
+struct AttentionSweep {
+  std::vector<int> seq_lens;
+  std::vector<int> windows;
+  std::vector<std::string> variants;
+};
+absl::StatusOr<AttentionSweep> ParseAttentionSweep(absl::string_view seq_lens,
+                                                   absl::string_view windows,
+                                                   absl::string_view variants);
 
 }  // namespace dcf::bench

@@ -24,8 +24,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "bench/attention/attention_report.h"
 #include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_isa.h"
@@ -55,23 +53,6 @@ namespace {
 
 constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
-
-bool ParseInts(const char* flag, const std::string& text, int min, std::vector<int>* out) {
-  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(piece, &v) || v < min) {
-      std::fprintf(stderr, "dcformer-cpu-attention-bench: --%s: '%s' is not an integer >= %d\n",
-                   flag, std::string(piece).c_str(), min);
-      return false;
-    }
-    out->push_back(v);
-  }
-  if (out->empty()) {
-    std::fprintf(stderr, "dcformer-cpu-attention-bench: --%s is empty\n", flag);
-    return false;
-  }
-  return true;
-}
 
 struct CaseResult {
   double ms_per_forward = 0;
@@ -148,14 +129,14 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   CaseResult r;
   r.ms_per_forward = s * 1e3 / iters;
   r.query_tokens = T;
-  const int64_t pairs = S * (decode ? bench::VisiblePairs(len, 1, window)
-                                    : bench::VisiblePairs(0, len, window));
+  const int64_t pairs =
+      S * (decode ? bench::VisiblePairs(len, 1, window) : bench::VisiblePairs(0, len, window));
   // Every visible pair reads its key's row once (K and pre terms, then V and post terms).
   r.kv_bytes_read = static_cast<double>(pairs) * row * sizeof(float);
   const int64_t max_keys = window > 0 ? std::min(end, window) : end;
   r.bytes = static_cast<int64_t>(sizeof(float)) *
-                static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() +
-                                     g.size() + out.size()) +
+                static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() + g.size() +
+                                     out.size()) +
             static_cast<int64_t>(sizeof(int32_t) * (tables.size() + seq_of.size())) +
             static_cast<int64_t>(sizeof(int64_t) * positions.size()) +
             cpu::PagedAttentionScratchBytes(layout, max_keys);
@@ -169,8 +150,8 @@ bool Plot(const bench::AttentionReport& report, const std::string& png) {
   std::vector<std::string> titles;
   std::string key;
   for (const bench::AttentionRow& r : report.rows) {
-    const std::string k = r.variant + (r.window > 0 ? " window " + std::to_string(r.window)
-                                                    : std::string(" global"));
+    const std::string k =
+        r.variant + (r.window > 0 ? " window " + std::to_string(r.window) : std::string(" global"));
     if (k != key) {
       if (!key.empty()) d << "\n\n";  // a new gnuplot data block
       titles.push_back(k);
@@ -219,33 +200,29 @@ int Main() {
   if (report.mode != "prefill" && report.mode != "decode") {
     return bad("--mode must be prefill or decode");
   }
-  if (report.batch < 1 || report.n_head < 1 || report.n_head > 256 ||
-      report.dim < report.n_head || report.dim % report.n_head != 0) {
-    return bad("--batch and --n-head must be >= 1 (n-head <= 256) and --dim a multiple of "
-               "--n-head");
+  if (report.batch < 1 || report.n_head < 1 || report.n_head > 256 || report.dim < report.n_head ||
+      report.dim % report.n_head != 0) {
+    return bad(
+        "--batch and --n-head must be >= 1 (n-head <= 256) and --dim a multiple of "
+        "--n-head");
   }
   report.head_dim = report.dim / report.n_head;
   if (report.block_size < 1 || report.warmup < 0 || report.iters < 1) {
     return bad("--block-size and --iters must be >= 1, --warmup >= 0");
   }
-  std::vector<int> seq_lens, windows;
-  if (!ParseInts("seq-lens", absl::GetFlag(FLAGS_seq_lens), 1, &seq_lens) ||
-      !ParseInts("windows", absl::GetFlag(FLAGS_windows), 0, &windows)) {
-    return 2;
-  }
-  std::vector<std::string> variants =
-      absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipWhitespace());
-  for (const std::string& v : variants) {
-    if (v != "mha" && v != "dcmha") return bad("--variants: each must be mha or dcmha");
-  }
-  if (variants.empty()) return bad("--variants is empty");
+  absl::StatusOr<dcf::bench::AttentionSweep> sweep = dcf::bench::ParseAttentionSweep(
+      absl::GetFlag(FLAGS_seq_lens), absl::GetFlag(FLAGS_windows), absl::GetFlag(FLAGS_variants));
+  if (!sweep.ok()) return bad(std::string(sweep.status().message()).c_str());
+  const std::vector<int>& seq_lens = sweep->seq_lens;
+  const std::vector<int>& windows = sweep->windows;
+  const std::vector<std::string>& variants = sweep->variants;
 
   const bool decode = report.mode == "decode";
   for (int window : windows) {
     for (const std::string& variant : variants) {
       for (int len : seq_lens) {
-        const CaseResult r = RunCase(report, decode, window, len, variant == "dcmha",
-                                     report.warmup, report.iters);
+        const CaseResult r =
+            RunCase(report, decode, window, len, variant == "dcmha", report.warmup, report.iters);
         bench::AttentionRow row;
         row.variant = variant;
         row.window = window;
