@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/logging.h"
+#include "tests/testing/forwarding_backend.h"
 
 ABSL_FLAG(int, fault_fail_token, -1,
           "TEST BUILD ONLY: fail the backend step that prefills a prompt starting with this token "
@@ -22,20 +23,11 @@ ABSL_FLAG(std::string, fault_release_file, "",
 namespace dcf::testing {
 namespace {
 
-class FaultInjectingBackend : public Backend {
+class FaultInjectingBackend : public ForwardingBackend {
  public:
   FaultInjectingBackend(std::unique_ptr<Backend> inner, FaultPlan plan)
-      : inner_(std::move(inner)), plan_(std::move(plan)) {}
+      : ForwardingBackend(std::move(inner)), plan_(std::move(plan)) {}
 
-  const ModelConfig& config() const override { return inner_->config(); }
-  BackendInfo info() const override { return inner_->info(); }
-  size_t BytesPerBlock(LayerGroup g, int b) const override { return inner_->BytesPerBlock(g, b); }
-  absl::StatusOr<size_t> Prepare(const StepLimits& l) override { return inner_->Prepare(l); }
-  absl::Status AllocateCache(const KvCacheShape& s) override { return inner_->AllocateCache(s); }
-  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
-                               absl::Span<const int32_t> generated) override {
-    return inner_->SetPenaltyState(slot, prompt, generated);
-  }
   absl::Status Launch(const StepBatch& batch) override {
     if (Holds(batch, plan_.fail_token)) {
       return absl::InternalError(
@@ -48,10 +40,8 @@ class FaultInjectingBackend : public Backend {
       }
       DCF_LOG(Warning) << "injected stall released";
     }
-    return inner_->Launch(batch);
+    return ForwardingBackend::Launch(batch);
   }
-  absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
-  absl::Status health() const override { return inner_->health(); }
 
  private:
   // True when the batch prefills a prompt that starts with `token` (position 0): generated
@@ -64,7 +54,6 @@ class FaultInjectingBackend : public Backend {
     return false;
   }
 
-  std::unique_ptr<Backend> inner_;
   const FaultPlan plan_;
 };
 

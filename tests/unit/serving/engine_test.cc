@@ -19,6 +19,7 @@
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/testing/forwarding_backend.h"
 #include "tests/testing/golden.h"
 // The emulator's test hooks (inject a sticky device fault); plain C++, no toolkit.
 #include "engine/cuda/sim/simt_testing.h"
@@ -755,27 +756,16 @@ TEST_P(EngineBackendTest, PenalisedSeededSamplingMatchesHostReplayThroughPreempt
 }
 
 // A backend whose step `fail_at` (0-based) fails like a sticky device fault.
-class FailingBackend : public Backend {
+class FailingBackend : public testing::ForwardingBackend {
  public:
   FailingBackend(std::unique_ptr<Backend> inner, int fail_at)
-      : inner_(std::move(inner)), fail_at_(fail_at) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  BackendInfo info() const override { return inner_->info(); }
-  size_t BytesPerBlock(LayerGroup g, int b) const override { return inner_->BytesPerBlock(g, b); }
-  absl::StatusOr<size_t> Prepare(const StepLimits& l) override { return inner_->Prepare(l); }
-  absl::Status AllocateCache(const KvCacheShape& s) override { return inner_->AllocateCache(s); }
-  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> p,
-                               absl::Span<const int32_t> g) override {
-    return inner_->SetPenaltyState(slot, p, g);
-  }
+      : ForwardingBackend(std::move(inner)), fail_at_(fail_at) {}
   absl::Status Launch(const StepBatch& b) override {
     if (steps_++ == fail_at_) return absl::InternalError("injected device fault");
-    return inner_->Launch(b);
+    return ForwardingBackend::Launch(b);
   }
-  absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
 
  private:
-  std::unique_ptr<Backend> inner_;
   int fail_at_;
   int steps_ = 0;
 };
@@ -812,30 +802,18 @@ TEST(EngineTest, BackendFailureIsFatalAndReported) {
 // A device fault under cuda-sim (the emulator makes an error sticky, as a GPU does after an
 // illegal address): the step fails, the engine ends the requests in flight with INTERNAL,
 // reports itself unhealthy and refuses new requests; the backend's health() names the fault.
-class StickyFaultBackend : public Backend {
+class StickyFaultBackend : public testing::ForwardingBackend {
  public:
   StickyFaultBackend(std::unique_ptr<Backend> inner, int fault_at)
-      : inner_(std::move(inner)), fault_at_(fault_at) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  BackendInfo info() const override { return inner_->info(); }
-  size_t BytesPerBlock(LayerGroup g, int b) const override { return inner_->BytesPerBlock(g, b); }
-  absl::StatusOr<size_t> Prepare(const StepLimits& l) override { return inner_->Prepare(l); }
-  absl::Status AllocateCache(const KvCacheShape& s) override { return inner_->AllocateCache(s); }
-  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> p,
-                               absl::Span<const int32_t> g) override {
-    return inner_->SetPenaltyState(slot, p, g);
-  }
+      : ForwardingBackend(std::move(inner)), fault_at_(fault_at) {}
   absl::Status Launch(const StepBatch& b) override {
     if (steps_++ == fault_at_) {
       dcf::simt::InjectStickyError(cudaErrorIllegalAddress, "injected illegal address");
     }
-    return inner_->Launch(b);
+    return ForwardingBackend::Launch(b);
   }
-  absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
-  absl::Status health() const override { return inner_->health(); }
 
  private:
-  std::unique_ptr<Backend> inner_;
   int fault_at_;
   int steps_ = 0;
 };
