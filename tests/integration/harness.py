@@ -43,10 +43,21 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+def free_ports(n):
+    """n distinct free loopback ports: every socket stays bound until all are picked (one at
+    a time, the kernel may hand out the same port twice)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def golden_models():
@@ -89,8 +100,7 @@ class Server:
 
     def __init__(self, model=SHORT_MODEL, args=(), tls_ca=None, ready=True, binary=SERVER,
                  env=None):
-        self.port = free_port()
-        self.metrics_port = free_port()
+        self.port, self.metrics_port = free_ports(2)
         self.model = model
         self.args = list(args)
         self.tls_ca = tls_ca
