@@ -43,17 +43,22 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+_ports_given = set()  # every port free_ports handed out in this process
+
+
 def free_ports(n):
-    """n distinct free loopback ports: every socket stays bound until all are picked (one at
-    a time, the kernel may hand out the same port twice)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in socks:
+    """n distinct free loopback ports, none handed out before in this process: a port picked
+    for a server that has not bound it yet is free again to the kernel, which may hand it out
+    twice."""
+    ports = []
+    while len(ports) < n:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            ports.append(port)
+    return ports
 
 
 def free_port():
