@@ -17,8 +17,6 @@
 #include <cstdio>
 #include <thread>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/common/compute_threads.h"
@@ -49,11 +47,11 @@ void OnSignal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...");
   std::vector<std::string> arg_storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
+      "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...",
+      arg_storage);
   if (rest.size() > 1) {
     std::fprintf(stderr, "dcformer-server: unexpected argument '%s'\n", rest[1]);
     return 2;

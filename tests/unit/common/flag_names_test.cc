@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_FLAG(std::string, test_prompt_text, "", "a string flag");
 ABSL_FLAG(bool, test_json_output, false, "a bool flag");
@@ -87,6 +88,50 @@ TEST(FlagNamesTest, CheckFlagArgsNamesTheBadFlag) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_NE(s.message().find(c.message), absl::string_view::npos) << s.message();
   }
+}
+
+// Issue 24: a bad line in a --flagfile is a usage error of the tool (exit 2) like a bad flag
+// on the command line, not absl's exit 1.
+TEST(FlagNamesTest, CheckFlagArgsChecksFlagfiles) {
+  testing::TempDir dir;
+  dir.Write("good.flags", "# a comment\n\n  --test_count=7\n--test_json_output\n");
+  dir.Write("dashed.flags", "--test-count=7\n");
+  dir.Write("unknown.flags", "--test_count=1\n--no_such_flag=2\n");
+  dir.Write("bad_value.flags", "--test_count=many\n");
+  dir.Write("nested.flags", "--flagfile=" + dir.File("unknown.flags") + "\n");
+  dir.Write("not_a_flag.flags", "test_count=1\n");
+  EXPECT_TRUE(Check({"prog", "--flagfile=" + dir.File("good.flags")}).ok());
+  EXPECT_EQ(absl::GetFlag(FLAGS_test_count), 7);
+  EXPECT_TRUE(Check({"prog", "--flagfile", dir.File("good.flags"), "pos"}).ok());
+  const struct {
+    std::string file;
+    std::string message;
+  } cases[] = {
+      {"dashed.flags", dir.File("dashed.flags") +
+                           ": unknown flag --test-count (flagfiles spell flag names with "
+                           "underscores: --test_count)"},
+      {"unknown.flags", dir.File("unknown.flags") + ": unknown flag --no-such-flag"},
+      {"bad_value.flags", dir.File("bad_value.flags") + ": --test-count: "},
+      {"nested.flags", dir.File("unknown.flags") + ": unknown flag --no-such-flag"},
+      {"not_a_flag.flags", dir.File("not_a_flag.flags") + ": 'test_count=1' is not a flag"},
+      {"missing.flags", "--flagfile: "},
+  };
+  for (const auto& c : cases) {
+    const absl::Status s = Check({"prog", "--flagfile=" + dir.File(c.file)});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.file;
+    EXPECT_EQ(s.message().substr(0, c.message.size()), c.message) << s.message();
+  }
+}
+
+TEST(FlagNamesTest, ToolHelpListsTheProgramsFlagsDashed) {
+  const std::string help = ToolHelp("prog", "does things\n  prog --x", false);
+  EXPECT_EQ(help.rfind("prog: does things\n  prog --x\n\n", 0), 0u) << help;
+  EXPECT_NE(help.find("\n  --test-prompt-text (default \"\")\n      a string flag\n"),
+            std::string::npos)
+      << help;
+  EXPECT_NE(help.find("\n  --test-count (default 0)\n      an int flag\n"), std::string::npos);
+  EXPECT_EQ(help.find("--flagfile (default"), std::string::npos);  // Abseil's own
+  EXPECT_NE(ToolHelp("prog", "x", true).find("--flagfile (default"), std::string::npos);
 }
 
 }  // namespace
