@@ -583,6 +583,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
               : 0;
     }
     ASSIGN_OR_RETURN(shape, PlanKvCache(in));
+    if (KvPlanIsCappedBySequences(in, shape)) {
+      // The budget is an upper bound: say why the cache stays below it (docs/API.md).
+      size_t bytes = 0;
+      for (int g = 0; g < kNumLayerGroups; ++g) {
+        bytes += in.bytes_per_block[g] * static_cast<size_t>(shape.num_blocks[g]);
+      }
+      DCF_LOG(Info) << "KV cache: " << (bytes >> 20) << " MiB of its " << (budget >> 20)
+                    << " MiB budget, all that " << in.max_num_seqs
+                    << " sequences (max_num_seqs) of the full " << in.context
+                    << "-token context can use; raise --max-num-seqs for a larger cache";
+    }
   }
   RETURN_IF_ERROR(backend->AllocateCache(shape));
   const BackendInfo info = backend->info();

@@ -81,6 +81,41 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(int(m.group(5)), blocks.get("global", 0))
             self.assertEqual(int(m.group(6)), blocks.get("window", 0))
 
+    def test_kv_cache_budget_is_an_upper_bound_and_the_log_says_why(self):
+        # Issue 24, the rule docs/API.md (--kv-cache-bytes) and deploy/README.md state: whole
+        # blocks within the budget, never more than --max-num-seqs sequences of the full
+        # context can use, and a log line when that is less than the budget.
+        model = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
+        with open(os.path.join(h.SOURCE_DIR, "docs", "API.md")) as f:
+            documented = re.search(r"`(KV cache: \d+ MiB of its \d+ MiB budget, [^`]+)`",
+                                   f.read()).group(1)
+
+        def kv_bytes(server):
+            with server.channel() as ch:
+                return h.pb_grpc.TextGenerationStub(ch).GetModelInfo(
+                    h.pb.GetModelInfoRequest(), timeout=30).kv_cache_bytes
+
+        cpu = ["--backend=cpu"]  # the documented numbers are the CPU backend's
+        with h.Server(model=model, args=cpu + ["--kv-cache-bytes=200000000"]) as server:
+            capped = kv_bytes(server)
+            self.assertLess(capped, 200000000)
+            self.assertIn(documented, server.read_log())  # the example is this very case
+            self.assertIn(f"KV cache: {capped >> 20} MiB of its 190 MiB budget, all that 64 "
+                          "sequences (max_num_seqs) of the full 256-token context can use",
+                          server.read_log())
+        with h.Server(model=model, args=cpu + ["--kv-cache-bytes=200000000",
+                                               "--max-num-seqs=128"]) as server:
+            larger = kv_bytes(server)
+            self.assertGreater(larger, capped)
+            self.assertLessEqual(larger, 200000000)
+            self.assertIn("all that 128 sequences (max_num_seqs)", server.read_log())
+        with h.Server(model=model, args=cpu + ["--kv-cache-bytes=16000000"]) as server:
+            within = kv_bytes(server)
+            # The budget limits it: whole blocks, at most one block per group short of it.
+            self.assertLessEqual(within, 16000000)
+            self.assertGreater(within, 0.95 * 16000000)
+            self.assertNotIn("budget, all that", server.read_log())
+
     def test_sigterm_drains_running_streams(self):
         with h.Server(args=["--drain-timeout=60s"]) as server:
             # Small flow-control windows: the streams cannot complete until the test reads
