@@ -188,6 +188,13 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
                      kv_shape_.num_blocks[0], " global blocks of ", kv_shape_.block_size,
                      " tokens); lower max_new_tokens or give the engine more KV memory"));
   }
+  // Waits in the queue could never admit it: not "full, retry later" but "cannot succeed".
+  if (prompt_len > options_.max_queued_prompt_tokens) {
+    return absl::OutOfRangeError(
+        absl::StrCat("prompt_tokens: ", prompt_len, " tokens exceed the waiting queue's limit of ",
+                     options_.max_queued_prompt_tokens,
+                     " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
+  }
   auto r = std::make_unique<ActiveRequest>();
   r->enqueue_time = absl::Now();
   r->seed = request.sampling.seed.has_value() ? *request.sampling.seed

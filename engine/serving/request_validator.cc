@@ -26,11 +26,17 @@ absl::Status ValidateTokenIds(absl::string_view field, absl::Span<const int32_t>
 }
 
 absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& lim) {
+  // "request_id", the field's name in the API (GenerationRequest::id).
   if (r.id.size() > static_cast<size_t>(kMaxRequestIdBytes)) {
-    return Invalid("id", absl::StrCat("longer than ", kMaxRequestIdBytes, " bytes"));
+    return Invalid("request_id", absl::StrCat("must be at most ", kMaxRequestIdBytes,
+                                              " bytes, got ", r.id.size()));
   }
-  for (char c : r.id) {
-    if (c < 0x21 || c > 0x7e) return Invalid("id", "must be printable ASCII without spaces");
+  for (size_t i = 0; i < r.id.size(); ++i) {
+    const char c = r.id[i];
+    if (c < 0x21 || c > 0x7e) {
+      return Invalid("request_id",
+                     absl::StrCat("must be printable ASCII without spaces (byte ", i, ")"));
+    }
   }
   if (r.prompt_tokens.empty()) return Invalid("prompt_tokens", "is empty");
   RETURN_IF_ERROR(ValidateTokenIds("prompt_tokens", r.prompt_tokens, lim.vocab_size));

@@ -2,9 +2,11 @@
 // the server, the tools and the benchmarks rely on it (the server only converts its proto
 // messages and maps the Status). Pure functions, thread-safe.
 //
-// Messages start with the field path of the GenerationRequest, e.g.
+// Messages start with the field path of the GenerationRequest (its `id` is the API's
+// "request_id"), e.g.
 //   "sampling.top_p: must be in (0, 1], got 0"
 //   "prompt_tokens[3]: token id 999 is outside the model vocabulary [0, 300)"
+//   "request_id: must be at most 128 bytes, got 129"
 #pragma once
 
 #include <cstdint>
