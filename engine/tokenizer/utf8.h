@@ -30,6 +30,10 @@ Utf8Char DecodeUtf8At(std::string_view text, size_t pos);
 // True when `text` is entirely well-formed UTF-8 (no surrogates, no overlongs, <= U+10FFFF).
 bool IsValidUtf8(std::string_view text);
 
+// Offset of the first byte that starts no valid UTF-8 character (a truncated character at the
+// end included), or std::string_view::npos when `text` is valid UTF-8.
+size_t FirstInvalidUtf8(std::string_view text);
+
 // Appends the UTF-8 encoding of `cp` (which must be a Unicode scalar value) to `out`.
 void AppendUtf8(char32_t cp, std::string* out);
 
