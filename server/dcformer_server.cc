@@ -1,16 +1,20 @@
 #include "server/dcformer_server.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/common/file_util.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpc/grpc.h"
+#include "grpc/support/log.h"
 #include "grpc/support/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -18,8 +22,71 @@
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 
+// gRPC's own log function (libgpr exports it, with C++ linkage, though no header declares it):
+// restored after a capture below.
+void gpr_default_log(gpr_log_func_args* args);
+
 namespace dcf::server {
 namespace {
+
+// While a listener starts, gRPC's log lines are collected instead of printed: when the bind
+// fails, gRPC logs a multi-line internal status, and the server reports one clean line with the
+// reason it carries instead. What was logged while the listener started fine is printed as
+// gRPC would have printed it. One capture at a time (a server starts its listener once).
+class GrpcLogCapture {
+ public:
+  struct Line {
+    std::string file;
+    int line;
+    gpr_log_severity severity;
+    std::string message;
+  };
+
+  GrpcLogCapture() {
+    {
+      absl::MutexLock lock(&mu_);
+      lines_.clear();
+    }
+    gpr_set_log_function(&GrpcLogCapture::Collect);
+  }
+  ~GrpcLogCapture() {
+    if (active_) Stop();
+  }
+  // Restores gRPC's logging; returns what was collected.
+  std::vector<Line> Stop() {
+    active_ = false;
+    gpr_set_log_function(gpr_default_log);
+    absl::MutexLock lock(&mu_);
+    return std::move(lines_);
+  }
+  static void Print(const Line& l) {
+    gpr_log_func_args args = {l.file.c_str(), l.line, l.severity, l.message.c_str()};
+    gpr_default_log(&args);
+  }
+  // The OS's reason in a collected bind error (os_error:"Address already in use"), or "".
+  static std::string OsError(const std::vector<Line>& lines) {
+    for (const Line& l : lines) {
+      const absl::string_view m = l.message;
+      const size_t at = m.find("os_error");
+      if (at == absl::string_view::npos) continue;
+      const size_t open = m.find('"', at);
+      const size_t close = open == absl::string_view::npos ? open : m.find('"', open + 1);
+      if (close != absl::string_view::npos) {
+        return std::string(m.substr(open + 1, close - open - 1));
+      }
+    }
+    return "";
+  }
+
+ private:
+  static void Collect(gpr_log_func_args* args) {
+    absl::MutexLock lock(&mu_);
+    lines_.push_back({args->file, args->line, args->severity, args->message});
+  }
+  bool active_ = true;
+  static inline absl::Mutex mu_;
+  static inline std::vector<Line> lines_ ABSL_GUARDED_BY(mu_);
+};
 
 // gRPC's certificate provider reads the TLS files itself (and again on every reload), and
 // only logs what it cannot use; reading them once here makes a missing or unreadable file a
@@ -123,11 +190,19 @@ absl::Status DcformerServer::Start() {
   }
   // Only receives the shutdown notification of Shutdown()'s early gRPC shutdown.
   shutdown_cq_ = builder.AddCompletionQueue(/*is_frequently_polled=*/false);
+  GrpcLogCapture capture;
   grpc_server_ = builder.BuildAndStart();
+  const std::vector<GrpcLogCapture::Line> grpc_log = capture.Stop();
   if (grpc_server_ == nullptr || bound_port_ == 0) {
     grpc_server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    const std::string reason = GrpcLogCapture::OsError(grpc_log);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, reason.empty() ? "" : ": ", reason,
+        reason == "Address already in use" ? " (another process has this port: stop it or "
+                                             "choose another --port)"
+                                           : ""));
   }
+  for (const GrpcLogCapture::Line& line : grpc_log) GrpcLogCapture::Print(line);
   SetServing(false);
   DCF_LOG(Info) << "listening on " << HostPort(options_.host, bound_port_)
                 << (options_.tls_cert.empty() ? " (plaintext)" : " (TLS)")
@@ -256,6 +331,7 @@ void DcformerServer::Watch(absl::Notification* stop) {
 void DcformerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  const bool started = grpc_server_ != nullptr || engine_ != nullptr;
   const absl::Time start = absl::Now();
   const absl::Time drain_deadline = start + options_.drain_timeout;
   if (grpc_server_ != nullptr) {
@@ -303,7 +379,12 @@ void DcformerServer::Shutdown() {
   service_.reset();
   metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone
   engine_.reset();
-  DCF_LOG(Info) << "shut down after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  // Last, so that the metrics endpoint serves the whole drain; its listener takes up to ~2 s
+  // to stop, which the line below counts: the process exits right after it.
+  metrics_.StopExposer();
+  if (started) {
+    DCF_LOG(Info) << "shut down after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  }
 }
 
 }  // namespace dcf::server

@@ -43,6 +43,9 @@ class ServerMetrics : public EngineObserver {
 
   // Serves /metrics on `host:port` (e.g. "127.0.0.1:9090").
   absl::Status StartExposer(const std::string& host_port);
+  // Stops serving /metrics (also done by the destructor); may take a moment (the listener's
+  // poll interval). Not concurrent with StartExposer.
+  void StopExposer() { exposer_.reset(); }
 
   // --- request accounting (called by the RPC layer) ---
   // One finished call: `outcome` is a finish reason ("eos", "length", ...) or a gRPC code
