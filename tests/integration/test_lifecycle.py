@@ -29,11 +29,8 @@ class LifecycleTest(unittest.TestCase):
         # holds it deterministically in the "starting" state.
         tmp = tempfile.mkdtemp()
         try:
-            fifo = os.path.join(tmp, "config.json")
-            os.mkfifo(fifo)
-            os.symlink(os.path.join(h.SHORT_MODEL, "model.safetensors"),
-                       os.path.join(tmp, "model.safetensors"))
-            with h.Server(model=tmp, ready=False) as server:
+            model, release = h.held_loading_model(tmp)
+            with h.Server(model=model, ready=False) as server:
                 with server.channel() as ch:
                     health = h.health_pb2_grpc.HealthStub(ch)
                     status = health.Check(h.health_pb2.HealthCheckRequest(), wait_for_ready=True,
@@ -48,9 +45,7 @@ class LifecycleTest(unittest.TestCase):
                     self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
                     watch = health.Watch(h.health_pb2.HealthCheckRequest(), timeout=60)
                     self.assertEqual(next(watch).status, h.NOT_SERVING)
-                    with open(os.path.join(h.SHORT_MODEL, "config.json")) as src, \
-                            open(fifo, "w") as dst:
-                        dst.write(src.read())
+                    release()
                     self.assertEqual(next(watch).status, h.SERVING)
                     watch.cancel()
                     self.assertEqual(health.Check(h.health_pb2.HealthCheckRequest(

@@ -36,6 +36,14 @@ def example_env():
     return dict(os.environ, PYTHONPATH=h.PY_DIR)
 
 
+def end_all(procs):
+    """Kills the (name, process) pairs still running (a failed test's), reaping them."""
+    for _, proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def clients(target, *args):
     """The three clients that take --wait-ready: dcformer-cli and the two examples."""
     out = [("dcformer-cli", [h.CLI, "generate", f"--target={target}", *args])]
@@ -137,21 +145,14 @@ class WaitReadyTest(unittest.TestCase):
                                                                                 [5, 6, 7], 3)[0]],
                                      name)
         finally:
-            for _, proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.communicate()
+            end_all(procs)
 
     def test_clients_wait_for_a_server_that_is_loading(self):
-        # config.json is a FIFO: the server blocks loading it (listening, NOT_SERVING) until
-        # the test writes it (as in test_lifecycle).
+        # The server listens but holds loading its model (NOT_SERVING) until release().
         tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, tmp)
-        fifo = os.path.join(tmp, "config.json")
-        os.mkfifo(fifo)
-        os.symlink(os.path.join(h.SHORT_MODEL, "model.safetensors"),
-                   os.path.join(tmp, "model.safetensors"))
-        with h.Server(model=tmp, ready=False) as server:
+        model, release = h.held_loading_model(tmp)
+        with h.Server(model=model, ready=False) as server:
             with server.channel() as ch:
                 status = h.health_pb2_grpc.HealthStub(ch).Check(
                     h.health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=30).status
@@ -175,9 +176,7 @@ class WaitReadyTest(unittest.TestCase):
                 for name, proc in procs:
                     if proc.poll() is not None:
                         self.fail(f"{name} did not wait: {proc.communicate()}")
-                with open(os.path.join(h.SHORT_MODEL, "config.json")) as src, \
-                        open(fifo, "w") as dst:
-                    dst.write(src.read())
+                release()
                 for name, proc in procs:
                     out, err = proc.communicate(timeout=120)
                     self.assertEqual(proc.returncode, 0, f"{name}: {err}")
@@ -186,10 +185,7 @@ class WaitReadyTest(unittest.TestCase):
                     else:
                         self.assertEqual(len(out.strip().split(",")), 3, f"{name}: {out}")
             finally:
-                for _, proc in procs:
-                    if proc.poll() is None:
-                        proc.kill()
-                        proc.communicate()
+                end_all(procs)
 
     def test_no_server_at_all_times_out_with_the_connection_error(self):
         target = f"127.0.0.1:{h.free_port()}"
