@@ -83,7 +83,8 @@ TEST(GenerateCliTest, TextPromptOnDefaultModel) {
   // What README's "Offline tools" documents: the JSON's fields, and plain output as the ids
   // on the first line, then (a tokenizer being present) their text.
   std::vector<std::string> keys;
-  for (const auto& [key, value] : j.items()) keys.push_back(key);
+  const auto ordered = nlohmann::ordered_json::parse(r.out);  // the keys as printed
+  for (const auto& [key, value] : ordered.items()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"tokens", "logprobs", "backend", "dtype", "text"}));
   EXPECT_TRUE(j.at("backend").is_string());  // what --backend auto resolved to
   const auto plain = testing::RunCommand(kGenerate +
