@@ -212,6 +212,8 @@ class DocsTest(unittest.TestCase):
                       "--dim 64 --n-layer 2 --n-head 4 --ffn 128")
         s = re.sub(r"--num-requests (\d+)",
                    lambda m: f"--num-requests {min(int(m.group(1)), 16)}", s)
+        if "dcformer-loadgen" in s and not re.search(r"--num-requests|--duration", s):
+            s += " --num-requests 16"  # the default is 100
         s = re.sub(r"--warmup-requests (\d+)",
                    lambda m: f"--warmup-requests {min(int(m.group(1)), 2)}", s)
         s = re.sub(r"(--(?:json|plot)-out) (\S+)",
