@@ -37,7 +37,7 @@
 #include "engine/backends/backend_flags.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/status_macros.h"
-#include "engine/model/step_batch.h"
+#include "engine/execution/step_batch.h"
 #include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "dcformer/v1/dcformer.pb.h"
 #include "engine/kv/kv_cache_manager.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/model/model_config.h"
 
 namespace dcf::server {

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/weights/dtype.h"
 
 namespace dcf {

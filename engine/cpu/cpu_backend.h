@@ -16,7 +16,7 @@
 #include "engine/cpu/large_buffer.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/kv/kv_layout.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/model/model_weights.h"
 #include "engine/sampling/token_sampler.h"
 

@@ -27,14 +27,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/sampling.h"
 #include "engine/kv/kv_layout.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/model/model_weights.h"
 
 namespace dcf::cuda {

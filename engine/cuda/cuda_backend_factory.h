@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/weights/dtype.h"

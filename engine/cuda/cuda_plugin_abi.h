@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/cuda_backend_factory.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/model/model_config.h"

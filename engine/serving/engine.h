@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/serving/request.h"
 #include "engine/serving/request_stream.h"
 #include "engine/serving/sequence.h"

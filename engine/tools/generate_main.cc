@@ -31,7 +31,7 @@
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
 #include "engine/common/logging.h"
-#include "engine/model/sequence_runner.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
 #include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"

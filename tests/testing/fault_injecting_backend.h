@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "server/dcformer_server.h"
 
 namespace dcf::testing {

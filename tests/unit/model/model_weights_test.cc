@@ -5,7 +5,7 @@
 
 #include "engine/backends/backend_factory.h"
 #include "engine/model/random_model.h"
-#include "engine/model/sequence_runner.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/safetensors_writer.h"
 #include "gtest/gtest.h"

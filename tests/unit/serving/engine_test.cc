@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/common/logging.h"
 #include "engine/backends/backend_factory.h"
-#include "engine/model/sequence_runner.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -22,7 +22,7 @@
 #include "tests/testing/forwarding_backend.h"
 #include "tests/testing/golden.h"
 // The emulator's test hooks (inject a sticky device fault); plain C++, no toolkit.
-#include "engine/cuda/sim/simt_testing.h"
+#include "engine/simt/simt_testing.h"
 
 namespace dcf {
 namespace {
