@@ -1,6 +1,6 @@
 #include "server/model_info.h"
 
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 
 namespace dcf::server {
 

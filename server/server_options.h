@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 #include "engine/serving/engine.h"
 
 namespace dcf::server {

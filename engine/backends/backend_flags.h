@@ -4,7 +4,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 
 namespace dcf {
 

@@ -19,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "engine/common/flag_names.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/read_bandwidth.h"

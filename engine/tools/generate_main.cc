@@ -26,6 +26,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/common/file_util.h"
 #include "engine/common/flag_names.h"
