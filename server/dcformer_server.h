@@ -41,7 +41,7 @@ class DcformerServer {
 
   // Wraps the backend LoadModel creates before the engine gets it (e.g. a test build's fault
   // injection, tests/testing/fault_injecting_backend.h). Call before LoadModel.
-  using BackendDecorator = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+  using BackendDecorator = dcf::BackendDecorator;
   void SetBackendDecorator(BackendDecorator decorator) { backend_decorator_ = std::move(decorator); }
 
   absl::Status Start();

@@ -1,11 +1,6 @@
-// dcformer-server: serves one DCFormer model over gRPC.
-//
-//   dcformer-server [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9090] ...
-//
-// With no flags it serves the repository's default model (models/dcformer-kjv) on
-// 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
-// exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable), a
-// second signal, or a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown).
+// dcformer-server's main program (server_main.h): flags, signals, start, serve, drain.
+#include "server/server_main.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,9 +21,6 @@
 #include "engine/common/logging.h"
 #include "server/dcformer_server.h"
 #include "server/server_options.h"
-#ifdef DCF_FAULT_INJECTION
-#include "tests/testing/fault_injecting_backend.h"
-#endif
 
 namespace {
 
@@ -48,7 +40,9 @@ void OnSignal(int sig) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace dcf::server {
+
+int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
   absl::SetProgramUsageMessage(
       "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...");
   std::vector<std::string> arg_storage;
@@ -122,9 +116,7 @@ int main(int argc, char** argv) {
   }).detach();
 
   dcf::server::DcformerServer server(*std::move(options));
-#ifdef DCF_FAULT_INJECTION
-  server.SetBackendDecorator(dcf::testing::FaultInjectionFromFlags());
-#endif
+  if (backend_decorator) server.SetBackendDecorator(std::move(backend_decorator));
   if (absl::Status s = server.Start(); !s.ok()) {
     DCF_LOG(Error) << s.message();
     return 1;
@@ -141,3 +133,5 @@ int main(int argc, char** argv) {
   shut_down.store(true);
   return 0;
 }
+
+}  // namespace dcf::server

@@ -11,6 +11,14 @@
 
 namespace dcf {
 
+bool CudaSimBackendBuilt() {
+#if defined(DCF_HAVE_CUDA_SIM_BACKEND)
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool CudaBackendBuilt() {
 #if defined(DCF_HAVE_CUDA_BACKEND)
   return true;
@@ -45,6 +53,11 @@ BackendKind ResolveBackendKind(BackendKind kind) {
 absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptions& options) {
   const BackendKind kind = ResolveBackendKind(options.kind);
   // Refuse what cannot run before reading gigabytes of weights.
+  if (kind == BackendKind::kCudaSim && !CudaSimBackendBuilt()) {
+    return absl::UnavailableError(
+        "--backend cuda-sim: this binary has no cuda-sim backend (the SIMT emulator is linked "
+        "into the offline tools, the benchmarks and the tests, not into dcformer-server)");
+  }
   if (kind == BackendKind::kCuda) {
     if (!CudaBackendBuilt()) {
       return absl::UnavailableError(
@@ -80,11 +93,13 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   cuda_options.dtype = options.dtype.value_or(DType::kBF16);
   cuda_options.device = options.device;
   cuda_options.compose = options.compose;
+#if defined(DCF_HAVE_CUDA_SIM_BACKEND)
   if (kind == BackendKind::kCudaSim) {
     ASSIGN_OR_RETURN(m.backend,
                      cuda::sim::CreateBackend(m.config, std::move(weights), cuda_options));
     return m;
   }
+#endif
 #if defined(DCF_HAVE_CUDA_BACKEND)
   ASSIGN_OR_RETURN(const CudaPlugin* plugin, LoadCudaPlugin());
   absl::Status status;

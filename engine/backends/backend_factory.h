@@ -1,6 +1,7 @@
 // Chooses and builds a backend for a model directory: the one place that knows every
 // backend (cpu, cuda, cuda-sim). Tools, the server and the benchmarks load models through
-// it (--backend, --dtype).
+// it (--backend, --dtype). cuda-sim is there only in binaries that link
+// dcformer_backends_sim (engine/backends/CMakeLists.txt).
 #pragma once
 
 #include <memory>
@@ -12,6 +13,10 @@
 #include "engine/weights/dtype.h"
 
 namespace dcf {
+
+// Whether this binary has the cuda-sim backend: linked with dcformer_backends_sim (tools,
+// benchmarks, tests), not with dcformer_backends (release dcformer-server).
+bool CudaSimBackendBuilt();
 
 // Whether this build contains the real CUDA backend, and how many devices it sees (0 when
 // not built or no driver/device).

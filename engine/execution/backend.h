@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -73,5 +75,9 @@ class Backend {
   // OK while the backend can run steps; the sticky failure once it cannot.
   virtual absl::Status health() const { return absl::OkStatus(); }
 };
+
+// Wraps a backend in another that forwards to it: how a test build breaks a real backend on
+// purpose (tests/testing/fault_injecting_backend.h); the server applies one after loading.
+using BackendDecorator = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
 
 }  // namespace dcf

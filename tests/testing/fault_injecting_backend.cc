@@ -63,7 +63,7 @@ std::unique_ptr<Backend> InjectFaults(std::unique_ptr<Backend> inner, FaultPlan 
   return std::make_unique<FaultInjectingBackend>(std::move(inner), std::move(plan));
 }
 
-server::DcformerServer::BackendDecorator FaultInjectionFromFlags() {
+BackendDecorator FaultInjectionFromFlags() {
   FaultPlan plan;
   if (absl::GetFlag(FLAGS_fault_fail_token) >= 0) plan.fail_token = absl::GetFlag(FLAGS_fault_fail_token);
   if (absl::GetFlag(FLAGS_fault_stall_token) >= 0) {

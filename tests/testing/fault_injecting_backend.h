@@ -1,8 +1,10 @@
 // Test-only fault injection for the serving path: a Backend decorator that fails or stalls a
 // step that prefills a prompt starting with a chosen token id, so that a test can break the
-// engine on purpose with an ordinary request (generated tokens never trigger it). It is compiled only into test binaries (the unit tests and
-// build/bin/dcformer-server-faults, a build of server/server_main.cc with
-// DCF_FAULT_INJECTION); release binaries carry none of it.
+// engine on purpose with an ordinary request (generated tokens never trigger it). It is
+// compiled only into build/bin/dcformer-server-faults, the server's main program
+// (server/server_main.h) with this decorator and the flags below
+// (tests/integration/server_faults_main.cc);
+// release binaries carry none of it.
 #pragma once
 
 #include <memory>
@@ -10,7 +12,6 @@
 #include <string>
 
 #include "engine/execution/backend.h"
-#include "server/dcformer_server.h"
 
 namespace dcf::testing {
 
@@ -28,6 +29,6 @@ std::unique_ptr<Backend> InjectFaults(std::unique_ptr<Backend> inner, FaultPlan 
 
 // The plan given by the test-only flags --fault-fail-token, --fault-stall-token and
 // --fault-release-file (defined in fault_injecting_backend.cc), as a server decorator.
-server::DcformerServer::BackendDecorator FaultInjectionFromFlags();
+BackendDecorator FaultInjectionFromFlags();
 
 }  // namespace dcf::testing

@@ -13,14 +13,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/common/logging.h"
-#include "engine/backends/backend_factory.h"
-#include "engine/serving/sequence_runner.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend_factory.h"
+#include "engine/execution/backend_options.h"
+#include "engine/model/model_weights.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/weights/checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/forwarding_backend.h"
 #include "tests/testing/golden.h"
+#include "tests/testing/tiny_tokenizer.h"
 // The emulator's test hooks (inject a sticky device fault); plain C++, no toolkit.
 #include "engine/simt/simt_testing.h"
 
@@ -29,13 +34,28 @@ namespace {
 
 const char kModel[] = "dcformer-f32-long-prompt";
 
+// The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
+// factory sits above the engine).
 std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu) {
-  BackendOptions o;
-  o.kind = kind;
-  o.dtype = DType::kF32;
-  auto m = LoadModel(testing::GoldenDir(kModel), o);
-  DCF_CHECK(m.ok()) << m.status();
-  return std::move(m->backend);
+  const std::string dir = testing::GoldenDir(kModel);
+  auto config = ModelConfig::FromFile(dir + "/config.json");
+  DCF_CHECK(config.ok()) << config.status();
+  auto reader = OpenCheckpointDir(dir);
+  DCF_CHECK(reader.ok()) << reader.status();
+  auto weights = LoadModelWeights(*config, **reader);  // float32
+  DCF_CHECK(weights.ok()) << weights.status();
+  DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
+  absl::StatusOr<std::unique_ptr<Backend>> backend;
+  if (kind == BackendKind::kCpu) {
+    auto cpu = CpuBackend::Create(*config, *std::move(weights));
+    backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
+  } else {
+    cuda::BackendCreateOptions o;
+    o.dtype = DType::kF32;
+    backend = cuda::sim::CreateBackend(*config, *std::move(weights), o);
+  }
+  DCF_CHECK(backend.ok()) << backend.status();
+  return *std::move(backend);
 }
 
 std::string KindName(BackendKind k) {
@@ -555,33 +575,8 @@ TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   }
 }
 
-// A byte-level tokenizer over the model's 300 ids: 0..255 are single bytes, 256..298 two-byte
-// tokens, 299 is <|endoftext|>.
-std::unique_ptr<Tokenizer> TinyTokenizer() {
-  TokenizerSpec spec;
-  for (int b = 0; b < 256; ++b) {
-    std::string t;
-    AppendByteLevel(std::string(1, static_cast<char>(b)), &t);
-    spec.vocab[t] = b;
-  }
-  for (int i = 256; i < 299; ++i) {
-    std::string t;
-    AppendByteLevel(std::string{'a', static_cast<char>('A' + (i - 256) % 26)}, &t);
-    if (spec.vocab.contains(t)) AppendByteLevel("z", &t);
-    spec.vocab[t] = i;
-  }
-  AddedToken eos;
-  eos.id = 299;
-  eos.content = "<|endoftext|>";
-  eos.special = true;
-  spec.added_tokens.push_back(eos);
-  auto tok = Tokenizer::FromSpec(std::move(spec));
-  DCF_CHECK(tok.ok()) << tok.status();
-  return std::move(*tok);
-}
-
 TEST(EngineTest, StopStringAcrossTokenBoundaries) {
-  const auto tok = TinyTokenizer();
+  const auto tok = testing::TinyTokenizer();
   ASSERT_EQ(tok->eos_token_id(), std::optional<int32_t>(299));
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
