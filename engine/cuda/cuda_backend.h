@@ -32,9 +32,11 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/norm.h"
 #include "engine/cuda/sampling.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/execution/backend.h"
+#include "engine/execution/step_plan.h"
 #include "engine/model/model_weights.h"
 
 namespace dcf::cuda {
@@ -83,14 +85,14 @@ class CudaBackend final : public Backend {
     const int32_t* logit_rows = nullptr;          // [R] step token of each logits row
     const DeviceSamplingRow* sampling = nullptr;  // [num_sampled]
   };
-  // Host-side facts about the step, for the launch configuration and for Wait.
-  struct StepPlan {
+  // The step as the device runs it: the shared plan of its logits rows (step_plan.h) plus
+  // what the launch configuration, the sampler and Wait need.
+  struct DevicePlan {
     int num_tokens = 0, num_seqs = 0;
     int max_seq_tokens = 0, max_position = 0;
-    int num_rows = 0;                  // R: logits rows computed
-    int num_logit_rows = 0;            // the first of them, returned to the host
-    std::vector<int32_t> sampled_seq;  // sequence of each sampled row
-    std::vector<DeviceSamplingRow> rows;
+    LogitRows logits;                             // rows [R]: returned ones first
+    std::vector<DeviceSamplingRow> device_rows;   // [num_sampled], logits.sampled_seqs order
+    std::vector<SamplingRow> sampling;            // [num_sampled] what each row asked for
     bool record_penalties = false;
   };
 
@@ -99,8 +101,24 @@ class CudaBackend final : public Backend {
   absl::Status UseDevice();
   // Records `status` as the sticky failure (health()) and returns it.
   absl::Status Fail(absl::Status status);
-  absl::Status Enqueue(const StepBatch& batch, const StepPlan& plan);
-  absl::Status Forward(const StepArrays& d, const StepPlan& plan);
+
+  // One step, as Launch runs it: plan on the host, upload the step arrays, the layers, the
+  // device sampler (Wait then scatters the results, StoreSample).
+  absl::StatusOr<DevicePlan> Plan(const StepBatch& batch) const;
+  absl::StatusOr<StepArrays> Upload(const StepBatch& batch, const DevicePlan& plan);
+  absl::Status Forward(const StepArrays& d, const DevicePlan& plan);
+  absl::Status AttentionLayer(int layer, const StepArrays& d, const StepView& sv);
+  absl::Status FeedForward(int layer, int num_tokens);
+  // Final norm and output projection of the plan's logits rows into logits_.
+  absl::Status Logits(const StepArrays& d, const DevicePlan& plan);
+  absl::Status Sample(const StepArrays& d, const DevicePlan& plan);
+
+  // y[rows, n] (+)= in[rows, k] . w^T (+ bias), in the compute dtype with f32 accumulation.
+  absl::Status Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+                      const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
+  // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
+  // empty) into `out` (compute dtype).
+  NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;
   CacheView CacheFor(LayerGroup g, const int32_t* table) const;
 
   ModelConfig config_;
@@ -123,7 +141,7 @@ class CudaBackend final : public Backend {
   int rows_cap_ = 0;             // R_max: logits rows of one step
   DeviceBuffer x_;               // [T, E] f32 residual stream
   DeviceBuffer a_, a2_;          // [T, E] dtype normed inputs (a2_: dcpythia MLP input)
-  DeviceBuffer proj_;            // [T, 3E + C*K + C*N] f32: q | k | v | a.dw1 | a.dd (-> G)
+  DeviceBuffer proj_;            // [T, FusedInputWidth] f32: q | k | v | a.dw1 | a.dd (-> G)
   DeviceBuffer dyn_;             // [T, C, 2I, N] f32
   DeviceBuffer attn_out_;        // [T, E] dtype
   DeviceBuffer up_;              // [T, 2F] (dcformer) or [T, F] f32
@@ -143,7 +161,7 @@ class CudaBackend final : public Backend {
   std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype
 
   bool launched_ = false;
-  StepPlan plan_;  // of the launched step
+  DevicePlan plan_;  // of the launched step
 };
 
 }  // namespace DCF_CUDA_NS

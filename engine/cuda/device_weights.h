@@ -45,9 +45,6 @@ struct DeviceWeights {
   size_t bytes = 0;             // device bytes of all of the above
 };
 
-// Rows of the fused input projection: 3E + C*K + C*N.
-int64_t FusedInputRows(const ModelConfig& config);
-
 // Uploads `weights` (validated against `config` by LoadModelWeights, any stored dtype) in
 // `dtype`, releasing each host tensor once it is on the device. ResourceExhausted when the
 // device memory runs out (naming the tensor), Internal on other CUDA errors.

@@ -51,6 +51,9 @@ class PenaltyState {
 
   int32_t count(int32_t token) const { return counts_[token]; }
   bool seen(int32_t token) const { return seen_[token] != 0; }
+  // The whole state, as the device sampler keeps it per slot: [vocab] each.
+  const std::vector<uint8_t>& seen_flags() const { return seen_; }
+  const std::vector<int32_t>& counts() const { return counts_; }
 
  private:
   std::vector<uint8_t> seen_;    // [vocab] id occurred in prompt or output
