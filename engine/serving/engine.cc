@@ -12,9 +12,9 @@
 #include "engine/common/status_macros.h"
 #include "engine/common/memory_info.h"
 #include "engine/kv/kv_cache_planner.h"
+#include "engine/serving/output_processor.h"
 #include "engine/serving/request_validator.h"
 #include "engine/serving/scheduler.h"
-#include "engine/serving/stop_checker.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace dcf {
@@ -28,9 +28,7 @@ struct ActiveRequest {
   std::shared_ptr<RequestStream> stream;
   uint64_t seed = 0;       // the request's random stream (its own, or drawn at Enqueue)
   int penalty_slot = -1;   // backend penalty state while running with penalties
-  std::unique_ptr<StreamingDetokenizer> detok;  // when output.text
-  std::unique_ptr<StopStringMatcher> stop;      // when output.text or stop strings
-  std::optional<int32_t> eos;
+  std::unique_ptr<OutputProcessor> output;  // tokens -> chunks, stop rules, usage
   absl::Time enqueue_time;
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
@@ -112,8 +110,8 @@ class EngineImpl {
   }
   void Loop();
   void Step();
-  // Emits the token the backend sampled for `r` (row `i` of out_); finishes `r` when a stop
-  // condition holds.
+  // Emits the token the backend sampled for `r` (row `i` of out_) through its output
+  // processor; finishes `r` when a stop rule holds.
   void ProcessToken(ActiveRequest* r, int i);
   // Gives `r` a penalty slot with its current tokens, when its sampling has penalties.
   absl::Status AcquirePenaltySlot(ActiveRequest* r);
@@ -121,8 +119,8 @@ class EngineImpl {
   // A step failed: the backend is treated as broken. Fails every request, stops accepting
   // new ones and reports the failure in Stats (health NOT_SERVING).
   void FailBackend(const absl::Status& status);
-  // Ends `r`: frees its blocks, sets its final state and queues its final chunk. `chunk`
-  // holds output not yet emitted (the last token).
+  // Ends `r`: frees its blocks, sets its final state and queues its final chunk (the output
+  // processor's, with timing). `chunk` holds output not yet emitted (the last tokens).
   void Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
               GenerationChunk chunk = GenerationChunk());
   void PublishAndFlush();
@@ -192,15 +190,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
   r->enqueue_time = absl::Now();
   r->seed = request.sampling.seed.has_value() ? *request.sampling.seed
                                                : absl::Uniform<uint64_t>(absl::BitGen());
-  r->eos = request.stopping.eos_token_id.has_value() ? request.stopping.eos_token_id : eos_;
-  // Stop strings need the text even when the client does not want it.
-  if (request.output.text || !request.stopping.stop_strings.empty()) {
-    r->detok = std::make_unique<StreamingDetokenizer>(*tokenizer_, /*skip_special_tokens=*/true);
-  }
-  if (request.output.text || !request.stopping.stop_strings.empty()) {
-    r->stop = std::make_unique<StopStringMatcher>(request.stopping.stop_strings,
-                                                  request.stopping.include_stop_string);
-  }
+  r->output = std::make_unique<OutputProcessor>(request.stopping, request.output, eos_,
+                                                tokenizer_, prompt_len, config_.max_positions);
   r->seq.tokens = request.prompt_tokens;
   r->seq.prompt_len = prompt_len;
   r->seq.max_len = max_len;
@@ -401,12 +392,9 @@ void EngineImpl::FailBackend(const absl::Status& status) {
 }
 
 void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
-  const int32_t token = out_.tokens[i];
-  r->seq.tokens.push_back(token);
-  ++tokens_generated_;
   const OutputOptions& o = r->request.output;
   TokenOutput t;
-  t.token = token;
+  t.token = out_.tokens[i];
   if (o.logprobs || o.top_logprobs > 0) {
     t.logprob = out_.logprobs[i];
     for (int j = 0; j < o.top_logprobs; ++j) {
@@ -415,6 +403,10 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
       t.top.push_back({out_.top_tokens[k], out_.top_logprobs[k]});
     }
   }
+  GenerationChunk chunk;
+  const OutputProcessor::Update u = r->output->Process({&t, 1}, &chunk);
+  for (int k = 0; k < u.accepted; ++k) r->seq.tokens.push_back(chunk.tokens[k].token);
+  tokens_generated_ += u.accepted;
   const absl::Time now = absl::Now();
   if (!r->first_token.has_value()) {
     r->first_token = now;
@@ -423,51 +415,16 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
     observer_->OnInterTokenLatency(now - r->last_token);
   }
   r->last_token = now;
-  GenerationChunk chunk;
-  chunk.tokens.push_back(std::move(t));
-
-  FinishReason reason = FinishReason::kUnspecified;
-  if (r->detok != nullptr) {
-    // Models often pad their vocabulary beyond the tokenizer's: such ids have no text.
-    absl::StatusOr<std::string> piece =
-        tokenizer_->TokenBytes(token).has_value() ? r->detok->Push(token) : std::string();
-    if (!piece.ok()) {
-      Finish(r, FinishReason::kError, piece.status(), std::move(chunk));
-      return;
-    }
-    chunk.text = r->stop->Push(*piece);
-    if (r->stop->matched()) reason = FinishReason::kStopString;
-    if (!o.text) chunk.text.clear();
-  }
-  const StoppingCriteria& s = r->request.stopping;
-  if (reason == FinishReason::kUnspecified &&
-      std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) !=
-          s.stop_token_ids.end()) {
-    reason = FinishReason::kStopToken;
-  }
-  if (reason == FinishReason::kUnspecified && !s.ignore_eos && r->eos.has_value() &&
-      token == *r->eos) {
-    reason = FinishReason::kEos;
-  }
-  if (reason == FinishReason::kUnspecified &&
-      (r->seq.num_generated() >= s.max_new_tokens ||
-       static_cast<int>(r->seq.tokens.size()) >= config_.max_positions)) {
-    reason = FinishReason::kLength;
-  }
-  if (reason != FinishReason::kUnspecified) {
-    Finish(r, reason, absl::OkStatus(), std::move(chunk));
+  if (u.reason != FinishReason::kUnspecified) {
+    Finish(r, u.reason, u.error, std::move(chunk));
   } else {
     outbox_.emplace_back(r->stream, std::move(chunk));
   }
 }
 
 void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
-                          GenerationChunk chunk) {
-  if (r->stop != nullptr && reason != FinishReason::kStopString) {
-    if (r->detok != nullptr) chunk.text += r->stop->Push(r->detok->Finish());
-    chunk.text += r->stop->Flush();
-  }
-  if (!r->request.output.text) chunk.text.clear();
+                        GenerationChunk chunk) {
+  r->output->Finish(reason, std::move(error), &chunk);
   scheduler_.Remove(&r->seq);
   ReleasePenaltySlot(r);
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
@@ -480,11 +437,6 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
     queue_dequeued_tokens_ += r->seq.prompt_len;
   }
   const absl::Time now = absl::Now();
-  chunk.finished = true;
-  chunk.finish_reason = reason;
-  chunk.error = std::move(error);
-  chunk.usage.prompt_tokens = r->seq.prompt_len;
-  chunk.usage.generated_tokens = std::max(0, r->seq.num_generated());
   chunk.timing.queue_time = r->first_scheduled.value_or(now) - r->enqueue_time;
   chunk.timing.time_to_first_token =
       r->first_token.has_value() ? *r->first_token - r->enqueue_time : absl::ZeroDuration();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
+#include "engine/serving/output_processor.h"
 
 namespace dcf {
 
@@ -69,19 +70,27 @@ absl::StatusOr<GreedyResult> SequenceRunner::Greedy(absl::Span<const int32_t> pr
     RETURN_IF_ERROR(Append(prompt, chunk));
     return out;
   }
+  // The stop rules of the serving engine: EOS, max_new_tokens, the model context.
+  StoppingCriteria stopping;
+  stopping.max_new_tokens = max_new_tokens;
+  OutputOptions output;
+  output.text = false;
+  OutputProcessor processor(stopping, output, eos, /*tokenizer=*/nullptr,
+                            static_cast<int>(prompt.size()), backend_->config().max_positions);
   // The prompt's last chunk samples the first token.
   const size_t head = (prompt.size() - 1) / chunk * chunk;
   RETURN_IF_ERROR(Append(prompt.subspan(0, head), chunk));
   RETURN_IF_ERROR(RunStep(prompt.subspan(head), /*sample=*/true, /*logits=*/false));
   while (true) {
-    const int32_t next = out_.tokens[0];
-    out.tokens.push_back(next);
-    out.logprobs.push_back(out_.logprobs[0]);
-    if (eos.has_value() && next == *eos) break;
-    if (static_cast<int>(out.tokens.size()) == max_new_tokens) break;
-    // The model context is full: stop with what was generated (like max_new_tokens).
-    if (seq_.num_tokens + 1 > backend_->config().max_positions) break;
-    RETURN_IF_ERROR(RunStep({&next, 1}, /*sample=*/true, /*logits=*/false));
+    TokenOutput t;
+    t.token = out_.tokens[0];
+    t.logprob = out_.logprobs[0];
+    GenerationChunk emitted;
+    const OutputProcessor::Update u = processor.Process({&t, 1}, &emitted);
+    out.tokens.push_back(t.token);
+    out.logprobs.push_back(t.logprob);
+    if (u.reason != FinishReason::kUnspecified) break;
+    RETURN_IF_ERROR(RunStep({&t.token, 1}, /*sample=*/true, /*logits=*/false));
   }
   return out;
 }

@@ -32,9 +32,10 @@ class SequenceRunner {
                       std::vector<float>* logits = nullptr);
 
   // Greedy decoding (the backend's sampler at temperature 0): feeds `prompt` (chunked), then
-  // takes the argmax token until `max_new_tokens`, until a token equals `eos` (which is
-  // included), or until the model context is full. OutOfRange when the prompt alone does
-  // not fit the context.
+  // takes the argmax token until the serving engine's stop rules end it (OutputProcessor):
+  // `max_new_tokens`, a token equal to `eos` (which is included), or a full model context
+  // (the last token is the one sampled at the context's last position). OutOfRange when the
+  // prompt alone does not fit the context.
   absl::StatusOr<GreedyResult> Greedy(absl::Span<const int32_t> prompt, int max_new_tokens,
                                       int chunk, std::optional<int32_t> eos = std::nullopt);
 
