@@ -89,21 +89,16 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
     return m;
   }
-  cuda::BackendCreateOptions cuda_options;
-  cuda_options.dtype = options.dtype.value_or(DType::kBF16);
-  cuda_options.device = options.device;
-  cuda_options.compose = options.compose;
 #if defined(DCF_HAVE_CUDA_SIM_BACKEND)
   if (kind == BackendKind::kCudaSim) {
-    ASSIGN_OR_RETURN(m.backend,
-                     cuda::sim::CreateBackend(m.config, std::move(weights), cuda_options));
+    ASSIGN_OR_RETURN(m.backend, cuda::sim::CreateBackend(m.config, std::move(weights), options));
     return m;
   }
 #endif
 #if defined(DCF_HAVE_CUDA_BACKEND)
   ASSIGN_OR_RETURN(const CudaPlugin* plugin, LoadCudaPlugin());
   absl::Status status;
-  Backend* backend = plugin->create_backend(&m.config, &weights, &cuda_options, &status);
+  Backend* backend = plugin->create_backend(&m.config, &weights, &options, &status);
   RETURN_IF_ERROR(status);
   m.backend.reset(backend);
 #endif

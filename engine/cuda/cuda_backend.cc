@@ -72,7 +72,7 @@ class Packer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
-    const ModelConfig& config, ModelWeights weights, const CudaBackendOptions& options) {
+    const ModelConfig& config, ModelWeights weights, const BackendOptions& options) {
   if (config.n_head > kMaxDynHeads || config.head_dim > kMaxQkRopeHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",
@@ -97,8 +97,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   return b;
 }
 
-CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
-    : config_(config), layout_(config), options_(options), dtype_(ToElemType(options.dtype)) {
+CudaBackend::CudaBackend(const ModelConfig& config, const BackendOptions& options)
+    : config_(config), layout_(config), options_(options) {
+  options_.dtype = options.dtype.value_or(kDefaultCudaDType);
+  dtype_ = ToElemType(*options_.dtype);
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -151,7 +153,7 @@ BackendInfo CudaBackend::info() const {
   BackendInfo info;
   info.name = kBackendName;
   info.device = device_name_;
-  info.dtype = options_.dtype;
+  info.dtype = *options_.dtype;
   return info;
 }
 

@@ -36,26 +36,25 @@
 #include "engine/cuda/sampling.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/execution/backend.h"
+#include "engine/execution/backend_options.h"
 #include "engine/execution/step_plan.h"
 #include "engine/model/model_weights.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 
-struct CudaBackendOptions {
-  DType dtype = DType::kBF16;  // compute dtype
-  int device = 0;              // CUDA device ordinal
-  bool compose = true;         // false: plain multi-head attention (benchmarks only)
-};
+// The compute dtype when BackendOptions::dtype leaves it unset.
+inline constexpr DType kDefaultCudaDType = DType::kBF16;
 
 class CudaBackend final : public Backend {
  public:
-  // Uploads `weights` (any stored dtype) to device `options.device` in `options.dtype`.
-  // InvalidArgument when the model exceeds what the kernels support (n_head or head_dim >
-  // 256); Unavailable without a usable device; ResourceExhausted when the weights do not fit.
+  // Uploads `weights` (any stored dtype) to device `options.device` in `options.dtype`
+  // (kDefaultCudaDType when unset); options.kind is not read. InvalidArgument when the model
+  // exceeds what the kernels support (n_head or head_dim > 256); Unavailable without a
+  // usable device; ResourceExhausted when the weights do not fit.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
                                                              ModelWeights weights,
-                                                             const CudaBackendOptions& options);
+                                                             const BackendOptions& options);
   ~CudaBackend() override;
 
   const ModelConfig& config() const override { return config_; }
@@ -73,7 +72,7 @@ class CudaBackend final : public Backend {
   size_t weight_bytes() const { return weights_.bytes; }
 
  private:
-  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
+  CudaBackend(const ModelConfig& config, const BackendOptions& options);
 
   // Device addresses of one step's uploaded arrays.
   struct StepArrays {
@@ -123,7 +122,7 @@ class CudaBackend final : public Backend {
 
   ModelConfig config_;
   KvRowLayout layout_;
-  CudaBackendOptions options_;
+  BackendOptions options_;  // dtype always set
   ElemType dtype_ = ElemType::kBF16;
   std::string device_name_;
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};

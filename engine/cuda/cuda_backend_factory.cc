@@ -20,13 +20,9 @@ int VisibleDeviceCount() {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelConfig& config,
                                                        ModelWeights weights,
-                                                       const BackendCreateOptions& options) {
-  CudaBackendOptions o;
-  o.dtype = options.dtype;
-  o.device = options.device;
-  o.compose = options.compose;
+                                                       const BackendOptions& options) {
   absl::StatusOr<std::unique_ptr<CudaBackend>> b =
-      CudaBackend::Create(config, std::move(weights), o);
+      CudaBackend::Create(config, std::move(weights), options);
   if (!b.ok()) return b.status();
   return std::unique_ptr<Backend>(std::move(*b));
 }

@@ -10,31 +10,27 @@
 
 #include "absl/status/statusor.h"
 #include "engine/execution/backend.h"
+#include "engine/execution/backend_options.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
-#include "engine/weights/dtype.h"
 
 namespace dcf::cuda {
 
-struct BackendCreateOptions {
-  DType dtype = DType::kBF16;
-  int device = 0;
-  bool compose = true;
-};
+// `options`: dtype (bfloat16 when unset), device and compose; options.kind is not read.
 
 namespace sim {
 // Devices this build sees (the emulator always has one) and a backend on one of them.
 int VisibleDeviceCount();
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelConfig& config,
                                                        ModelWeights weights,
-                                                       const BackendCreateOptions& options);
+                                                       const BackendOptions& options);
 }  // namespace sim
 
 namespace gpu {
 int VisibleDeviceCount();
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelConfig& config,
                                                        ModelWeights weights,
-                                                       const BackendCreateOptions& options);
+                                                       const BackendOptions& options);
 }  // namespace gpu
 
 }  // namespace dcf::cuda

@@ -24,7 +24,7 @@ int dcf_cuda_plugin_device_count() { return dcf::cuda::gpu::VisibleDeviceCount()
 
 dcf::Backend* dcf_cuda_plugin_create_backend(const dcf::ModelConfig* config,
                                              dcf::ModelWeights* weights,
-                                             const dcf::cuda::BackendCreateOptions* options,
+                                             const dcf::BackendOptions* options,
                                              absl::Status* status) {
   absl::StatusOr<std::unique_ptr<dcf::Backend>> b =
       dcf::cuda::gpu::CreateBackend(*config, std::move(*weights), *options);

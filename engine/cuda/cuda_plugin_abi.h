@@ -11,7 +11,7 @@
 #include "engine/model/model_weights.h"
 
 // Bump when a signature below or a type crossing the boundary changes.
-#define DCF_CUDA_PLUGIN_ABI_VERSION 1
+#define DCF_CUDA_PLUGIN_ABI_VERSION 2
 #define DCF_CUDA_PLUGIN_FILE "libdcformer_cuda_plugin.so"
 
 extern "C" {
@@ -23,5 +23,5 @@ using DcfCudaPluginDeviceCountFn = int (*)();
 // The caller owns the result (delete through Backend's virtual destructor).
 using DcfCudaPluginCreateBackendFn =
     dcf::Backend* (*)(const dcf::ModelConfig* config, dcf::ModelWeights* weights,
-                      const dcf::cuda::BackendCreateOptions* options, absl::Status* status);
+                      const dcf::BackendOptions* options, absl::Status* status);
 }

@@ -50,7 +50,7 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu) {
     auto cpu = CpuBackend::Create(*config, *std::move(weights));
     backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
   } else {
-    cuda::BackendCreateOptions o;
+    BackendOptions o;
     o.dtype = DType::kF32;
     backend = cuda::sim::CreateBackend(*config, *std::move(weights), o);
   }
