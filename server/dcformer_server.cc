@@ -1,6 +1,5 @@
 #include "server/dcformer_server.h"
 
-#include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -163,30 +162,16 @@ absl::Status DcformerServer::LoadModel() {
   if (options_.warmup) RETURN_IF_ERROR(WarmUp());
   metrics_.SetEnabled(true);
 
-  RequestLimits limits;
-  limits.vocab_size = config.vocab_size;
-  limits.context_length = config.max_positions;
-  limits.default_max_new_tokens = options_.default_max_new_tokens;
-  limits.max_new_tokens_limit = options_.engine.max_new_tokens_limit;
-  limits.tokenizer = tokenizer_.get();
+  // What the engine resolved (limits, EOS) is reported as it is: nothing is recomputed here.
   ServedModelInfo info;
   info.model_name = BaseName(options_.model_dir);
   const EngineStats stats = engine->Stats();
   info.backend = stats.backend;
   info.kv_cache_bytes = stats.kv_cache_bytes;
   info.block_size = engine->options().block_size;
-  info.eos_token_id = engine->eos_token_id();
-  if (!info.eos_token_id.has_value()) info.eos_token_id = config.eos_token_id;
   info.kv_blocks_total = stats.kv_blocks_total;
-  info.has_tokenizer = tokenizer_ != nullptr;
-  info.max_prompt_tokens = options_.engine.max_prompt_tokens > 0
-                               ? std::min(options_.engine.max_prompt_tokens, config.max_positions)
-                               : config.max_positions;
-  info.max_new_tokens = options_.engine.max_new_tokens_limit > 0
-                            ? std::min(options_.engine.max_new_tokens_limit, config.max_positions)
-                            : config.max_positions;
-  info.default_max_new_tokens = options_.default_max_new_tokens;
-  state_->PublishEngine(engine, limits, std::move(info));
+  info.limits = engine->limits();
+  state_->PublishEngine(engine, engine->limits(), std::move(info));
   SetServing(true);
   // `info` was moved into the serving state: log from `stats`.
   DCF_LOG(Info) << "serving " << options_.model_dir << " (" << config.ArchitectureName() << ", "

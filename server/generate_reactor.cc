@@ -148,7 +148,7 @@ GenerateReactor::Action GenerateReactor::Pump(bool* cancel_engine) {
   generated_tokens_ += tokens_in_flight_;
   if (chunk.finished) {
     final_written_ = true;
-    outcome_ = FinishReasonLabel(chunk.finish_reason);
+    outcome_ = FinishReasonName(chunk.finish_reason);
     timing_ = chunk.timing;
     have_timing_ = true;
     if (chunk.finish_reason == FinishReason::kError) {

@@ -89,7 +89,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.max_queued_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
   o.engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens);
-  o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  o.engine.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   o.max_send_message_bytes = absl::GetFlag(FLAGS_max_send_message_bytes);
@@ -137,7 +137,9 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   }
   if (o.engine.max_prompt_tokens < 0) return bad("max-prompt-tokens", "must be >= 0");
   if (o.engine.max_new_tokens_limit < 0) return bad("max-new-tokens", "must be >= 0");
-  if (o.default_max_new_tokens < 1) return bad("default-max-new-tokens", "must be >= 1");
+  if (o.engine.default_max_new_tokens < 1) {
+    return bad("default-max-new-tokens", "must be >= 1");
+  }
   if (o.max_receive_message_bytes < 1024) {
     return bad("max-receive-message-bytes", "must be >= 1024");
   }

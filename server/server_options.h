@@ -20,7 +20,6 @@ struct ServerOptions {
   BackendOptions backend;             // --backend, --dtype
   int threads = 0;                    // compute threads (OpenMP/BLAS); 0 = environment/cores
   EngineOptions engine;
-  int default_max_new_tokens = 256;   // when a request leaves max_new_tokens unset
   bool warmup = true;                 // run one tiny request before reporting SERVING
 
   int max_receive_message_bytes = 1 << 20;

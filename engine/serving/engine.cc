@@ -56,18 +56,21 @@ class EngineImpl {
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark},
                    &kv_),
-        blocks_per_seq_(limits.blocks_per_seq),
-        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt) {
+        blocks_per_seq_(limits.blocks_per_seq) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
+    const int context = config_.max_positions;
     limits_.vocab_size = config_.vocab_size;
-    limits_.context = config_.max_positions;
+    limits_.context = context;
     limits_.max_prompt_tokens =
-        options.max_prompt_tokens > 0 ? options.max_prompt_tokens : config_.max_positions;
-    limits_.max_new_tokens_limit =
-        options.max_new_tokens_limit > 0 ? options.max_new_tokens_limit : config_.max_positions;
-    limits_.has_tokenizer = tokenizer != nullptr;
+        options.max_prompt_tokens > 0 ? std::min(options.max_prompt_tokens, context) : context;
+    limits_.max_new_tokens_limit = options.max_new_tokens_limit > 0
+                                       ? std::min(options.max_new_tokens_limit, context)
+                                       : context;
+    limits_.default_max_new_tokens = options.default_max_new_tokens;
+    limits_.eos_token_id = tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt;
+    limits_.tokenizer = tokenizer;
     for (int g = 0; g < kNumLayerGroups; ++g) {
       const LayerGroup group = static_cast<LayerGroup>(g);
       stats_.kv_blocks_total[g] = shape.num_blocks[g];
@@ -101,8 +104,7 @@ class EngineImpl {
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
-  BackendInfo backend_info() const { return backend_->info(); }
-  std::optional<int32_t> eos_token_id() const { return eos_; }
+  const RequestLimits& limits() const { return limits_; }
 
  private:
   bool HasInput() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -153,7 +155,6 @@ class EngineImpl {
   int queue_dequeued_requests_ = 0;      // leaving the queue counters since the last publish
   int64_t queue_dequeued_tokens_ = 0;
   std::thread thread_;
-  std::optional<int32_t> eos_;
 
   // Shared with the API threads.
   mutable absl::Mutex mu_;
@@ -190,7 +191,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
   r->enqueue_time = absl::Now();
   r->seed = request.sampling.seed.has_value() ? *request.sampling.seed
                                                : absl::Uniform<uint64_t>(absl::BitGen());
-  r->output = std::make_unique<OutputProcessor>(request.stopping, request.output, eos_,
+  r->output = std::make_unique<OutputProcessor>(request.stopping, request.output,
+                                                limits_.eos_token_id,
                                                 tokenizer_, prompt_len, config_.max_positions);
   r->seq.tokens = request.prompt_tokens;
   r->seq.prompt_len = prompt_len;
@@ -498,6 +500,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   if (!(options.watermark >= 0 && options.watermark < 1)) {
     return absl::InvalidArgumentError("watermark must be in [0, 1)");
   }
+  if (options.default_max_new_tokens < 1) {
+    return absl::InvalidArgumentError("default_max_new_tokens must be >= 1");
+  }
   StepLimits limits;
   limits.max_tokens = options.max_num_batched_tokens;
   limits.max_seqs = std::min(options.max_num_seqs, options.max_num_batched_tokens);
@@ -563,8 +568,7 @@ void Engine::Shutdown() { impl_->Shutdown(); }
 EngineStats Engine::Stats() const { return impl_->Stats(); }
 const ModelConfig& Engine::config() const { return impl_->config(); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
-BackendInfo Engine::backend_info() const { return impl_->backend_info(); }
-std::optional<int32_t> Engine::eos_token_id() const { return impl_->eos_token_id(); }
+const RequestLimits& Engine::limits() const { return impl_->limits(); }
 void Engine::SetStepHookForTesting(StepHook hook) { impl_->SetStepHook(std::move(hook)); }
 
 // --- RequestHandle ---

@@ -298,6 +298,33 @@ TEST(EngineTest, ObserverAndStatsAgree) {
   EXPECT_EQ(st.kv_blocks_used[0], 0);
 }
 
+// The engine resolves every limit once; the server and the tools read them (GetModelInfo).
+TEST(EngineTest, LimitsAreResolvedFromTheOptionsTheModelAndTheTokenizer) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.max_prompt_tokens = 100000;  // beyond the context: the context bounds it
+  o.max_new_tokens_limit = 40;
+  o.default_max_new_tokens = 7;
+  auto engine = MakeEngine(o);
+  const RequestLimits& l = engine->limits();
+  EXPECT_EQ(l.vocab_size, 300);
+  EXPECT_EQ(l.context, 256);
+  EXPECT_EQ(l.max_prompt_tokens, 256);
+  EXPECT_EQ(l.max_new_tokens_limit, 40);
+  EXPECT_EQ(l.default_max_new_tokens, 7);
+  EXPECT_EQ(l.DefaultMaxNewTokens(10), 7);
+  EXPECT_EQ(l.DefaultMaxNewTokens(252), 4);   // the context left after the prompt
+  EXPECT_EQ(l.DefaultMaxNewTokens(256), 1);   // never below 1 (the validator rejects it)
+  // No tokenizer: no EOS, although config.json names one (generation never stops at it).
+  ASSERT_EQ(engine->config().eos_token_id, std::optional<int>(2));
+  EXPECT_FALSE(l.eos_token_id.has_value());
+  EXPECT_EQ(l.tokenizer, nullptr);
+  const auto tok = testing::TinyTokenizer();
+  auto with_tokenizer = MakeEngine(o, tok.get());
+  EXPECT_EQ(with_tokenizer->limits().eos_token_id, std::optional<int32_t>(299));
+  EXPECT_EQ(with_tokenizer->limits().tokenizer, tok.get());
+}
+
 TEST(EngineTest, OneNewTokenAndOneTokenPrompt) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
@@ -581,7 +608,7 @@ TEST(EngineTest, StopStringAcrossTokenBoundaries) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
   auto engine = MakeEngine(o, tok.get());
-  EXPECT_EQ(engine->eos_token_id(), std::optional<int32_t>(299));
+  EXPECT_EQ(engine->limits().eos_token_id, std::optional<int32_t>(299));
   GenerationRequest r = Greedy(RandomPrompt(8, 31), 80);
   r.output.text = true;
   r.stopping.ignore_eos = true;
