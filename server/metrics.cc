@@ -74,6 +74,12 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                 .Help("Engine steps run")
                 .Register(r)
                 .Add({});
+  nonfinite_logits_ = &BuildCounter()
+                           .Name("dcformer_nonfinite_logits_total")
+                           .Help("Requests ended with an error because the model's logits were "
+                                 "not finite (NaN or infinity): corrupt weights or an overflow")
+                           .Register(r)
+                           .Add({});
   waiting_ = &BuildGauge()
                   .Name("dcformer_num_requests_waiting")
                   .Help("Requests queued and not yet scheduled")
@@ -202,6 +208,9 @@ void ServerMetrics::OnFirstToken(absl::Duration ttft) {
 }
 void ServerMetrics::OnInterTokenLatency(absl::Duration itl) {
   if (enabled_.load(std::memory_order_relaxed)) itl_->Observe(absl::ToDoubleSeconds(itl));
+}
+void ServerMetrics::OnNonFiniteLogits() {
+  if (enabled_.load(std::memory_order_relaxed)) nonfinite_logits_->Increment();
 }
 void ServerMetrics::OnFinished(const GenerationChunk& final_chunk) {
   if (!enabled_.load(std::memory_order_relaxed)) return;

@@ -64,6 +64,7 @@ class ServerMetrics : public EngineObserver {
   void OnPreemption() override;
   void OnFirstToken(absl::Duration ttft) override;
   void OnInterTokenLatency(absl::Duration itl) override;
+  void OnNonFiniteLogits() override;
   void OnFinished(const GenerationChunk& final_chunk) override;
 
  private:
@@ -83,6 +84,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* preemptions_;
   prometheus::Counter* steps_;
+  prometheus::Counter* nonfinite_logits_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* running_;
   prometheus::Gauge* kv_usage_;

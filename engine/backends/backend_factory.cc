@@ -82,6 +82,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   WeightLoadOptions load;
   // The CUDA backends convert tensor by tensor while uploading.
   load.dtype = kind == BackendKind::kCpu ? options.dtype : std::nullopt;
+  load.check_finite = options.check_weights;
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(m.config, *reader, load));
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;

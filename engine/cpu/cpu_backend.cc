@@ -184,7 +184,7 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan) {
                                       &sampler_scratch_[omp_get_thread_num()]);
     float logprob = 0.0f;
     std::vector<TopLogprob> top;
-    if (r.logprob || r.top_logprobs > 0) {
+    if (token >= 0 && (r.logprob || r.top_logprobs > 0)) {  // token < 0: logits not finite
       logprob = ComputeLogprobs(logits, token, r.top_logprobs, &top);
     }
     int32_t top_tokens[kMaxTopLogprobs];

@@ -37,6 +37,9 @@ struct BackendOptions {
   // false: skip the DCMHA compose (plain multi-head attention with the same weights and
   // cache). Only for benchmarks that price DCMHA against MHA; the output is not the model's.
   bool compose = true;
+  // Scan the weights for NaN and infinity while loading them (one pass; the factory refuses
+  // a checkpoint that holds any, naming the tensor). Off by default.
+  bool check_weights = false;
 };
 
 }  // namespace dcf

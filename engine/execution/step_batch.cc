@@ -47,6 +47,7 @@ void StepBatch::AddSequence(absl::Span<const int32_t> new_tokens, const Sequence
 
 void StepOutput::Resize(int num_seqs, int num_logit_rows, int vocab_size) {
   tokens.assign(num_seqs, -1);
+  nonfinite.assign(num_seqs, 0);
   logprobs.assign(num_seqs, 0.0f);
   top_tokens.assign(static_cast<size_t>(num_seqs) * kMaxTopLogprobs, -1);
   top_logprobs.assign(static_cast<size_t>(num_seqs) * kMaxTopLogprobs, 0.0f);

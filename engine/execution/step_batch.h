@@ -16,7 +16,8 @@
 //
 // Outputs: sequences with `sample` get one token drawn from their last row's logits with
 // their SamplingRow (the backend's sampler: host Sampler on the CPU, a device kernel on the
-// GPU), plus the logprobs asked for. Sequences with `return_logits` get the logits of all
+// GPU), plus the logprobs asked for; a row whose logits are not all finite gets no token and
+// is flagged instead (StepOutput::nonfinite). Sequences with `return_logits` get the logits of all
 // their rows copied to the host (tests and scoring only); nothing else crosses to the host.
 #pragma once
 
@@ -79,7 +80,10 @@ struct StepBatch {
 };
 
 struct StepOutput {
-  std::vector<int32_t> tokens;        // [S] sampled id, -1 where not sampled
+  std::vector<int32_t> tokens;        // [S] sampled id, -1 where not sampled (or nonfinite)
+  // [S] 1 where the sequence's logits held a NaN or an infinity: its sampler drew nothing
+  // (tokens[s] = -1). Not a backend failure: the engine ends that request.
+  std::vector<uint8_t> nonfinite;
   std::vector<float> logprobs;        // [S] log-softmax of the raw logits at tokens[s]
   std::vector<int32_t> top_tokens;    // [S, kMaxTopLogprobs] best first; first
   std::vector<float> top_logprobs;    //   sampling[s].top_logprobs entries are valid

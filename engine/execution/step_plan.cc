@@ -79,6 +79,11 @@ LogitRows PlanLogitRows(const StepBatch& batch) {
 void StoreSample(const SamplingRow& row, int s, int32_t token, float logprob,
                  const int32_t* top_tokens, const float* top_logprobs, int num_top,
                  StepOutput* out) {
+  if (token < 0) {  // the sampler's answer to logits that are not all finite
+    out->tokens[s] = -1;
+    out->nonfinite[s] = 1;
+    return;
+  }
   out->tokens[s] = token;
   if (row.logprob || row.top_logprobs > 0) out->logprobs[s] = logprob;
   const int n = std::min(row.top_logprobs, num_top);

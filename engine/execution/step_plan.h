@@ -57,7 +57,9 @@ LogitRows PlanLogitRows(const StepBatch& batch);
 
 // Stores what sequence `s` sampled into `out` (StepOutput::Resize'd): its token, its logprob
 // when `row` asks for logprobs or top logprobs, and the first min(row.top_logprobs,
-// num_top) alternatives.
+// num_top) alternatives. `token` < 0 is how both samplers report logits that are not all
+// finite (NaN or infinity, nothing drawn): `out` then flags the sequence in
+// StepOutput::nonfinite instead.
 void StoreSample(const SamplingRow& row, int s, int32_t token, float logprob,
                  const int32_t* top_tokens, const float* top_logprobs, int num_top,
                  StepOutput* out);

@@ -231,7 +231,17 @@ int32_t SampleToken(absl::Span<const float> raw_logits, const SamplingParams& pa
                     uint64_t seed, uint64_t step, const PenaltyState* penalties,
                     SamplerScratch* scratch) {
   std::vector<float>& work = scratch->work;
-  work.assign(raw_logits.begin(), raw_logits.end());
+  work.resize(raw_logits.size());
+  // Copy, and note any NaN or infinity on the way (exponent bits all ones).
+  uint32_t nonfinite = 0;
+  for (size_t i = 0; i < raw_logits.size(); ++i) {
+    const float v = raw_logits[i];
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    work[i] = v;
+  }
+  if (nonfinite != 0) return -1;
   if (penalties != nullptr) penalties->Apply(params, absl::MakeSpan(work));
   if (params.temperature == 0.0f) return ArgMax(work);
 

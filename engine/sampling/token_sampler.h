@@ -75,7 +75,9 @@ struct SamplerScratch {
 
 // Picks a token from `raw_logits` ([vocab] f32) for a sequence's draw number `step` of stream
 // `seed`. `penalties` may be null when params.HasPenalties() is false. Does not record the
-// token (the caller does, with PenaltyState::Record).
+// token (the caller does, with PenaltyState::Record). Returns -1, drawing nothing, when any
+// raw logit is NaN or infinite (a broken model must never yield a silent token); the device
+// sampler does the same.
 int32_t SampleToken(absl::Span<const float> raw_logits, const SamplingParams& params,
                     uint64_t seed, uint64_t step, const PenaltyState* penalties,
                     SamplerScratch* scratch);

@@ -394,6 +394,16 @@ void EngineImpl::FailBackend(const absl::Status& status) {
 }
 
 void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
+  if (out_.nonfinite[i]) {
+    if (observer_ != nullptr) observer_->OnNonFiniteLogits();
+    Finish(r, FinishReason::kError,
+           absl::InternalError(absl::StrCat(
+               "the model's logits for this request are not finite (NaN or infinity) at "
+               "position ", r->seq.tokens.size() - 1,
+               ", so no token was sampled: its weights may be corrupt (--check-weights scans "
+               "them at load) or its activations overflowed")));
+    return;
+  }
   const OutputOptions& o = r->request.output;
   TokenOutput t;
   t.token = out_.tokens[i];

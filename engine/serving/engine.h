@@ -75,6 +75,9 @@ class EngineObserver {
   virtual void OnPreemption() {}
   virtual void OnFirstToken(absl::Duration ttft) {}
   virtual void OnInterTokenLatency(absl::Duration itl) {}
+  // A request ended because its logits were not finite (NaN or infinity: broken weights or
+  // an overflow); it also reaches OnFinished, with kError.
+  virtual void OnNonFiniteLogits() {}
   virtual void OnFinished(const GenerationChunk& final_chunk) {}
 };
 
@@ -139,6 +142,8 @@ class Engine {
   // A failed backend step (Backend::Launch/Wait error) is fatal: every request in flight
   // finishes with kError (INTERNAL), new requests get Unavailable, and Stats() reports
   // healthy = false, so the server turns NOT_SERVING and the orchestrator restarts it.
+  // Logits that are not finite are not a backend failure: only the request they belong to
+  // ends, with kError and an Internal status that says so (EngineObserver::OnNonFiniteLogits).
 
   // Validates and queues a request. Errors (nothing is queued then):
   //   InvalidArgument: bad sampling/stopping/output values, empty prompt, token id outside

@@ -82,6 +82,11 @@ absl::StatusOr<GreedyResult> SequenceRunner::Greedy(absl::Span<const int32_t> pr
   RETURN_IF_ERROR(Append(prompt.subspan(0, head), chunk));
   RETURN_IF_ERROR(RunStep(prompt.subspan(head), /*sample=*/true, /*logits=*/false));
   while (true) {
+    if (out_.nonfinite[0]) {
+      return absl::InternalError(absl::StrCat(
+          "the model's logits are not finite (NaN or infinity) at position ", seq_.num_tokens - 1,
+          ": its weights may be corrupt (--check-weights scans them at load)"));
+    }
     TokenOutput t;
     t.token = out_.tokens[0];
     t.logprob = out_.logprobs[0];

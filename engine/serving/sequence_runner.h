@@ -35,7 +35,7 @@ class SequenceRunner {
   // takes the argmax token until the serving engine's stop rules end it (OutputProcessor):
   // `max_new_tokens`, a token equal to `eos` (which is included), or a full model context
   // (the last token is the one sampled at the context's last position). OutOfRange when the
-  // prompt alone does not fit the context.
+  // prompt alone does not fit the context; Internal when the logits are not finite.
   absl::StatusOr<GreedyResult> Greedy(absl::Span<const int32_t> prompt, int max_new_tokens,
                                       int chunk, std::optional<int32_t> eos = std::nullopt);
 

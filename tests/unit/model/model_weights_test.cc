@@ -2,8 +2,11 @@
 // model_loader_test.cc loads them end to end).
 #include "engine/model/model_weights.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
+#include "absl/time/clock.h"
 #include "engine/model/random_model.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/safetensors_writer.h"
@@ -51,6 +54,81 @@ TEST_F(ModelWeightsTest, ExtraTensorIsNamedButDerivedKeysAreIgnored) {
   const absl::Status st = LoadStatus();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(st.message()).find("layers.0.attention.extra_proj"), std::string::npos);
+}
+
+// A config.json that claims far more layers than the checkpoint holds is refused at once,
+// naming n_layer, before anything is built per claimed layer (10^7 layers took ~24 GB and the
+// OOM killer before this check; under the sanitizers such an allocation would fail the test).
+TEST_F(ModelWeightsTest, MoreLayersThanTheCheckpointHoldsFailsAtOnce) {
+  for (int n_layer : {10000000, 3}) {
+    config_.n_layer = n_layer;
+    const absl::Time start = absl::Now();
+    const absl::Status st = LoadStatus();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << n_layer;
+    EXPECT_NE(std::string(st.message()).find("n_layer is " + std::to_string(n_layer) +
+                                             " but the checkpoint holds 2 layer(s)"),
+              std::string::npos)
+        << st;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the check must come first";
+  }
+  config_.n_layer = 1;  // fewer: the extra layer's tensors are named
+  const absl::Status st = LoadStatus();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("unexpected tensor 'layers.1."), std::string::npos)
+      << st;
+}
+
+// NaN or infinity in the weights (every 7th entry of one wo, as a corrupted file had): the
+// opt-in scan refuses the checkpoint naming the tensor; without it the weights load (the
+// engine then ends each request whose logits come out non-finite).
+TEST_F(ModelWeightsTest, OptInScanRefusesNonFiniteWeights) {
+  const size_t i = Index("layers.1.attention.wo.weight");
+  for (size_t k = 6; k < data_[i].size(); k += 7) data_[i][k] = NAN;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Rewrite(dtype);
+    EXPECT_TRUE(LoadStatus().ok()) << LoadStatus();
+    WeightLoadOptions scan;
+    scan.check_finite = true;
+    const absl::Status st = LoadStatus(scan);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << DTypeName(dtype);
+    EXPECT_NE(std::string(st.message()).find("tensor 'layers.1.attention.wo.weight' holds " +
+                                             std::to_string(data_[i].size() / 7) +
+                                             " non-finite values (NaN or infinity), the first "
+                                             "at flat index 6"),
+              std::string::npos)
+        << st;
+    scan.dtype = std::nullopt;  // the stored dtype is scanned as it is
+    EXPECT_EQ(LoadStatus(scan).code(), absl::StatusCode::kInvalidArgument);
+  }
+  data_[i][6] = INFINITY;  // an infinity alone is caught too
+  for (size_t k = 13; k < data_[i].size(); k += 7) data_[i][k] = 0.5f;
+  Rewrite();
+  WeightLoadOptions scan;
+  scan.check_finite = true;
+  EXPECT_NE(std::string(LoadStatus(scan).message()).find("holds 1 non-finite"),
+            std::string::npos);
+  data_[i][6] = 0.5f;
+  Rewrite();
+  EXPECT_TRUE(LoadStatus(scan).ok());
+}
+
+TEST(CountNonFiniteTest, EveryDType) {
+  const float f[] = {1.0f, NAN, 2.0f, -INFINITY, 3.0f};
+  int64_t first = 0;
+  EXPECT_EQ(CountNonFinite(DType::kF32, f, 5, &first), 2);
+  EXPECT_EQ(first, 1);
+  uint16_t h[5], b[5];
+  for (int k = 0; k < 5; ++k) {
+    h[k] = FloatToHalf(f[k]);
+    b[k] = FloatToBF16(f[k]);
+  }
+  EXPECT_EQ(CountNonFinite(DType::kF16, h, 5, &first), 2);
+  EXPECT_EQ(CountNonFinite(DType::kBF16, b, 5, &first), 2);
+  EXPECT_EQ(first, 1);
+  const float finite[] = {0.0f, -0.0f, std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min()};
+  EXPECT_EQ(CountNonFinite(DType::kF32, finite, 4, &first), 0);
+  EXPECT_EQ(first, -1);
 }
 
 TEST_F(ModelWeightsTest, MisshapenTensorIsNamed) {

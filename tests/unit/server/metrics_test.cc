@@ -38,7 +38,8 @@ TEST(ServerMetricsTest, HasTheGatewayNames) {
                         "dcformer_e2e_request_latency_seconds",
                         "dcformer_request_queue_time_seconds", "dcformer_prompt_tokens_total",
                         "dcformer_generation_tokens_total", "dcformer_batch_size",
-                        "dcformer_num_preemptions_total", "dcformer_engine_step_duration_seconds"}) {
+                        "dcformer_num_preemptions_total", "dcformer_engine_step_duration_seconds",
+                        "dcformer_nonfinite_logits_total"}) {
     EXPECT_TRUE(names.count(n)) << n;
   }
 }
@@ -64,7 +65,10 @@ TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
 TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   ServerMetrics metrics;
   metrics.OnFirstToken(absl::Milliseconds(3));  // warm-up: ignored
+  metrics.OnNonFiniteLogits();                  // ignored too
   metrics.SetEnabled(true);
+  metrics.OnNonFiniteLogits();
+  metrics.OnNonFiniteLogits();
   metrics.OnFirstToken(absl::Milliseconds(3));
   metrics.OnStep(4, 4, 0, absl::Milliseconds(1));
   metrics.OnPreemption();
@@ -76,6 +80,7 @@ TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   EXPECT_EQ(Value(r, "dcformer_num_preemptions_total"), 1);
   EXPECT_EQ(Value(r, "dcformer_requests_total", "length"), 1);
   EXPECT_EQ(Value(r, "dcformer_generation_tokens_total"), 7);
+  EXPECT_EQ(Value(r, "dcformer_nonfinite_logits_total"), 2);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -35,8 +36,8 @@ namespace {
 const char kModel[] = "dcformer-f32-long-prompt";
 
 // The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
-// factory sits above the engine).
-std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu) {
+// factory sits above the engine). `corrupt`: every 7th entry of layer 1's wo is NaN.
+std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool corrupt = false) {
   const std::string dir = testing::GoldenDir(kModel);
   auto config = ModelConfig::FromFile(dir + "/config.json");
   DCF_CHECK(config.ok()) << config.status();
@@ -44,6 +45,10 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu) {
   DCF_CHECK(reader.ok()) << reader.status();
   auto weights = LoadModelWeights(*config, **reader);  // float32
   DCF_CHECK(weights.ok()) << weights.status();
+  if (corrupt) {
+    Tensor& wo = weights->layers[1].wo_w;
+    for (int64_t k = 6; k < wo.numel(); k += 7) wo.f32()[k] = std::nanf("");
+  }
   DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
   absl::StatusOr<std::unique_ptr<Backend>> backend;
   if (kind == BackendKind::kCpu) {
@@ -250,6 +255,10 @@ class CountingObserver : public EngineObserver {
     absl::MutexLock l(&mu);
     ++later_tokens;
   }
+  void OnNonFiniteLogits() override {
+    absl::MutexLock l(&mu);
+    ++nonfinite;
+  }
   void OnFinished(const GenerationChunk& c) override {
     absl::MutexLock l(&mu);
     ++finished;
@@ -257,7 +266,7 @@ class CountingObserver : public EngineObserver {
   }
   absl::Mutex mu;
   int64_t steps = 0, tokens = 0, prefill_tokens = 0, preemptions = 0, first_tokens = 0,
-          later_tokens = 0, finished = 0, generated = 0;
+          later_tokens = 0, finished = 0, generated = 0, nonfinite = 0;
   int max_seqs = 0;
 };
 
@@ -792,6 +801,60 @@ class FailingBackend : public testing::ForwardingBackend {
   int steps_ = 0;
 };
 
+// Non-finite logits end only the request they belong to: the others in the same steps go on
+// and produce what they produce alone.
+class PoisonedPrefill : public testing::ForwardingBackend {
+ public:
+  static constexpr int32_t kPoison = 1;  // RandomPrompt never starts with it
+  using ForwardingBackend::ForwardingBackend;
+  absl::Status Launch(const StepBatch& b) override {
+    poisoned_.clear();
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      if (b.sample[s] && b.start_pos(s) == 0 && b.tokens[b.seq_offsets[s]] == kPoison) {
+        poisoned_.push_back(s);
+      }
+    }
+    return ForwardingBackend::Launch(b);
+  }
+  absl::Status Wait(StepOutput* out) override {
+    if (absl::Status st = ForwardingBackend::Wait(out); !st.ok()) return st;
+    for (int s : poisoned_) {  // as a sampler reports logits that are not finite
+      out->tokens[s] = -1;
+      out->nonfinite[s] = 1;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<int> poisoned_;
+};
+
+TEST(EngineTest, NonFiniteLogitsEndOnlyThatRequest) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto created = Engine::Create(std::make_unique<PoisonedPrefill>(LoadBackend()), nullptr, o);
+  ASSERT_TRUE(created.ok());
+  Engine& engine = **created;
+  std::vector<int32_t> victim_prompt = RandomPrompt(6, 81);
+  victim_prompt[0] = PoisonedPrefill::kPoison;
+  const GenerationRequest a = Greedy(RandomPrompt(8, 82), 30);
+  const GenerationRequest b = Greedy(RandomPrompt(11, 83), 30);
+  auto ha = engine.Enqueue(a);
+  auto hv = engine.Enqueue(Greedy(victim_prompt, 30));
+  auto hb = engine.Enqueue(b);
+  ASSERT_TRUE(ha.ok() && hv.ok() && hb.ok());
+  Collected ca, cv, cb;
+  ca.Drain(ha->stream());
+  cv.Drain(hv->stream());
+  cb.Drain(hb->stream());
+  EXPECT_EQ(cv.final_chunk.finish_reason, FinishReason::kError);
+  EXPECT_EQ(cv.final_chunk.error.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(cv.tokens.empty());
+  EXPECT_EQ(ca.ids(), Reference(a.prompt_tokens, 30));
+  EXPECT_EQ(cb.ids(), Reference(b.prompt_tokens, 30));
+  EXPECT_TRUE(engine.Stats().healthy);
+}
+
 TEST(EngineTest, BackendFailureIsFatalAndReported) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
@@ -866,6 +929,47 @@ TEST(EngineTest, StickyDeviceFaultOnCudaSimIsFatalAndReported) {
   EXPECT_EQ(backend->health().code(), absl::StatusCode::kInternal);
   auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A checkpoint with NaN in its weights (every 7th entry of one wo) on each backend's sampler:
+// every request ends with INTERNAL and a message that says the logits were not finite, never
+// with a silent token; the observer counts each; the engine stays healthy (the backend did
+// not fail) and frees the requests' blocks. SequenceRunner refuses the same way.
+TEST_P(EngineBackendTest, NonFiniteLogitsEndTheRequestWithInternal) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  CountingObserver obs;
+  auto created = Engine::Create(LoadBackend(GetParam(), /*corrupt=*/true), nullptr, o, &obs);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Engine& engine = **created;
+  GenerationRequest greedy = Greedy(RandomPrompt(9, 71), 20);
+  GenerationRequest sampled = Greedy(RandomPrompt(5, 72), 20);
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.top_p = 0.9f;
+  sampled.sampling.seed = 3;
+  sampled.output.logprobs = true;
+  for (const GenerationRequest* r : {&greedy, &sampled}) {
+    const Collected c = RunToEnd(engine, *r);
+    EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kError);
+    EXPECT_EQ(c.final_chunk.error.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(c.final_chunk.error.message().find("not finite (NaN or infinity) at position " +
+                                                 std::to_string(r->prompt_tokens.size() - 1)),
+              std::string::npos)
+        << c.final_chunk.error;
+    EXPECT_TRUE(c.tokens.empty());
+    EXPECT_EQ(c.final_chunk.usage.generated_tokens, 0);
+  }
+  absl::MutexLock l(&obs.mu);
+  EXPECT_EQ(obs.nonfinite, 2);
+  const EngineStats st = engine.Stats();
+  EXPECT_TRUE(st.healthy) << st.failure;
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+  auto backend = LoadBackend(GetParam(), /*corrupt=*/true);
+  auto runner = SequenceRunner::Create(backend.get());
+  ASSERT_TRUE(runner.ok());
+  const auto greedy_run = (*runner)->Greedy(greedy.prompt_tokens, 5, 16);
+  EXPECT_EQ(greedy_run.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(greedy_run.status().message().find("not finite"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineBackendTest,
