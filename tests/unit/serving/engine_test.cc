@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "engine/common/logging.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend_factory.h"
@@ -424,28 +425,48 @@ TEST(EngineTest, WindowBlocksStayBoundedDuringLongGeneration) {
   EXPECT_EQ(engine->Stats().kv_blocks_used[1], 0);
 }
 
+// Both requests are cancelled at a known point (the step hook holds the loop after the
+// running one's 5th token until both cancels are in): the running one ends with exactly those
+// 5 tokens, the greedy reference's first 5; the queued one with none; every block is free.
 TEST(EngineTest, CancelRunningAndQueuedFreesBlocks) {
+  absl::Notification at_five, cancelled;  // outlive the engine, whose loop runs the hook
   EngineOptions o;
   o.max_num_seqs = 1;
   o.kv_num_blocks = {64, 32};
   auto engine = MakeEngine(o);
-  auto running = engine->Enqueue(Greedy(RandomPrompt(20, 7), 200));
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        for (const Sequence* s : running) {
+          if (s->num_generated() == 5 && !at_five.HasBeenNotified()) {
+            at_five.Notify();
+            cancelled.WaitForNotification();
+          }
+        }
+      });
+  const std::vector<int32_t> prompt = RandomPrompt(20, 7);
+  auto running = engine->Enqueue(Greedy(prompt, 200));
   auto queued = engine->Enqueue(Greedy(RandomPrompt(20, 8), 200));
   ASSERT_TRUE(running.ok() && queued.ok());
-  Collected c_run, c_q;
-  c_run.TakeOne(running->stream());  // it is running now; `queued` waits (max_num_seqs 1)
+  at_five.WaitForNotification();  // `running` has 5 tokens; `queued` waits (max_num_seqs 1)
   queued->Cancel();
+  engine->Cancel(running->stream().key());
+  cancelled.Notify();  // the loop takes both cancels before its next step
+  Collected c_run, c_q;
   c_q.Drain(queued->stream());
+  c_run.Drain(running->stream());
   EXPECT_EQ(c_q.final_chunk.finish_reason, FinishReason::kCancelled);
   EXPECT_TRUE(c_q.tokens.empty());
-  engine->Cancel(running->stream().key());
-  c_run.Drain(running->stream());
+  EXPECT_EQ(c_q.final_chunk.usage.generated_tokens, 0);
   EXPECT_EQ(c_run.final_chunk.finish_reason, FinishReason::kCancelled);
-  EXPECT_LT(c_run.tokens.size(), 200u);
+  const std::vector<int32_t> reference = Reference(prompt, 200);
+  EXPECT_EQ(c_run.ids(), std::vector<int32_t>(reference.begin(), reference.begin() + 5));
+  EXPECT_EQ(c_run.final_chunk.usage.generated_tokens, 5);
+  EXPECT_EQ(c_run.final_chunk.usage.prompt_tokens, 20);
   const EngineStats st = engine->Stats();  // the final chunk is pushed after the stats
   EXPECT_EQ(st.kv_blocks_used[0], 0);
   EXPECT_EQ(st.kv_blocks_used[1], 0);
   EXPECT_EQ(st.num_running, 0);
+  EXPECT_EQ(st.num_waiting, 0);
 }
 
 TEST(EngineTest, DroppingTheHandleCancels) {
@@ -569,12 +590,29 @@ TEST(EngineTest, StopTokenAndEosOverride) {
   EXPECT_EQ(i.ids(), ref);
 }
 
+// A seeded request samples the same tokens alone and sharing every step with four other
+// sampled requests (the step hook checks that it did share them), and other tokens with
+// another seed.
 TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
+  absl::Mutex mu;
+  std::vector<int> shared_with;  // per step that ran our request: the sequences in that step
+  bool watching = false;
   EngineOptions o;
   o.kv_num_blocks = {128, 64};
   auto engine = MakeEngine(o);
   GenerationRequest r;
   r.prompt_tokens = RandomPrompt(15, 21);
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        absl::MutexLock lock(&mu);
+        if (!watching) return;
+        for (const Sequence* s : running) {
+          if (std::equal(r.prompt_tokens.begin(), r.prompt_tokens.end(), s->tokens.begin()) &&
+              s->num_generated() <= 30) {
+            shared_with.push_back(static_cast<int>(running.size()));
+          }
+        }
+      });
   r.sampling.temperature = 1.0f;
   r.sampling.top_p = 0.95f;
   r.sampling.seed = 42;
@@ -585,6 +623,10 @@ TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   Collected a;
   a.Drain(alone->stream());
   // Same request in a crowd of other sampled requests, arriving in a different order.
+  {
+    absl::MutexLock lock(&mu);
+    watching = true;
+  }
   std::vector<RequestHandle> crowd;
   for (int i = 0; i < 4; ++i) {
     GenerationRequest other = r;
@@ -599,6 +641,13 @@ TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   Collected b;
   b.Drain(batched->stream());
   EXPECT_EQ(a.ids(), b.ids());
+  {
+    absl::MutexLock lock(&mu);
+    watching = false;
+    // Its first 30 tokens were sampled in steps with all four others (they started first and
+    // generate 40 tokens each).
+    EXPECT_EQ(shared_with, std::vector<int>(30, 5));
+  }
   r.sampling.seed = 43;
   auto other_seed = engine->Enqueue(r);
   ASSERT_TRUE(other_seed.ok());
