@@ -71,9 +71,11 @@ class ImageBuildTest(unittest.TestCase):
         for b in ("dcformer-server", "dcformer-cli"):
             self.assertTrue(os.access(os.path.join(self.prefix, "bin", b), os.X_OK), b)
         libs = os.listdir(os.path.join(self.prefix, "lib"))
-        # (The CPU backend has its own matmul kernels: OpenBLAS is not needed.)
         for lib in ("libgrpc++.so.1.51", "libprotobuf.so.32", "libgomp.so.1"):
             self.assertIn(lib, libs)
+        # The release server links neither the SIMT emulator nor OpenBLAS (the CPU backend has
+        # its own matmul kernels; cuda-sim, which calls OpenBLAS, is left out of it).
+        self.assertFalse([lib for lib in libs if lib.startswith("libopenblas")], libs)
         self.assertFalse([lib for lib in libs if lib.startswith(("libc.so", "libstdc++"))])
         self.assertTrue(os.path.isfile(
             os.path.join(self.prefix, "models", "dcformer-kjv", "config.json")))

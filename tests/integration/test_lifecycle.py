@@ -62,7 +62,7 @@ class LifecycleTest(unittest.TestCase):
             shutil.rmtree(tmp)
 
     def test_startup_log_line_reports_backend_device_dtype_and_cache(self):
-        # Issue 8: the startup line says what serves, and agrees with GetModelInfo.
+        # The startup line says what serves, and agrees with GetModelInfo.
         with h.Server(args=["--backend=cpu", "--kv-cache-bytes=8000000"]) as server:
             with server.channel() as ch:
                 info = h.pb_grpc.TextGenerationStub(ch).GetModelInfo(
@@ -107,7 +107,7 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(server.proc.wait(timeout=60), 0)
 
     def test_exit_with_idle_connection_respects_drain_deadline(self):
-        # Issue 9's case: --drain-timeout 2s, no stream, one idle client connection. gRPC's
+        # --drain-timeout 2s, no stream, one idle client connection. gRPC's
         # own shutdown waits for every connection to close, and an idle client does not act
         # on the GOAWAY: this exited after 5 s (gRPC's shutdown deadline) before the fix.
         with h.Server(args=["--drain-timeout=2s"]) as server:
@@ -121,7 +121,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertLessEqual(elapsed, 2.0 + SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
 
     def test_exit_follows_the_last_stream_not_the_deadline(self):
-        # Issue 9's second case: streams that finish soon after SIGTERM, their connection
+        # Streams that finish soon after SIGTERM, their connection
         # left open and idle. The server exits once they are done, whatever --drain-timeout.
         with h.Server(args=["--drain-timeout=120s"]) as server:
             with server.channel(options=SMALL_WINDOW) as ch:
