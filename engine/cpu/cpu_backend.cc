@@ -152,8 +152,10 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
 
   // The returned rows come first: one block.
   result_.Resize(batch.num_seqs(), plan.num_returned, V);
-  std::memcpy(result_.logits.data(), s_.logits.data(),
-              sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
+  if (plan.num_returned > 0) {
+    std::memcpy(result_.logits.data(), s_.logits.data(),
+                sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
+  }
   Sample(batch, plan);
   timer.Next(cpu::CpuStepProfile::kSample);
   ++profile_.steps;
