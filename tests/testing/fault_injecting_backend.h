@@ -28,7 +28,8 @@ struct FaultPlan {
 std::unique_ptr<Backend> InjectFaults(std::unique_ptr<Backend> inner, FaultPlan plan);
 
 // The plan given by the test-only flags --fault-fail-token, --fault-stall-token and
-// --fault-release-file (defined in fault_injecting_backend.cc), as a server decorator.
+// --fault-release-file (defined in fault_injecting_backend.cc), as a server decorator. The
+// flags are read when the decorator runs, so it may be made before they are parsed.
 BackendDecorator FaultInjectionFromFlags();
 
 }  // namespace dcf::testing
