@@ -10,7 +10,9 @@
 //      unchanged until Wait returns. Step() does both.
 //   SetPenaltyState(slot, ...) between steps, for sequences whose penalties need counts.
 //
-// See step_batch.h for what a step reads and writes (including the window rule).
+// See step_batch.h for what a step reads and writes (including the window rule), and
+// step_plan.h for the host-side rules every backend applies the same way (limits and cache
+// checks, bytes per block, which rows get logits, where results go, RoPE angles).
 //
 // Errors: InvalidArgument / OutOfRange / FailedPrecondition for a malformed batch (nothing
 // is written to the cache then). Any other error from Launch/Wait is a backend failure: the
