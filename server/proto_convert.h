@@ -28,12 +28,15 @@ struct RequestLimits {
   int32_t context_length = 0;         // model positions
   int32_t default_max_new_tokens = 256;
   int32_t max_new_tokens_limit = 0;   // --max-new-tokens; 0 = no limit beyond the context
+  // The longest prompt the engine accepts; a text prompt is encoded only up to it. 0 = none.
+  int32_t max_prompt_tokens = 0;
   const Tokenizer* tokenizer = nullptr;  // null: text features are rejected
 };
 
 // Builds the engine request (text prompts are tokenized; unset fields get the engine's or the
-// server's defaults). InvalidArgument only when it cannot be built: no prompt, a text prompt
-// on a model without a tokenizer, text the tokenizer rejects.
+// server's defaults). InvalidArgument when it cannot be built: no prompt, a text prompt on a
+// model without a tokenizer, text the tokenizer rejects; OutOfRange for a text prompt longer
+// than `max_prompt_tokens` (found without encoding all of it).
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                   const RequestLimits& limits);
 

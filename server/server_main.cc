@@ -5,7 +5,8 @@
 // With no flags it serves the repository's default model (models/dcformer-kjv) on
 // 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
 // exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable), a
-// second signal, or a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown).
+// second signal, a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown), or a
+// listener that stopped accepting connections (the self-check drains, then exits 1).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -136,8 +137,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  server.Watch(&stop);
+  const absl::Status watched = server.Watch(&stop);
+  if (!watched.ok()) DCF_LOG(Error) << watched.message();
   server.Shutdown();
   shut_down.store(true);
-  return 0;
+  return watched.ok() ? 0 : 1;
 }
