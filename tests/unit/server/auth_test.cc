@@ -52,5 +52,37 @@ TEST(ApiKeyCheckerTest, FileSkipsCommentsAndBlankLines) {
   std::remove(path.c_str());
 }
 
+TEST(ApiKeyCheckerTest, ReloadSwapsKeysAndKeepsTheLastGoodOnes) {
+  const std::string path = ::testing::TempDir() + "/reload_keys.txt";
+  std::ofstream(path) << "old\n";
+  auto checker = ApiKeyChecker::FromFile(path);
+  ASSERT_TRUE(checker.ok()) << checker.status();
+  ApiKeyChecker& c = **checker;
+  auto same = c.Reload();
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(*same);
+  std::ofstream(path) << "old\nnew\n";
+  auto changed = c.Reload();
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  EXPECT_TRUE(c.CheckHeader("Bearer new").ok());
+  EXPECT_TRUE(c.CheckHeader("Bearer old").ok());
+  std::ofstream(path) << "new\n";
+  ASSERT_TRUE(c.Reload().ok());
+  EXPECT_FALSE(c.CheckHeader("Bearer old").ok());
+  // An emptied file, a key with a space, a deleted file: errors, and "new" stays in force.
+  for (const char* bad : {"# nothing\n", "has space\n"}) {
+    std::ofstream(path) << bad;
+    EXPECT_EQ(c.Reload().status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  std::remove(path.c_str());
+  EXPECT_EQ(c.Reload().status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(c.CheckHeader("Bearer new").ok());
+  EXPECT_EQ(c.num_keys(), 1);
+  auto fixed = ApiKeyChecker::FromKeys({"k"});
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ((*fixed)->Reload().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace dcf::server
