@@ -388,6 +388,24 @@ class HeaderFloodTest(unittest.TestCase):
             self.assertEqual(server.check_health(), h.SERVING)
             flood.close()
 
+    def test_the_proxy_example_bounds_header_floods(self):
+        # What docs/API.md tells internet-facing deployments to put in front (deploy/proxy/).
+        import yaml
+        with open(os.path.join(h.SOURCE_DIR, "deploy", "proxy", "envoy.yaml")) as f:
+            objects = {o["kind"]: o for o in yaml.safe_load_all(f)}
+        envoy = yaml.safe_load(objects["ConfigMap"]["data"]["envoy.yaml"])
+        listener = envoy["static_resources"]["listeners"][0]
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        self.assertLessEqual(hcm["max_request_headers_kb"], 64)
+        self.assertEqual(hcm["http2_protocol_options"]["max_concurrent_streams"], 256)
+        self.assertIn("stream_idle_timeout", hcm)
+        monitors = envoy["overload_manager"]["resource_monitors"]
+        self.assertGreater(monitors[0]["typed_config"]["max_active_downstream_connections"], 0)
+        prefixes = [r["match"]["prefix"] for r in hcm["route_config"]["virtual_hosts"][0]["routes"]]
+        self.assertNotIn("/grpc.reflection.v1alpha.ServerReflection/", prefixes)
+        pod = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+        self.assertEqual(pod["dcformer.io/client"], "true")  # admitted by the NetworkPolicy
+
 
 class FileDescriptorTest(unittest.TestCase):
     """Item 5: the open-file limit is raised to the hard limit; when gRPC's listener stops
