@@ -165,8 +165,9 @@ bool Tokenizer::EncodePlain(std::string_view text, size_t max_tokens,
     prefixed.append(text);
     text = prefixed;
   }
+  // The pieces partition the segment, so its length alone may already pass the budget.
+  if (!PieceFits(text.size(), ids->size(), max_tokens)) return false;
   if (!use_regex_) {
-    if (!PieceFits(text.size(), ids->size(), max_tokens)) return false;
     bpe_->EncodeWord(text, ids);
     return ids->size() <= max_tokens;
   }
