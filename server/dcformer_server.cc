@@ -256,44 +256,34 @@ void DcformerServer::ReloadLoop() {
   }
 }
 
-void DcformerServer::ReloadApiKeys() {
-  absl::StatusOr<bool> reloaded = auth_->Reload();
-  std::string& last_error = last_reload_error_[0];
+bool DcformerServer::NoteReload(const char* file, const absl::StatusOr<bool>& reloaded,
+                                const std::string& in_force, std::string* last_error) {
   if (!reloaded.ok()) {
-    metrics_.RecordCredentialReload("api_keys", false);
+    metrics_.RecordCredentialReload(file, false);
     const std::string error(reloaded.status().message());
-    if (error != last_error) {
-      DCF_LOG(Error) << "api keys not reloaded, the last good " << auth_->num_keys()
-                     << " key(s) stay in force: " << error;
+    if (error != *last_error) {
+      DCF_LOG(Error) << file << " not reloaded, " << in_force << " stay(s) in force: " << error;
     }
-    last_error = error;
-    return;
+    *last_error = error;
+    return false;
   }
-  if (!last_error.empty()) DCF_LOG(Info) << "--api-key-file is valid again";
-  last_error.clear();
-  if (*reloaded) {
-    metrics_.RecordCredentialReload("api_keys", true);
+  if (!last_error->empty()) DCF_LOG(Info) << file << ": the files are valid again";
+  last_error->clear();
+  if (*reloaded) metrics_.RecordCredentialReload(file, true);
+  return *reloaded;
+}
+
+void DcformerServer::ReloadApiKeys() {
+  const std::string in_force = absl::StrCat("the last good ", auth_->num_keys(), " key(s)");
+  if (NoteReload("api_keys", auth_->Reload(), in_force, &last_api_key_error_)) {
     DCF_LOG(Info) << "api keys reloaded: " << auth_->num_keys() << " key(s)";
   }
 }
 
 void DcformerServer::ReloadTls() {
-  absl::StatusOr<bool> reloaded = tls_->Reload();
-  std::string& last_error = last_reload_error_[1];
-  if (!reloaded.ok()) {
-    metrics_.RecordCredentialReload("tls", false);
-    const std::string error(reloaded.status().message());
-    if (error != last_error) {
-      DCF_LOG(Error) << "TLS files not reloaded, the last good certificate '"
-                     << tls_->certificate().subject << "' stays in force: " << error;
-    }
-    last_error = error;
-    return;
-  }
-  if (!last_error.empty()) DCF_LOG(Info) << "the TLS files are valid again";
-  last_error.clear();
-  if (*reloaded) {
-    metrics_.RecordCredentialReload("tls", true);
+  const std::string in_force =
+      absl::StrCat("the last good certificate '", tls_->certificate().subject, "'");
+  if (NoteReload("tls", tls_->Reload(), in_force, &last_tls_error_)) {
     LogCertificate("TLS certificate reloaded:");
   }
 }

@@ -71,6 +71,10 @@ class DcformerServer {
   void ReloadLoop();
   void ReloadApiKeys();
   void ReloadTls();
+  // Logs and counts one reload of `file` ("api_keys", "tls"); an error is logged once until
+  // it changes. True when the reload changed what is in force.
+  bool NoteReload(const char* file, const absl::StatusOr<bool>& reloaded,
+                  const std::string& in_force, std::string* last_error);
   void LogCertificate(const char* what);
 
   const ServerOptions options_;
@@ -91,7 +95,7 @@ class DcformerServer {
   bool shut_down_ = false;
   absl::Notification reload_stop_;
   std::thread reload_thread_;
-  std::string last_reload_error_[2];  // api keys, tls: logged once until it changes
+  std::string last_api_key_error_, last_tls_error_;  // see NoteReload
 };
 
 }  // namespace dcf::server

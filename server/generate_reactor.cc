@@ -211,6 +211,11 @@ void GenerateReactor::EndEarly(const char* outcome, const grpc::Status& status, 
   }
 }
 
+void GenerateReactor::EndByClient(const std::string& outcome, Effects* effects) {
+  client_ended_ = true;
+  EndEarly(outcome.c_str(), grpc::Status::CANCELLED, /*cancel_call=*/false, effects);
+}
+
 void GenerateReactor::Pump(Effects* effects) {
   switch (state_now_) {
     case State::kStarting:
@@ -307,10 +312,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
         if (ok) {
           Pump(&effects);
         } else {
-          // The stream broke (client gone): stop generating for it.
-          client_ended_ = true;
-          EndEarly(cancel_outcome.c_str(), grpc::Status::CANCELLED, /*cancel_call=*/false,
-                   &effects);
+          EndByClient(cancel_outcome, &effects);  // the stream broke: stop generating for it
         }
         break;
       case State::kWritingFinal:
@@ -334,9 +336,7 @@ void GenerateReactor::OnCancel() {
     switch (state_now_) {
       case State::kStreaming:
       case State::kWriting:
-        client_ended_ = true;
-        EndEarly(cancel_outcome.c_str(), grpc::Status::CANCELLED, /*cancel_call=*/false,
-                 &effects);
+        EndByClient(cancel_outcome, &effects);
         break;
       case State::kEnding:
       case State::kFinishing:

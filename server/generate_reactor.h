@@ -102,6 +102,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // write is in flight, the call itself are cancelled (the write then completes at once).
   void EndEarly(const char* outcome, const grpc::Status& status, bool cancel_call,
                 Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu);
+  // The client ended the call (cancel, deadline, broken stream), counted as `outcome`.
+  void EndByClient(const std::string& outcome, Effects* effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu);
   void Claim(Effects::Io io, Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_->mu);
   // Runs the effects; may delete `this` (via Finish -> OnDone) when it finishes the call.
   void Perform(Effects effects);

@@ -50,6 +50,20 @@ def read(d, name):
         return f.read()
 
 
+def serves_on_new_connection(server, credentials):
+    """Whether a health check over a fresh connection (so that it sees the certificate in
+    force now) succeeds; a failure must be the handshake's UNAVAILABLE."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    try:
+        with grpc.secure_channel(server.target, credentials, options=options) as ch:
+            h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(), timeout=5)
+        return True
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return False
+
+
 class ApiKeyTest(unittest.TestCase):
     def test_api_key(self):
         tmp = tempfile.mkdtemp()
@@ -177,17 +191,7 @@ class TlsReloadTest(unittest.TestCase):
         old_trust = grpc.ssl_channel_credentials(read(d, "ca.pem"))
         new_trust = grpc.ssl_channel_credentials(read(d, "new-ca.pem"))
 
-        def serves(server, credentials):
-            # A fresh connection each time, so that it sees the certificate in force now.
-            options = [("grpc.use_local_subchannel_pool", 1)]
-            try:
-                with grpc.secure_channel(server.target, credentials, options=options) as ch:
-                    h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(),
-                                                           timeout=5)
-                return True
-            except grpc.RpcError as e:
-                self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)
-                return False
+        serves = serves_on_new_connection
 
         args = [f"--tls-cert={live_cert}", f"--tls-key={live_key}", "--tls-reload-interval=1s"]
         with h.Server(args=args, tls_ca=os.path.join(d, "ca.pem")) as server:
@@ -305,15 +309,7 @@ class TlsValidationTest(unittest.TestCase):
         shutil.copy(os.path.join(d, "server.key"), live_key)
         trust = grpc.ssl_channel_credentials(read(d, "ca.pem"))
 
-        def handshake_ok(server):
-            options = [("grpc.use_local_subchannel_pool", 1)]
-            try:
-                with grpc.secure_channel(server.target, trust, options=options) as ch:
-                    h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(),
-                                                           timeout=5)
-                return True
-            except grpc.RpcError:
-                return False
+        handshake_ok = lambda server: serves_on_new_connection(server, trust)
 
         args = [f"--tls-cert={live_cert}", f"--tls-key={live_key}", "--tls-reload-interval=1s"]
         with h.Server(args=args, tls_ca=os.path.join(d, "ca.pem")) as server:
