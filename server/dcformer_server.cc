@@ -262,7 +262,7 @@ bool DcformerServer::NoteReload(const char* file, const absl::StatusOr<bool>& re
     metrics_.RecordCredentialReload(file, false);
     const std::string error(reloaded.status().message());
     if (error != *last_error) {
-      DCF_LOG(Error) << file << " not reloaded, " << in_force << " stay(s) in force: " << error;
+      DCF_LOG(Error) << file << " not reloaded, " << in_force << " kept in force: " << error;
     }
     *last_error = error;
     return false;
@@ -411,7 +411,7 @@ absl::Status DcformerServer::Watch(absl::Notification* stop) {
         stats.loop_alive && !stalled && stats.healthy && self_check_failures == 0;
     if (healthy != serving_) {
       if (healthy) {
-        DCF_LOG(Info) << "healthy again: SERVING";
+        DCF_LOG(Info) << "engine loop recovered: SERVING";
       } else {
         DCF_LOG(Error) << (self_check_failures > 0 ? "listener self-check failed"
                            : !stats.healthy        ? "engine backend failed"

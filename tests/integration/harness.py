@@ -43,6 +43,13 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+# Under AddressSanitizer (scripts/sanitizers.sh sets DCF_SANITIZE) freed memory waits in its
+# quarantine (256 MiB by default) before reuse, and code runs a few times slower: resource
+# bounds of the abuse tests allow for both.
+SANITIZED = bool(os.environ.get("DCF_SANITIZE"))
+RSS_SLACK_MIB = 256 if "address" in os.environ.get("DCF_SANITIZE", "") else 0
+CPU_FACTOR = 4 if SANITIZED else 1
+
 _ports_given = set()  # every port free_ports handed out in this process
 
 
