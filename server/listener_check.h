@@ -1,14 +1,19 @@
-// The server's look at its own listening socket from outside: does a new connection to it
-// get an answer? gRPC 1.51 stops accepting for good once accept() fails for lack of file
-// descriptors (docs/API.md, "Security"): connections then queue in the kernel's backlog,
-// unanswered, while every open connection (and the health service on them) still looks
-// fine. The server probes its port every --self-check-interval and turns NOT_SERVING, then
-// exits, when nobody answers.
+// The server's look at its own listening socket: does it still accept connections? gRPC 1.51
+// stops accepting for good once accept() fails for lack of file descriptors (docs/API.md,
+// "Security"): connections then wait in the kernel's accept queue, unanswered, while every
+// open connection (and the health service on them) still looks fine. The server probes its
+// port every --self-check-interval and turns NOT_SERVING, then exits, when it does not.
 //
-// Pure functions over sockets, thread-safe.
+// The probe connects and watches the listener's accept queue (/proc/self/net/tcp{,6}) drain,
+// then closes without sending a byte: the same for a plaintext and a TLS port, and nothing
+// for gRPC to log.
+//
+// Pure functions over sockets and procfs (Linux), thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -20,12 +25,15 @@ namespace dcf::server {
 // `host` itself.
 std::string SelfCheckHost(const std::string& host);
 
-// Connects to host:port, sends an HTTP/2 client preface and an empty SETTINGS frame, and
-// waits up to `timeout` for the server to answer anything: bytes (a plaintext gRPC server
-// sends its SETTINGS), or an orderly close or a reset (a TLS server refusing the plaintext).
-// OK when it answered; DeadlineExceeded when the connection was made but nothing came back
-// (the listener does not accept); Unavailable when no connection could be made (refused,
-// no descriptor left).
+// The accept-queue length of the TCP socket listening on `port`, from the text of
+// /proc/net/tcp or /proc/net/tcp6 (the rx_queue column of its LISTEN line); nullopt when
+// there is no such socket.
+std::optional<int> ListenQueueLength(absl::string_view proc_net_tcp, int port);
+
+// Connects to host:port and waits up to `timeout` for the listener to accept the connection
+// (its accept queue empty). OK when it did; DeadlineExceeded when the connection was made but
+// stayed in the queue; Unavailable when no connection could be made (refused, or no file
+// descriptor left) or no listener on `port` shows in procfs.
 absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout);
 
 }  // namespace dcf::server

@@ -65,7 +65,7 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   self_check_failures_ = &BuildCounter()
                               .Name("dcformer_self_check_failures_total")
                               .Help("Connections the server made to its own gRPC port that "
-                                    "got no answer")
+                                    "its listener did not accept")
                               .Register(r)
                               .Add({});
   prompt_tokens_ = &BuildCounter()

@@ -52,8 +52,9 @@ ABSL_FLAG(int, max_concurrent_streams, 256,
 ABSL_FLAG(bool, reflection, false,
           "serve gRPC server reflection (grpcurl without the .proto); it checks no API key");
 ABSL_FLAG(absl::Duration, self_check_interval, absl::Seconds(5),
-          "how often the server connects to its own gRPC port: when that fails it reports "
-          "NOT_SERVING, and after three failures in a row it drains and exits 1; 0 = off");
+          "how often the server checks that its gRPC listener accepts a new connection: when "
+          "not, it reports NOT_SERVING, and after three failures in a row drains and exits 1; "
+          "0 = off");
 ABSL_FLAG(int, keepalive_time_ms, 60000, "server keepalive ping interval (ms)");
 ABSL_FLAG(int, keepalive_timeout_ms, 20000, "close the connection if a ping ack takes longer");
 ABSL_FLAG(int, min_client_ping_interval_ms, 10000,
