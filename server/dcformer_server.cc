@@ -55,8 +55,8 @@ constexpr int kMaxHealthWatchersPerPeer = 16;
 // there: one thread per open stream, which is why it is capped). The callback services use
 // none of these.
 constexpr int kMaxSyncServerThreads = 16;
-// A self-check that gets no answer within this (or the interval, if shorter) has failed; this
-// many failures in a row end the process.
+// A self-check whose connection is not accepted within this (or the interval, if shorter) has
+// failed; this many failures in a row end the process.
 constexpr absl::Duration kSelfCheckTimeout = absl::Seconds(5);
 constexpr int kSelfCheckFailuresToExit = 3;
 
@@ -393,7 +393,7 @@ absl::Status DcformerServer::Watch(absl::Notification* stop) {
         metrics_.RecordSelfCheckFailure();
         DCF_LOG(Error) << "self-check " << self_check_failures << "/" << kSelfCheckFailuresToExit
                        << ": a new connection to " << HostPort(self_check_host, bound_port_)
-                       << " gets no answer (" << probe.message() << ")";
+                       << " is not accepted (" << probe.message() << ")";
         if (self_check_failures >= kSelfCheckFailuresToExit) {
           SetServing(false);
           return absl::UnavailableError(
