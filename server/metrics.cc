@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "prometheus/collectable.h"
+#include "prometheus/text_serializer.h"
 
 namespace dcf::server {
 namespace {
@@ -25,19 +25,6 @@ const char* GroupLabel(int g) { return g == 0 ? "global" : "window"; }
 
 }  // namespace
 
-// Refreshes the engine gauges, then returns the registry's families.
-class ServerMetrics::RefreshingCollectable : public prometheus::Collectable {
- public:
-  explicit RefreshingCollectable(ServerMetrics* owner) : owner_(owner) {}
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    owner_->Refresh();
-    return owner_->registry_->Collect();
-  }
-
- private:
-  ServerMetrics* owner_;
-};
-
 ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
@@ -54,6 +41,33 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Help("Tokenize, Detokenize and GetModelInfo calls by method and "
                                "outcome (ok or the gRPC code of the failure)")
                          .Register(r);
+  credential_reloads_ = &BuildCounter()
+                             .Name("dcformer_credential_reloads_total")
+                             .Help("Reloads of --api-key-file (file=api_keys) or the TLS files "
+                                   "(file=tls) that changed what is in force")
+                             .Register(r);
+  credential_reload_failures_ =
+      &BuildCounter()
+           .Name("dcformer_credential_reload_failures_total")
+           .Help("Reloads that found a file unreadable or invalid and kept the last good one "
+                 "in force, by file (api_keys, tls)")
+           .Register(r);
+  for (const char* file : {"api_keys", "tls"}) {
+    credential_reloads_->Add({{"file", file}});
+    credential_reload_failures_->Add({{"file", file}});
+  }
+  certificate_expiry_ = &BuildGauge()
+                             .Name("dcformer_tls_certificate_expiry_timestamp_seconds")
+                             .Help("When the TLS certificate in force expires (Unix time; 0 "
+                                   "without TLS)")
+                             .Register(r)
+                             .Add({});
+  self_check_failures_ = &BuildCounter()
+                              .Name("dcformer_self_check_failures_total")
+                              .Help("Connections the server made to its own gRPC port that "
+                                    "its listener did not accept")
+                              .Register(r)
+                              .Add({});
   prompt_tokens_ = &BuildCounter()
                         .Name("dcformer_prompt_tokens_total")
                         .Help("Prompt tokens of accepted Generate requests")
@@ -135,10 +149,9 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                             {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
   step_time_ = histogram("dcformer_engine_step_duration_seconds",
                          "Wall time of one engine step", LatencyBuckets());
-  collectable_ = std::make_shared<RefreshingCollectable>(this);
 }
 
-ServerMetrics::~ServerMetrics() { exposer_.reset(); }
+ServerMetrics::~ServerMetrics() = default;
 
 void ServerMetrics::SetStatsSource(std::function<std::optional<EngineStats>()> source) {
   std::lock_guard<std::mutex> lock(source_mu_);
@@ -147,15 +160,9 @@ void ServerMetrics::SetStatsSource(std::function<std::optional<EngineStats>()> s
 
 void ServerMetrics::SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
 
-absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(host_port, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", host_port, ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(collectable_);
-  return absl::OkStatus();
+std::string ServerMetrics::ScrapeText() {
+  Refresh();
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
 void ServerMetrics::RecordRequest(absl::string_view outcome) {
@@ -166,6 +173,15 @@ void ServerMetrics::RecordUnaryRequest(absl::string_view method, absl::string_vi
       .Increment();
 }
 void ServerMetrics::AddPromptTokens(int64_t n) { prompt_tokens_->Increment(n); }
+void ServerMetrics::RecordCredentialReload(absl::string_view file, bool ok) {
+  (ok ? credential_reloads_ : credential_reload_failures_)
+      ->Add({{"file", std::string(file)}})
+      .Increment();
+}
+void ServerMetrics::SetCertificateExpiry(absl::Time not_after) {
+  certificate_expiry_->Set(static_cast<double>(absl::ToUnixSeconds(not_after)));
+}
+void ServerMetrics::RecordSelfCheckFailure() { self_check_failures_->Increment(); }
 void ServerMetrics::AddGeneratedTokens(int64_t n) { generated_tokens_->Increment(n); }
 
 void ServerMetrics::Refresh() {

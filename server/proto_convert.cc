@@ -1,6 +1,7 @@
 #include "server/proto_convert.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
@@ -37,7 +38,19 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
       if (limits.tokenizer == nullptr) {
         return Invalid("prompt.text", "this model has no tokenizer; send prompt.token_ids");
       }
-      ASSIGN_OR_RETURN(out.prompt_tokens, limits.tokenizer->Encode(request.text()));
+      // Encoded only up to the prompt limit: a megabyte of text the engine would refuse
+      // anyway costs no more than the limit's worth of encoding.
+      const size_t budget = limits.max_prompt_tokens > 0
+                                ? static_cast<size_t>(limits.max_prompt_tokens)
+                                : SIZE_MAX;
+      absl::StatusOr<std::vector<int32_t>> ids =
+          limits.tokenizer->EncodeWithLimit(request.text(), budget);
+      if (absl::IsOutOfRange(ids.status())) {
+        return absl::OutOfRangeError(absl::StrCat("prompt.text: encodes to more than ", budget,
+                                                  " tokens, the limit of prompt tokens"));
+      }
+      if (!ids.ok()) return ids.status();
+      out.prompt_tokens = *std::move(ids);
       break;
     }
     case v1::GenerateRequest::kTokenIds:

@@ -20,10 +20,11 @@ namespace dcf::server {
 namespace v1 = ::dcformer::v1;
 
 // Builds the engine request from the engine's resolved limits (Engine::limits(): text
-// prompts are tokenized with its tokenizer; an unset max_new_tokens gets
-// limits.DefaultMaxNewTokens, other unset fields the engine's defaults). InvalidArgument only
-// when it cannot be built: no prompt, a text prompt on a model without a tokenizer, text the
-// tokenizer rejects.
+// prompts are tokenized with its tokenizer, and only up to limits.max_prompt_tokens; an unset
+// max_new_tokens gets limits.DefaultMaxNewTokens, other unset fields the engine's defaults).
+// InvalidArgument when it cannot be built: no prompt, a text prompt on a model without a
+// tokenizer, text the tokenizer rejects; OutOfRange for a text prompt longer than
+// limits.max_prompt_tokens (found without encoding all of it).
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                   const RequestLimits& limits);
 

@@ -128,10 +128,11 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
       return 1;
     }
   }
-  server.Watch(&stop);
+  const absl::Status watched = server.Watch(&stop);
+  if (!watched.ok()) DCF_LOG(Error) << watched.message();
   server.Shutdown();
   shut_down.store(true);
-  return 0;
+  return watched.ok() ? 0 : 1;
 }
 
 }  // namespace dcf::server

@@ -5,7 +5,8 @@
 // With no flags it serves the repository's default model (models/dcformer-kjv) on
 // 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
 // exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable), a
-// second signal, or a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown).
+// second signal, a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown), or a
+// listener that stopped accepting connections (the self-check drains, then exits 1).
 #pragma once
 
 #include "engine/execution/backend.h"

@@ -125,7 +125,8 @@ class GoldenGenerateTest(unittest.TestCase):
                 self.assertEqual((out.returncode, out.stdout.strip()), (0, "SERVING"))
 
     def test_reflection_lists_services(self):
-        with h.Server() as server, server.channel() as ch:
+        # Off by default (test_abuse.StreamBoundsTest); --reflection turns it on.
+        with h.Server(args=["--reflection"]) as server, server.channel() as ch:
             call = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/"
                                     "ServerReflectionInfo")
             # ServerReflectionRequest{list_services: ""}, encoded by hand (field 7, length 0).
