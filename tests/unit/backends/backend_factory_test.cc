@@ -29,12 +29,58 @@ TEST(BackendFactoryTest, ParsesNamesAndRefusesOthers) {
 TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is visible";
   EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
+  ::testing::internal::CaptureStderr();
   auto m = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
+  const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(m.ok()) << m.status();
+  // The choice and its reason are logged at INFO or, when a CUDA build falls back, WARN.
+  const AutoBackendChoice choice = ChooseAutoBackend();
+  EXPECT_EQ(choice.fallback, CudaBackendBuilt());
+  EXPECT_NE(log.find(choice.fallback ? " WARN " : " INFO "), std::string::npos) << log;
+  EXPECT_NE(log.find("--backend auto: "), std::string::npos) << log;
+  EXPECT_NE(log.find(choice.reason), std::string::npos) << log;
   const BackendInfo info = m->backend->info();
   EXPECT_EQ(info.name, "cpu");
   EXPECT_EQ(info.dtype, DType::kF32);
   EXPECT_FALSE(info.device.empty());
+}
+
+// What auto chooses, and the reason it logs, for each situation a GPU pod can be in.
+TEST(BackendFactoryTest, AutoSaysWhatItChoseAndWhy) {
+  AutoBackendChoice c = ChooseAutoBackend(false, absl::OkStatus(), 0);
+  EXPECT_EQ(c.kind, BackendKind::kCpu);
+  EXPECT_FALSE(c.fallback);
+  EXPECT_NE(c.reason.find("no CUDA backend"), std::string::npos) << c.reason;
+
+  // The plugin did not load (here: a library it needs is missing): every dlerror, one line.
+  c = ChooseAutoBackend(
+      true,
+      absl::UnavailableError("cannot load the CUDA backend (libdcformer_cuda_plugin.so); tried:"
+                             "\n  /opt/dcformer/lib/libdcformer_cuda_plugin.so: libcublas.so.13:"
+                             " cannot open shared object file\n  libdcformer_cuda_plugin.so: "
+                             "cannot open shared object file"),
+      0);
+  EXPECT_EQ(c.kind, BackendKind::kCpu);
+  EXPECT_TRUE(c.fallback);
+  EXPECT_NE(c.reason.find("plugin did not load"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("libcublas.so.13: cannot open shared object file"), std::string::npos)
+      << c.reason;
+  EXPECT_EQ(c.reason.find('\n'), std::string::npos) << c.reason;
+
+  // It loaded, but the container sees no GPU (no nvidia.com/gpu, no NVIDIA runtime).
+  c = ChooseAutoBackend(true, absl::OkStatus(), 0);
+  EXPECT_EQ(c.kind, BackendKind::kCpu);
+  EXPECT_TRUE(c.fallback);
+  EXPECT_NE(c.reason.find("no CUDA device is visible"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("CUDA_VISIBLE_DEVICES="), std::string::npos) << c.reason;
+
+  c = ChooseAutoBackend(true, absl::OkStatus(), 2);
+  EXPECT_EQ(c.kind, BackendKind::kCuda);
+  EXPECT_FALSE(c.fallback);
+  EXPECT_NE(c.reason.find("2 CUDA device(s) visible"), std::string::npos) << c.reason;
+
+  // This machine's answer is the one ResolveBackendKind gives.
+  EXPECT_EQ(ChooseAutoBackend().kind, ResolveBackendKind(BackendKind::kAuto));
 }
 
 // cuda-sim is in every build: the CUDA backend's kernels on the SIMT emulator, bfloat16 by
