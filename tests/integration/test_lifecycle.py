@@ -163,6 +163,32 @@ class LifecycleTest(unittest.TestCase):
             elapsed = time.monotonic() - start
         self.assertLessEqual(elapsed, 0.2 + SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
 
+    def test_stream_cut_by_a_drain_resumes_exactly(self):
+        # deploy/README.md, "Streams cut by a drain": prompt + the tokens received, the rest
+        # of max_new_tokens, to another server; greedy, the joined output is the full one.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        model = h.make_slow_model(os.path.join(tmp, "slow"))
+        n = 400
+        args = ["--kv-cache-bytes=200000000"]
+        with h.Server(model=model, args=args + ["--drain-timeout=200ms"]) as server:
+            stream = server.stub().Generate(h.ids_request(PROMPT, n), timeout=120)
+            first = next(stream)
+            server.proc.send_signal(signal.SIGTERM)
+            tokens, final = h.collect(stream)
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+        received = list(first.token_ids) + tokens
+        self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_CANCELLED)
+        self.assertEqual(final.usage.generated_tokens, len(received))
+        self.assertLess(len(received), n)
+        with h.Server(model=model, args=args) as other:
+            resumed, end = h.collect(other.stub().Generate(
+                h.ids_request(PROMPT + received, n - len(received)), timeout=120))
+            self.assertEqual(end.finish_reason, h.pb.FINISH_REASON_LENGTH)
+            whole, _ = h.collect(other.stub().Generate(h.ids_request(PROMPT, n), timeout=120))
+        self.assertEqual(len(whole), n)
+        self.assertEqual(received + resumed, whole)
+
     def test_startup_failures_exit_nonzero(self):
         out = subprocess.run([h.SERVER, "--model=/nonexistent/model", f"--port={h.free_port()}",
                               "--metrics-port=0"], capture_output=True, text=True, timeout=60)
