@@ -1,8 +1,15 @@
 """The Kubernetes manifests (deploy/kubernetes): `kubectl kustomize` builds the cpu and gpu
-overlays (also with the TLS component), the monitoring and prometheus-adapter kustomizations;
-every object passes the Kubernetes OpenAPI schemas, strictly (deploy/validate: unknown fields
-are errors); and the objects say what deploy/README.md promises (probes, drain within the
-grace period, limits, security context, ...).
+overlays, alone and with every optional component (TLS, the nvidia RuntimeClass, GPU node
+affinity, scrape annotations: both as the overlays' commented lines enable them and, for TLS,
+from a kustomization around the overlay), and the monitoring kustomization; every object
+passes the Kubernetes OpenAPI schemas, strictly (deploy/validate: unknown fields are errors);
+and the objects say what deploy/README.md promises: no replica count under the autoscaler, a
+namespace on every namespaced object, probes with one handler, room for slow checks and
+timeouts longer than their commands', a drain within the grace period (a longer one on GPUs),
+rollouts whose deadline covers the startup budget and that need no GPU beyond maxReplicas, a
+disruption budget that lets unhealthy pods go, network rules scoped by namespace, the HPA's
+metrics equal to prometheus-adapter's rules (a snippet that merges into an existing adapter
+configuration, not one that replaces it), limits, security context, secrets.
 
 Run as a script (CTest does): without kubectl, or with one whose kustomize is too old for
 these kustomizations, it says so and exits 77, which CTest reports as skipped."""
@@ -23,8 +30,18 @@ K8S = os.path.join(h.SOURCE_DIR, "deploy", "kubernetes")
 VALIDATOR = os.path.join(h.SOURCE_DIR, "deploy", "validate", "validate.mjs")
 KUBECTL = shutil.which("kubectl")
 SKIP = 77
+ADAPTER_RULES = os.path.join(K8S, "prometheus-adapter", "custom-rules.yaml")
+NAMESPACE = "dcformer"
 # docs/API.md, "Shutdown": the process exits within --drain-timeout + 2 s.
 EXIT_MARGIN_S = 2
+# Scheduling, attaching volumes and pulling an image, on top of a pod's startup budget,
+# within a rollout's progress deadline.
+ROLLOUT_MARGIN_S = 300
+# Kinds without a namespace among those the manifests could hold.
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
+                  "StorageClass", "RuntimeClass", "PriorityClass", "CustomResourceDefinition",
+                  "APIService"}
+PROBE_HANDLERS = ("exec", "grpc", "httpGet", "tcpSocket")
 
 
 def kubectl_problem():
@@ -70,6 +87,24 @@ def duration_s(value):
     return int(m.group(1))
 
 
+def enable_optional_components(tree):
+    """Uncomments the optional `components:` block of each overlay's kustomization.yaml in a
+    copy of deploy/kubernetes, as deploy/README.md tells operators to; returns how many
+    components each overlay got."""
+    counts = {}
+    for overlay in ("cpu", "gpu"):
+        path = os.path.join(tree, "overlays", overlay, "kustomization.yaml")
+        with open(path) as f:
+            text = f.read()
+        text, n = re.subn(r"^# components:$", "components:", text, flags=re.M)
+        assert n == 1, f"{path}: no commented components: block"
+        text, counts[overlay] = re.subn(r"^#   - (\.\./\.\./components/\S+)", r"  - \1", text,
+                                        flags=re.M)
+        with open(path, "w") as f:
+            f.write(text)
+    return counts
+
+
 def flags_of(config_map):
     """{flag: value} of the flagfiles of the dcformer-flags ConfigMap, in the order the
     Deployment reads them (later files win)."""
@@ -94,12 +129,19 @@ class KustomizeTest(unittest.TestCase):
             f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
                     f"resources:\n  - {rel('overlays/gpu')}\n"
                     f"components:\n  - {rel('components/tls')}\n")
+        # Every optional component, enabled in the overlays themselves.
+        every = os.path.join(cls.tmp, "kubernetes")
+        shutil.copytree(K8S, every, ignore=shutil.ignore_patterns("node_modules"))
+        cls.components = enable_optional_components(every)
         cls.built = {name: kustomize(path) for name, path in (
             ("cpu", os.path.join(K8S, "overlays", "cpu")),
             ("gpu", os.path.join(K8S, "overlays", "gpu")),
             ("gpu-tls", tls),
-            ("monitoring", os.path.join(K8S, "monitoring")),
-            ("prometheus-adapter", os.path.join(K8S, "prometheus-adapter")))}
+            ("cpu-every-component", os.path.join(every, "overlays", "cpu")),
+            ("gpu-every-component", os.path.join(every, "overlays", "gpu")),
+            ("monitoring", os.path.join(K8S, "monitoring")))}
+        cls.apps = {name: objects(text) for name, text in cls.built.items()
+                    if name != "monitoring"}
 
     @classmethod
     def tearDownClass(cls):
@@ -137,11 +179,21 @@ class KustomizeTest(unittest.TestCase):
         # Probes: gRPC health (exec through dcformer-cli under TLS, which kubelet's gRPC
         # probes cannot speak); readiness checks the TextGeneration service.
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            p = c[probe]
+            # Exactly one handler: a patch that adds one must remove the other.
+            self.assertEqual([h for h in PROBE_HANDLERS if h in p], ["exec" if tls else "grpc"],
+                             probe)
             if tls:
-                cmd = c[probe]["exec"]["command"]
+                cmd = p["exec"]["command"]
                 self.assertEqual(cmd[:3], ["dcformer-cli", "health", "--tls"], probe)
+                # The probe outlives its command's own timeout.
+                own = next(a for a in cmd if a.startswith("--timeout="))
+                self.assertGreater(p.get("timeoutSeconds", 1),
+                                   duration_s(own.split("=", 1)[1]), probe)
             else:
-                self.assertEqual(c[probe]["grpc"]["port"], 50051, probe)
+                self.assertEqual(p["grpc"]["port"], 50051, probe)
+                # Not the 1 s default: a busy replica may answer late.
+                self.assertGreaterEqual(p.get("timeoutSeconds", 1), 2, probe)
         if tls:
             self.assertIn("--service=dcformer.v1.TextGeneration",
                           c["readinessProbe"]["exec"]["command"])
@@ -151,14 +203,23 @@ class KustomizeTest(unittest.TestCase):
         else:
             self.assertEqual(c["readinessProbe"]["grpc"]["service"],
                              "dcformer.v1.TextGeneration")
-        # Drain: preStop delay + --drain-timeout + exit margin within the grace period, and
-        # liveness does not kill a draining pod.
+        # One slow check does not take a replica out of the endpoints.
+        self.assertGreaterEqual(c["readinessProbe"].get("failureThreshold", 3), 3)
+        # Drain: preStop delay + --drain-timeout + exit margin within the grace period. (The
+        # kubelet stops liveness and startup probes of a pod being deleted, so they need not
+        # outlast the drain.)
         pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
         drain = duration_s(flags["drain_timeout"])
         self.assertGreater(pod["terminationGracePeriodSeconds"],
                            pre_stop + drain + EXIT_MARGIN_S)
-        live = c["livenessProbe"]
-        self.assertGreater(live["periodSeconds"] * live["failureThreshold"], drain)
+        # Rollouts: the progress deadline covers the startup budget and an image pull (the
+        # default, 600 s, does not).
+        start = c["startupProbe"]
+        budget = (start.get("initialDelaySeconds", 0) +
+                  start["periodSeconds"] * start["failureThreshold"])
+        self.assertGreaterEqual(d["spec"]["progressDeadlineSeconds"], budget + ROLLOUT_MARGIN_S)
+        rolling = d["spec"]["strategy"]["rollingUpdate"]
+        self.assertEqual(rolling["maxSurge"], 1)
         # Requests and limits: the KV cache is sized from the memory limit.
         res = c["resources"]
         for key in ("cpu", "memory"):
@@ -166,15 +227,25 @@ class KustomizeTest(unittest.TestCase):
         self.assertIn("memory", res["limits"])
         if gpu:
             self.assertEqual(res["limits"]["nvidia.com/gpu"], 1)
-            self.assertEqual(flags["backend"], "auto")
+            # cuda, not auto: a pod without a usable GPU fails instead of running on the CPU.
+            self.assertEqual(flags["backend"], "cuda")
             self.assertTrue(flags["model"].startswith("/models/"))
             self.assertIn({"name": "models", "persistentVolumeClaim": {
                 "claimName": "dcformer-models", "readOnly": True}}, pod["volumes"])
             self.assertIn(("PersistentVolumeClaim", "dcformer-models"), objs)
             self.assertTrue(any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"]))
+            # Long generations: a drain of minutes, not the base's 30 s.
+            self.assertGreaterEqual(drain, 300)
+            self.assertGreaterEqual(budget, 900)  # 15 minutes to load a large model
+            # Replicas are bounded by the GPUs (maxReplicas): the rollout frees one (stops
+            # an old pod) rather than waiting for a spare one for its surge pod.
+            self.assertGreaterEqual(rolling["maxUnavailable"], rolling["maxSurge"])
         else:
             self.assertNotIn("nvidia.com/gpu", res["limits"])
             self.assertEqual(flags["model"], "/opt/dcformer/models/dcformer-kjv")
+            self.assertEqual(flags["backend"], "cpu")
+            # Zero downtime at full capacity: a new pod is Ready before an old one stops.
+            self.assertEqual(rolling["maxUnavailable"], 0)
         # Security: non-root, read-only root filesystem, no privilege escalation, no
         # capabilities.
         self.assertTrue(pod["securityContext"]["runAsNonRoot"])
@@ -188,15 +259,65 @@ class KustomizeTest(unittest.TestCase):
                                                       "defaultMode": 0o440}}, pod["volumes"])
         self.assertIn("kubernetes.io/hostname",
                       [t["topologyKey"] for t in pod["topologySpreadConstraints"]])
+        return pod
 
     def test_overlays(self):
         for name, gpu, tls in (("cpu", False, False), ("gpu", True, False),
-                               ("gpu-tls", True, True)):
+                               ("gpu-tls", True, True), ("cpu-every-component", False, True),
+                               ("gpu-every-component", True, True)):
             with self.subTest(name):
-                self.check_deployment(objects(self.built[name]), gpu, tls)
+                pod = self.check_deployment(self.apps[name], gpu, tls)
+                annotations = self.apps[name][("Deployment", "dcformer-serve")]["spec"][
+                    "template"]["metadata"].get("annotations", {})
+                if name.endswith("every-component"):
+                    self.assertEqual(annotations["prometheus.io/scrape"], "true")
+                    self.assertEqual(annotations["prometheus.io/port"], "9090")
+                else:
+                    # The ServiceMonitor scrapes; annotations would scrape every pod twice.
+                    self.assertFalse([a for a in annotations if a.startswith("prometheus.io/")])
+                    self.assertNotIn("runtimeClassName", pod)
+                    self.assertNotIn("affinity", pod)
+
+    def test_optional_gpu_components(self):
+        self.assertEqual(self.components, {"cpu": 2, "gpu": 4})
+        pod = self.apps["gpu-every-component"][("Deployment", "dcformer-serve")]["spec"][
+            "template"]["spec"]
+        self.assertEqual(pod["runtimeClassName"], "nvidia")
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        # Compute capability 8.0 and up: what sm_80 code and PTX run on.
+        self.assertEqual(terms, [{"matchExpressions": [{
+            "key": "nvidia.com/gpu.compute.major", "operator": "Gt", "values": ["7"]}]}])
+
+    def test_no_replica_count_under_the_autoscaler(self):
+        # `kubectl apply -k` would reset the live count to it on every change.
+        with open(os.path.join(K8S, "base", "deployment.yaml")) as f:
+            self.assertNotIn("replicas", yaml.safe_load(f)["spec"])
+        for name, objs in self.apps.items():
+            with self.subTest(name):
+                hpas = [o for (k, _), o in objs.items() if k == "HorizontalPodAutoscaler"]
+                self.assertTrue(hpas)
+                for hpa in hpas:
+                    target = hpa["spec"]["scaleTargetRef"]
+                    d = objs[(target["kind"], target["name"])]
+                    self.assertNotIn("replicas", d["spec"])
+                    self.assertGreaterEqual(hpa["spec"]["minReplicas"], 2)
+
+    def test_every_namespaced_object_has_the_namespace(self):
+        for name, text in self.built.items():
+            with self.subTest(name):
+                for (kind, obj_name), o in objects(text).items():
+                    if kind in CLUSTER_SCOPED:
+                        continue
+                    self.assertEqual(o["metadata"].get("namespace"), NAMESPACE,
+                                     f"{name}: {kind}/{obj_name}")
+        for name in ("cpu", "gpu"):
+            self.assertIn(("Namespace", NAMESPACE), self.apps[name])
+        self.assertEqual(self.apps["gpu"][("PersistentVolumeClaim", "dcformer-models")][
+            "metadata"]["namespace"], NAMESPACE)
 
     def test_services_budget_policy_autoscaler(self):
-        objs = objects(self.built["gpu"])
+        objs = self.apps["gpu"]
         labels = objs[("Deployment", "dcformer-serve")]["spec"]["template"]["metadata"]["labels"]
         svc = objs[("Service", "dcformer-serve")]["spec"]
         headless = objs[("Service", "dcformer-serve-headless")]["spec"]
@@ -207,11 +328,20 @@ class KustomizeTest(unittest.TestCase):
             self.assertLessEqual(s["selector"].items(), labels.items())
         pdb = objs[("PodDisruptionBudget", "dcformer-serve")]["spec"]
         self.assertEqual(pdb["maxUnavailable"], 1)
+        # A crash-looping pod does not hold up node drains.
+        self.assertEqual(pdb["unhealthyPodEvictionPolicy"], "AlwaysAllow")
         policy = objs[("NetworkPolicy", "dcformer-serve")]["spec"]
-        rules = {r["ports"][0]["port"]: r["from"][0] for r in policy["ingress"]}
-        self.assertEqual(rules["grpc"]["podSelector"]["matchLabels"], {"dcformer.io/client": "true"})
-        self.assertEqual(rules["metrics"]["namespaceSelector"]["matchLabels"],
-                         {"kubernetes.io/metadata.name": "monitoring"})
+        rules = {r["ports"][0]["port"]: r["from"] for r in policy["ingress"]}
+        self.assertEqual(set(rules), {"grpc", "metrics"})
+        # gRPC: client pods, and only in namespaces labelled for it (a pod can label itself,
+        # not its namespace).
+        self.assertEqual(rules["grpc"], [{
+            "namespaceSelector": {"matchLabels": {"dcformer.io/clients": "true"}},
+            "podSelector": {"matchLabels": {"dcformer.io/client": "true"}}}])
+        # Metrics: the monitoring namespace or one labelled for it, nothing unscoped.
+        self.assertEqual(rules["metrics"], [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+            {"namespaceSelector": {"matchLabels": {"dcformer.io/metrics": "true"}}}])
         # The HPA's custom metrics are the ones prometheus-adapter publishes; CPU is the
         # fallback.
         hpa = objs[("HorizontalPodAutoscaler", "dcformer-serve")]["spec"]
@@ -220,13 +350,40 @@ class KustomizeTest(unittest.TestCase):
                                         "dcformer_kv_cache_usage_perc"})
         self.assertIn("cpu", [m["resource"]["name"] for m in hpa["metrics"]
                               if m["type"] == "Resource"])
-        adapter = objects(self.built["prometheus-adapter"])[("ConfigMap", "adapter-config")]
-        rules = yaml.safe_load(adapter["data"]["config.yaml"])["rules"]
+        with open(ADAPTER_RULES) as f:
+            rules = yaml.safe_load(f)["rules"]
         self.assertEqual({r["name"]["as"] for r in rules}, pods_metrics)
+
+    def test_adapter_rules_merge_into_an_existing_configuration(self):
+        adapter = os.path.join(K8S, "prometheus-adapter")
+        # Nothing here replaces the adapter's ConfigMap, whose resourceRules serve
+        # metrics.k8s.io (kubectl top, CPU/memory HPAs) in kube-prometheus.
+        self.assertEqual(os.listdir(adapter), ["custom-rules.yaml"])
+        with open(ADAPTER_RULES) as f:
+            snippet = f.read()
+        self.assertEqual(list(yaml.safe_load(snippet)), ["rules"])
+        # kube-prometheus's adapter-config/config.yaml, as `kubectl get -o jsonpath` prints it
+        # (no final newline), merged the way deploy/README.md says: it, a newline, the rules.
+        existing = (
+            '"resourceRules":\n'
+            '  "cpu":\n'
+            '    "containerLabel": "container"\n'
+            '    "containerQuery": |\n'
+            '      sum by (<<.GroupBy>>) (irate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",pod!=""}[120s]))\n'
+            '    "resources":\n'
+            '      "overrides":\n'
+            '        "namespace":\n'
+            '          "resource": "namespace"\n'
+            '        "pod":\n'
+            '          "resource": "pod"\n'
+            '  "window": "5m"')
+        merged = yaml.safe_load(existing + "\n" + snippet)
+        self.assertEqual(merged["resourceRules"], yaml.safe_load(existing)["resourceRules"])
+        self.assertEqual(merged["rules"], yaml.safe_load(snippet)["rules"])
 
     def test_monitoring_targets_the_service(self):
         objs = objects(self.built["monitoring"])
-        app = objects(self.built["gpu"])
+        app = self.apps["gpu"]
         sm = objs[("ServiceMonitor", "dcformer-serve")]["spec"]
         svc = app[("Service", "dcformer-serve")]
         self.assertLessEqual(sm["selector"]["matchLabels"].items(),

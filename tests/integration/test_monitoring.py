@@ -19,7 +19,7 @@ import harness as h
 DEPLOY = os.path.join(h.SOURCE_DIR, "deploy")
 ALERTS = os.path.join(DEPLOY, "prometheus", "alerts.yml")
 DASHBOARD = os.path.join(DEPLOY, "kubernetes", "monitoring", "dcformer-dashboard.json")
-ADAPTER = os.path.join(DEPLOY, "kubernetes", "prometheus-adapter", "config.yaml")
+ADAPTER = os.path.join(DEPLOY, "kubernetes", "prometheus-adapter", "custom-rules.yaml")
 RULE_CR = os.path.join(DEPLOY, "kubernetes", "monitoring", "prometheusrule.yaml")
 NAMESPACE, POD = "dcformer", "dcformer-serve-7d9f-abcde"
 # What Grafana puts in for the dashboard's variables with this pod selected. The rate window
