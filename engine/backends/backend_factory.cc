@@ -76,13 +76,14 @@ namespace {
 struct CudaProbe {
   absl::Status plugin;
   int devices = 0;
+  absl::Status device_error;  // why devices is 0: the CUDA error (cuda::DeviceCountError)
 };
 const CudaProbe& ProbeCuda() {
   static const CudaProbe* const probe = [] {
     auto* p = new CudaProbe;
     absl::StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
     p->plugin = plugin.status();
-    if (plugin.ok()) p->devices = (*plugin)->device_count();
+    if (plugin.ok()) p->devices = (*plugin)->device_count(&p->device_error);
     return p;
   }();
   return *probe;
@@ -92,6 +93,16 @@ const CudaProbe& ProbeCuda() {
 const char* EnvOrUnset(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "(unset)" : v;
+}
+
+// Why the plugin sees no device: the CUDA error (an old driver, no driver, no device), and
+// the variables that decide which GPUs a process sees.
+std::string NoCudaDeviceReason(const absl::Status& device_error) {
+  return absl::StrCat(
+      "no CUDA device is usable: ",
+      device_error.ok() ? "cudaGetDeviceCount found none" : device_error.message(),
+      " (CUDA_VISIBLE_DEVICES=", EnvOrUnset("CUDA_VISIBLE_DEVICES"),
+      ", NVIDIA_VISIBLE_DEVICES=", EnvOrUnset("NVIDIA_VISIBLE_DEVICES"), ")");
 }
 
 }  // namespace
@@ -105,7 +116,7 @@ int CudaDeviceCount() {
 }
 
 AutoBackendChoice ChooseAutoBackend(bool cuda_built, const absl::Status& plugin,
-                                    int device_count) {
+                                    int device_count, const absl::Status& device_error) {
   AutoBackendChoice c;
   if (!cuda_built) {
     c.reason = "this build has no CUDA backend (configured without the CUDA toolkit)";
@@ -119,11 +130,8 @@ AutoBackendChoice ChooseAutoBackend(bool cuda_built, const absl::Status& plugin,
     return c;
   }
   if (device_count <= 0) {
-    c.reason = absl::StrCat(
-        "the CUDA backend plugin loaded but no CUDA device is visible (no GPU given to this "
-        "process, or no driver: CUDA_VISIBLE_DEVICES=",
-        EnvOrUnset("CUDA_VISIBLE_DEVICES"),
-        ", NVIDIA_VISIBLE_DEVICES=", EnvOrUnset("NVIDIA_VISIBLE_DEVICES"), ")");
+    c.reason = absl::StrCat("the CUDA backend plugin loaded but ",
+                            NoCudaDeviceReason(device_error));
     return c;
   }
   c.kind = BackendKind::kCuda;
@@ -135,7 +143,7 @@ AutoBackendChoice ChooseAutoBackend(bool cuda_built, const absl::Status& plugin,
 AutoBackendChoice ChooseAutoBackend() {
 #if defined(DCF_HAVE_CUDA_BACKEND)
   const CudaProbe& probe = ProbeCuda();
-  return ChooseAutoBackend(true, probe.plugin, probe.devices);
+  return ChooseAutoBackend(true, probe.plugin, probe.devices, probe.device_error);
 #else
   return ChooseAutoBackend(false, absl::OkStatus(), 0);
 #endif
@@ -170,10 +178,11 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     if (absl::StatusOr<const CudaPlugin*> p = LoadCudaPlugin(); !p.ok()) {
       return absl::UnavailableError(absl::StrCat("--backend cuda: ", p.status().message()));
     }
-#endif
     if (CudaDeviceCount() == 0) {
-      return absl::UnavailableError("--backend cuda: no CUDA device is visible");
+      return absl::UnavailableError(
+          absl::StrCat("--backend cuda: ", NoCudaDeviceReason(ProbeCuda().device_error)));
     }
+#endif
   }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
