@@ -1,7 +1,8 @@
 """The Kubernetes manifests (deploy/kubernetes): `kubectl kustomize` builds the cpu and gpu
 overlays, alone and with every optional component (TLS, the nvidia RuntimeClass, GPU node
-affinity, scrape annotations: both as the overlays' commented lines enable them and, for TLS,
-from a kustomization around the overlay), and the monitoring kustomization; every object
+affinity, scrape annotations: both as the overlays' commented lines enable them and from a
+kustomization around the overlay, over an operator's own annotations and affinity, which
+must survive them), and the monitoring kustomization; every object
 passes the Kubernetes OpenAPI schemas, strictly (deploy/validate: unknown fields are errors);
 and the objects say what deploy/README.md promises: no replica count under the autoscaler, a
 namespace on every namespaced object, probes with one handler, room for slow checks and
@@ -105,6 +106,33 @@ def enable_optional_components(tree):
     return counts
 
 
+# What an operator adds in an overlay's deployment-patch.yaml: a mesh annotation, a pod
+# anti-affinity and a preferred node affinity. Components must merge with these, not replace
+# the maps they sit in.
+USER_ANNOTATIONS = {"sidecar.istio.io/inject": "true"}
+USER_ANTI_AFFINITY = {"preferredDuringSchedulingIgnoredDuringExecution": [{
+    "weight": 100, "podAffinityTerm": {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "dcformer-serve"}}}}]}
+USER_PREFERRED_NODES = [{"weight": 50, "preference": {"matchExpressions": [
+    {"key": "node.example.com/pool", "operator": "In", "values": ["inference"]}]}}]
+
+
+def add_user_customisations(tree):
+    for overlay in ("cpu", "gpu"):
+        path = os.path.join(tree, "overlays", overlay, "deployment-patch.yaml")
+        with open(path) as f:
+            patch = yaml.safe_load(f)
+        template = patch["spec"]["template"]
+        template.setdefault("metadata", {})["annotations"] = dict(USER_ANNOTATIONS)
+        template["spec"]["affinity"] = {
+            "podAntiAffinity": USER_ANTI_AFFINITY,
+            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution":
+                             USER_PREFERRED_NODES}}
+        with open(path, "w") as f:
+            yaml.safe_dump(patch, f, sort_keys=False)
+
+
 def flags_of(config_map):
     """{flag: value} of the flagfiles of the dcformer-flags ConfigMap, in the order the
     Deployment reads them (later files win)."""
@@ -129,16 +157,34 @@ class KustomizeTest(unittest.TestCase):
             f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
                     f"resources:\n  - {rel('overlays/gpu')}\n"
                     f"components:\n  - {rel('components/tls')}\n")
-        # Every optional component, enabled in the overlays themselves.
+        # Every optional component, enabled in the overlays themselves, over an operator's own
+        # customisations in the overlays' patches (which the components must keep).
         every = os.path.join(cls.tmp, "kubernetes")
         shutil.copytree(K8S, every, ignore=shutil.ignore_patterns("node_modules"))
         cls.components = enable_optional_components(every)
+        add_user_customisations(every)
+        # The same customisations with the components enabled in a kustomization around the
+        # overlay (as for TLS above): the components then patch the overlay's output.
+        custom = os.path.join(cls.tmp, "custom")
+        shutil.copytree(K8S, custom, ignore=shutil.ignore_patterns("node_modules"))
+        add_user_customisations(custom)
+        wrapped = {}
+        for overlay, components in (("cpu", ["scrape-annotations"]),
+                                    ("gpu", ["scrape-annotations", "gpu-node-affinity"])):
+            wrapped[overlay] = os.path.join(cls.tmp, f"{overlay}-wrapped")
+            os.mkdir(wrapped[overlay])
+            with open(os.path.join(wrapped[overlay], "kustomization.yaml"), "w") as f:
+                f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                        f"resources:\n  - ../custom/overlays/{overlay}\ncomponents:\n" +
+                        "".join(f"  - ../custom/components/{c}\n" for c in components))
         cls.built = {name: kustomize(path) for name, path in (
             ("cpu", os.path.join(K8S, "overlays", "cpu")),
             ("gpu", os.path.join(K8S, "overlays", "gpu")),
             ("gpu-tls", tls),
             ("cpu-every-component", os.path.join(every, "overlays", "cpu")),
             ("gpu-every-component", os.path.join(every, "overlays", "gpu")),
+            ("cpu-wrapped", wrapped["cpu"]),
+            ("gpu-wrapped", wrapped["gpu"]),
             ("monitoring", os.path.join(K8S, "monitoring")))}
         cls.apps = {name: objects(text) for name, text in cls.built.items()
                     if name != "monitoring"}
@@ -285,9 +331,32 @@ class KustomizeTest(unittest.TestCase):
         self.assertEqual(pod["runtimeClassName"], "nvidia")
         terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"]
-        # Compute capability 8.0 and up: what sm_80 code and PTX run on.
-        self.assertEqual(terms, [{"matchExpressions": [{
-            "key": "nvidia.com/gpu.compute.major", "operator": "Gt", "values": ["7"]}]}])
+        # Compute capability 8.0 and up (what sm_80 code and PTX run on) and a driver of the
+        # R580 branch or newer (what the CUDA 13 runtime needs).
+        self.assertEqual(terms, [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.compute.major", "operator": "Gt", "values": ["7"]},
+            {"key": "nvidia.com/cuda.driver-version.major", "operator": "Gt",
+             "values": ["579"]}]}])
+
+    def test_components_keep_the_operators_customisations(self):
+        """The components add their keys to the pod's annotations and affinity: a mesh
+        annotation, a pod anti-affinity and a preferred node affinity from the overlay's own
+        patch survive them, whether the overlay lists the components or a kustomization
+        around it does (then they patch the overlay's output)."""
+        for name in ("cpu-every-component", "gpu-every-component", "cpu-wrapped",
+                     "gpu-wrapped"):
+            with self.subTest(name):
+                template = self.apps[name][("Deployment", "dcformer-serve")]["spec"]["template"]
+                annotations = template["metadata"]["annotations"]
+                self.assertLessEqual(USER_ANNOTATIONS.items(), annotations.items())
+                self.assertEqual(annotations["prometheus.io/scrape"], "true")
+                affinity = template["spec"]["affinity"]
+                self.assertEqual(affinity["podAntiAffinity"], USER_ANTI_AFFINITY)
+                self.assertEqual(affinity["nodeAffinity"][
+                    "preferredDuringSchedulingIgnoredDuringExecution"], USER_PREFERRED_NODES)
+                if name.startswith("gpu"):
+                    self.assertIn("requiredDuringSchedulingIgnoredDuringExecution",
+                                  affinity["nodeAffinity"])
 
     def test_no_replica_count_under_the_autoscaler(self):
         # `kubectl apply -k` would reset the live count to it on every change.
