@@ -14,6 +14,7 @@ configuration, not one that replaces it), limits, security context, secrets.
 
 Run as a script (CTest does): without kubectl, or with one whose kustomize is too old for
 these kustomizations, it says so and exits 77, which CTest reports as skipped."""
+import copy
 import json
 import os
 import re
@@ -38,6 +39,9 @@ EXIT_MARGIN_S = 2
 # Scheduling, attaching volumes and pulling an image, on top of a pod's startup budget,
 # within a rollout's progress deadline.
 ROLLOUT_MARGIN_S = 300
+# The GPUs overlays/gpu/hpa-patch.yaml's maxReplicas stands for (deploy/README.md: set it to
+# the GPUs you have).
+GPUS = 8
 # Kinds without a namespace among those the manifests could hold.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
                   "StorageClass", "RuntimeClass", "PriorityClass", "CustomResourceDefinition",
@@ -133,6 +137,29 @@ def add_user_customisations(tree):
             yaml.safe_dump(patch, f, sort_keys=False)
 
 
+def startup_budget_s(probe):
+    """The longest a startup probe lets a pod load: failureThreshold checks, each starting a
+    period after the previous one or when it timed out, whichever is later."""
+    return (probe.get("initialDelaySeconds", 0) + probe["failureThreshold"] *
+            max(probe["periodSeconds"], probe.get("timeoutSeconds", 1)))
+
+
+def rollout_deadline_needed_s(deployment):
+    """What a rollout step can take before its new pod is Ready: the old pod's grace period
+    (at maxReplicas the new pod gets its GPU only when an old one has ended), scheduling and
+    the image pull, and the startup budget."""
+    pod = deployment["spec"]["template"]["spec"]
+    return (pod["terminationGracePeriodSeconds"] + ROLLOUT_MARGIN_S +
+            startup_budget_s(pod["containers"][0]["startupProbe"]))
+
+
+def gpus_needed(deployment, hpa):
+    """GPUs a rollout at maxReplicas needs: one per replica, plus the surge pods that no
+    stopped old pod makes room for."""
+    rolling = deployment["spec"]["strategy"]["rollingUpdate"]
+    return hpa["spec"]["maxReplicas"] + max(0, rolling["maxSurge"] - rolling["maxUnavailable"])
+
+
 def flags_of(config_map):
     """{flag: value} of the flagfiles of the dcformer-flags ConfigMap, in the order the
     Deployment reads them (later files win)."""
@@ -177,12 +204,27 @@ class KustomizeTest(unittest.TestCase):
                 f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
                         f"resources:\n  - ../custom/overlays/{overlay}\ncomponents:\n" +
                         "".join(f"  - ../custom/components/{c}\n" for c in components))
+        # deploy/README.md's alternative for a GPU kept free for rollouts: maxUnavailable: 0
+        # in overlays/gpu/deployment-patch.yaml and maxReplicas the GPUs minus one.
+        spare = os.path.join(cls.tmp, "spare-gpu")
+        shutil.copytree(K8S, spare, ignore=shutil.ignore_patterns("node_modules"))
+        for name, edit in (("deployment-patch.yaml", lambda o: o["spec"]["strategy"][
+                "rollingUpdate"].update(maxUnavailable=0)),
+                           ("hpa-patch.yaml", lambda o: o["spec"].update(
+                               maxReplicas=o["spec"]["maxReplicas"] - 1))):
+            path = os.path.join(spare, "overlays", "gpu", name)
+            with open(path) as f:
+                obj = yaml.safe_load(f)
+            edit(obj)
+            with open(path, "w") as f:
+                yaml.safe_dump(obj, f, sort_keys=False)
         cls.built = {name: kustomize(path) for name, path in (
             ("cpu", os.path.join(K8S, "overlays", "cpu")),
             ("gpu", os.path.join(K8S, "overlays", "gpu")),
             ("gpu-tls", tls),
             ("cpu-every-component", os.path.join(every, "overlays", "cpu")),
             ("gpu-every-component", os.path.join(every, "overlays", "gpu")),
+            ("gpu-spare-gpu", os.path.join(spare, "overlays", "gpu")),
             ("cpu-wrapped", wrapped["cpu"]),
             ("gpu-wrapped", wrapped["gpu"]),
             ("monitoring", os.path.join(K8S, "monitoring")))}
@@ -258,12 +300,15 @@ class KustomizeTest(unittest.TestCase):
         drain = duration_s(flags["drain_timeout"])
         self.assertGreater(pod["terminationGracePeriodSeconds"],
                            pre_stop + drain + EXIT_MARGIN_S)
-        # Rollouts: the progress deadline covers the startup budget and an image pull (the
-        # default, 600 s, does not).
+        # Rollouts: the progress deadline covers the startup budget, the old pod's grace
+        # period and an image pull (the default, 600 s, does not). The startup probe's
+        # period is no shorter than its timeout, so its budget is threshold x period, as the
+        # manifests' comments say.
         start = c["startupProbe"]
-        budget = (start.get("initialDelaySeconds", 0) +
-                  start["periodSeconds"] * start["failureThreshold"])
-        self.assertGreaterEqual(d["spec"]["progressDeadlineSeconds"], budget + ROLLOUT_MARGIN_S)
+        self.assertLessEqual(start.get("timeoutSeconds", 1), start["periodSeconds"])
+        budget = startup_budget_s(start)
+        self.assertGreaterEqual(d["spec"]["progressDeadlineSeconds"],
+                                rollout_deadline_needed_s(d))
         rolling = d["spec"]["strategy"]["rollingUpdate"]
         self.assertEqual(rolling["maxSurge"], 1)
         # Requests and limits: the KV cache is sized from the memory limit.
@@ -283,9 +328,11 @@ class KustomizeTest(unittest.TestCase):
             # Long generations: a drain of minutes, not the base's 30 s.
             self.assertGreaterEqual(drain, 300)
             self.assertGreaterEqual(budget, 900)  # 15 minutes to load a large model
-            # Replicas are bounded by the GPUs (maxReplicas): the rollout frees one (stops
-            # an old pod) rather than waiting for a spare one for its surge pod.
-            self.assertGreaterEqual(rolling["maxUnavailable"], rolling["maxSurge"])
+            # A rollout at maxReplicas needs no GPU the cluster lacks: as shipped, it frees
+            # one (stops an old pod) for its surge pod; with maxUnavailable: 0, maxReplicas
+            # must leave a spare one (deploy/README.md, "Upgrade").
+            hpa = objs[("HorizontalPodAutoscaler", "dcformer-serve")]
+            self.assertLessEqual(gpus_needed(d, hpa), GPUS)
         else:
             self.assertNotIn("nvidia.com/gpu", res["limits"])
             self.assertEqual(flags["model"], "/opt/dcformer/models/dcformer-kjv")
@@ -310,7 +357,8 @@ class KustomizeTest(unittest.TestCase):
     def test_overlays(self):
         for name, gpu, tls in (("cpu", False, False), ("gpu", True, False),
                                ("gpu-tls", True, True), ("cpu-every-component", False, True),
-                               ("gpu-every-component", True, True)):
+                               ("gpu-every-component", True, True),
+                               ("gpu-spare-gpu", True, False)):
             with self.subTest(name):
                 pod = self.check_deployment(self.apps[name], gpu, tls)
                 annotations = self.apps[name][("Deployment", "dcformer-serve")]["spec"][
@@ -357,6 +405,34 @@ class KustomizeTest(unittest.TestCase):
                 if name.startswith("gpu"):
                     self.assertIn("requiredDuringSchedulingIgnoredDuringExecution",
                                   affinity["nodeAffinity"])
+
+    def test_rollout_checks_catch_what_does_not_fit(self):
+        """The deadline and GPU checks above fail on the manifests' known traps."""
+        objs = self.apps["gpu"]
+        d = objs[("Deployment", "dcformer-serve")]
+        hpa = objs[("HorizontalPodAutoscaler", "dcformer-serve")]
+        deadline = d["spec"]["progressDeadlineSeconds"]
+        self.assertLessEqual(rollout_deadline_needed_s(d), deadline)
+        # A 15-minute drain (--drain_timeout=900s, grace 930 s) without a longer deadline:
+        # each rollout step then needs 930 + 300 + 900 s, more than 30 minutes.
+        longer = copy.deepcopy(d)
+        longer["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 930
+        self.assertGreater(rollout_deadline_needed_s(longer), deadline)
+        # Checks that time out after their period: the budget is threshold x timeout.
+        slow = copy.deepcopy(d)
+        probe = slow["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+        probe["timeoutSeconds"] = 2 * probe["periodSeconds"]
+        self.assertEqual(startup_budget_s(probe),
+                         probe["failureThreshold"] * probe["timeoutSeconds"])
+        self.assertGreater(rollout_deadline_needed_s(slow), deadline)
+        # maxUnavailable: 0 without lowering maxReplicas: the surge pod waits for a GPU that
+        # does not exist.
+        no_room = copy.deepcopy(d)
+        no_room["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] = 0
+        self.assertGreater(gpus_needed(no_room, hpa), GPUS)
+        spare = self.apps["gpu-spare-gpu"]
+        self.assertEqual(gpus_needed(spare[("Deployment", "dcformer-serve")],
+                                     spare[("HorizontalPodAutoscaler", "dcformer-serve")]), GPUS)
 
     def test_no_replica_count_under_the_autoscaler(self):
         # `kubectl apply -k` would reset the live count to it on every change.
