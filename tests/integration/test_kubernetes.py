@@ -7,10 +7,15 @@ passes the Kubernetes OpenAPI schemas, strictly (deploy/validate: unknown fields
 and the objects say what deploy/README.md promises: no replica count under the autoscaler, a
 namespace on every namespaced object, probes with one handler, room for slow checks and
 timeouts longer than their commands', a drain within the grace period (a longer one on GPUs),
-rollouts whose deadline covers the startup budget and that need no GPU beyond maxReplicas, a
+rollouts whose deadline covers the startup budget (threshold x the longer of period and
+timeout), the old pod's grace period and an image pull, and that need no GPU the cluster
+lacks (the README's spare-GPU variant rendered too), a
 disruption budget that lets unhealthy pods go, network rules scoped by namespace, the HPA's
 metrics equal to prometheus-adapter's rules (a snippet that merges into an existing adapter
-configuration, not one that replaces it), limits, security context, secrets.
+configuration, not one that replaces it), limits, security context, secrets; and what
+kube-prometheus lacks (deploy/kubernetes/kube-prometheus: discovery in dcformer, the custom
+metrics API; its jsonnet mixin, evaluated against a stand-in with kube-prometheus's structure
+when jsonnet is installed).
 
 Run as a script (CTest does): without kubectl, or with one whose kustomize is too old for
 these kustomizations, it says so and exits 77, which CTest reports as skipped."""
@@ -33,6 +38,69 @@ VALIDATOR = os.path.join(h.SOURCE_DIR, "deploy", "validate", "validate.mjs")
 KUBECTL = shutil.which("kubectl")
 SKIP = 77
 ADAPTER_RULES = os.path.join(K8S, "prometheus-adapter", "custom-rules.yaml")
+MERGE_RULES = os.path.join(K8S, "prometheus-adapter", "merge-rules.py")
+KUBE_PROMETHEUS_MIXIN = os.path.join(K8S, "kube-prometheus", "dcformer.libsonnet")
+ALERTS = os.path.join(h.SOURCE_DIR, "deploy", "prometheus", "alerts.yml")
+LOCAL_PROMETHEUS = os.path.join(h.SOURCE_DIR, "deploy", "prometheus", "prometheus.yml")
+# kube-prometheus's manifests/prometheusAdapter-configMap.yaml, abridged: its labels and the
+# resourceRules behind metrics.k8s.io, config.yaml as a literal block with no final newline.
+KUBE_PROMETHEUS_ADAPTER_CONFIG = """apiVersion: v1
+data:
+  config.yaml: |-
+    "resourceRules":
+      "cpu":
+        "containerLabel": "container"
+        "containerQuery": |
+          sum by (<<.GroupBy>>) (
+            irate (
+                container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",pod!=""}[120s]
+            )
+          )
+        "resources":
+          "overrides":
+            "namespace":
+              "resource": "namespace"
+            "pod":
+              "resource": "pod"
+      "window": "5m"
+kind: ConfigMap
+metadata:
+  labels:
+    app.kubernetes.io/component: metrics-adapter
+    app.kubernetes.io/name: prometheus-adapter
+    app.kubernetes.io/part-of: kube-prometheus
+  name: adapter-config
+  namespace: monitoring
+"""
+# A stand-in for kube-prometheus's main.libsonnet with the structure dcformer.libsonnet relies
+# on (components/prometheus.libsonnet: a Role and RoleBinding per entry of the hidden
+# `namespaces` default, overridable from values.prometheus; components/
+# prometheus-adapter.libsonnet: the hidden `config` default, rendered into the ConfigMap
+# adapter-config). kube-prometheus itself is not vendored here.
+KUBE_PROMETHEUS_STAND_IN = """
+local prometheus(params) = {
+  local p = self,
+  _config:: { namespaces:: ['default', 'kube-system', params.namespace] } + params,
+  roleBindingSpecificNamespaces: {
+    items: [{ metadata: { name: 'prometheus-k8s', namespace: n } } for n in p._config.namespaces],
+  },
+};
+local adapter(params) = {
+  local pa = self,
+  _config:: { config:: { resourceRules: { cpu: { containerQuery: 'cpu-query' } } } } + params,
+  configMap: { data: { 'config.yaml': std.manifestYamlDoc(pa._config.config) } },
+  service: { metadata: { name: 'prometheus-adapter', namespace: params.namespace } },
+};
+{
+  values:: {
+    common: { namespace: 'default' },
+    prometheus: { namespace: $.values.common.namespace },
+    prometheusAdapter: { namespace: $.values.common.namespace },
+  },
+  prometheus: prometheus($.values.prometheus),
+  prometheusAdapter: adapter($.values.prometheusAdapter),
+}
+"""
 NAMESPACE = "dcformer"
 # docs/API.md, "Shutdown": the process exits within --drain-timeout + 2 s.
 EXIT_MARGIN_S = 2
@@ -227,9 +295,10 @@ class KustomizeTest(unittest.TestCase):
             ("gpu-spare-gpu", os.path.join(spare, "overlays", "gpu")),
             ("cpu-wrapped", wrapped["cpu"]),
             ("gpu-wrapped", wrapped["gpu"]),
-            ("monitoring", os.path.join(K8S, "monitoring")))}
+            ("monitoring", os.path.join(K8S, "monitoring")),
+            ("kube-prometheus", os.path.join(K8S, "kube-prometheus")))}
         cls.apps = {name: objects(text) for name, text in cls.built.items()
-                    if name != "monitoring"}
+                    if name not in ("monitoring", "kube-prometheus")}
 
     @classmethod
     def tearDownClass(cls):
@@ -503,28 +572,137 @@ class KustomizeTest(unittest.TestCase):
         adapter = os.path.join(K8S, "prometheus-adapter")
         # Nothing here replaces the adapter's ConfigMap, whose resourceRules serve
         # metrics.k8s.io (kubectl top, CPU/memory HPAs) in kube-prometheus.
-        self.assertEqual(os.listdir(adapter), ["custom-rules.yaml"])
+        self.assertEqual(sorted(os.listdir(adapter)), ["custom-rules.yaml", "merge-rules.py"])
         with open(ADAPTER_RULES) as f:
-            snippet = f.read()
-        self.assertEqual(list(yaml.safe_load(snippet)), ["rules"])
-        # kube-prometheus's adapter-config/config.yaml, as `kubectl get -o jsonpath` prints it
-        # (no final newline), merged the way deploy/README.md says: it, a newline, the rules.
-        existing = (
-            '"resourceRules":\n'
-            '  "cpu":\n'
-            '    "containerLabel": "container"\n'
-            '    "containerQuery": |\n'
-            '      sum by (<<.GroupBy>>) (irate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",pod!=""}[120s]))\n'
-            '    "resources":\n'
-            '      "overrides":\n'
-            '        "namespace":\n'
-            '          "resource": "namespace"\n'
-            '        "pod":\n'
-            '          "resource": "pod"\n'
-            '  "window": "5m"')
-        merged = yaml.safe_load(existing + "\n" + snippet)
-        self.assertEqual(merged["resourceRules"], yaml.safe_load(existing)["resourceRules"])
-        self.assertEqual(merged["rules"], yaml.safe_load(snippet)["rules"])
+            rules = yaml.safe_load(f)
+        self.assertEqual(list(rules), ["rules"])
+        rules = rules["rules"]
+        # merge-rules.py on kube-prometheus's manifest, in place, as deploy/README.md says.
+        path = os.path.join(self.tmp, "prometheusAdapter-configMap.yaml")
+        with open(path, "w") as f:
+            f.write(KUBE_PROMETHEUS_ADAPTER_CONFIG)
+
+        def merge():
+            out = subprocess.run([sys.executable, MERGE_RULES, path], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            with open(path) as f:
+                return f.read()
+
+        before = yaml.safe_load(KUBE_PROMETHEUS_ADAPTER_CONFIG)
+        merged_text = merge()
+        merged = yaml.safe_load(merged_text)
+        # The object keeps its name, namespace and labels (kubectl apply of a `create
+        # configmap` output would drop them).
+        self.assertEqual(merged["metadata"], before["metadata"])
+        config = yaml.safe_load(merged["data"]["config.yaml"])
+        self.assertEqual(config["resourceRules"],
+                         yaml.safe_load(before["data"]["config.yaml"])["resourceRules"])
+        self.assertEqual(config["rules"], rules)
+        # Again: nothing changes (no rule twice).
+        self.assertEqual(merge(), merged_text)
+        # Rules of other metrics stay; an older version of ours is replaced.
+        config["rules"] = [dict(rules[0], metricsQuery="old"),
+                           {"seriesQuery": "other", "name": {"as": "other_metric"}}]
+        merged["data"]["config.yaml"] = yaml.safe_dump(config)
+        with open(path, "w") as f:
+            yaml.safe_dump(merged, f)
+        config = yaml.safe_load(yaml.safe_load(merge())["data"]["config.yaml"])
+        self.assertEqual([r["name"]["as"] for r in config["rules"]],
+                         ["other_metric"] + [r["name"]["as"] for r in rules])
+        self.assertEqual(config["rules"][1:], rules)
+        # The live object, through stdin and stdout.
+        out = subprocess.run([sys.executable, MERGE_RULES, "-"], capture_output=True, text=True,
+                             input=KUBE_PROMETHEUS_ADAPTER_CONFIG, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(yaml.safe_load(out.stdout), yaml.safe_load(merged_text))
+
+    def test_kube_prometheus_gets_discovery_and_the_custom_metrics_api(self):
+        """What kube-prometheus lacks: its Prometheus (ServiceAccount monitoring/prometheus-k8s)
+        may discover the ServiceMonitor's targets in dcformer, and prometheus-adapter serves
+        the custom metrics API the HPA reads, which the HPA controller may read."""
+        objs = objects(self.built["kube-prometheus"])
+        sm = objects(self.built["monitoring"])[("ServiceMonitor", "dcformer-serve")]
+        role = objs[("Role", "prometheus-k8s")]
+        self.assertEqual(role["metadata"]["namespace"],
+                         sm["spec"]["namespaceSelector"]["matchNames"][0])
+        granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"]
+                   for r in rule["resources"] if {"list", "watch"} <= set(rule["verbs"])}
+        self.assertLessEqual({("", "services"), ("", "endpoints"), ("", "pods"),
+                              ("discovery.k8s.io", "endpointslices")}, granted)
+        binding = objs[("RoleBinding", "prometheus-k8s")]
+        self.assertEqual(binding["metadata"]["namespace"], role["metadata"]["namespace"])
+        self.assertEqual(binding["roleRef"], {"apiGroup": "rbac.authorization.k8s.io",
+                                              "kind": "Role", "name": "prometheus-k8s"})
+        self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount",
+                                                "name": "prometheus-k8s",
+                                                "namespace": "monitoring"}])
+        api = objs[("APIService", "v1beta1.custom.metrics.k8s.io")]["spec"]
+        self.assertEqual((api["group"], api["version"]), ("custom.metrics.k8s.io", "v1beta1"))
+        self.assertEqual(api["service"], {"name": "prometheus-adapter", "namespace": "monitoring"})
+        hpa_binding = objs[("ClusterRoleBinding", "hpa-controller-custom-metrics")]
+        self.assertEqual(hpa_binding["subjects"], [{"kind": "ServiceAccount",
+                                                    "name": "horizontal-pod-autoscaler",
+                                                    "namespace": "kube-system"}])
+        cluster_role = objs[("ClusterRole", hpa_binding["roleRef"]["name"])]
+        self.assertTrue(any(r["apiGroups"] == ["custom.metrics.k8s.io"] and "get" in r["verbs"]
+                            for r in cluster_role["rules"]))
+
+    def test_kube_prometheus_jsonnet_mixin(self):
+        """dcformer.libsonnet, added to a kube-prometheus build (here a stand-in with its
+        structure), puts dcformer in Prometheus's namespaces, appends the rules to the
+        adapter's configuration (its resourceRules kept) and adds the kustomization's
+        objects, pointed at the adapter's namespace."""
+        jsonnet = shutil.which("jsonnet")
+        if jsonnet is None:
+            self.skipTest("jsonnet is not installed (scripts/setup.sh)")
+        stand_in = os.path.join(self.tmp, "kube-prometheus-stand-in.libsonnet")
+        with open(stand_in, "w") as f:
+            f.write(KUBE_PROMETHEUS_STAND_IN)
+        program = os.path.join(self.tmp, "build.jsonnet")
+        with open(program, "w") as f:
+            f.write(f"""
+local kp = (import {json.dumps(stand_in)}) + (import {json.dumps(KUBE_PROMETHEUS_MIXIN)}) +
+           {{ values+:: {{ common+: {{ namespace: 'observability' }} }} }};
+{{
+  namespaces: [i.metadata.namespace for i in kp.prometheus.roleBindingSpecificNamespaces.items],
+  config: kp.prometheusAdapter.configMap.data['config.yaml'],
+  adapter: {{ [k]: kp.prometheusAdapter[k] for k in std.objectFields(kp.prometheusAdapter) }},
+}}""")
+        out = subprocess.run([jsonnet, program], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        kp = json.loads(out.stdout)
+        self.assertEqual(kp["namespaces"], ["default", "kube-system", "observability", NAMESPACE])
+        config = yaml.safe_load(kp["config"])
+        self.assertEqual(config["resourceRules"], {"cpu": {"containerQuery": "cpu-query"}})
+        with open(ADAPTER_RULES) as f:
+            self.assertEqual(config["rules"], yaml.safe_load(f)["rules"])
+        # The kustomization's cluster-wide objects, the APIService aimed at this adapter.
+        want = objects(self.built["kube-prometheus"])
+        got = {(o["kind"], o["metadata"]["name"]): o for o in kp["adapter"].values()
+               if "kind" in o}
+        api = want[("APIService", "v1beta1.custom.metrics.k8s.io")]
+        api["spec"]["service"]["namespace"] = "observability"
+        for key in (("APIService", "v1beta1.custom.metrics.k8s.io"),
+                    ("ClusterRole", "custom-metrics-server-resources"),
+                    ("ClusterRoleBinding", "hpa-controller-custom-metrics")):
+            self.assertEqual(got[key], want[key], key)
+
+    def test_alerts_know_the_scrape_job(self):
+        """DcformerNoTargets looks for the job the ServiceMonitor's targets get: with no
+        jobLabel, the Prometheus Operator names the job after the Service (dcformer-serve);
+        prometheus.yml, for a server outside Kubernetes, uses the same name."""
+        sm = objects(self.built["monitoring"])[("ServiceMonitor", "dcformer-serve")]["spec"]
+        self.assertNotIn("jobLabel", sm)
+        services = [n for (k, n), o in self.apps["gpu"].items() if k == "Service" and
+                    sm["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()]
+        self.assertEqual(services, ["dcformer-serve"])
+        with open(ALERTS) as f:
+            rules = {r["alert"]: r for g in yaml.safe_load(f)["groups"] for r in g["rules"]}
+        job = re.search(r'absent\(up\{job="([^"]+)"\}\)', rules["DcformerNoTargets"]["expr"])
+        self.assertEqual(job.group(1), services[0])
+        with open(LOCAL_PROMETHEUS) as f:
+            self.assertIn(services[0], [c["job_name"] for c in yaml.safe_load(f)["scrape_configs"]])
 
     def test_monitoring_targets_the_service(self):
         objs = objects(self.built["monitoring"])
