@@ -253,19 +253,75 @@ def dockerignore_excludes(rules, path):
     return excluded
 
 
+def dockerignore_rules(path):
+    """(negated, regex) of each pattern of a .dockerignore file, in order."""
+    rules = []
+    for line in read(path).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        rules.append((negate, dockerignore_regex(line.lstrip("!"))))
+    return rules
+
+
+# What the images build: deploy/docker/build.sh's targets, and the CUDA plugin.
+IMAGE_TARGETS = ("dcformer-server", "dcformer-cli", "dcformer_cuda_plugin")
+
+
+def target_dir(name):
+    """The CMakeFiles/<name>.dir of a target in the build tree, or None."""
+    for root, dirs, _ in os.walk(BUILD_DIR):
+        if f"{name}.dir" in dirs and os.path.basename(root) == "CMakeFiles":
+            return os.path.join(root, f"{name}.dir")
+    return None
+
+
+def image_build_sources():
+    """The source-tree files (relative paths) the compilers read to build IMAGE_TARGETS and
+    the libraries they link, from the Makefile generator's compiler_depend.make; None when
+    the build tree has none (another generator)."""
+    dirs, queue = set(), [t for t in IMAGE_TARGETS if target_dir(t)]
+    while queue:
+        d = target_dir(queue.pop())
+        if d is None or d in dirs:
+            continue
+        dirs.add(d)
+        link = os.path.join(d, "link.txt")
+        if os.path.exists(link):
+            queue += re.findall(r"(?:^|[\s/])lib([\w.+-]+?)\.(?:a|so)\b", read(link))
+    out = set()
+    source, build = os.path.realpath(h.SOURCE_DIR), os.path.realpath(BUILD_DIR)
+    for d in dirs:
+        depend = os.path.join(d, "compiler_depend.make")
+        if not os.path.exists(depend):
+            continue
+        for path in re.findall(r"(/[^\s\\:]+)", read(depend)):
+            path = os.path.realpath(path)
+            if path.startswith(source + "/") and not path.startswith(build + "/"):
+                out.add(os.path.relpath(path, source))
+    return out or None
+
+
 class DockerignoreTest(unittest.TestCase):
-    """The build context of both images (the repository root) leaves out secrets, build trees
-    and caches, and keeps everything the repository tracks."""
+    """The build context of both images (the repository root) is an allowlist: it holds what
+    the image build reads (it configures from the context alone, and every source file the
+    compilers read for the image's targets is in it) and leaves out secrets, build trees,
+    caches and whatever else lies in the checkout."""
 
     @classmethod
     def setUpClass(cls):
-        cls.rules = []
-        for line in read(os.path.join(h.SOURCE_DIR, ".dockerignore")).splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            negate = line.startswith("!")
-            cls.rules.append((negate, dockerignore_regex(line.lstrip("!"))))
+        cls.rules = dockerignore_rules(os.path.join(h.SOURCE_DIR, ".dockerignore"))
+        out = subprocess.run(["git", "-C", h.SOURCE_DIR, "ls-files"], capture_output=True,
+                             text=True, timeout=60)
+        cls.tracked = out.stdout.split() if out.returncode == 0 else None
+
+    def setUp(self):
+        if self.tracked is None:
+            self.skipTest("not a git checkout")
+
+    def in_context(self, path):
+        return not dockerignore_excludes(self.rules, path)
 
     def test_matcher(self):
         # Docker's rules, which the checks below rely on: a bare "*.key" matches at the
@@ -279,25 +335,80 @@ class DockerignoreTest(unittest.TestCase):
         rules = [(False, dockerignore_regex("build")), (True, dockerignore_regex("build/keep"))]
         self.assertTrue(dockerignore_excludes(rules, "build/bin/dcformer-server"))
         self.assertFalse(dockerignore_excludes(rules, "build/keep"))
+        # An allowlist: "*" leaves out everything (a folder by its name, so all under it),
+        # "!dir" lets a folder back in, later patterns leave things in it out again.
+        rules = [(False, dockerignore_regex("*")), (True, dockerignore_regex("engine")),
+                 (False, dockerignore_regex("**/*.key"))]
+        self.assertFalse(dockerignore_excludes(rules, "engine/new/sub/file.cc"))
+        self.assertTrue(dockerignore_excludes(rules, "engine/tls.key"))
+        self.assertTrue(dockerignore_excludes(rules, "docs/API.md"))
+        self.assertTrue(dockerignore_excludes(rules, "README.md"))
 
-    def test_secrets_stay_out(self):
+    def test_secrets_and_clutter_stay_out(self):
         for path in ("api-keys", "deploy/api-keys", "api-keys.txt", "server.key",
                      "deploy/tls/tls.key", "tls.crt", "certs/ca.pem", "a/b/client.p12",
-                     ".env", "deploy/.env.production", "kubeconfig", ".kube/config",
-                     ".docker/config.json", "id_rsa", "home/id_ed25519.pub", ".netrc",
-                     "secrets/token", ".git/config", "build/bin/dcformer-server",
-                     "build-asan/CMakeCache.txt", "deploy/validate/node_modules/yaml/x.js",
-                     "tests/integration/__pycache__/harness.cpython-311.pyc"):
-            self.assertTrue(dockerignore_excludes(self.rules, path), path)
+                     ".env", "deploy/.env.production", "kubeconfig", "kubeconfig.yaml",
+                     ".kube/config", ".docker/config.json", "id_rsa", "home/id_ed25519.pub",
+                     ".netrc", "secrets/token", ".git/config", ".git-credentials",
+                     ".aws/credentials", "credentials.json", "gcp-sa.json",
+                     ".config/gcloud/application_default_credentials.json",
+                     "build/bin/dcformer-server", "build-asan/CMakeCache.txt",
+                     "deploy/validate/node_modules/yaml/x.js",
+                     "tests/integration/__pycache__/harness.cpython-311.pyc",
+                     # README step 3 copies the model from the repository root.
+                     "DCFormer-2.8B/model-00001-of-00003.safetensors",
+                     # Inside the folders the build reads, at any depth.
+                     "engine/.env", "server/tls.key", "server/certs/server.pem",
+                     "scripts/kubeconfig.yaml", "deploy/docker/.aws/credentials",
+                     "client/examples/node/node_modules/@grpc/grpc-js/package.json",
+                     "client/examples/node/.npmrc", "models/dcformer-kjv/.git/config",
+                     "models/train/data/corpus.txt", "bench/.git-credentials",
+                     "engine/cuda/__pycache__/x.pyc", "proto/gcp-sa.json"):
+            self.assertFalse(self.in_context(path), path)
 
-    def test_every_tracked_file_is_in_the_context(self):
-        out = subprocess.run(["git", "-C", h.SOURCE_DIR, "ls-files"], capture_output=True,
-                             text=True, timeout=60)
-        if out.returncode != 0:
-            self.skipTest(f"not a git checkout: {out.stderr.strip()}")
-        tracked = out.stdout.split()
-        self.assertIn("scripts/setup.sh", tracked)
-        self.assertEqual([p for p in tracked if dockerignore_excludes(self.rules, p)], [])
+    def test_the_build_configures_from_the_context_alone(self):
+        """The tracked files the rules let in, copied alone into a directory, configure as
+        the image's build.sh does (no tests, no CUDA needed to configure): a CMakeLists.txt,
+        CMake module or source file left out makes this fail."""
+        context = [p for p in self.tracked if self.in_context(p)]
+        for needed in ("scripts/setup.sh", "deploy/docker/build.sh",
+                       "deploy/docker/runtime-setup.sh", "deploy/docker/runtime-libs.sh",
+                       "models/dcformer-kjv/config.json", "CMakeLists.txt"):
+            self.assertIn(needed, context)  # the Dockerfiles' COPY and RUN, build.sh's reads
+        tmp = tempfile.mkdtemp(prefix="dcformer-context-")
+        self.addCleanup(shutil.rmtree, tmp)
+        for p in context:
+            os.makedirs(os.path.join(tmp, os.path.dirname(p)), exist_ok=True)
+            shutil.copy2(os.path.join(h.SOURCE_DIR, p), os.path.join(tmp, p))
+        out = subprocess.run(["cmake", "-S", tmp, "-B", os.path.join(tmp, "build-image"),
+                              "-DCMAKE_BUILD_TYPE=Release", "-DDCFORMER_BUILD_TESTS=OFF",
+                              "-DDCFORMER_CUDA=OFF"],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
+
+    def test_every_source_the_image_targets_compile_is_in_the_context(self):
+        sources = image_build_sources()
+        if sources is None:
+            self.skipTest("the build tree has no compiler_depend.make (not the Makefile "
+                          "generator, or not built)")
+        self.assertIn("server/server_main.cc", sources)
+        self.assertEqual(sorted(p for p in sources if not self.in_context(p)), [])
+
+    def test_tracked_files_of_the_folders_the_build_reads_are_all_in(self):
+        """No secret or cache pattern catches a tracked file in an allowed folder."""
+        allowed = [p for p in self.tracked if self.in_context(p)]
+        tops = {p.split("/")[0] for p in allowed}
+        self.assertLessEqual({"CMakeLists.txt", "cmake", "engine", "server", "proto",
+                              "client", "bench", "scripts", "models"}, tops)
+        for p in self.tracked:
+            top = p.split("/")[0]
+            if top in tops - {"deploy"} or p.startswith("deploy/docker/"):
+                self.assertTrue(self.in_context(p), p)
+        # And nothing the build does not read.
+        for p in ("docs/API.md", "tests/integration/harness.py", "README.md",
+                  "deploy/kubernetes/base/deployment.yaml", ".ci/run"):
+            if p in self.tracked:
+                self.assertFalse(self.in_context(p), p)
 
 
 class ServerFlagsTest(unittest.TestCase):
