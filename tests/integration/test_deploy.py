@@ -411,6 +411,35 @@ class DockerignoreTest(unittest.TestCase):
                 self.assertFalse(self.in_context(p), p)
 
 
+class GitignoreTest(unittest.TestCase):
+    """Secrets never enter a commit: .gitignore ignores what deploy/README.md says it does
+    (api-keys, *.key, *.pem and other secret files) at the root and at any depth, and no
+    tracked file."""
+
+    def git(self, *args):
+        return subprocess.run(["git", "-C", h.SOURCE_DIR, *args], capture_output=True,
+                              text=True, timeout=60)
+
+    def setUp(self):
+        if self.git("rev-parse", "--git-dir").returncode != 0:
+            self.skipTest("not a git checkout")
+
+    def test_secrets_are_ignored_at_any_depth(self):
+        for path in ("api-keys", "deploy/api-keys", "api-keys.txt", "tls.key",
+                     "deploy/tls/tls.key", "server.pem", "certs/ca.pem", "tls.crt",
+                     "a/client.p12", "kubeconfig", "kubeconfig.yaml", ".env",
+                     "deploy/.env.production", "id_rsa", ".git-credentials",
+                     "credentials.json", "gcp-sa.json"):
+            # --no-index: as for a file not yet added.
+            out = self.git("check-ignore", "--no-index", "-q", path)
+            self.assertEqual(out.returncode, 0, f"{path} is not ignored")
+
+    def test_no_tracked_file_is_ignored(self):
+        out = self.git("ls-files", "--cached", "--ignored", "--exclude-standard")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), [])
+
+
 class ServerFlagsTest(unittest.TestCase):
     """The flagfiles of the Kubernetes ConfigMap name flags the server knows, and the server
     starts with them."""
