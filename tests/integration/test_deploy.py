@@ -11,6 +11,7 @@ No container engine exists on CI machines, so the Dockerfiles keep their steps i
 - build.sh's configure step for the CUDA image (DCFORMER_CUDA=ON) with the toolkit in
   /usr/local/cuda. What is not checked here: the base images themselves and apt inside them.
 The Kubernetes objects are checked by test_kubernetes.py."""
+import json
 import os
 import re
 import shutil
@@ -438,6 +439,87 @@ class GitignoreTest(unittest.TestCase):
         out = self.git("ls-files", "--cached", "--ignored", "--exclude-standard")
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.split(), [])
+
+
+class RetryThrottle:
+    """gRPC's retry throttling (gRFC A6, grpc_core::internal::ServerRetryThrottleData): a
+    bucket of maxTokens that each failed call (retryable status, retried or not) drains by
+    one and each successful one refills by tokenRatio; a failed call may be retried only
+    while more than half the bucket is left. Kept in thousandths, as gRPC does."""
+
+    def __init__(self, max_tokens, token_ratio):
+        self.max = round(max_tokens * 1000)
+        self.ratio = round(token_ratio * 1000)
+        self.tokens = self.max
+
+    def failure(self):
+        """Records a failed call; whether it may be retried."""
+        self.tokens = max(0, self.tokens - 1000)
+        return self.tokens > self.max // 2
+
+    def success(self):
+        self.tokens = min(self.max, self.tokens + self.ratio)
+
+
+class ClientServiceConfigTest(unittest.TestCase):
+    """deploy/client/service-config.json's retry throttling, played through gRPC's algorithm:
+    one replica's crash does not switch retries off, a service where most calls fail gets no
+    retries, and deploy/README.md states the numbers."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(DEPLOY, "client", "service-config.json")) as f:
+            cls.config = json.load(f)
+        cls.throttling = cls.config["retryThrottling"]
+        flags = dict(flag_lines(os.path.join(K8S, "overlays", "gpu", "overlay.flags")) +
+                     flag_lines(os.path.join(K8S, "base", "server.flags")))
+        cls.max_num_seqs = int(flags["max_num_seqs"])
+
+    def throttle(self):
+        return RetryThrottle(self.throttling["maxTokens"], self.throttling["tokenRatio"])
+
+    def failures_tolerated(self):
+        t, n = self.throttle(), 0
+        while t.failure():
+            n += 1
+        return n
+
+    def test_one_replica_crash_keeps_retries_on(self):
+        # A GPU replica runs up to --max_num_seqs streams; its crash fails each of them (a
+        # streamed call is not retried but still takes a token), and calls racing the crash
+        # must still be retried.
+        t = self.throttle()
+        for _ in range(self.max_num_seqs):
+            t.failure()
+        self.assertTrue(t.failure(), "retries are off after one replica's crash")
+        # The value the review found: 10 tokens stop retrying after 5 failures.
+        old = RetryThrottle(10, 0.1)
+        self.assertEqual([old.failure() for _ in range(6)], [True] * 4 + [False] * 2)
+
+    def test_retries_stop_when_most_calls_fail(self):
+        # Every call fails: retries stop within maxTokens / 2 failures.
+        self.assertLessEqual(self.failures_tolerated(), self.throttling["maxTokens"] // 2)
+        # Steady state: 3 of 5 calls fail: retries end up off; 1 in 5: they stay on.
+        for failing, expect in ((3, False), (1, True)):
+            t = self.throttle()
+            for _ in range(1000):
+                for i in range(5):
+                    if i < failing:
+                        t.failure()
+                    else:
+                        t.success()
+            self.assertEqual(t.tokens > t.max // 2, expect, f"{failing} of 5 failing")
+
+    def test_readme_states_the_numbers(self):
+        with open(os.path.join(DEPLOY, "README.md")) as f:
+            readme = " ".join(f.read().split())
+        m = re.search(r"`retryThrottling`: (\d+) tokens, ratio ([\d.]+)\..*?keeps retrying "
+                      r"through (\d+) failures in a row, more than the (\d+) streams", readme)
+        self.assertIsNotNone(m, "deploy/README.md does not describe the retry throttling")
+        self.assertEqual(int(m.group(1)), self.throttling["maxTokens"])
+        self.assertEqual(float(m.group(2)), self.throttling["tokenRatio"])
+        self.assertEqual(int(m.group(3)), self.failures_tolerated())
+        self.assertEqual(int(m.group(4)), self.max_num_seqs)
 
 
 class ServerFlagsTest(unittest.TestCase):
