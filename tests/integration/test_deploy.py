@@ -35,13 +35,16 @@ def read(path):
         return f.read()
 
 
+def content_lines(path):
+    """The lines of a file that are neither blank nor # comments, stripped."""
+    return [line.strip() for line in read(path).splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
 def flag_lines(path):
     """(name, value) of each --name=value line of an absl flagfile."""
     out = []
-    for line in read(path).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
+    for line in content_lines(path):
         m = re.fullmatch(r"--([a-z0-9_]+)=(.*)", line)
         assert m, f"{path}: not a --name=value line: {line!r}"
         out.append((m.group(1), m.group(2)))
@@ -257,10 +260,7 @@ def dockerignore_excludes(rules, path):
 def dockerignore_rules(path):
     """(negated, regex) of each pattern of a .dockerignore file, in order."""
     rules = []
-    for line in read(path).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
+    for line in content_lines(path):
         negate = line.startswith("!")
         rules.append((negate, dockerignore_regex(line.lstrip("!"))))
     return rules
