@@ -17,6 +17,7 @@ PACKAGES=(
   prometheus openssl curl
   gnuplot-nox  # dcformer-loadgen --plot-out
   patchelf     # scripts/gpu-check.sh: the relocatable GPU-check bundle
+  jsonnet      # integration.test_kubernetes: deploy/kubernetes/kube-prometheus/dcformer.libsonnet
 )
 # Node.js is used only by the example client; machines may already carry a non-Debian build
 # (with its own npm), which conflicts with Debian's npm package: install only when absent.

@@ -9,11 +9,13 @@ namespace dcf::server {
 namespace {
 
 // Latency buckets, seconds: fine below 10 ms (CPU decode steps of small models are ~1 ms),
-// then coarser up to a minute.
+// then coarser up to 20 minutes: long generations (thousands of tokens, a full queue) run
+// for minutes, and a quantile above the last finite bucket is clamped to it.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  return {0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
-          0.03,   0.05,  0.075,  0.1,   0.15,  0.2,   0.3,   0.5,    0.75, 1.0,   2.5,
-          5.0,    10.0,  20.0,   30.0,  60.0};
+  return {0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01,  0.015,
+          0.02,   0.03,  0.05,   0.075, 0.1,   0.15,  0.2,   0.3,    0.5,   0.75,
+          1.0,    2.5,   5.0,    10.0,  20.0,  30.0,  60.0,  120.0,  300.0, 600.0,
+          1200.0};
 }
 
 const char* kOutcomes[] = {"eos",         "stop_token",         "stop_string",

@@ -26,6 +26,24 @@ int CudaDeviceCount();
 // The backend `kind` resolves to on this machine (kAuto becomes kCuda or kCpu).
 BackendKind ResolveBackendKind(BackendKind kind);
 
+// What --backend auto chose and why, for the log: a GPU image that silently runs on the CPU
+// is a production failure, so LoadModel logs this at INFO (cuda chosen, or a build without
+// CUDA) or WARNING (a CUDA build that falls back to the CPU: the plugin's dlerror, or the CUDA
+// error that left no device usable, e.g. an NVIDIA driver older than the runtime).
+struct AutoBackendChoice {
+  BackendKind kind = BackendKind::kCpu;
+  bool fallback = false;  // a CUDA build chose the CPU: worth a WARNING
+  std::string reason;
+};
+// The choice from what was found: whether this build has the CUDA backend, the plugin's load
+// status (ignored when not built), the visible devices and, when there are none, the CUDA
+// error that says why (cuda::DeviceCountError). ChooseAutoBackend() asks this machine
+// (loading the plugin once).
+AutoBackendChoice ChooseAutoBackend(bool cuda_built, const absl::Status& plugin,
+                                    int device_count,
+                                    const absl::Status& device_error = absl::OkStatus());
+AutoBackendChoice ChooseAutoBackend();
+
 struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<Backend> backend;

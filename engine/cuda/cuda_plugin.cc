@@ -20,7 +20,9 @@ extern "C" {
 
 int dcf_cuda_plugin_abi_version() { return DCF_CUDA_PLUGIN_ABI_VERSION; }
 
-int dcf_cuda_plugin_device_count() { return dcf::cuda::gpu::VisibleDeviceCount(); }
+int dcf_cuda_plugin_device_count(absl::Status* error) {
+  return dcf::cuda::gpu::VisibleDeviceCount(error);
+}
 
 dcf::Backend* dcf_cuda_plugin_create_backend(const dcf::ModelConfig* config,
                                              dcf::ModelWeights* weights,

@@ -11,14 +11,15 @@
 #include "engine/model/model_weights.h"
 
 // Bump when a signature below or a type crossing the boundary changes.
-#define DCF_CUDA_PLUGIN_ABI_VERSION 2
+#define DCF_CUDA_PLUGIN_ABI_VERSION 3
 #define DCF_CUDA_PLUGIN_FILE "libdcformer_cuda_plugin.so"
 
 extern "C" {
 // DCF_CUDA_PLUGIN_ABI_VERSION of the plugin.
 using DcfCudaPluginAbiVersionFn = int (*)();
-// CUDA devices visible (0 without a driver or device).
-using DcfCudaPluginDeviceCountFn = int (*)();
+// CUDA devices visible; 0 without a driver or device, with *error naming the CUDA error
+// (cuda::DeviceCountError).
+using DcfCudaPluginDeviceCountFn = int (*)(absl::Status* error);
 // A backend on options->device built from `weights` (moved from), or null with `status` set.
 // The caller owns the result (delete through Backend's virtual destructor).
 using DcfCudaPluginCreateBackendFn =

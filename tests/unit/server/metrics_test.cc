@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -42,6 +44,28 @@ TEST(ServerMetricsTest, HasTheGatewayNames) {
                         "dcformer_nonfinite_logits_total"}) {
     EXPECT_TRUE(names.count(n)) << n;
   }
+}
+
+// The latency histograms resolve minutes-long generations: a quantile above the last finite
+// bucket is clamped to it, so p99 of long requests must not saturate at a minute.
+TEST(ServerMetricsTest, LatencyBucketsReachLongGenerations) {
+  ServerMetrics metrics;
+  int checked = 0;
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name != "dcformer_e2e_request_latency_seconds" &&
+        family.name != "dcformer_time_to_first_token_seconds" &&
+        family.name != "dcformer_request_queue_time_seconds") {
+      continue;
+    }
+    ASSERT_EQ(family.metric.size(), 1u) << family.name;
+    double last_finite = 0;
+    for (const auto& b : family.metric[0].histogram.bucket) {
+      if (std::isfinite(b.upper_bound)) last_finite = std::max(last_finite, b.upper_bound);
+    }
+    EXPECT_GE(last_finite, 1200.0) << family.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
 }
 
 TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
