@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/random_model.h"

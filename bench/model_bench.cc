@@ -32,10 +32,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/status_macros.h"
-#include "engine/model/step_batch.h"
+#include "engine/execution/step_batch.h"
 #include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
 

@@ -27,7 +27,7 @@
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
 #include "engine/common/status_macros.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 

@@ -9,7 +9,7 @@
 # Zero findings: any report fails the run. Suppressions (tests/sanitizers/*.supp) hold only
 # third-party code, each entry explained. The CUDA backend is not built here, and the tests
 # that run its kernels on the SIMT emulator (cuda-sim) are left out: the emulator switches
-# stacks by hand (engine/cuda/sim/fiber_context.cc) without the sanitizers' fiber
+# stacks by hand (engine/simt/fiber_context.cc) without the sanitizers' fiber
 # annotations, so ASan and TSan cannot follow it. Left out of ASan too, as they run no
 # server or engine code of their own: the packaging checks (deploy, kubernetes, gpu bundle,
 # monitoring queries), the PyTorch baseline, and the golden cases repeated on the portable

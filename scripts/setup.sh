@@ -7,14 +7,17 @@ PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev zlib1g-dev
+  libboost-dev  # Boost.Beast/Asio (header-only): the server's HTTP listener (/metrics)
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenblas0-openmp nlohmann-json3-dev libzip-dev libutf8proc-dev
   clang libclang-rt-14-dev
   python3-grpcio python3-protobuf python3-prometheus-client python3-numpy python3-yaml
+  python3-h2 python3-cryptography  # abuse tests: raw HTTP/2 clients, an expired certificate
   python3-torch  # the PyTorch reference model (bench/baseline) and its test; ~600 MB installed
   prometheus openssl curl
   gnuplot-nox  # dcformer-loadgen --plot-out
   patchelf     # scripts/gpu-check.sh: the relocatable GPU-check bundle
+  jsonnet      # integration.test_kubernetes: deploy/kubernetes/kube-prometheus/dcformer.libsonnet
 )
 # Node.js is used only by the example client; machines may already carry a non-Debian build
 # (with its own npm), which conflicts with Debian's npm package: install only when absent.

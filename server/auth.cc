@@ -19,13 +19,13 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromFile(const std::string& path) {
+absl::StatusOr<ApiKeyChecker::Keys> ApiKeyChecker::ReadKeys(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
                         absl::StrCat("--api-key-file: ", text.status().message()));
   }
-  std::vector<std::string> keys;
+  Keys keys;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || absl::StartsWith(line, "#")) continue;
@@ -35,10 +35,13 @@ absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("--api-key-file: '", path, "' contains no key"));
   }
-  return FromKeys(std::move(keys));
+  if (absl::Status s = ValidateKeys(keys); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--api-key-file: '", path, "': ", s.message()));
+  }
+  return keys;
 }
 
-absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromKeys(std::vector<std::string> keys) {
+absl::Status ApiKeyChecker::ValidateKeys(const Keys& keys) {
   for (const std::string& key : keys) {
     if (key.empty()) return absl::InvalidArgumentError("api key: empty key");
     for (char c : key) {
@@ -47,8 +50,36 @@ absl::StatusOr<ApiKeyChecker> ApiKeyChecker::FromKeys(std::vector<std::string> k
       }
     }
   }
-  return ApiKeyChecker(std::move(keys));
+  return absl::OkStatus();
 }
+
+absl::StatusOr<std::unique_ptr<ApiKeyChecker>> ApiKeyChecker::FromFile(const std::string& path) {
+  absl::StatusOr<Keys> keys = ReadKeys(path);
+  if (!keys.ok()) return keys.status();
+  return std::unique_ptr<ApiKeyChecker>(new ApiKeyChecker(path, *std::move(keys)));
+}
+
+absl::StatusOr<std::unique_ptr<ApiKeyChecker>> ApiKeyChecker::FromKeys(Keys keys) {
+  if (absl::Status s = ValidateKeys(keys); !s.ok()) return s;
+  return std::unique_ptr<ApiKeyChecker>(new ApiKeyChecker("", std::move(keys)));
+}
+
+absl::StatusOr<bool> ApiKeyChecker::Reload() {
+  if (path_.empty()) return absl::FailedPreconditionError("api keys were not read from a file");
+  absl::StatusOr<Keys> keys = ReadKeys(path_);
+  if (!keys.ok()) return keys.status();
+  absl::MutexLock lock(&mu_);
+  if (*keys == *keys_) return false;
+  keys_ = std::make_shared<const Keys>(*std::move(keys));
+  return true;
+}
+
+std::shared_ptr<const ApiKeyChecker::Keys> ApiKeyChecker::keys() const {
+  absl::MutexLock lock(&mu_);
+  return keys_;
+}
+
+int ApiKeyChecker::num_keys() const { return static_cast<int>(keys()->size()); }
 
 absl::Status ApiKeyChecker::Check(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
@@ -67,8 +98,9 @@ absl::Status ApiKeyChecker::CheckHeader(absl::string_view authorization) const {
     return absl::UnauthenticatedError("authorization metadata must be 'Bearer <api key>'");
   }
   absl::string_view presented = absl::StripAsciiWhitespace(authorization.substr(kBearer.size()));
+  const std::shared_ptr<const Keys> keys = this->keys();
   bool ok = false;
-  for (const std::string& key : keys_) ok |= ConstantTimeEquals(presented, key);
+  for (const std::string& key : *keys) ok |= ConstantTimeEquals(presented, key);
   if (!ok) return absl::UnauthenticatedError("invalid api key");
   return absl::OkStatus();
 }

@@ -1,5 +1,7 @@
 #include "server/dcformer_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -17,10 +19,13 @@
 #include "grpc/support/log.h"
 #include "grpc/support/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "server/listener_check.h"
 
 // gRPC's own log function (libgpr exports it, with C++ linkage, though no header declares it):
 // restored after a capture below.
@@ -88,22 +93,6 @@ class GrpcLogCapture {
   static inline std::vector<Line> lines_ ABSL_GUARDED_BY(mu_);
 };
 
-// gRPC's certificate provider reads the TLS files itself (and again on every reload), and
-// only logs what it cannot use; reading them once here makes a missing or unreadable file a
-// startup error that names the flag.
-absl::Status CheckPemFile(const std::string& flag, const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) {
-    return absl::Status(text.status().code(),
-                        absl::StrCat("--", flag, ": ", text.status().message()));
-  }
-  if (!absl::StrContains(*text, "-----BEGIN ")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": '", path, "' holds no PEM block"));
-  }
-  return absl::OkStatus();
-}
-
 std::string HostPort(const std::string& host, int port) {
   if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
     return absl::StrCat("[", host, "]:", port);
@@ -126,6 +115,52 @@ const std::string& ServiceName() {
   return *name;
 }
 
+// Health Watch streams: at most this many open, this many from one peer (health_service.h).
+constexpr int kMaxHealthWatchers = 4096;
+constexpr int kMaxHealthWatchersPerPeer = 16;
+// Threads of gRPC's synchronous server (only the reflection service, with --reflection, runs
+// there: one thread per open stream, which is why it is capped). The callback services use
+// none of these.
+constexpr int kMaxSyncServerThreads = 16;
+// A self-check whose connection is not accepted within this (or the interval, if shorter) has
+// failed; this many failures in a row end the process.
+constexpr absl::Duration kSelfCheckTimeout = absl::Seconds(5);
+constexpr int kSelfCheckFailuresToExit = 3;
+
+// Drops gRPC's reflection plugin from a builder: linking grpc++_reflection registers it for
+// every server (a static initializer), so leaving it out takes this.
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
+
+// The soft open-file limit raised to the hard one: a listener of gRPC 1.51 that once fails
+// accept() for lack of descriptors never accepts again (docs/API.md, "Security").
+void RaiseOpenFileLimit() {
+  rlimit limit = {};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = before;
+  }
+  if (limit.rlim_cur != before) {
+    DCF_LOG(Info) << "open-file limit raised from " << before << " to " << limit.rlim_cur;
+  }
+  if (limit.rlim_cur < 4096) {
+    DCF_LOG(Warning) << "open-file limit is " << limit.rlim_cur
+                     << " (the hard limit): past about that many connections the gRPC listener "
+                        "stops accepting, and the self-check then ends the process";
+  }
+}
+
 }  // namespace
 
 DcformerServer::DcformerServer(ServerOptions options) : options_(std::move(options)) {}
@@ -134,22 +169,27 @@ DcformerServer::~DcformerServer() { Shutdown(); }
 
 absl::Status DcformerServer::Start() {
   if (!options_.api_key_file.empty()) {
-    ASSIGN_OR_RETURN(ApiKeyChecker checker, ApiKeyChecker::FromFile(options_.api_key_file));
-    auth_ = std::make_unique<ApiKeyChecker>(std::move(checker));
+    ASSIGN_OR_RETURN(auth_, ApiKeyChecker::FromFile(options_.api_key_file));
   }
+  RaiseOpenFileLimit();
   state_ = std::make_unique<ServingState>(&options_, auth_.get(), &metrics_);
   service_ = std::make_unique<TextGenerationService>(state_.get());
+  health_ = std::make_unique<HealthService>(std::vector<std::string>{ServiceName()},
+                                            kMaxHealthWatchers, kMaxHealthWatchersPerPeer);
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options_.tls_cert.empty()) {
-    RETURN_IF_ERROR(CheckPemFile("tls-cert", options_.tls_cert));
-    RETURN_IF_ERROR(CheckPemFile("tls-key", options_.tls_key));
+    // gRPC reads validated copies, never the files themselves (tls_files.h): a key that is
+    // not the certificate's is a startup error here, and a bad file on a reload keeps the
+    // last good pair.
+    ASSIGN_OR_RETURN(tls_, TlsFiles::Create({options_.tls_key, options_.tls_cert,
+                                             options_.tls_client_ca}));
+    LogCertificate("TLS certificate");
     const bool mtls = !options_.tls_client_ca.empty();
-    if (mtls) RETURN_IF_ERROR(CheckPemFile("tls-client-ca", options_.tls_client_ca));
-    // The provider re-reads the files every --tls-reload-interval: rotated certificates (a
+    // The provider re-reads the copies every --tls-reload-interval: rotated certificates (a
     // renewed Kubernetes Secret) serve new connections without a restart.
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-        options_.tls_key, options_.tls_cert, options_.tls_client_ca,
+        tls_->identity_path(), tls_->identity_path(), tls_->client_ca_path(),
         static_cast<unsigned int>(absl::ToInt64Seconds(options_.tls_reload_interval)));
     grpc::experimental::TlsServerCredentialsOptions tls(provider);
     tls.watch_identity_key_cert_pairs();
@@ -164,14 +204,26 @@ absl::Status DcformerServer::Start() {
     credentials = grpc::InsecureServerCredentials();
   }
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string address = HostPort(options_.host, options_.port);
   builder.AddListeningPort(address, credentials, &bound_port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  builder.RegisterService(health_.get());
+  // Twice the flag: a message up to that reaches the service, which answers
+  // RESOURCE_EXHAUSTED and counts it (ServingState::CheckRequestSize); gRPC refuses larger
+  // ones itself, before any service sees them.
+  builder.SetMaxReceiveMessageSize(2 * options_.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
+  // No compressed requests: gRPC 1.51 inflates a message completely before it checks its
+  // size (a 1 MB gzip bomb became 1 GB before any limit or API key was looked at). With only
+  // identity enabled a compressed message is refused (UNIMPLEMENTED) unread.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  grpc::ResourceQuota quota("dcformer-server");
+  quota.SetMaxThreads(kMaxSyncServerThreads);
+  builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port is an error
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_ms);
@@ -207,14 +259,108 @@ absl::Status DcformerServer::Start() {
   DCF_LOG(Info) << "listening on " << HostPort(options_.host, bound_port_)
                 << (options_.tls_cert.empty() ? " (plaintext)" : " (TLS)")
                 << (options_.tls_client_ca.empty() ? "" : " (mTLS)")
-                << (auth_ ? " (api key required)" : "");
-
-  if (options_.metrics_port != 0) {
-    const std::string metrics_address = HostPort(options_.metrics_host, options_.metrics_port);
-    RETURN_IF_ERROR(metrics_.StartExposer(metrics_address));
-    DCF_LOG(Info) << "metrics on http://" << metrics_address << "/metrics";
+                << (auth_ ? " (api key required)" : "")
+                << (options_.reflection ? " (reflection)" : "");
+  if (options_.reflection && auth_) {
+    DCF_LOG(Warning) << "--reflection: server reflection lists the services and their "
+                        "messages to anyone, without an api key";
   }
+  RETURN_IF_ERROR(StartMetricsEndpoint());
+  if (auth_ || tls_) reload_thread_ = std::thread([this] { ReloadLoop(); });
   return absl::OkStatus();
+}
+
+absl::Status DcformerServer::StartMetricsEndpoint() {
+  if (options_.metrics_port == 0) return absl::OkStatus();
+  HttpRouter router;
+  ServerMetrics* metrics = &metrics_;
+  router.Add("GET", "/metrics", [metrics](const HttpRequest&) {
+    HttpResponse response;
+    response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    response.body = metrics->ScrapeText();
+    return response;
+  });
+  HttpServerOptions http;
+  http.host = options_.metrics_host;
+  http.port = options_.metrics_port;
+  absl::StatusOr<std::unique_ptr<HttpServer>> started =
+      HttpServer::Start(std::move(http), std::move(router));
+  if (!started.ok()) {
+    return absl::UnavailableError(absl::StrCat("metrics: ", started.status().message()));
+  }
+  metrics_http_ = *std::move(started);
+  DCF_LOG(Info) << "metrics on http://" << HostPort(options_.metrics_host, metrics_http_->port())
+                << "/metrics";
+  return absl::OkStatus();
+}
+
+void DcformerServer::LogCertificate(const char* what) {
+  const CertificateInfo& cert = tls_->certificate();
+  const absl::Time now = absl::Now();
+  metrics_.SetCertificateExpiry(cert.not_after);
+  if (cert.not_after < now) {
+    DCF_LOG(Warning) << what << " '" << cert.subject << "' expired at "
+                     << absl::FormatTime(cert.not_after) << ": clients will refuse it";
+  } else if (cert.not_before > now) {
+    DCF_LOG(Warning) << what << " '" << cert.subject << "' is valid only from "
+                     << absl::FormatTime(cert.not_before) << ": clients will refuse it";
+  } else {
+    DCF_LOG(Info) << what << " '" << cert.subject << "' valid until "
+                  << absl::FormatTime(cert.not_after);
+  }
+}
+
+void DcformerServer::ReloadLoop() {
+  const absl::Time start = absl::Now();
+  absl::Time next_keys = start + options_.api_key_reload_interval;
+  absl::Time next_tls = start + options_.tls_reload_interval;
+  while (true) {
+    absl::Time next = absl::InfiniteFuture();
+    if (auth_) next = std::min(next, next_keys);
+    if (tls_) next = std::min(next, next_tls);
+    if (reload_stop_.WaitForNotificationWithTimeout(next - absl::Now())) return;
+    const absl::Time now = absl::Now();
+    if (auth_ && now >= next_keys) {
+      ReloadApiKeys();
+      next_keys = now + options_.api_key_reload_interval;
+    }
+    if (tls_ && now >= next_tls) {
+      ReloadTls();
+      next_tls = now + options_.tls_reload_interval;
+    }
+  }
+}
+
+bool DcformerServer::NoteReload(const char* file, const absl::StatusOr<bool>& reloaded,
+                                const std::string& in_force, std::string* last_error) {
+  if (!reloaded.ok()) {
+    metrics_.RecordCredentialReload(file, false);
+    const std::string error(reloaded.status().message());
+    if (error != *last_error) {
+      DCF_LOG(Error) << file << " not reloaded, " << in_force << " kept in force: " << error;
+    }
+    *last_error = error;
+    return false;
+  }
+  if (!last_error->empty()) DCF_LOG(Info) << file << ": the files are valid again";
+  last_error->clear();
+  if (*reloaded) metrics_.RecordCredentialReload(file, true);
+  return *reloaded;
+}
+
+void DcformerServer::ReloadApiKeys() {
+  const std::string in_force = absl::StrCat("the last good ", auth_->num_keys(), " key(s)");
+  if (NoteReload("api_keys", auth_->Reload(), in_force, &last_api_key_error_)) {
+    DCF_LOG(Info) << "api keys reloaded: " << auth_->num_keys() << " key(s)";
+  }
+}
+
+void DcformerServer::ReloadTls() {
+  const std::string in_force =
+      absl::StrCat("the last good certificate '", tls_->certificate().subject, "'");
+  if (NoteReload("tls", tls_->Reload(), in_force, &last_tls_error_)) {
+    LogCertificate("TLS certificate reloaded:");
+  }
 }
 
 absl::Status DcformerServer::LoadModel() {
@@ -238,30 +384,16 @@ absl::Status DcformerServer::LoadModel() {
   if (options_.warmup) RETURN_IF_ERROR(WarmUp());
   metrics_.SetEnabled(true);
 
-  RequestLimits limits;
-  limits.vocab_size = config.vocab_size;
-  limits.context_length = config.max_positions;
-  limits.default_max_new_tokens = options_.default_max_new_tokens;
-  limits.max_new_tokens_limit = options_.engine.max_new_tokens_limit;
-  limits.tokenizer = tokenizer_.get();
+  // What the engine resolved (limits, EOS) is reported as it is: nothing is recomputed here.
   ServedModelInfo info;
   info.model_name = BaseName(options_.model_dir);
   const EngineStats stats = engine->Stats();
   info.backend = stats.backend;
   info.kv_cache_bytes = stats.kv_cache_bytes;
   info.block_size = engine->options().block_size;
-  info.eos_token_id = engine->eos_token_id();
-  if (!info.eos_token_id.has_value()) info.eos_token_id = config.eos_token_id;
   info.kv_blocks_total = stats.kv_blocks_total;
-  info.has_tokenizer = tokenizer_ != nullptr;
-  info.max_prompt_tokens = options_.engine.max_prompt_tokens > 0
-                               ? std::min(options_.engine.max_prompt_tokens, config.max_positions)
-                               : config.max_positions;
-  info.max_new_tokens = options_.engine.max_new_tokens_limit > 0
-                            ? std::min(options_.engine.max_new_tokens_limit, config.max_positions)
-                            : config.max_positions;
-  info.default_max_new_tokens = options_.default_max_new_tokens;
-  state_->PublishEngine(engine, limits, std::move(info));
+  info.limits = engine->limits();
+  state_->PublishEngine(engine, engine->limits(), std::move(info));
   SetServing(true);
   // `info` was moved into the serving state: log from `stats`.
   DCF_LOG(Info) << "serving " << options_.model_dir << " (" << config.ArchitectureName() << ", "
@@ -298,40 +430,67 @@ absl::Status DcformerServer::WarmUp() {
 void DcformerServer::SetServing(bool serving) {
   serving_ = serving;
   metrics_.SetServing(serving);
-  if (grpc_server_ == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus(serving);  // the overall "" status
-  health->SetServingStatus(ServiceName(), serving);
+  if (health_ != nullptr) health_->SetServing(serving);  // "" and the TextGeneration service
 }
 
-void DcformerServer::Watch(absl::Notification* stop) {
+absl::Status DcformerServer::Watch(absl::Notification* stop) {
+  const std::string self_check_host = SelfCheckHost(options_.host);
+  const absl::Duration self_check_timeout =
+      std::min(kSelfCheckTimeout, options_.self_check_interval);
+  absl::Time next_self_check = absl::Now() + options_.self_check_interval;
+  int self_check_failures = 0;
   while (!stop->WaitForNotificationWithTimeout(options_.health_poll_interval)) {
     if (engine_ == nullptr) continue;
+    state_->EndStalledStreams(absl::Now());
+    if (options_.self_check_interval > absl::ZeroDuration() && absl::Now() >= next_self_check) {
+      const absl::Status probe = ProbeListener(self_check_host, bound_port_, self_check_timeout);
+      next_self_check = absl::Now() + options_.self_check_interval;
+      if (probe.ok()) {
+        if (self_check_failures > 0) DCF_LOG(Info) << "self-check: the gRPC port answers again";
+        self_check_failures = 0;
+      } else {
+        ++self_check_failures;
+        metrics_.RecordSelfCheckFailure();
+        DCF_LOG(Error) << "self-check " << self_check_failures << "/" << kSelfCheckFailuresToExit
+                       << ": a new connection to " << HostPort(self_check_host, bound_port_)
+                       << " is not accepted (" << probe.message() << ")";
+        if (self_check_failures >= kSelfCheckFailuresToExit) {
+          SetServing(false);
+          return absl::UnavailableError(
+              "the gRPC listener accepts no new connections (gRPC 1.51 stops accepting once "
+              "it ran out of file descriptors): exiting so that the process is restarted");
+        }
+      }
+    }
     const EngineStats stats = engine_->Stats();
     // An idle loop may not report progress; only a loop with work that stops moving (or a
     // dead loop) is unhealthy.
     const bool busy = stats.num_running + stats.num_waiting > 0;
     const bool stalled = busy && absl::Now() - stats.last_progress > options_.engine_stall_timeout;
-    const bool healthy = stats.loop_alive && !stalled && stats.healthy;
+    const bool healthy =
+        stats.loop_alive && !stalled && stats.healthy && self_check_failures == 0;
     if (healthy != serving_) {
       if (healthy) {
         DCF_LOG(Info) << "engine loop recovered: SERVING";
       } else {
-        DCF_LOG(Error) << (!stats.healthy     ? "engine backend failed"
-                           : stats.loop_alive ? "engine loop stalled"
-                                              : "engine loop stopped")
+        DCF_LOG(Error) << (self_check_failures > 0 ? "listener self-check failed"
+                           : !stats.healthy        ? "engine backend failed"
+                           : stats.loop_alive      ? "engine loop stalled"
+                                                   : "engine loop stopped")
                        << ": NOT_SERVING";
       }
       SetServing(healthy);
     }
   }
+  return absl::OkStatus();
 }
 
 void DcformerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   const bool started = grpc_server_ != nullptr || engine_ != nullptr;
+  reload_stop_.Notify();
+  if (reload_thread_.joinable()) reload_thread_.join();
   const absl::Time start = absl::Now();
   const absl::Time drain_deadline = start + options_.drain_timeout;
   if (grpc_server_ != nullptr) {
@@ -379,9 +538,9 @@ void DcformerServer::Shutdown() {
   service_.reset();
   metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone
   engine_.reset();
-  // Last, so that the metrics endpoint serves the whole drain; its listener takes up to ~2 s
-  // to stop, which the line below counts: the process exits right after it.
-  metrics_.StopExposer();
+  // Last, so that the metrics endpoint serves the whole drain, and counted in the line below:
+  // the process exits right after it.
+  if (metrics_http_ != nullptr) metrics_http_->Stop();
   if (started) {
     DCF_LOG(Info) << "shut down after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   }

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/logging.h"
+#include "grpc/grpc.h"
+#include "server/log_text.h"
 #include "server/proto_convert.h"
 #include "server/request_parser.h"
 #include "server/status_util.h"
@@ -18,6 +20,39 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 }  // namespace
 
+const char* GenerateReactor::StateName(State s) {
+  switch (s) {
+    case State::kStarting: return "starting";
+    case State::kStreaming: return "streaming";
+    case State::kWriting: return "writing";
+    case State::kWritingFinal: return "writing_final";
+    case State::kEnding: return "ending";
+    case State::kFinishing: return "finishing";
+  }
+  return "?";
+}
+
+bool GenerateReactor::Allowed(State from, State to) {
+  switch (from) {
+    case State::kStarting: return to == State::kStreaming || to == State::kFinishing;
+    case State::kStreaming:
+      return to == State::kWriting || to == State::kWritingFinal || to == State::kFinishing;
+    case State::kWriting: return to == State::kStreaming || to == State::kEnding;
+    case State::kWritingFinal: return to == State::kFinishing || to == State::kEnding;
+    case State::kEnding: return to == State::kFinishing;
+    case State::kFinishing: return false;
+  }
+  return false;
+}
+
+void GenerateReactor::Become(State next) {
+  if (!Allowed(state_now_, next)) {
+    DCF_LOG(Error) << "GenerateReactor: no transition " << StateName(state_now_) << " -> "
+                   << StateName(next);
+  }
+  state_now_ = next;
+}
+
 GenerateReactor::GenerateReactor(ServingState* state, grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request)
     : state_(state), context_(context), link_(std::make_shared<Link>()) {
@@ -25,22 +60,31 @@ GenerateReactor::GenerateReactor(ServingState* state, grpc::CallbackServerContex
     absl::MutexLock lock(&link_->mu);
     link_->reactor = this;
   }
-  state_->StreamStarted();
+  state_->StreamStarted(link_);
   Start(*request);
 }
 
-void GenerateReactor::Reject(const grpc::Status& status) {
+void GenerateReactor::Reject(const char* outcome, const grpc::Status& status) {
   {
     absl::MutexLock lock(&link_->mu);
-    outcome_ = GrpcCodeLabel(status.error_code());
-    finish_called_ = true;
+    outcome_ = outcome;
+    finish_status_ = status;
+    Become(State::kFinishing);
   }
   Finish(status);
 }
 
 void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
   if (grpc::Status admitted = state_->Admit(*context_); !admitted.ok()) {
-    Reject(admitted);
+    Reject(GrpcCodeLabel(admitted.error_code()), admitted);
+    return;
+  }
+  const int max_open = state_->options().max_open_streams;
+  if (const int open = state_->active_streams(); max_open > 0 && open > max_open) {
+    Reject("resource_exhausted",
+           grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(open - 1, " Generate streams are open, the most this server "
+                                     "keeps (--max-open-streams); retry with backoff")));
     return;
   }
   if (!request_bytes.Valid()) {
@@ -50,39 +94,52 @@ void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
     const bool ended = context_->IsCancelled() ||
                        absl::FromChrono(context_->deadline()) <= absl::Now();
     if (!ended) {
-      Reject(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message"));
+      Reject("invalid_argument",
+             grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message"));
       return;
     }
+    const std::string outcome = CancelOutcomeNow();
     {
       absl::MutexLock lock(&link_->mu);
-      outcome_ = CancelOutcomeNow();
-      finish_called_ = true;
+      client_ended_ = true;
     }
-    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request arrived"));
+    Reject(outcome.c_str(),
+           grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request arrived"));
+    return;
+  }
+  if (grpc::Status size = state_->CheckRequestSize(request_bytes); !size.ok()) {
+    Reject(GrpcCodeLabel(size.error_code()), size);
     return;
   }
   v1::GenerateRequest request;
   if (absl::Status parsed = ParseRequestBytes(ByteBufferToString(request_bytes), &request);
       !parsed.ok()) {
-    Reject(ToGrpcStatus(parsed));
+    const grpc::Status status = ToGrpcStatus(parsed);
+    Reject(GrpcCodeLabel(status.error_code()), status);
     return;
   }
-  request_id_ = request.request_id();
   absl::StatusOr<GenerationRequest> converted = ToEngineRequest(request, state_->limits());
   if (!converted.ok()) {
-    Reject(ToGrpcStatus(converted.status()));
+    const grpc::Status status = ToGrpcStatus(converted.status());
+    Reject(GrpcCodeLabel(status.error_code()), status);
     return;
   }
   with_logprobs_ = converted->output.logprobs;
   prompt_tokens_ = static_cast<int>(converted->prompt_tokens.size());
   absl::StatusOr<RequestHandle> handle = state_->engine()->Enqueue(std::move(*converted));
   if (!handle.ok()) {
-    Reject(ToGrpcStatus(handle.status()));
+    const grpc::Status status = ToGrpcStatus(handle.status());
+    Reject(GrpcCodeLabel(status.error_code()), status);
     return;
   }
   handle_ = std::move(*handle);
+  // Only the engine-validated id is ever logged (request_validator.h bounds it).
   request_id_ = handle_.stream().id();
   state_->metrics().AddPromptTokens(prompt_tokens_);
+  {
+    absl::MutexLock lock(&link_->mu);
+    Become(State::kStreaming);
+  }
   // The engine loop only posts the call to the writer pool (once while a post is pending).
   std::shared_ptr<Link> link = link_;
   StreamWriterPool* writers = &state_->writers();
@@ -97,79 +154,131 @@ void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
 
 void GenerateReactor::OnStreamReady(const std::shared_ptr<Link>& link) {
   GenerateReactor* reactor;
-  Action action;
-  bool cancel_engine = false;
-  RequestCanceller canceller;
+  Effects effects;
   {
     absl::MutexLock lock(&link->mu);
     reactor = link->reactor;
     if (reactor == nullptr) return;  // the call is already done
-    action = reactor->Pump(&cancel_engine);
-    if (cancel_engine) canceller = reactor->handle_.canceller();
+    reactor->Pump(&effects);
   }
   // This thread is no gRPC reaction, so nothing keeps the reactor alive once the lock is
   // released unless this pump claimed a write or the finish (OnDone cannot run before those
-  // complete). The engine cancel therefore goes through a canceller taken under the lock.
-  canceller.Cancel();
-  if (action != Action::kNone) reactor->Perform(action);
+  // complete); the cancels go through a canceller and a call reference taken under the lock.
+  reactor->Perform(std::move(effects));
 }
 
-GenerateReactor::Action GenerateReactor::Pump(bool* cancel_engine) {
-  if (finish_called_) return Action::kNone;
-  if (write_in_flight_) {
-    // The client reads slower than the engine writes: output coalesces in the stream. Bound
-    // it: a client that stopped reading must not hold the engine (or memory) forever.
-    const size_t limit = state_->options().max_stream_buffer_bytes;
-    if (!cancelled_ && !final_written_ && handle_.shared_stream() != nullptr && limit > 0 &&
-        handle_.stream().pending_bytes() > limit) {
-      cancelled_ = true;
-      overflowed_ = true;
-      *cancel_engine = true;
-      outcome_ = "resource_exhausted";
-      finish_status_ = grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("the client is not reading its stream: more than ", limit,
-                       " bytes of output were waiting (--max-stream-buffer-bytes)"));
+void GenerateReactor::Link::EndIfStalled(absl::Time cutoff) {
+  GenerateReactor* r;
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu);
+    r = reactor;
+    if (r == nullptr) return;
+    const bool writing = r->state_now_ == State::kWriting || r->state_now_ == State::kWritingFinal;
+    if (!writing || write_started_ns.load() >= absl::ToUnixNanos(cutoff)) return;
+    const absl::Duration timeout = r->state_->options().write_stall_timeout;
+    r->EndEarly("resource_exhausted",
+                grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             absl::StrCat("the client is not reading its stream: a write made no "
+                                          "progress for ", absl::FormatDuration(timeout),
+                                          " (--write-stall-timeout)")),
+                /*cancel_call=*/true, &effects);
+  }
+  r->Perform(std::move(effects));
+}
+
+void GenerateReactor::Claim(Effects::Io io, Effects* effects) {
+  effects->io = io;
+}
+
+void GenerateReactor::EndEarly(const char* outcome, const grpc::Status& status, bool cancel_call,
+                               Effects* effects) {
+  outcome_ = outcome;
+  finish_status_ = status;
+  if (handle_.shared_stream() != nullptr) effects->cancel_engine = handle_.canceller();
+  if (state_now_ == State::kWriting || state_now_ == State::kWritingFinal) {
+    Become(State::kEnding);
+    if (cancel_call) {
+      // The write in flight waits for a client that may never read: cancelling the call
+      // sends the status now and completes the write (failed), which then finishes the call.
+      effects->cancel_call = context_->c_call();
+      grpc_call_ref(effects->cancel_call);
+      effects->cancel_status = status;
     }
-    return Action::kNone;
+  } else {
+    Become(State::kFinishing);
+    Claim(Effects::Io::kFinish, effects);
   }
-  if (cancelled_ || final_written_) {
-    finish_called_ = true;
-    if (cancelled_ && !final_written_ && !overflowed_) finish_status_ = grpc::Status::CANCELLED;
-    return Action::kFinish;
+}
+
+void GenerateReactor::EndByClient(const std::string& outcome, Effects* effects) {
+  client_ended_ = true;
+  EndEarly(outcome.c_str(), grpc::Status::CANCELLED, /*cancel_call=*/false, effects);
+}
+
+void GenerateReactor::Pump(Effects* effects) {
+  switch (state_now_) {
+    case State::kStarting:
+    case State::kWritingFinal:
+    case State::kEnding:
+    case State::kFinishing:
+      return;
+    case State::kWriting: {
+      // The client reads slower than the engine writes: output coalesces in the stream. Bound
+      // it: a client that stopped reading must not hold the engine (or memory) forever.
+      const size_t limit = state_->options().max_stream_buffer_bytes;
+      if (limit > 0 && handle_.stream().pending_bytes() > limit) {
+        EndEarly("resource_exhausted",
+                 grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              absl::StrCat("the client is not reading its stream: more than ",
+                                           limit, " bytes of output were waiting "
+                                           "(--max-stream-buffer-bytes)")),
+                 /*cancel_call=*/true, effects);
+      }
+      return;
+    }
+    case State::kStreaming:
+      break;
   }
-  if (handle_.shared_stream() == nullptr) return Action::kNone;
   GenerationChunk chunk;
-  if (!handle_.stream().TryTake(&chunk)) return Action::kNone;
+  if (!handle_.stream().TryTake(&chunk)) return;
   v1::GenerateResponse response;
   ChunkToResponse(chunk, request_id_, with_logprobs_, &response);
   SerializeToByteBuffer(response, &write_buffer_);
   tokens_in_flight_ = static_cast<int>(chunk.tokens.size());
   generated_tokens_ += tokens_in_flight_;
   if (chunk.finished) {
-    final_written_ = true;
-    outcome_ = FinishReasonLabel(chunk.finish_reason);
+    outcome_ = FinishReasonName(chunk.finish_reason);
     timing_ = chunk.timing;
     have_timing_ = true;
-    if (chunk.finish_reason == FinishReason::kError) {
-      // Accepted, then failed: INTERNAL with the engine's message, whatever its code.
-      finish_status_ = AcceptedRequestFailedStatus(chunk.error);
-    } else {
-      finish_status_ = grpc::Status::OK;
-    }
+    // Accepted, then failed: INTERNAL with the engine's message, whatever its code.
+    finish_status_ = chunk.finish_reason == FinishReason::kError
+                         ? AcceptedRequestFailedStatus(chunk.error)
+                         : grpc::Status::OK;
+    Become(State::kWritingFinal);
+  } else {
+    Become(State::kWriting);
   }
-  write_in_flight_ = true;
-  return Action::kWrite;
+  link_->write_started_ns.store(absl::ToUnixNanos(absl::Now()));
+  Claim(Effects::Io::kWrite, effects);
 }
 
-void GenerateReactor::Perform(Action action) {
-  switch (action) {
-    case Action::kNone:
+void GenerateReactor::Perform(Effects effects) {
+  effects.cancel_engine.Cancel();
+  if (effects.cancel_call != nullptr) {
+    const std::string message = effects.cancel_status.error_message();
+    grpc_call_cancel_with_status(effects.cancel_call,
+                                 static_cast<grpc_status_code>(effects.cancel_status.error_code()),
+                                 message.c_str(), nullptr);
+    grpc_call_unref(effects.cancel_call);
+  }
+  switch (effects.io) {
+    case Effects::Io::kNone:
       return;
-    case Action::kWrite:
+    case Effects::Io::kWrite:
       StartWrite(&write_buffer_);
       return;
-    case Action::kFinish: {
+    case Effects::Io::kFinish: {
       grpc::Status status;
       {
         absl::MutexLock lock(&link_->mu);
@@ -190,41 +299,58 @@ std::string GenerateReactor::CancelOutcomeNow() const {
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
-  bool cancel_engine = false;
-  Action action;
+  const std::string cancel_outcome = ok ? std::string() : CancelOutcomeNow();
+  Effects effects;
   {
     absl::MutexLock lock(&link_->mu);
-    write_in_flight_ = false;
-    if (ok) {
-      state_->metrics().AddGeneratedTokens(tokens_in_flight_);
-    } else if (!final_written_ && !cancelled_) {
-      // The stream broke (client gone): stop generating for it.
-      cancelled_ = true;
-      cancel_engine = true;
-      if (outcome_.empty()) outcome_ = CancelOutcomeNow();
-    }
+    link_->write_started_ns.store(OpenStream::kNoWrite);
+    if (ok) state_->metrics().AddGeneratedTokens(tokens_in_flight_);
     tokens_in_flight_ = 0;
-    action = Pump(&cancel_engine);
+    switch (state_now_) {
+      case State::kWriting:
+        Become(State::kStreaming);
+        if (ok) {
+          Pump(&effects);
+        } else {
+          EndByClient(cancel_outcome, &effects);  // the stream broke: stop generating for it
+        }
+        break;
+      case State::kWritingFinal:
+      case State::kEnding:
+        Become(State::kFinishing);
+        Claim(Effects::Io::kFinish, &effects);
+        break;
+      default:
+        DCF_LOG(Error) << "GenerateReactor: write done in state " << StateName(state_now_);
+        break;
+    }
   }
-  if (cancel_engine && handle_.shared_stream()) handle_.Cancel();
-  Perform(action);
+  Perform(std::move(effects));
 }
 
 void GenerateReactor::OnCancel() {
   const std::string cancel_outcome = CancelOutcomeNow();
-  Action action;
-  bool cancel_engine = false;
+  Effects effects;
   {
     absl::MutexLock lock(&link_->mu);
-    cancelled_ = true;
-    // A rejected call keeps its status as outcome, a finished one its finish reason, an
-    // overflowed one resource_exhausted. This also overrides a "cancelled" set by a failed
-    // write that the deadline caused.
-    if (!final_written_ && !overflowed_ && handle_.shared_stream()) outcome_ = cancel_outcome;
-    action = Pump(&cancel_engine);
+    switch (state_now_) {
+      case State::kStreaming:
+      case State::kWriting:
+        EndByClient(cancel_outcome, &effects);
+        break;
+      case State::kEnding:
+      case State::kFinishing:
+        // Ended by the client already (say, a write that failed because the deadline passed):
+        // the cancel, seen now, says which it was. Rejected, finished and overflowed calls
+        // keep their outcome.
+        if (client_ended_) outcome_ = cancel_outcome;
+        break;
+      case State::kStarting:
+      case State::kWritingFinal:
+        break;  // the final message's outcome stands
+    }
   }
-  if (handle_.shared_stream()) handle_.Cancel();  // frees the KV blocks within one step
-  Perform(action);
+  Perform(std::move(effects));
 }
 
 void GenerateReactor::OnDone() {
@@ -241,15 +367,16 @@ void GenerateReactor::OnDone() {
     have_timing = have_timing_;
   }
   state_->metrics().RecordRequest(outcome);
-  // One structured line per request. Never the prompt text or the API key.
-  DCF_LOG(Info) << "request id=" << (request_id_.empty() ? "-" : request_id_)
+  // One structured line per request. Never the prompt text or the API key; the id only once
+  // the engine validated it, and quoted when it holds more than [A-Za-z0-9._:/@+-].
+  DCF_LOG(Info) << "request id=" << (request_id_.empty() ? "-" : LogValue(request_id_))
                 << " outcome=" << outcome << " prompt_tokens=" << prompt_tokens_
                 << " generated_tokens=" << generated
                 << " queue_ms=" << (have_timing ? Ms(timing.queue_time) : -1)
                 << " ttft_ms=" << (have_timing ? Ms(timing.time_to_first_token) : -1)
                 << " total_ms=" << Ms(absl::Now() - start_time_);
   handle_ = RequestHandle();  // cancels the engine request if it is somehow still live
-  state_->StreamDone();
+  state_->StreamDone(link_);
   delete this;
 }
 

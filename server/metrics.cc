@@ -3,17 +3,19 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "prometheus/collectable.h"
+#include "prometheus/text_serializer.h"
 
 namespace dcf::server {
 namespace {
 
 // Latency buckets, seconds: fine below 10 ms (CPU decode steps of small models are ~1 ms),
-// then coarser up to a minute.
+// then coarser up to 20 minutes: long generations (thousands of tokens, a full queue) run
+// for minutes, and a quantile above the last finite bucket is clamped to it.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  return {0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
-          0.03,   0.05,  0.075,  0.1,   0.15,  0.2,   0.3,   0.5,    0.75, 1.0,   2.5,
-          5.0,    10.0,  20.0,   30.0,  60.0};
+  return {0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01,  0.015,
+          0.02,   0.03,  0.05,   0.075, 0.1,   0.15,  0.2,   0.3,    0.5,   0.75,
+          1.0,    2.5,   5.0,    10.0,  20.0,  30.0,  60.0,  120.0,  300.0, 600.0,
+          1200.0};
 }
 
 const char* kOutcomes[] = {"eos",         "stop_token",         "stop_string",
@@ -24,19 +26,6 @@ const char* kOutcomes[] = {"eos",         "stop_token",         "stop_string",
 const char* GroupLabel(int g) { return g == 0 ? "global" : "window"; }
 
 }  // namespace
-
-// Refreshes the engine gauges, then returns the registry's families.
-class ServerMetrics::RefreshingCollectable : public prometheus::Collectable {
- public:
-  explicit RefreshingCollectable(ServerMetrics* owner) : owner_(owner) {}
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    owner_->Refresh();
-    return owner_->registry_->Collect();
-  }
-
- private:
-  ServerMetrics* owner_;
-};
 
 ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   using prometheus::BuildCounter;
@@ -54,6 +43,33 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Help("Tokenize, Detokenize and GetModelInfo calls by method and "
                                "outcome (ok or the gRPC code of the failure)")
                          .Register(r);
+  credential_reloads_ = &BuildCounter()
+                             .Name("dcformer_credential_reloads_total")
+                             .Help("Reloads of --api-key-file (file=api_keys) or the TLS files "
+                                   "(file=tls) that changed what is in force")
+                             .Register(r);
+  credential_reload_failures_ =
+      &BuildCounter()
+           .Name("dcformer_credential_reload_failures_total")
+           .Help("Reloads that found a file unreadable or invalid and kept the last good one "
+                 "in force, by file (api_keys, tls)")
+           .Register(r);
+  for (const char* file : {"api_keys", "tls"}) {
+    credential_reloads_->Add({{"file", file}});
+    credential_reload_failures_->Add({{"file", file}});
+  }
+  certificate_expiry_ = &BuildGauge()
+                             .Name("dcformer_tls_certificate_expiry_timestamp_seconds")
+                             .Help("When the TLS certificate in force expires (Unix time; 0 "
+                                   "without TLS)")
+                             .Register(r)
+                             .Add({});
+  self_check_failures_ = &BuildCounter()
+                              .Name("dcformer_self_check_failures_total")
+                              .Help("Connections the server made to its own gRPC port that "
+                                    "its listener did not accept")
+                              .Register(r)
+                              .Add({});
   prompt_tokens_ = &BuildCounter()
                         .Name("dcformer_prompt_tokens_total")
                         .Help("Prompt tokens of accepted Generate requests")
@@ -74,6 +90,12 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                 .Help("Engine steps run")
                 .Register(r)
                 .Add({});
+  nonfinite_logits_ = &BuildCounter()
+                           .Name("dcformer_nonfinite_logits_total")
+                           .Help("Requests ended with an error because the model's logits were "
+                                 "not finite (NaN or infinity): corrupt weights or an overflow")
+                           .Register(r)
+                           .Add({});
   waiting_ = &BuildGauge()
                   .Name("dcformer_num_requests_waiting")
                   .Help("Requests queued and not yet scheduled")
@@ -129,10 +151,9 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                             {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
   step_time_ = histogram("dcformer_engine_step_duration_seconds",
                          "Wall time of one engine step", LatencyBuckets());
-  collectable_ = std::make_shared<RefreshingCollectable>(this);
 }
 
-ServerMetrics::~ServerMetrics() { exposer_.reset(); }
+ServerMetrics::~ServerMetrics() = default;
 
 void ServerMetrics::SetStatsSource(std::function<std::optional<EngineStats>()> source) {
   std::lock_guard<std::mutex> lock(source_mu_);
@@ -141,15 +162,9 @@ void ServerMetrics::SetStatsSource(std::function<std::optional<EngineStats>()> s
 
 void ServerMetrics::SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
 
-absl::Status ServerMetrics::StartExposer(const std::string& host_port) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(host_port, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", host_port, ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(collectable_);
-  return absl::OkStatus();
+std::string ServerMetrics::ScrapeText() {
+  Refresh();
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
 void ServerMetrics::RecordRequest(absl::string_view outcome) {
@@ -160,6 +175,15 @@ void ServerMetrics::RecordUnaryRequest(absl::string_view method, absl::string_vi
       .Increment();
 }
 void ServerMetrics::AddPromptTokens(int64_t n) { prompt_tokens_->Increment(n); }
+void ServerMetrics::RecordCredentialReload(absl::string_view file, bool ok) {
+  (ok ? credential_reloads_ : credential_reload_failures_)
+      ->Add({{"file", std::string(file)}})
+      .Increment();
+}
+void ServerMetrics::SetCertificateExpiry(absl::Time not_after) {
+  certificate_expiry_->Set(static_cast<double>(absl::ToUnixSeconds(not_after)));
+}
+void ServerMetrics::RecordSelfCheckFailure() { self_check_failures_->Increment(); }
 void ServerMetrics::AddGeneratedTokens(int64_t n) { generated_tokens_->Increment(n); }
 
 void ServerMetrics::Refresh() {
@@ -202,6 +226,9 @@ void ServerMetrics::OnFirstToken(absl::Duration ttft) {
 }
 void ServerMetrics::OnInterTokenLatency(absl::Duration itl) {
   if (enabled_.load(std::memory_order_relaxed)) itl_->Observe(absl::ToDoubleSeconds(itl));
+}
+void ServerMetrics::OnNonFiniteLogits() {
+  if (enabled_.load(std::memory_order_relaxed)) nonfinite_logits_->Increment();
 }
 void ServerMetrics::OnFinished(const GenerationChunk& final_chunk) {
   if (!enabled_.load(std::memory_order_relaxed)) return;

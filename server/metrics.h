@@ -1,4 +1,5 @@
-// Prometheus metrics of the server (prometheus-cpp), exposed over HTTP at /metrics.
+// Prometheus metrics of the server (prometheus-cpp's registry and text format). The server
+// serves ScrapeText() at /metrics on its own HTTP listener (server/http_server.h).
 //
 // Names follow the vLLM / Kubernetes inference-gateway conventions under a dcformer_ prefix
 // (dcformer_num_requests_waiting, dcformer_num_requests_running, dcformer_kv_cache_usage_perc
@@ -21,7 +22,6 @@
 #include "absl/strings/string_view.h"
 #include "engine/serving/engine.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -41,11 +41,9 @@ class ServerMetrics : public EngineObserver {
   // 1 while health reports SERVING.
   void SetServing(bool serving);
 
-  // Serves /metrics on `host:port` (e.g. "127.0.0.1:9090").
-  absl::Status StartExposer(const std::string& host_port);
-  // Stops serving /metrics (also done by the destructor); may take a moment (the listener's
-  // poll interval). Not concurrent with StartExposer.
-  void StopExposer() { exposer_.reset(); }
+  // One scrape in the Prometheus text format (version 0.0.4): refreshes the engine gauges,
+  // then serializes every family.
+  std::string ScrapeText();
 
   // --- request accounting (called by the RPC layer) ---
   // One finished call: `outcome` is a finish reason ("eos", "length", ...) or a gRPC code
@@ -55,6 +53,15 @@ class ServerMetrics : public EngineObserver {
   void RecordUnaryRequest(absl::string_view method, absl::string_view outcome);
   void AddPromptTokens(int64_t n);
   void AddGeneratedTokens(int64_t n);
+
+  // --- credentials and self-checks (called by DcformerServer) ---
+  // One reload of `file` ("api_keys", "tls") that changed what is in force (ok), or that
+  // failed and left the last good material in force.
+  void RecordCredentialReload(absl::string_view file, bool ok);
+  // When the TLS certificate in force expires.
+  void SetCertificateExpiry(absl::Time not_after);
+  // One failed listener self-check (listener_check.h).
+  void RecordSelfCheckFailure();
 
   // Updates the engine-mirroring gauges now (also done at each scrape).
   void Refresh();
@@ -67,14 +74,11 @@ class ServerMetrics : public EngineObserver {
   void OnPreemption() override;
   void OnFirstToken(absl::Duration ttft) override;
   void OnInterTokenLatency(absl::Duration itl) override;
+  void OnNonFiniteLogits() override;
   void OnFinished(const GenerationChunk& final_chunk) override;
 
  private:
-  class RefreshingCollectable;
-
   std::shared_ptr<prometheus::Registry> registry_;
-  std::shared_ptr<RefreshingCollectable> collectable_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
   std::atomic<bool> enabled_{false};
 
   std::mutex source_mu_;
@@ -82,10 +86,15 @@ class ServerMetrics : public EngineObserver {
 
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* unary_requests_;
+  prometheus::Family<prometheus::Counter>* credential_reloads_;
+  prometheus::Family<prometheus::Counter>* credential_reload_failures_;
+  prometheus::Gauge* certificate_expiry_;
+  prometheus::Counter* self_check_failures_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* preemptions_;
   prometheus::Counter* steps_;
+  prometheus::Counter* nonfinite_logits_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* running_;
   prometheus::Gauge* kv_usage_;

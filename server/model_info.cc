@@ -1,6 +1,6 @@
 #include "server/model_info.h"
 
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 
 namespace dcf::server {
 
@@ -15,7 +15,7 @@ void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
   out->set_hidden_size(config.dim);
   out->set_context_length(config.max_positions);
   out->set_vocab_size(config.vocab_size);
-  if (info.eos_token_id.has_value()) out->add_eos_token_ids(*info.eos_token_id);
+  if (info.limits.eos_token_id.has_value()) out->add_eos_token_ids(*info.limits.eos_token_id);
   out->set_block_size(info.block_size);
   out->set_backend(info.backend.name);
   out->set_dtype(ComputeDTypeName(info.backend.dtype));
@@ -31,10 +31,10 @@ void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
     }
     g->set_kv_blocks_total(info.kv_blocks_total[static_cast<int>(group)]);
   }
-  out->set_has_tokenizer(info.has_tokenizer);
-  out->set_max_prompt_tokens(info.max_prompt_tokens);
-  out->set_max_new_tokens(info.max_new_tokens);
-  out->set_default_max_new_tokens(info.default_max_new_tokens);
+  out->set_has_tokenizer(info.limits.tokenizer != nullptr);
+  out->set_max_prompt_tokens(info.limits.max_prompt_tokens);
+  out->set_max_new_tokens(info.limits.max_new_tokens_limit);
+  out->set_default_max_new_tokens(info.limits.default_max_new_tokens);
 }
 
 }  // namespace dcf::server

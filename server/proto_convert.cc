@@ -1,7 +1,7 @@
 #include "server/proto_convert.h"
 
-#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
@@ -38,7 +38,19 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
       if (limits.tokenizer == nullptr) {
         return Invalid("prompt.text", "this model has no tokenizer; send prompt.token_ids");
       }
-      ASSIGN_OR_RETURN(out.prompt_tokens, limits.tokenizer->Encode(request.text()));
+      // Encoded only up to the prompt limit: a megabyte of text the engine would refuse
+      // anyway costs no more than the limit's worth of encoding.
+      const size_t budget = limits.max_prompt_tokens > 0
+                                ? static_cast<size_t>(limits.max_prompt_tokens)
+                                : SIZE_MAX;
+      absl::StatusOr<std::vector<int32_t>> ids =
+          limits.tokenizer->EncodeWithLimit(request.text(), budget);
+      if (absl::IsOutOfRange(ids.status())) {
+        return absl::OutOfRangeError(absl::StrCat("prompt.text: encodes to more than ", budget,
+                                                  " tokens, the limit of prompt tokens"));
+      }
+      if (!ids.ok()) return ids.status();
+      out.prompt_tokens = *std::move(ids);
       break;
     }
     case v1::GenerateRequest::kTokenIds:
@@ -50,16 +62,10 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
   ConvertSampling(request.sampling(), &out.sampling);
 
   const v1::StoppingCriteria& stop = request.stopping();
-  if (stop.has_max_new_tokens()) {
-    out.stopping.max_new_tokens = stop.max_new_tokens();
-  } else {
-    // Unset: the server default, shortened to the server's max_new_tokens limit and to the
-    // context left after the prompt.
-    const int room = limits.context_length - static_cast<int>(out.prompt_tokens.size());
-    int max_new = std::min(limits.default_max_new_tokens, room);
-    if (limits.max_new_tokens_limit > 0) max_new = std::min(max_new, limits.max_new_tokens_limit);
-    out.stopping.max_new_tokens = std::max(1, max_new);
-  }
+  out.stopping.max_new_tokens =
+      stop.has_max_new_tokens()
+          ? stop.max_new_tokens()
+          : limits.DefaultMaxNewTokens(static_cast<int>(out.prompt_tokens.size()));
   out.stopping.stop_token_ids.assign(stop.stop_token_ids().begin(), stop.stop_token_ids().end());
   out.stopping.stop_strings.assign(stop.stop_strings().begin(), stop.stop_strings().end());
   out.stopping.include_stop_string = stop.include_stop_string();
@@ -85,19 +91,6 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
     case FinishReason::kUnspecified: break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
-}
-
-const char* FinishReasonLabel(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopToken: return "stop_token";
-    case FinishReason::kStopString: return "stop_string";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
-    case FinishReason::kUnspecified: break;
-  }
-  return "unspecified";
 }
 
 void ToProtoDuration(absl::Duration d, google::protobuf::Duration* out) {

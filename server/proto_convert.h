@@ -13,33 +13,23 @@
 #include "absl/time/time.h"
 #include "dcformer/v1/dcformer.pb.h"
 #include "engine/serving/request.h"
-
-namespace dcf {
-class Tokenizer;
-}
+#include "engine/serving/request_validator.h"
 
 namespace dcf::server {
 
 namespace v1 = ::dcformer::v1;
 
-// What the conversion needs to know about the model and the server's limits.
-struct RequestLimits {
-  int32_t vocab_size = 0;
-  int32_t context_length = 0;         // model positions
-  int32_t default_max_new_tokens = 256;
-  int32_t max_new_tokens_limit = 0;   // --max-new-tokens; 0 = no limit beyond the context
-  const Tokenizer* tokenizer = nullptr;  // null: text features are rejected
-};
-
-// Builds the engine request (text prompts are tokenized; unset fields get the engine's or the
-// server's defaults). InvalidArgument only when it cannot be built: no prompt, a text prompt
-// on a model without a tokenizer, text the tokenizer rejects.
+// Builds the engine request from the engine's resolved limits (Engine::limits(): text
+// prompts are tokenized with its tokenizer, and only up to limits.max_prompt_tokens; an unset
+// max_new_tokens gets limits.DefaultMaxNewTokens, other unset fields the engine's defaults).
+// InvalidArgument when it cannot be built: no prompt, a text prompt on a model without a
+// tokenizer, text the tokenizer rejects; OutOfRange for a text prompt longer than
+// limits.max_prompt_tokens (found without encoding all of it).
 absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                   const RequestLimits& limits);
 
+// (Metrics and logs name finish reasons with FinishReasonName, engine/serving/request.h.)
 v1::FinishReason ToProtoFinishReason(FinishReason reason);
-// Lower-case label ("eos", "length", ...) for metrics and logs.
-const char* FinishReasonLabel(FinishReason reason);
 
 void ToProtoDuration(absl::Duration d, google::protobuf::Duration* out);
 

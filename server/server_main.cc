@@ -1,11 +1,6 @@
-// dcformer-server: serves one DCFormer model over gRPC.
-//
-//   dcformer-server [--model DIR] [--host 127.0.0.1] [--port 50051] [--metrics-port 9090] ...
-//
-// With no flags it serves the repository's default model (models/dcformer-kjv) on
-// 127.0.0.1:50051 with metrics on 127.0.0.1:9090. SIGTERM/SIGINT drain it gracefully and it
-// exits 0. Exit codes: 2 bad flags, 1 startup failure (port taken, model unloadable), a
-// second signal, or a shutdown that overran --drain-timeout + 5 s (docs/API.md, Shutdown).
+// dcformer-server's main program (server_main.h): flags, signals, start, serve, drain.
+#include "server/server_main.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,9 +19,6 @@
 #include "engine/common/logging.h"
 #include "server/dcformer_server.h"
 #include "server/server_options.h"
-#ifdef DCF_FAULT_INJECTION
-#include "tests/testing/fault_injecting_backend.h"
-#endif
 
 namespace {
 
@@ -46,7 +38,9 @@ void OnSignal(int sig) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace dcf::server {
+
+int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
   std::vector<std::string> arg_storage;
   std::vector<char*> rest = dcf::ParseToolCommandLine(
       argc, argv,
@@ -120,9 +114,7 @@ int main(int argc, char** argv) {
   }).detach();
 
   dcf::server::DcformerServer server(*std::move(options));
-#ifdef DCF_FAULT_INJECTION
-  server.SetBackendDecorator(dcf::testing::FaultInjectionFromFlags());
-#endif
+  if (backend_decorator) server.SetBackendDecorator(std::move(backend_decorator));
   if (absl::Status s = server.Start(); !s.ok()) {
     DCF_LOG(Error) << s.message();
     return 1;
@@ -134,8 +126,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  server.Watch(&stop);
+  const absl::Status watched = server.Watch(&stop);
+  if (!watched.ok()) DCF_LOG(Error) << watched.message();
   server.Shutdown();
   shut_down.store(true);
-  return 0;
+  return watched.ok() ? 0 : 1;
 }
+
+}  // namespace dcf::server

@@ -40,7 +40,21 @@ ABSL_FLAG(int, max_send_message_bytes, 4 << 20, "largest response message");
 ABSL_FLAG(int, max_stream_buffer_bytes, 1 << 20,
           "a Generate stream whose unsent output grows past this (the client stopped reading) "
           "is cancelled with RESOURCE_EXHAUSTED; at most half of --max-send-message-bytes");
-ABSL_FLAG(int, max_concurrent_streams, 0, "concurrent calls per HTTP/2 connection; 0 = default");
+ABSL_FLAG(absl::Duration, write_stall_timeout, absl::Seconds(30),
+          "a Generate stream whose write in flight makes no progress this long (the client does "
+          "not read) ends with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_open_streams, 1024,
+          "Generate calls open at once (queued, running or still writing); beyond, new ones get "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(int, max_concurrent_streams, 256,
+          "concurrent calls per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS); 0 = gRPC's "
+          "default, unlimited");
+ABSL_FLAG(bool, reflection, false,
+          "serve gRPC server reflection (grpcurl without the .proto); it checks no API key");
+ABSL_FLAG(absl::Duration, self_check_interval, absl::Seconds(5),
+          "how often the server checks that its gRPC listener accepts a new connection: when "
+          "not, it reports NOT_SERVING, and after three failures in a row drains and exits 1; "
+          "0 = off");
 ABSL_FLAG(int, keepalive_time_ms, 60000, "server keepalive ping interval (ms)");
 ABSL_FLAG(int, keepalive_timeout_ms, 20000, "close the connection if a ping ack takes longer");
 ABSL_FLAG(int, min_client_ping_interval_ms, 10000,
@@ -51,6 +65,9 @@ ABSL_FLAG(int, max_connection_age_ms, 0, "close connections after this age (0 = 
 ABSL_FLAG(std::string, api_key_file, "",
           "file of API keys, one per line; TextGeneration calls then need "
           "'authorization: Bearer <key>' (health stays open)");
+ABSL_FLAG(absl::Duration, api_key_reload_interval, absl::Seconds(60),
+          "how often --api-key-file is re-read: edit it and the new keys apply to new calls, "
+          "without a restart (a file that cannot be read or holds no key keeps the last keys)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls-key: TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -89,12 +106,16 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.max_queued_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
   o.engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens);
-  o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  o.engine.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   o.max_send_message_bytes = absl::GetFlag(FLAGS_max_send_message_bytes);
   o.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
+  o.write_stall_timeout = absl::GetFlag(FLAGS_write_stall_timeout);
+  o.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  o.reflection = absl::GetFlag(FLAGS_reflection);
+  o.self_check_interval = absl::GetFlag(FLAGS_self_check_interval);
   o.keepalive_time_ms = absl::GetFlag(FLAGS_keepalive_time_ms);
   o.keepalive_timeout_ms = absl::GetFlag(FLAGS_keepalive_timeout_ms);
   o.min_client_ping_interval_ms = absl::GetFlag(FLAGS_min_client_ping_interval_ms);
@@ -102,6 +123,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
   o.max_connection_age_ms = absl::GetFlag(FLAGS_max_connection_age_ms);
   o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  o.api_key_reload_interval = absl::GetFlag(FLAGS_api_key_reload_interval);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
@@ -137,16 +159,26 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   }
   if (o.engine.max_prompt_tokens < 0) return bad("max-prompt-tokens", "must be >= 0");
   if (o.engine.max_new_tokens_limit < 0) return bad("max-new-tokens", "must be >= 0");
-  if (o.default_max_new_tokens < 1) return bad("default-max-new-tokens", "must be >= 1");
-  if (o.max_receive_message_bytes < 1024) {
-    return bad("max-receive-message-bytes", "must be >= 1024");
+  if (o.engine.default_max_new_tokens < 1) {
+    return bad("default-max-new-tokens", "must be >= 1");
+  }
+  // gRPC's own limit is twice this (dcformer_server.cc): it must stay an int.
+  if (o.max_receive_message_bytes < 1024 || o.max_receive_message_bytes > (1 << 30)) {
+    return bad("max-receive-message-bytes", "must be in [1024, 2^30]");
   }
   if (o.max_send_message_bytes < 1024) return bad("max-send-message-bytes", "must be >= 1024");
   // Output coalesces into one message while a write is in flight: it must stay sendable.
   if (o.max_stream_buffer_bytes < 1024 || o.max_stream_buffer_bytes > o.max_send_message_bytes / 2) {
     return bad("max-stream-buffer-bytes", "must be in [1024, --max-send-message-bytes / 2]");
   }
+  if (o.write_stall_timeout <= absl::ZeroDuration()) {
+    return bad("write-stall-timeout", "must be > 0");
+  }
+  if (o.max_open_streams < 0) return bad("max-open-streams", "must be >= 0");
   if (o.max_concurrent_streams < 0) return bad("max-concurrent-streams", "must be >= 0");
+  if (o.self_check_interval < absl::ZeroDuration()) {
+    return bad("self-check-interval", "must be >= 0");
+  }
   if (o.keepalive_time_ms < 1) return bad("keepalive-time-ms", "must be >= 1");
   if (o.keepalive_timeout_ms < 1) return bad("keepalive-timeout-ms", "must be >= 1");
   if (o.min_client_ping_interval_ms < 0) {
@@ -162,6 +194,9 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
     return bad("tls-client-ca", "needs --tls-cert and --tls-key");
   }
   if (o.tls_reload_interval < absl::Seconds(1)) return bad("tls-reload-interval", "must be >= 1s");
+  if (o.api_key_reload_interval < absl::Seconds(1)) {
+    return bad("api-key-reload-interval", "must be >= 1s");
+  }
   if (o.threads < 0 || o.threads > 1024) return bad("threads", "must be in [0, 1024]");
   if (o.drain_timeout < absl::ZeroDuration()) return bad("drain-timeout", "must be >= 0");
   if (o.engine_stall_timeout <= absl::ZeroDuration()) {

@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 #include "engine/serving/engine.h"
 
 namespace dcf::server {
@@ -20,13 +20,14 @@ struct ServerOptions {
   BackendOptions backend;             // --backend, --dtype
   int threads = 0;                    // compute threads (OpenMP/BLAS); 0 = environment/cores
   EngineOptions engine;
-  int default_max_new_tokens = 256;   // when a request leaves max_new_tokens unset
   bool warmup = true;                 // run one tiny request before reporting SERVING
 
   int max_receive_message_bytes = 1 << 20;
   int max_send_message_bytes = 4 << 20;
   int max_stream_buffer_bytes = 1 << 20;  // output waiting for a client that does not read
-  int max_concurrent_streams = 0;     // per HTTP/2 connection; 0 = gRPC default
+  absl::Duration write_stall_timeout = absl::Seconds(30);  // a write without progress ends
+  int max_open_streams = 1024;        // Generate calls open at once; 0 = no limit
+  int max_concurrent_streams = 256;   // per HTTP/2 connection; 0 = gRPC default (unlimited)
   int keepalive_time_ms = 60'000;     // server pings idle connections this often
   int keepalive_timeout_ms = 20'000;  // ...and closes them if the ack takes longer
   int min_client_ping_interval_ms = 10'000;  // clients pinging faster get GOAWAY
@@ -34,7 +35,11 @@ struct ServerOptions {
   int max_connection_idle_ms = 0;     // 0 = never
   int max_connection_age_ms = 0;      // 0 = never (set it behind L4 load balancers)
 
+  bool reflection = false;            // serve gRPC server reflection (no API key checked)
+  absl::Duration self_check_interval = absl::Seconds(5);  // 0 = no listener self-check
+
   std::string api_key_file;           // non-empty: TextGeneration needs a Bearer key
+  absl::Duration api_key_reload_interval = absl::Seconds(60);
   std::string tls_cert;               // PEM; with tls_key enables TLS
   std::string tls_key;
   std::string tls_client_ca;          // PEM; requires and verifies client certs (mTLS)

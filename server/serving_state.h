@@ -8,13 +8,16 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/model_info.h"
@@ -23,6 +26,21 @@
 #include "server/stream_writer_pool.h"
 
 namespace dcf::server {
+
+// What ServingState keeps of an open Generate stream (GenerateReactor's link to its reactor,
+// which outlives it): the drain waits for them, the write-stall watchdog checks them.
+class OpenStream {
+ public:
+  virtual ~OpenStream() = default;
+  // Ends the call (RESOURCE_EXHAUSTED) if its write in flight started before `cutoff` and has
+  // not completed. Called without ServingState's lock.
+  virtual void EndIfStalled(absl::Time cutoff) = 0;
+
+  static constexpr int64_t kNoWrite = INT64_MAX;
+  // absl::ToUnixNanos of when the write in flight started; kNoWrite when none is. Written
+  // under the stream's own lock, read lock-free by the watchdog's scan.
+  std::atomic<int64_t> write_started_ns{kNoWrite};
+};
 
 class ServingState {
  public:
@@ -52,26 +70,36 @@ class ServingState {
   // Checks the API key, then that the engine is up and not draining. OK or the status to
   // fail the call with (UNAUTHENTICATED / UNAVAILABLE).
   grpc::Status Admit(const grpc::CallbackServerContext& context) const;
+  // RESOURCE_EXHAUSTED when a request message is over --max-receive-message-bytes. gRPC's
+  // own limit is set higher (dcformer_server.cc), so that such calls reach the service and
+  // are answered, counted and logged like any other; only messages past gRPC's limit are
+  // refused by gRPC itself, unseen.
+  grpc::Status CheckRequestSize(const grpc::ByteBuffer& request) const;
 
-  // Bookkeeping of Generate streams, so that draining can wait for them.
-  void StreamStarted() {
+  // Bookkeeping of Generate streams, so that draining can wait for them and the watchdog
+  // can end the stalled ones. StreamStarted returns how many are open, this one included.
+  int StreamStarted(std::shared_ptr<OpenStream> stream) {
     absl::MutexLock lock(&mu_);
-    ++active_streams_;
+    streams_.insert(std::move(stream));
+    return static_cast<int>(streams_.size());
   }
-  void StreamDone() {
+  void StreamDone(const std::shared_ptr<OpenStream>& stream) {
     absl::MutexLock lock(&mu_);
-    --active_streams_;
+    streams_.erase(stream);
   }
   int active_streams() const {
     absl::MutexLock lock(&mu_);
-    return active_streams_;
+    return static_cast<int>(streams_.size());
   }
   // Blocks (the main thread only) until no stream is active or `deadline`; true if none is.
   bool AwaitNoStreams(absl::Time deadline) const {
     absl::MutexLock lock(&mu_);
-    auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_streams_ == 0; };
+    auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
     return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
   }
+  // Ends every stream whose write in flight started more than --write-stall-timeout before
+  // `now` (the client does not read, or reads nothing for that long). Returns how many.
+  int EndStalledStreams(absl::Time now);
 
  private:
   // One thread builds the first write of each burst; later writes of busy streams start on
@@ -86,7 +114,7 @@ class ServingState {
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   mutable absl::Mutex mu_;
-  int active_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::shared_ptr<OpenStream>> streams_ ABSL_GUARDED_BY(mu_);
   StreamWriterPool writers_;  // last: its threads stop before the rest is destroyed
 };
 

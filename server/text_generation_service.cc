@@ -1,5 +1,6 @@
 #include "server/text_generation_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/generate_reactor.h"
@@ -11,13 +12,30 @@ namespace dcf::server {
 namespace {
 
 template <typename Message>
-grpc::Status Parse(const grpc::ByteBuffer& bytes, Message* out) {
+grpc::Status Parse(const ServingState& state, const grpc::ByteBuffer& bytes, Message* out) {
   if (!bytes.Valid()) {
     // No message at all: the client ended the call before gRPC read one, or closed its side
     // without sending one.
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message");
   }
+  if (grpc::Status s = state.CheckRequestSize(bytes); !s.ok()) return s;
   return ToGrpcStatus(ParseRequestBytes(ByteBufferToString(bytes), out));
+}
+
+// Serializes a unary response, or refuses one gRPC would refuse to send (so that the call is
+// counted with the status the client sees, not as ok).
+grpc::Status SerializeResponse(const ServingState& state, const google::protobuf::Message& message,
+                               grpc::ByteBuffer* out) {
+  const size_t size = message.ByteSizeLong();
+  const size_t limit = static_cast<size_t>(state.options().max_send_message_bytes);
+  if (size > limit) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("the response would be ", size,
+                                     " bytes, more than --max-send-message-bytes (", limit,
+                                     "); ask for less"));
+  }
+  SerializeToByteBuffer(message, out);
+  return grpc::Status::OK;
 }
 
 }  // namespace
@@ -59,7 +77,7 @@ grpc::Status TextGenerationService::DoTokenize(const grpc::CallbackServerContext
                                                grpc::ByteBuffer* response_bytes) {
   if (grpc::Status s = state_->Admit(context); !s.ok()) return s;
   v1::TokenizeRequest request;
-  if (grpc::Status s = Parse(request_bytes, &request); !s.ok()) return s;
+  if (grpc::Status s = Parse(*state_, request_bytes, &request); !s.ok()) return s;
   const Tokenizer* tokenizer = state_->limits().tokenizer;
   if (tokenizer == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer");
@@ -68,8 +86,7 @@ grpc::Status TextGenerationService::DoTokenize(const grpc::CallbackServerContext
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   v1::TokenizeResponse response;
   response.mutable_token_ids()->Add(ids->begin(), ids->end());
-  SerializeToByteBuffer(response, response_bytes);
-  return grpc::Status::OK;
+  return SerializeResponse(*state_, response, response_bytes);
 }
 
 grpc::Status TextGenerationService::DoDetokenize(const grpc::CallbackServerContext& context,
@@ -77,7 +94,7 @@ grpc::Status TextGenerationService::DoDetokenize(const grpc::CallbackServerConte
                                                  grpc::ByteBuffer* response_bytes) {
   if (grpc::Status s = state_->Admit(context); !s.ok()) return s;
   v1::DetokenizeRequest request;
-  if (grpc::Status s = Parse(request_bytes, &request); !s.ok()) return s;
+  if (grpc::Status s = Parse(*state_, request_bytes, &request); !s.ok()) return s;
   const Tokenizer* tokenizer = state_->limits().tokenizer;
   if (tokenizer == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no tokenizer");
@@ -90,8 +107,7 @@ grpc::Status TextGenerationService::DoDetokenize(const grpc::CallbackServerConte
   if (!text.ok()) return ToGrpcStatus(text.status());
   v1::DetokenizeResponse response;
   response.set_text(*std::move(text));
-  SerializeToByteBuffer(response, response_bytes);
-  return grpc::Status::OK;
+  return SerializeResponse(*state_, response, response_bytes);
 }
 
 grpc::Status TextGenerationService::DoGetModelInfo(const grpc::CallbackServerContext& context,
@@ -99,11 +115,10 @@ grpc::Status TextGenerationService::DoGetModelInfo(const grpc::CallbackServerCon
                                                    grpc::ByteBuffer* response_bytes) {
   if (grpc::Status s = state_->Admit(context); !s.ok()) return s;
   v1::GetModelInfoRequest request;
-  if (grpc::Status s = Parse(request_bytes, &request); !s.ok()) return s;
+  if (grpc::Status s = Parse(*state_, request_bytes, &request); !s.ok()) return s;
   v1::GetModelInfoResponse response;
   ToProtoModelInfo(state_->engine()->config(), state_->info(), &response);
-  SerializeToByteBuffer(response, response_bytes);
-  return grpc::Status::OK;
+  return SerializeResponse(*state_, response, response_bytes);
 }
 
 }  // namespace dcf::server

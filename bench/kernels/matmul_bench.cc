@@ -23,7 +23,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_matrix.h"
 #include "engine/cpu/read_bandwidth.h"

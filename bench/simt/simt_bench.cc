@@ -11,11 +11,11 @@
 #include <functional>
 #include <vector>
 
-#include "engine/cuda/cuda_compat.h"
-#include "engine/cuda/sim/config.h"
-#include "engine/cuda/sim/fiber_context.h"
-#include "engine/cuda/sim/fiber_stacks.h"
-#include "engine/cuda/sim/simt_testing.h"
+#include "engine/simt/cuda_compat.h"
+#include "engine/simt/config.h"
+#include "engine/simt/fiber_context.h"
+#include "engine/simt/fiber_stacks.h"
+#include "engine/simt/simt_testing.h"
 
 namespace {
 

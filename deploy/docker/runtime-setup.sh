@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The runtime stage of deploy/Dockerfile and deploy/Dockerfile.cuda, after build.sh's prefix
-# was copied in: checks that the binaries find every library they load (bundled ones in
-# PREFIX/lib, the rest from the base image), that they run, and creates the non-root user
-# the image runs as (uid 10001).
+# was copied in: checks that the binaries and the CUDA backend plugin find every library they
+# load (bundled ones in PREFIX/lib, the rest from the base image), that the binaries run, and
+# creates the non-root user the image runs as (uid 10001).
 #
 # Usage: runtime-setup.sh PREFIX [--cuda] [--no-user]
-#   --cuda     the libraries of the CUDA runtime image count as provided
+#   --cuda     the CUDA image: the libraries of the CUDA runtime image count as provided, and
+#              PREFIX/lib/libdcformer_cuda_plugin.so (which the binaries dlopen, so ldd of
+#              them does not show it) must be there and resolve
 #   --no-user  only check (the test suite checks a prefix built on this machine)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,10 +27,22 @@ done
 PREFIX="$(cd "${PREFIX}" && pwd)"
 export LD_LIBRARY_PATH="${PREFIX}/lib"
 
+PLUGIN="${PREFIX}/lib/libdcformer_cuda_plugin.so"
+FILES=("${PREFIX}/bin/dcformer-server" "${PREFIX}/bin/dcformer-cli")
+for f in "${FILES[@]}"; do
+  [[ -x "${f}" ]] || { echo "runtime-setup.sh: ${f} missing" >&2; exit 1; }
+done
+if [[ -f "${PLUGIN}" ]]; then
+  FILES+=("${PLUGIN}")
+elif [[ "${CUDA}" == ON ]]; then
+  # Without it --backend cuda cannot start, and auto would run on the CPU.
+  echo "runtime-setup.sh: ${PLUGIN} missing: the CUDA image has no CUDA backend" >&2
+  exit 1
+fi
+
 status=0
-for b in dcformer-server dcformer-cli; do
-  bin="${PREFIX}/bin/${b}"
-  [[ -x "${bin}" ]] || { echo "runtime-setup.sh: ${bin} missing" >&2; exit 1; }
+for bin in "${FILES[@]}"; do
+  b="$(basename "${bin}")"
   while read -r soname arrow path _; do
     [[ "${arrow}" == "=>" ]] || continue
     if [[ "${path}" == "not" ]]; then

@@ -1,7 +1,10 @@
 #include "engine/backends/backend_factory.h"
 
+#include <cstdlib>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "engine/backends/cuda_plugin_loader.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
@@ -12,49 +15,12 @@
 
 namespace dcf {
 
-absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
-  const std::string n = absl::AsciiStrToLower(name);
-  if (n == "auto") return BackendKind::kAuto;
-  if (n == "cpu") return BackendKind::kCpu;
-  if (n == "cuda") return BackendKind::kCuda;
-  if (n == "cuda-sim" || n == "cuda_sim") return BackendKind::kCudaSim;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown backend '", name, "' (choose auto, cpu, cuda or cuda-sim)"));
-}
-
-const char* BackendKindName(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kAuto:
-      return "auto";
-    case BackendKind::kCpu:
-      return "cpu";
-    case BackendKind::kCuda:
-      return "cuda";
-    case BackendKind::kCudaSim:
-      return "cuda-sim";
-  }
-  return "?";
-}
-
-absl::StatusOr<DType> ParseComputeDType(absl::string_view name) {
-  const std::string n = absl::AsciiStrToLower(name);
-  if (n == "float32" || n == "f32" || n == "fp32") return DType::kF32;
-  if (n == "bfloat16" || n == "bf16") return DType::kBF16;
-  if (n == "float16" || n == "f16" || n == "fp16" || n == "half") return DType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (choose float32, bfloat16 or float16)"));
-}
-
-const char* ComputeDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kF16:
-      return "float16";
-  }
-  return "?";
+bool CudaSimBackendBuilt() {
+#if defined(DCF_HAVE_CUDA_SIM_BACKEND)
+  return true;
+#else
+  return false;
+#endif
 }
 
 bool CudaBackendBuilt() {
@@ -65,32 +31,111 @@ bool CudaBackendBuilt() {
 #endif
 }
 
+namespace {
+
+#if defined(DCF_HAVE_CUDA_BACKEND)
+// Whether the plugin loads and how many devices it sees, asked once: loading the plugin
+// initialises the CUDA runtime (slow once), and devices do not come and go.
+struct CudaProbe {
+  absl::Status plugin;
+  int devices = 0;
+  absl::Status device_error;  // why devices is 0: the CUDA error (cuda::DeviceCountError)
+};
+const CudaProbe& ProbeCuda() {
+  static const CudaProbe* const probe = [] {
+    auto* p = new CudaProbe;
+    absl::StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
+    p->plugin = plugin.status();
+    if (plugin.ok()) p->devices = (*plugin)->device_count(&p->device_error);
+    return p;
+  }();
+  return *probe;
+}
+#endif
+
+const char* EnvOrUnset(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "(unset)" : v;
+}
+
+// Why the plugin sees no device: the CUDA error (an old driver, no driver, no device), and
+// the variables that decide which GPUs a process sees.
+std::string NoCudaDeviceReason(const absl::Status& device_error) {
+  return absl::StrCat(
+      "no CUDA device is usable: ",
+      device_error.ok() ? "cudaGetDeviceCount found none" : device_error.message(),
+      " (CUDA_VISIBLE_DEVICES=", EnvOrUnset("CUDA_VISIBLE_DEVICES"),
+      ", NVIDIA_VISIBLE_DEVICES=", EnvOrUnset("NVIDIA_VISIBLE_DEVICES"), ")");
+}
+
+}  // namespace
+
 int CudaDeviceCount() {
 #if defined(DCF_HAVE_CUDA_BACKEND)
-  // Asking loads the plugin and initialises the CUDA runtime (slow once); devices do not come
-  // and go.
-  static const int count = [] {
-    absl::StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
-    if (!plugin.ok()) {
-      DCF_LOG(Debug) << plugin.status();
-      return 0;
-    }
-    return (*plugin)->device_count();
-  }();
-  return count;
+  return ProbeCuda().devices;
 #else
   return 0;
 #endif
 }
 
+AutoBackendChoice ChooseAutoBackend(bool cuda_built, const absl::Status& plugin,
+                                    int device_count, const absl::Status& device_error) {
+  AutoBackendChoice c;
+  if (!cuda_built) {
+    c.reason = "this build has no CUDA backend (configured without the CUDA toolkit)";
+    return c;
+  }
+  c.fallback = true;
+  if (!plugin.ok()) {
+    // The loader lists each place it tried with its dlerror, one per line: one log line.
+    c.reason = absl::StrCat("the CUDA backend plugin did not load: ",
+                            absl::StrReplaceAll(plugin.message(), {{"\n  ", " | "}}));
+    return c;
+  }
+  if (device_count <= 0) {
+    c.reason = absl::StrCat("the CUDA backend plugin loaded but ",
+                            NoCudaDeviceReason(device_error));
+    return c;
+  }
+  c.kind = BackendKind::kCuda;
+  c.fallback = false;
+  c.reason = absl::StrCat(device_count, " CUDA device(s) visible");
+  return c;
+}
+
+AutoBackendChoice ChooseAutoBackend() {
+#if defined(DCF_HAVE_CUDA_BACKEND)
+  const CudaProbe& probe = ProbeCuda();
+  return ChooseAutoBackend(true, probe.plugin, probe.devices, probe.device_error);
+#else
+  return ChooseAutoBackend(false, absl::OkStatus(), 0);
+#endif
+}
+
 BackendKind ResolveBackendKind(BackendKind kind) {
-  if (kind != BackendKind::kAuto) return kind;
-  return CudaBackendBuilt() && CudaDeviceCount() > 0 ? BackendKind::kCuda : BackendKind::kCpu;
+  return kind == BackendKind::kAuto ? ChooseAutoBackend().kind : kind;
 }
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptions& options) {
-  const BackendKind kind = ResolveBackendKind(options.kind);
+  BackendKind kind = options.kind;
+  if (kind == BackendKind::kAuto) {
+    // Loudly: a GPU deployment that fell back to the CPU must show in its log.
+    const AutoBackendChoice choice = ChooseAutoBackend();
+    kind = choice.kind;
+    if (choice.fallback) {
+      DCF_LOG(Warning) << "--backend auto: falling back to the cpu backend: " << choice.reason
+                       << " (--backend cuda fails instead)";
+    } else {
+      DCF_LOG(Info) << "--backend auto: " << BackendKindName(kind) << " (" << choice.reason
+                    << ")";
+    }
+  }
   // Refuse what cannot run before reading gigabytes of weights.
+  if (kind == BackendKind::kCudaSim && !CudaSimBackendBuilt()) {
+    return absl::UnavailableError(
+        "--backend cuda-sim: this binary has no cuda-sim backend (the SIMT emulator is linked "
+        "into the offline tools, the benchmarks and the tests, not into dcformer-server)");
+  }
   if (kind == BackendKind::kCuda) {
     if (!CudaBackendBuilt()) {
       return absl::UnavailableError(
@@ -101,10 +146,11 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     if (absl::StatusOr<const CudaPlugin*> p = LoadCudaPlugin(); !p.ok()) {
       return absl::UnavailableError(absl::StrCat("--backend cuda: ", p.status().message()));
     }
-#endif
     if (CudaDeviceCount() == 0) {
-      return absl::UnavailableError("--backend cuda: no CUDA device is visible");
+      return absl::UnavailableError(
+          absl::StrCat("--backend cuda: ", NoCudaDeviceReason(ProbeCuda().device_error)));
     }
+#endif
   }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
@@ -115,6 +161,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   WeightLoadOptions load;
   // The CUDA backends convert tensor by tensor while uploading.
   load.dtype = kind == BackendKind::kCpu ? options.dtype : std::nullopt;
+  load.check_finite = options.check_weights;
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(m.config, *reader, load));
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;
@@ -122,19 +169,16 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
     return m;
   }
-  cuda::BackendCreateOptions cuda_options;
-  cuda_options.dtype = options.dtype.value_or(DType::kBF16);
-  cuda_options.device = options.device;
-  cuda_options.compose = options.compose;
+#if defined(DCF_HAVE_CUDA_SIM_BACKEND)
   if (kind == BackendKind::kCudaSim) {
-    ASSIGN_OR_RETURN(m.backend,
-                     cuda::sim::CreateBackend(m.config, std::move(weights), cuda_options));
+    ASSIGN_OR_RETURN(m.backend, cuda::sim::CreateBackend(m.config, std::move(weights), options));
     return m;
   }
+#endif
 #if defined(DCF_HAVE_CUDA_BACKEND)
   ASSIGN_OR_RETURN(const CudaPlugin* plugin, LoadCudaPlugin());
   absl::Status status;
-  Backend* backend = plugin->create_backend(&m.config, &weights, &cuda_options, &status);
+  Backend* backend = plugin->create_backend(&m.config, &weights, &options, &status);
   RETURN_IF_ERROR(status);
   m.backend.reset(backend);
 #endif

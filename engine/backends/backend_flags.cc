@@ -13,6 +13,10 @@ ABSL_FLAG(std::string, dtype, "",
           "checkpoint's dtype on cpu, which computes in float32 whatever the weights; "
           "bfloat16 on cuda and cuda-sim)");
 
+ABSL_FLAG(bool, check_weights, false,
+          "scan the weights for NaN and infinity while loading them (one pass over the "
+          "weights); a checkpoint that holds any is refused, naming the tensor");
+
 namespace dcf {
 
 absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
@@ -20,6 +24,7 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
   absl::StatusOr<BackendKind> kind = ParseBackendKind(absl::GetFlag(FLAGS_backend));
   if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("--backend: ", kind.status().message()));
   o.kind = *kind;
+  o.check_weights = absl::GetFlag(FLAGS_check_weights);
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (!dtype.empty()) {
     absl::StatusOr<DType> d = ParseComputeDType(dtype);

@@ -1,14 +1,15 @@
-// The --backend and --dtype command-line flags, shared by dcformer-server, dcformer-generate
-// and the benchmarks (so they spell and document them alike). A separate library from the
-// engine: the inference library itself defines no flags.
+// The --backend, --dtype and --check-weights command-line flags, shared by dcformer-server,
+// dcformer-generate and the benchmarks (so they spell and document them alike). A separate
+// library from the factory: the inference library itself defines no flags.
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "engine/backends/backend_factory.h"
+#include "engine/execution/backend_options.h"
 
 namespace dcf {
 
-// BackendOptions from --backend and --dtype; InvalidArgument naming the flag otherwise.
+// BackendOptions from --backend, --dtype and --check-weights; InvalidArgument naming the flag
+// otherwise.
 absl::StatusOr<BackendOptions> BackendOptionsFromFlags();
 
 }  // namespace dcf

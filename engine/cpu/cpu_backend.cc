@@ -18,6 +18,7 @@
 #include "engine/cpu/packed_matrix.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/cpu/dcmha.h"
+#include "engine/execution/step_plan.h"
 
 namespace dcf {
 namespace {
@@ -83,10 +84,7 @@ BackendInfo CpuBackend::info() const {
 }
 
 absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
-  if (limits.max_tokens <= 0 || limits.max_seqs <= 0 || limits.blocks_per_seq <= 0 ||
-      limits.num_penalty_slots < 0 || limits.max_logit_rows < 0) {
-    return absl::InvalidArgumentError("step limits must be positive");
-  }
+  RETURN_IF_ERROR(ValidateStepLimits(limits));
   limits_ = limits;
   try {  // std::vector reports allocation failure by exception; turn it into a Status
     penalty_slots_.assign(limits.num_penalty_slots, PenaltyState(config_.vocab_size));
@@ -94,9 +92,9 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     // The largest step's activations, so no step allocates (and the report below counts them).
     const int64_t T = limits.max_tokens, E = config_.dim, F = config_.intermediate_size;
     const int64_t N = config_.n_head;
-    const int64_t rows = std::min<int64_t>(T, std::max(limits.max_seqs, limits.max_logit_rows));
+    const int64_t rows = MaxLogitRows(limits);
     for (std::vector<float>* v : {&s_.x, &s_.a, &s_.y, &s_.o}) v->reserve(T * E);
-    s_.qkv.reserve(T * InProjWidth());
+    s_.qkv.reserve(T * FusedInputWidth(config_));
     s_.dw.reserve(T * C * 2 * kI * N);
     s_.rows.reserve(T * layout_.row_floats());
     s_.up.reserve(T * 2 * F);
@@ -119,22 +117,11 @@ absl::Status CpuBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pro
 }
 
 size_t CpuBackend::BytesPerBlock(LayerGroup g, int block_size) const {
-  return sizeof(float) * static_cast<size_t>(layers_in_group_[static_cast<int>(g)]) *
-         block_size * layout_.row_floats();
+  return KvBytesPerBlock(config_, g, block_size, sizeof(float));
 }
 
 absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
-  if (shape.block_size <= 0 || shape.num_blocks[0] < 0 || shape.num_blocks[1] < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KV cache shape: block size ", shape.block_size, " and block counts ",
-        shape.num_blocks[0], ", ", shape.num_blocks[1], " must be positive"));
-  }
-  const bool has_window_layers = layers_in_group_[static_cast<int>(LayerGroup::kWindow)] > 0;
-  if (has_window_layers && shape.window != config_.window_size) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: window ", shape.window,
-                                                   " differs from the model's window_size ",
-                                                   config_.window_size));
-  }
+  RETURN_IF_ERROR(ValidateCacheShape(shape, config_));
   cache_shape_ = KvCacheShape();  // unusable until the allocation succeeded
   for (int g = 0; g < kNumLayerGroups; ++g) {
     const size_t floats = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) /
@@ -158,35 +145,18 @@ absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
 absl::Status CpuBackend::Launch(const StepBatch& batch) {
   launched_ = false;
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
-  const int S = batch.num_seqs();
   const int V = config_.vocab_size;
-  // Rows whose logits are computed, in sequence order: every row of a sequence that returns
-  // logits, else the last row of a sequence that samples. last_row[s]: its last row's index
-  // among them (-1: none).
-  std::vector<int64_t> rows;
-  std::vector<int64_t> last_row(S, -1);
-  for (int s = 0; s < S; ++s) {
-    const int64_t begin = batch.seq_offsets[s], end = batch.seq_offsets[s + 1];
-    if (batch.return_logits[s]) {
-      for (int64_t t = begin; t < end; ++t) rows.push_back(t);
-    } else if (batch.sample[s]) {
-      rows.push_back(end - 1);
-    }
-    if (batch.return_logits[s] || batch.sample[s]) last_row[s] = static_cast<int64_t>(rows.size()) - 1;
-  }
-  Forward(batch, rows);
+  const LogitRows plan = PlanLogitRows(batch);
+  Forward(batch, plan.rows);
   cpu::PhaseTimer timer(&profile_);
 
-  result_.Resize(S, batch.num_logit_rows(), V);
-  int64_t out_row = 0;
-  for (int s = 0; s < S; ++s) {
-    if (!batch.return_logits[s]) continue;
-    const int64_t n = batch.seq_len(s);
-    std::memcpy(&result_.logits[out_row * V], &s_.logits[(last_row[s] - n + 1) * V],
-                sizeof(float) * n * V);
-    out_row += n;
+  // The returned rows come first: one block.
+  result_.Resize(batch.num_seqs(), plan.num_returned, V);
+  if (plan.num_returned > 0) {
+    std::memcpy(result_.logits.data(), s_.logits.data(),
+                sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
   }
-  Sample(batch, last_row);
+  Sample(batch, plan);
   timer.Next(cpu::CpuStepProfile::kSample);
   ++profile_.steps;
   profile_.tokens += batch.num_tokens();
@@ -201,38 +171,40 @@ absl::Status CpuBackend::Wait(StepOutput* out) {
   return absl::OkStatus();
 }
 
-void CpuBackend::Sample(const StepBatch& batch, const std::vector<int64_t>& last_row) {
-  const int64_t S = batch.num_seqs();
+void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan) {
   const int V = config_.vocab_size;
-  int64_t num_samples = 0;
-  for (int64_t s = 0; s < S; ++s) num_samples += batch.sample[s];
+  const int64_t num_samples = static_cast<int64_t>(plan.sampled_seqs.size());
   // Sequences sample independently (own draw counter, own penalty slot): in parallel.
 #pragma omp parallel for schedule(dynamic) if (num_samples >= 4)
-  for (int64_t s = 0; s < S; ++s) {
-    if (!batch.sample[s]) continue;
+  for (int64_t i = 0; i < num_samples; ++i) {
+    const int s = plan.sampled_seqs[i];
     const SamplingRow& r = batch.sampling[s];
     const absl::Span<const float> logits =
-        absl::MakeConstSpan(s_.logits).subspan(last_row[s] * V, V);
+        absl::MakeConstSpan(s_.logits).subspan(static_cast<size_t>(plan.sample_row[s]) * V, V);
     const PenaltyState* penalties = r.penalty_slot >= 0 ? &penalty_slots_[r.penalty_slot] : nullptr;
     const int32_t token = SampleToken(logits, r.params, r.seed, r.step, penalties,
                                       &sampler_scratch_[omp_get_thread_num()]);
-    result_.tokens[s] = token;
-    if (r.logprob || r.top_logprobs > 0) {
-      std::vector<TopLogprob> top;
-      result_.logprobs[s] = ComputeLogprobs(logits, token, r.top_logprobs, &top);
-      for (size_t i = 0; i < top.size(); ++i) {
-        result_.top_tokens[s * kMaxTopLogprobs + i] = top[i].token;
-        result_.top_logprobs[s * kMaxTopLogprobs + i] = top[i].logprob;
-      }
+    float logprob = 0.0f;
+    std::vector<TopLogprob> top;
+    if (token >= 0 && (r.logprob || r.top_logprobs > 0)) {  // token < 0: logits not finite
+      logprob = ComputeLogprobs(logits, token, r.top_logprobs, &top);
     }
+    int32_t top_tokens[kMaxTopLogprobs];
+    float top_logprobs[kMaxTopLogprobs];
+    for (size_t k = 0; k < top.size(); ++k) {
+      top_tokens[k] = top[k].token;
+      top_logprobs[k] = top[k].logprob;
+    }
+    StoreSample(r, s, token, logprob, top_tokens, top_logprobs, static_cast<int>(top.size()),
+                &result_);
   }
-  for (int64_t s = 0; s < S; ++s) {
+  for (int s : plan.sampled_seqs) {
     const int32_t slot = batch.sampling[s].penalty_slot;
-    if (batch.sample[s] && slot >= 0) penalty_slots_[slot].Record(result_.tokens[s]);
+    if (slot >= 0) penalty_slots_[slot].Record(result_.tokens[s]);
   }
 }
 
-void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& want) {
+void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& want) {
   using P = cpu::CpuStepProfile;
   cpu::PhaseTimer timer(&profile_);
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
@@ -258,7 +230,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   s.a.resize(T * E);
   s.y.resize(T * E);
   s.o.resize(T * E);
-  s.qkv.resize(T * InProjWidth());
+  s.qkv.resize(T * FusedInputWidth(config_));
   s.dw.resize(T * C * 2 * kI * N);
   s.rows.resize(T * layout_.row_floats());
   s.up.resize(T * 2 * F);
@@ -275,7 +247,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   }
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
   for (int64_t t = 0; t < T; ++t) {
-    cpu::RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
+    RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
                     &s.rope_sin[t * half]);
   }
   timer.Next(P::kEmbed);
@@ -326,11 +298,6 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int64_t>& wan
   timer.Next(P::kLogits);
 }
 
-int64_t CpuBackend::InProjWidth() const {
-  return 3 * static_cast<int64_t>(config_.dim) +
-         C * (static_cast<int64_t>(config_.dynamic_hidden()) + config_.n_head);
-}
-
 void CpuBackend::AttentionLayer(int layer) {
   using P = cpu::CpuStepProfile;
   cpu::PhaseTimer timer(&profile_);
@@ -341,7 +308,7 @@ void CpuBackend::AttentionLayer(int layer) {
                 K = config_.dynamic_hidden();
   const int half = config_.rotary_dim / 2;
   const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
-  const int64_t ld = InProjWidth();  // per token: q | k | v | u [C, K] | G [C, N]
+  const int64_t ld = FusedInputWidth(config_);  // per token: q | k | v | u [C, K] | G [C, N]
   const int64_t u_off = 3 * E, g_off = 3 * E + C * K;
   const int row = layout_.row_floats();
 

@@ -16,7 +16,8 @@
 #include "engine/cpu/large_buffer.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/kv/kv_layout.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
+#include "engine/execution/step_plan.h"
 #include "engine/model/model_weights.h"
 #include "engine/sampling/token_sampler.h"
 
@@ -64,12 +65,11 @@ class CpuBackend final : public Backend {
 
   // Runs the model over the batch and writes the logits of `rows` (step token indices) into
   // s_.logits ([rows, vocab]).
-  void Forward(const StepBatch& batch, const std::vector<int64_t>& rows);
+  void Forward(const StepBatch& batch, const std::vector<int32_t>& rows);
   void AttentionLayer(int layer);
-  // Floats per token of the attention input projection: 3E + C*K + C*N.
-  int64_t InProjWidth() const;
   void FeedForward(int layer, const float* h, float* out);
-  void Sample(const StepBatch& batch, const std::vector<int64_t>& last_row_index);
+  // Draws the token of every sampling sequence from its row of s_.logits (plan.sample_row).
+  void Sample(const StepBatch& batch, const LogitRows& plan);
 
   ModelConfig config_;
   cpu::CpuWeights weights_;
@@ -92,7 +92,7 @@ class CpuBackend final : public Backend {
     std::vector<int32_t> seq_of;               // [T]
     std::vector<int64_t> pos;                  // [T]
     std::vector<float> x, a, y;                // [T, E]
-    std::vector<float> qkv;                    // [T, 3E + C*K + C*N] a in_proj^T
+    std::vector<float> qkv;                    // [T, FusedInputWidth] a in_proj^T
     std::vector<float> dw;                     // [T, C, 2I, N]
     std::vector<float> rows;                   // [T, row]  fresh K | V | key terms
     std::vector<float> o;                      // [T, E]

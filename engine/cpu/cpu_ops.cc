@@ -36,15 +36,6 @@ float GeluErf(float x) { return 0.5f * x * (1.0f + std::erf(x * static_cast<floa
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-void RopeAngles(int64_t pos, int rotary_dim, double base, float* cos_out, float* sin_out) {
-  const int half = rotary_dim / 2;
-  for (int j = 0; j < half; ++j) {
-    const double angle = static_cast<double>(pos) * std::pow(base, -2.0 * j / rotary_dim);
-    cos_out[j] = static_cast<float>(std::cos(angle));
-    sin_out[j] = static_cast<float>(std::sin(angle));
-  }
-}
-
 void ApplyRope(float* x, int rotary_dim, const float* cos_in, const float* sin_in) {
   const int half = rotary_dim / 2;
   for (int j = 0; j < half; ++j) {

@@ -17,10 +17,8 @@ void LayerNorm(const float* x, const float* w, const float* b, int64_t T, int64_
 float GeluErf(float x);
 float Silu(float x);
 
-// Half-pairing RoPE. RopeAngles fills cos/sin[r/2] for position `pos`
-// (angle_j = pos * base^(-2j/r), computed in double); ApplyRope rotates dims (j, j + r/2) of
-// x[hd] for j < r/2 and leaves dims >= r untouched.
-void RopeAngles(int64_t pos, int rotary_dim, double base, float* cos_out, float* sin_out);
+// Half-pairing RoPE with the angles of RopeAngles (engine/execution/step_plan.h): rotates dims
+// (j, j + r/2) of x[hd] for j < r/2 and leaves dims >= r untouched.
 void ApplyRope(float* x, int rotary_dim, const float* cos_in, const float* sin_in);
 
 }  // namespace dcf::cpu

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/execution/step_plan.h"
+
 namespace dcf::cpu {
 namespace {
 
@@ -46,7 +48,7 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w) {
                                          {s.dd.data(), s.dd.dtype(), C * N, true, C * N}};
     d.in_proj = PackedMatrix::Concat(in_proj, E, PackedMatrix::CommonDType(in_proj));
     if (!s.wqkv_b.empty()) {
-      d.in_proj_b = Tensor(DType::kF32, {3 * E + C * K + C * N});
+      d.in_proj_b = Tensor(DType::kF32, {FusedInputWidth(config)});
       float* b = d.in_proj_b.f32();
       ConvertToF32(s.wqkv_b.dtype(), s.wqkv_b.data(), 3 * E, b);
       std::fill(b + 3 * E, b + d.in_proj_b.numel(), 0.0f);

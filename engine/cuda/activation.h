@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 
 namespace dcf::cuda {

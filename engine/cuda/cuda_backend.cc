@@ -12,7 +12,9 @@
 #include "engine/cuda/embedding.h"
 #include "engine/cuda/norm.h"
 #include "engine/cuda/qk_rope.h"
+#include "engine/execution/step_plan.h"
 #include "engine/sampling/sampling_params.h"
+#include "engine/sampling/token_sampler.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -70,7 +72,7 @@ class Packer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
-    const ModelConfig& config, ModelWeights weights, const CudaBackendOptions& options) {
+    const ModelConfig& config, ModelWeights weights, const BackendOptions& options) {
   if (config.n_head > kMaxDynHeads || config.head_dim > kMaxQkRopeHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",
@@ -95,8 +97,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   return b;
 }
 
-CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
-    : config_(config), layout_(config), options_(options), dtype_(ToElemType(options.dtype)) {
+CudaBackend::CudaBackend(const ModelConfig& config, const BackendOptions& options)
+    : config_(config), layout_(config), options_(options) {
+  options_.dtype = options.dtype.value_or(kDefaultCudaDType);
+  dtype_ = ToElemType(*options_.dtype);
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -121,19 +125,14 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
   ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_));
 
-  // RoPE angles of every position, as cpu::RopeAngles computes them (double, then f32), so
-  // both backends rotate by bit-identical cos/sin.
+  // RoPE angles of every position (RopeAngles, as the CPU backend computes them per token),
+  // so both backends rotate by bit-identical cos/sin.
   const int half = config_.rotary_dim / 2;
   if (half > 0) {
     const int64_t n = static_cast<int64_t>(config_.max_positions) * half;
     std::vector<float> cs(n), sn(n);
     for (int64_t pos = 0; pos < config_.max_positions; ++pos) {
-      for (int j = 0; j < half; ++j) {
-        const double angle =
-            static_cast<double>(pos) * std::pow(config_.rope_base, -2.0 * j / config_.rotary_dim);
-        cs[pos * half + j] = static_cast<float>(std::cos(angle));
-        sn[pos * half + j] = static_cast<float>(std::sin(angle));
-      }
+      RopeAngles(pos, config_.rotary_dim, config_.rope_base, &cs[pos * half], &sn[pos * half]);
     }
     ASSIGN_OR_RETURN(rope_cos_, DeviceBuffer::Allocate(n * sizeof(float), "RoPE table"));
     ASSIGN_OR_RETURN(rope_sin_, DeviceBuffer::Allocate(n * sizeof(float), "RoPE table"));
@@ -154,13 +153,12 @@ BackendInfo CudaBackend::info() const {
   BackendInfo info;
   info.name = kBackendName;
   info.device = device_name_;
-  info.dtype = options_.dtype;
+  info.dtype = *options_.dtype;
   return info;
 }
 
 size_t CudaBackend::BytesPerBlock(LayerGroup g, int block_size) const {
-  return static_cast<size_t>(ElemBytes(dtype_)) * layers_in_group_[static_cast<int>(g)] *
-         block_size * layout_.row_floats();
+  return KvBytesPerBlock(config_, g, block_size, ElemBytes(dtype_));
 }
 
 absl::Status CudaBackend::UseDevice() {
@@ -183,10 +181,7 @@ absl::Status CudaBackend::Fail(absl::Status status) {
 
 absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   RETURN_IF_ERROR(UseDevice());
-  if (limits.max_tokens <= 0 || limits.max_seqs <= 0 || limits.blocks_per_seq <= 0 ||
-      limits.num_penalty_slots < 0 || limits.max_logit_rows < 0) {
-    return absl::InvalidArgumentError("step limits must be positive");
-  }
+  RETURN_IF_ERROR(ValidateStepLimits(limits));
   prepared_ = false;
   launched_ = false;
   // Release the previous workspace first, so that it does not count twice.
@@ -200,10 +195,10 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
 
   const int64_t T = limits.max_tokens, S = limits.max_seqs, E = config_.dim,
                 F = config_.intermediate_size, V = config_.vocab_size, N = config_.n_head;
-  const int64_t P = FusedInputRows(config_);
+  const int64_t P = FusedInputWidth(config_);
   const bool pythia = config_.architecture == Architecture::kDcPythia;
   const int eb = ElemBytes(dtype_);
-  rows_cap_ = static_cast<int>(std::min<int64_t>(T, int64_t{limits.max_logit_rows} + S));
+  rows_cap_ = MaxLogitRows(limits);
   const int64_t slots = limits.num_penalty_slots;
   const size_t step_bytes = Align16(4 * T) * 3 + Align16(4 * (S + 1)) +
                             2 * Align16(4 * S * limits.blocks_per_seq) + Align16(4 * rows_cap_) +
@@ -252,17 +247,7 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
 absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
   RETURN_IF_ERROR(UseDevice());
   if (!prepared_) return absl::FailedPreconditionError("AllocateCache before Prepare");
-  if (shape.block_size <= 0 || shape.num_blocks[0] < 0 || shape.num_blocks[1] < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: block size ", shape.block_size,
-                                                   " and block counts ", shape.num_blocks[0], ", ",
-                                                   shape.num_blocks[1], " must be positive"));
-  }
-  const bool has_window_layers = layers_in_group_[static_cast<int>(LayerGroup::kWindow)] > 0;
-  if (has_window_layers && shape.window != config_.window_size) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache shape: window ", shape.window,
-                                                   " differs from the model's window_size ",
-                                                   config_.window_size));
-  }
+  RETURN_IF_ERROR(ValidateCacheShape(shape, config_));
   cache_shape_ = KvCacheShape();  // unusable until the allocation succeeded
   for (DeviceBuffer& c : cache_) c.Reset();
   for (int g = 0; g < kNumLayerGroups; ++g) {
@@ -295,24 +280,17 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
                                                    " prepared"));
   }
   const int V = config_.vocab_size;
-  std::vector<uint8_t> seen(V, 0);
-  std::vector<int32_t> counts(V, 0);
-  for (int32_t t : prompt) {
-    if (t >= 0 && t < V) seen[t] = 1;
-  }
-  for (int32_t t : generated) {
-    if (t >= 0 && t < V) {
-      seen[t] = 1;
-      ++counts[t];
-    }
-  }
+  // The host sampler's state for these tokens (one rule: PenaltyState::Reset), uploaded.
+  PenaltyState state(V);
+  state.Reset(prompt, generated);
   // Stream-ordered after any step still in flight, and complete before returning (the host
-  // vectors die here).
-  cudaError_t e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V, seen.data(),
-                                  V, cudaMemcpyHostToDevice, stream_);
+  // state dies here).
+  cudaError_t e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V,
+                                  state.seen_flags().data(), V, cudaMemcpyHostToDevice, stream_);
   if (e == cudaSuccess) {
-    e = cudaMemcpyAsync(counts_.as<int32_t>() + static_cast<int64_t>(slot) * V, counts.data(),
-                        sizeof(int32_t) * V, cudaMemcpyHostToDevice, stream_);
+    e = cudaMemcpyAsync(counts_.as<int32_t>() + static_cast<int64_t>(slot) * V,
+                        state.counts().data(), sizeof(int32_t) * V, cudaMemcpyHostToDevice,
+                        stream_);
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess) return Fail(CudaStatus(e, "SetPenaltyState"));
@@ -324,32 +302,35 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
   if (launched_) return absl::FailedPreconditionError("Launch while a step is in flight");
   if (!prepared_) return absl::FailedPreconditionError("Launch before Prepare");
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
-  const int S = batch.num_seqs();
+  ASSIGN_OR_RETURN(DevicePlan plan, Plan(batch));
+  ASSIGN_OR_RETURN(const StepArrays d, Upload(batch, plan));
+  if (absl::Status st = Forward(d, plan); !st.ok()) return Fail(st);
+  if (absl::Status st = Sample(d, plan); !st.ok()) return Fail(st);
+  if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
+    return Fail(CudaStatus(e, "cudaEventRecord"));
+  }
+  plan_ = std::move(plan);
+  launched_ = true;
+  return absl::OkStatus();
+}
 
-  StepPlan plan;
+absl::StatusOr<CudaBackend::DevicePlan> CudaBackend::Plan(const StepBatch& batch) const {
+  DevicePlan plan;
   plan.num_tokens = batch.num_tokens();
-  plan.num_seqs = S;
-  // Logits rows: every row of the return_logits sequences (sequence order) first, then the
-  // last row of each other sampled sequence.
-  std::vector<int32_t> rows;
-  std::vector<int32_t> sample_row(S, -1);
-  for (int s = 0; s < S; ++s) {
+  plan.num_seqs = batch.num_seqs();
+  for (int s = 0; s < plan.num_seqs; ++s) {
     plan.max_seq_tokens = std::max(plan.max_seq_tokens, batch.seq_len(s));
     plan.max_position = std::max(plan.max_position, batch.start_pos(s) + batch.seq_len(s) - 1);
-    if (!batch.return_logits[s]) continue;
-    for (int t = batch.seq_offsets[s]; t < batch.seq_offsets[s + 1]; ++t) rows.push_back(t);
-    sample_row[s] = static_cast<int32_t>(rows.size()) - 1;
   }
-  plan.num_logit_rows = static_cast<int>(rows.size());
-  for (int s = 0; s < S; ++s) {
-    if (!batch.sample[s]) continue;
-    if (!batch.return_logits[s]) {
-      rows.push_back(batch.seq_offsets[s + 1] - 1);
-      sample_row[s] = static_cast<int32_t>(rows.size()) - 1;
-    }
+  plan.logits = PlanLogitRows(batch);
+  if (static_cast<int>(plan.logits.rows.size()) > rows_cap_) {
+    return absl::InternalError(absl::StrCat("step needs ", plan.logits.rows.size(),
+                                            " logits rows, more than the prepared ", rows_cap_));
+  }
+  for (int s : plan.logits.sampled_seqs) {
     const SamplingRow& r = batch.sampling[s];
     DeviceSamplingRow d;
-    d.logit_row = sample_row[s];
+    d.logit_row = plan.logits.sample_row[s];
     d.penalty_slot = r.penalty_slot;
     d.temperature = r.params.temperature;
     d.inv_temperature = r.params.temperature > 0.0f ? 1.0f / r.params.temperature : 1.0f;
@@ -364,22 +345,21 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
     d.seed = r.seed;
     d.step = r.step;
     plan.record_penalties |= r.penalty_slot >= 0;
-    plan.rows.push_back(d);
-    plan.sampled_seq.push_back(s);
+    plan.device_rows.push_back(d);
+    plan.sampling.push_back(r);
   }
-  plan.num_rows = static_cast<int>(rows.size());
-  if (plan.num_rows > rows_cap_) {
-    return absl::InternalError(absl::StrCat("step needs ", plan.num_rows,
-                                            " logits rows, more than the prepared ", rows_cap_));
-  }
+  return plan;
+}
 
+absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Upload(const StepBatch& batch,
+                                                            const DevicePlan& plan) {
   // Pack every array into the staging buffer; one copy to the device.
   Packer pk(step_host_.as<uint8_t>());
   const size_t o_tokens = pk.Put(batch.tokens.data(), batch.tokens.size());
   const size_t o_pos = pk.Put(batch.positions.data(), batch.positions.size());
   const size_t o_offsets = pk.Put(batch.seq_offsets.data(), batch.seq_offsets.size());
   std::vector<int32_t> token_seq(plan.num_tokens);
-  for (int s = 0; s < S; ++s) {
+  for (int s = 0; s < plan.num_seqs; ++s) {
     for (int t = batch.seq_offsets[s]; t < batch.seq_offsets[s + 1]; ++t) token_seq[t] = s;
   }
   const size_t o_seq = pk.Put(token_seq.data(), token_seq.size());
@@ -387,8 +367,8 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     o_tables[g] = pk.Put(batch.block_tables[g].data(), batch.block_tables[g].size());
   }
-  const size_t o_rows = pk.Put(rows.data(), rows.size());
-  const size_t o_sampling = pk.Put(plan.rows.data(), plan.rows.size());
+  const size_t o_rows = pk.Put(plan.logits.rows.data(), plan.logits.rows.size());
+  const size_t o_sampling = pk.Put(plan.device_rows.data(), plan.device_rows.size());
   if (pk.used() > step_host_.bytes()) {
     return absl::InternalError("step arrays exceed the prepared staging buffer");
   }
@@ -403,51 +383,39 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
   }
   d.logit_rows = reinterpret_cast<const int32_t*>(dev + o_rows);
   d.sampling = reinterpret_cast<const DeviceSamplingRow*>(dev + o_sampling);
-
   const cudaError_t e =
       cudaMemcpyAsync(dev, step_host_.get(), pk.used(), cudaMemcpyHostToDevice, stream_);
   if (e != cudaSuccess) return Fail(CudaStatus(e, "step upload"));
-  if (absl::Status st = Forward(d, plan); !st.ok()) return Fail(st);
+  return d;
+}
 
-  const int num_sampled = static_cast<int>(plan.rows.size());
-  if (num_sampled > 0) {
-    SampleParams sp;
-    sp.num_rows = num_sampled;
-    sp.vocab = config_.vocab_size;
-    sp.logits = logits_.as<float>();
-    sp.rows = d.sampling;
-    sp.seen = seen_.as<uint8_t>();
-    sp.counts = counts_.as<int32_t>();
-    sp.work = sample_work_.as<float>();
-    sp.results = results_.as<SampleResult>();
-    if (cudaError_t se = LaunchSample(sp, stream_); se != cudaSuccess) {
-      return Fail(CudaStatus(se, "sampling"));
-    }
-    if (plan.record_penalties) {
-      RecordSampledParams rp;
-      rp.num_rows = num_sampled;
-      rp.vocab = config_.vocab_size;
-      rp.rows = d.sampling;
-      rp.results = results_.as<SampleResult>();
-      rp.seen = seen_.as<uint8_t>();
-      rp.counts = counts_.as<int32_t>();
-      if (cudaError_t re = LaunchRecordSampled(rp, stream_); re != cudaSuccess) {
-        return Fail(CudaStatus(re, "penalty update"));
-      }
-    }
-    if (cudaError_t ce =
-            cudaMemcpyAsync(results_host_.get(), results_.get(), sizeof(SampleResult) * num_sampled,
-                            cudaMemcpyDeviceToHost, stream_);
-        ce != cudaSuccess) {
-      return Fail(CudaStatus(ce, "result download"));
-    }
+absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan) {
+  const int num_sampled = static_cast<int>(plan.device_rows.size());
+  if (num_sampled == 0) return absl::OkStatus();
+  SampleParams sp;
+  sp.num_rows = num_sampled;
+  sp.vocab = config_.vocab_size;
+  sp.logits = logits_.as<float>();
+  sp.rows = d.sampling;
+  sp.seen = seen_.as<uint8_t>();
+  sp.counts = counts_.as<int32_t>();
+  sp.work = sample_work_.as<float>();
+  sp.results = results_.as<SampleResult>();
+  RETURN_IF_ERROR(CudaStatus(LaunchSample(sp, stream_), "sampling"));
+  if (plan.record_penalties) {
+    RecordSampledParams rp;
+    rp.num_rows = num_sampled;
+    rp.vocab = config_.vocab_size;
+    rp.rows = d.sampling;
+    rp.results = results_.as<SampleResult>();
+    rp.seen = seen_.as<uint8_t>();
+    rp.counts = counts_.as<int32_t>();
+    RETURN_IF_ERROR(CudaStatus(LaunchRecordSampled(rp, stream_), "penalty update"));
   }
-  if (cudaError_t ee = cudaEventRecord(done_, stream_); ee != cudaSuccess) {
-    return Fail(CudaStatus(ee, "cudaEventRecord"));
-  }
-  plan_ = std::move(plan);
-  launched_ = true;
-  return absl::OkStatus();
+  return CudaStatus(cudaMemcpyAsync(results_host_.get(), results_.get(),
+                                    sizeof(SampleResult) * num_sampled, cudaMemcpyDeviceToHost,
+                                    stream_),
+                    "result download");
 }
 
 absl::Status CudaBackend::Wait(StepOutput* out) {
@@ -458,23 +426,17 @@ absl::Status CudaBackend::Wait(StepOutput* out) {
     return Fail(CudaStatus(e, "step"));
   }
   const int V = config_.vocab_size;
-  out->Resize(plan_.num_seqs, plan_.num_logit_rows, V);
-  if (plan_.num_logit_rows > 0) {
-    const cudaError_t e =
-        cudaMemcpy(out->logits.data(), logits_.get(), sizeof(float) * plan_.num_logit_rows * V,
-                   cudaMemcpyDeviceToHost);
+  const int returned = plan_.logits.num_returned;
+  out->Resize(plan_.num_seqs, returned, V);
+  if (returned > 0) {  // the first rows of the logits buffer (PlanLogitRows)
+    const cudaError_t e = cudaMemcpy(out->logits.data(), logits_.get(),
+                                     sizeof(float) * returned * V, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) return Fail(CudaStatus(e, "logits download"));
   }
   const SampleResult* res = results_host_.as<SampleResult>();
-  for (size_t i = 0; i < plan_.sampled_seq.size(); ++i) {
-    const int s = plan_.sampled_seq[i];
-    const DeviceSamplingRow& row = plan_.rows[i];
-    out->tokens[s] = res[i].token;
-    if (row.want_logprob != 0 || row.top_logprobs > 0) out->logprobs[s] = res[i].logprob;
-    for (int k = 0; k < row.top_logprobs; ++k) {
-      out->top_tokens[static_cast<size_t>(s) * kMaxTopLogprobs + k] = res[i].top_tokens[k];
-      out->top_logprobs[static_cast<size_t>(s) * kMaxTopLogprobs + k] = res[i].top_logprobs[k];
-    }
+  for (size_t i = 0; i < plan_.sampling.size(); ++i) {
+    StoreSample(plan_.sampling[i], plan_.logits.sampled_seqs[i], res[i].token, res[i].logprob,
+                res[i].top_tokens, res[i].top_logprobs, kSampleMaxTop, out);
   }
   return absl::OkStatus();
 }
@@ -492,26 +454,50 @@ CacheView CudaBackend::CacheFor(LayerGroup g, const int32_t* table) const {
   return v;
 }
 
-absl::Status CudaBackend::Forward(const StepArrays& d, const StepPlan& plan) {
-  const int T = plan.num_tokens;
-  const int64_t E = config_.dim, N = config_.n_head, hd = config_.head_dim,
-                F = config_.intermediate_size, V = config_.vocab_size, K = config_.dynamic_hidden();
-  const int64_t P = FusedInputRows(config_);
-  const int64_t dyn_stride = C * 2 * kI * N;
-  const bool pythia = config_.architecture == Architecture::kDcPythia;
-  auto check = [](cudaError_t e, const char* what) { return CudaStatus(e, what); };
+absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+                                 const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) {
+  GemmArgs g;
+  g.m = rows;
+  g.n = static_cast<int>(n);
+  g.k = static_cast<int>(k);
+  g.x = in;
+  g.ldx = k;
+  g.w = w.get();
+  g.dtype = dtype_;
+  g.bias = bias.empty() ? nullptr : bias.as<float>();
+  g.y = y;
+  g.ldy = n;
+  g.accumulate = accumulate;
+  return gemm_->Linear(g, stream_);
+}
 
+NormParams CudaBackend::Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b,
+                             void* out) const {
+  NormParams np;
+  np.rows = rows;
+  np.dim = config_.dim;
+  np.x = x_.as<float>();
+  np.layer_norm = config_.architecture == Architecture::kDcPythia;
+  np.eps = config_.norm_eps;
+  np.weight = w.as<float>();
+  np.bias = b.empty() ? nullptr : b.as<float>();
+  np.out = out;
+  np.out_type = dtype_;
+  return np;
+}
+
+absl::Status CudaBackend::Forward(const StepArrays& d, const DevicePlan& plan) {
   EmbeddingParams ep;
-  ep.num_tokens = T;
-  ep.dim = static_cast<int>(E);
+  ep.num_tokens = plan.num_tokens;
+  ep.dim = config_.dim;
   ep.tokens = d.tokens;
   ep.table = weights_.embed.get();
   ep.table_type = dtype_;
   ep.out = x_.as<float>();
-  RETURN_IF_ERROR(check(LaunchEmbedding(ep, stream_), "embedding"));
+  RETURN_IF_ERROR(CudaStatus(LaunchEmbedding(ep, stream_), "embedding"));
 
   StepView sv;
-  sv.num_tokens = T;
+  sv.num_tokens = plan.num_tokens;
   sv.num_seqs = plan.num_seqs;
   sv.positions = d.positions;
   sv.seq_offsets = d.seq_offsets;
@@ -519,147 +505,118 @@ absl::Status CudaBackend::Forward(const StepArrays& d, const StepPlan& plan) {
   sv.blocks_per_seq = limits_.blocks_per_seq;
   sv.max_seq_tokens = plan.max_seq_tokens;
   sv.max_position = plan.max_position;
-
-  // y[T, n] (+)= in[T, k] . w^T (+ bias)
-  auto linear = [&](const void* in, int64_t k, const DeviceBuffer& w, const DeviceBuffer& bias,
-                    float* y, int64_t n, bool accumulate) {
-    GemmArgs g;
-    g.m = T;
-    g.n = static_cast<int>(n);
-    g.k = static_cast<int>(k);
-    g.x = in;
-    g.ldx = k;
-    g.w = w.get();
-    g.dtype = dtype_;
-    g.bias = bias.empty() ? nullptr : bias.as<float>();
-    g.y = y;
-    g.ldy = n;
-    g.accumulate = accumulate;
-    return gemm_->Linear(g, stream_);
-  };
-
   for (int l = 0; l < config_.n_layer; ++l) {
-    const DeviceLayerWeights& L = weights_.layers[l];
-    NormParams np;
-    np.rows = T;
-    np.dim = static_cast<int>(E);
-    np.x = x_.as<float>();
-    np.layer_norm = pythia;
-    np.eps = config_.norm_eps;
-    np.weight = L.attn_norm_w.as<float>();
-    np.bias = L.attn_norm_b.empty() ? nullptr : L.attn_norm_b.as<float>();
-    np.out = a_.get();
-    np.out_type = dtype_;
-    if (pythia) {  // parallel residual: both branches normalise the same x
-      np.weight2 = L.ffn_norm_w.as<float>();
-      np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
-      np.out2 = a2_.get();
-    }
-    RETURN_IF_ERROR(check(LaunchNorm(np, stream_), "attention norm"));
-    RETURN_IF_ERROR(linear(a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
-
-    QkRopeParams qp;
-    qp.num_tokens = T;
-    qp.n_head = static_cast<int>(N);
-    qp.head_dim = static_cast<int>(hd);
-    qp.rotary_dim = config_.rotary_dim;
-    qp.qkv = proj_.as<float>();
-    qp.stride = P;
-    if (config_.use_qk_norm) {
-      qp.q_norm = L.q_norm.as<float>();
-      qp.k_norm = L.k_norm.as<float>();
-    }
-    qp.positions = d.positions;
-    qp.cos_table = rope_cos_.as<float>();
-    qp.sin_table = rope_sin_.as<float>();
-    RETURN_IF_ERROR(check(LaunchQkRope(qp, stream_), "qk-norm and RoPE"));
-
-    DynWeightsParams dp;
-    dp.num_tokens = T;
-    dp.n_head = static_cast<int>(N);
-    dp.proj = proj_.as<float>();
-    dp.stride = P;
-    dp.u_offset = 3 * E;
-    dp.g_offset = 3 * E + C * K;
-    dp.qkw = L.qkw.as<float>();
-    dp.dyn = dyn_.as<float>();
-    dp.dyn_stride = dyn_stride;
-    RETURN_IF_ERROR(check(LaunchDynWeights(dp, stream_), "dynamic weights"));
-
-    const LayerGroup group = config_.GroupOf(l);
-    DcmhaLayerArgs args;
-    args.n_head = static_cast<int>(N);
-    args.head_dim = static_cast<int>(hd);
-    args.window = group == LayerGroup::kWindow ? config_.window_size : 0;
-    args.layer_in_group = config_.IndexInGroup(l);
-    args.compose = options_.compose;
-    args.qkv = proj_.as<float>();
-    args.qkv_stride = P;
-    args.dyn = dyn_.as<float>();
-    args.dyn_stride = dyn_stride;
-    args.gates = proj_.as<float>() + 3 * E + C * K;
-    args.gates_stride = P;
-    args.cache = CacheFor(group, d.tables[static_cast<int>(group)]);
-    args.out = attn_out_.get();
-    args.out_dtype = dtype_;
-    args.workspace = attn_workspace_.get();
-    args.workspace_bytes = attn_workspace_.bytes();
-    RETURN_IF_ERROR(check(LaunchKvCacheWrite(sv, args, stream_), "KV cache write"));
-    RETURN_IF_ERROR(check(LaunchDcmha(sv, args, stream_), "DCMHA attention"));
-    // x += attention . Wo^T (+ b)
-    RETURN_IF_ERROR(linear(attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true));
-
-    const void* mlp_in = a2_.get();
-    if (!pythia) {
-      np.weight = L.ffn_norm_w.as<float>();
-      np.bias = nullptr;
-      RETURN_IF_ERROR(check(LaunchNorm(np, stream_), "MLP norm"));
-      mlp_in = a_.get();
-    }
-    ActivationParams ap;
-    ap.rows = T;
-    ap.width = static_cast<int>(F);
-    ap.in = up_.as<float>();
-    ap.out = act_.get();
-    ap.out_type = dtype_;
-    if (pythia) {
-      RETURN_IF_ERROR(linear(mlp_in, E, L.w_up, L.b_up, up_.as<float>(), F, false));
-      ap.kind = Activation::kGelu;
-    } else {
-      RETURN_IF_ERROR(linear(mlp_in, E, L.w_up, L.b_up, up_.as<float>(), 2 * F, false));
-      ap.kind = Activation::kSwiGlu;
-    }
-    RETURN_IF_ERROR(check(LaunchActivation(ap, stream_), "MLP activation"));
-    // x += act . W2^T (+ b)
-    RETURN_IF_ERROR(linear(act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true));
+    RETURN_IF_ERROR(AttentionLayer(l, d, sv));
+    RETURN_IF_ERROR(FeedForward(l, plan.num_tokens));
   }
+  return Logits(d, plan);
+}
 
-  if (plan.num_rows > 0) {
-    NormParams np;
-    np.rows = plan.num_rows;
-    np.dim = static_cast<int>(E);
-    np.x = x_.as<float>();
-    np.row_index = d.logit_rows;
-    np.layer_norm = pythia;
-    np.eps = config_.norm_eps;
-    np.weight = weights_.norm_w.as<float>();
-    np.bias = weights_.norm_b.empty() ? nullptr : weights_.norm_b.as<float>();
-    np.out = final_in_.get();
-    np.out_type = dtype_;
-    RETURN_IF_ERROR(check(LaunchNorm(np, stream_), "final norm"));
-    GemmArgs g;
-    g.m = plan.num_rows;
-    g.n = static_cast<int>(V);
-    g.k = static_cast<int>(E);
-    g.x = final_in_.get();
-    g.ldx = E;
-    g.w = weights_.output.get();
-    g.dtype = dtype_;
-    g.y = logits_.as<float>();
-    g.ldy = V;
-    RETURN_IF_ERROR(gemm_->Linear(g, stream_));
+absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const StepView& sv) {
+  const DeviceLayerWeights& L = weights_.layers[layer];
+  const int T = sv.num_tokens;
+  const int64_t E = config_.dim, N = config_.n_head, K = config_.dynamic_hidden();
+  const int64_t P = FusedInputWidth(config_);  // per token: q | k | v | a.dw1 [C, K] | a.dd [C, N]
+  const int64_t dyn_stride = C * 2 * kI * N;
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+
+  NormParams np = Norm(T, L.attn_norm_w, L.attn_norm_b, a_.get());
+  if (pythia) {  // parallel residual: both branches normalise the same x
+    np.weight2 = L.ffn_norm_w.as<float>();
+    np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
+    np.out2 = a2_.get();
   }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
+  RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
+
+  QkRopeParams qp;
+  qp.num_tokens = T;
+  qp.n_head = static_cast<int>(N);
+  qp.head_dim = config_.head_dim;
+  qp.rotary_dim = config_.rotary_dim;
+  qp.qkv = proj_.as<float>();
+  qp.stride = P;
+  if (config_.use_qk_norm) {
+    qp.q_norm = L.q_norm.as<float>();
+    qp.k_norm = L.k_norm.as<float>();
+  }
+  qp.positions = d.positions;
+  qp.cos_table = rope_cos_.as<float>();
+  qp.sin_table = rope_sin_.as<float>();
+  RETURN_IF_ERROR(CudaStatus(LaunchQkRope(qp, stream_), "qk-norm and RoPE"));
+
+  DynWeightsParams dp;
+  dp.num_tokens = T;
+  dp.n_head = static_cast<int>(N);
+  dp.proj = proj_.as<float>();
+  dp.stride = P;
+  dp.u_offset = 3 * E;
+  dp.g_offset = 3 * E + C * K;
+  dp.qkw = L.qkw.as<float>();
+  dp.dyn = dyn_.as<float>();
+  dp.dyn_stride = dyn_stride;
+  RETURN_IF_ERROR(CudaStatus(LaunchDynWeights(dp, stream_), "dynamic weights"));
+
+  const LayerGroup group = config_.GroupOf(layer);
+  DcmhaLayerArgs args;
+  args.n_head = static_cast<int>(N);
+  args.head_dim = config_.head_dim;
+  args.window = group == LayerGroup::kWindow ? config_.window_size : 0;
+  args.layer_in_group = config_.IndexInGroup(layer);
+  args.compose = options_.compose;
+  args.qkv = proj_.as<float>();
+  args.qkv_stride = P;
+  args.dyn = dyn_.as<float>();
+  args.dyn_stride = dyn_stride;
+  args.gates = proj_.as<float>() + 3 * E + C * K;
+  args.gates_stride = P;
+  args.cache = CacheFor(group, d.tables[static_cast<int>(group)]);
+  args.out = attn_out_.get();
+  args.out_dtype = dtype_;
+  args.workspace = attn_workspace_.get();
+  args.workspace_bytes = attn_workspace_.bytes();
+  RETURN_IF_ERROR(CudaStatus(LaunchKvCacheWrite(sv, args, stream_), "KV cache write"));
+  RETURN_IF_ERROR(CudaStatus(LaunchDcmha(sv, args, stream_), "DCMHA attention"));
+  // x += attention . Wo^T (+ b)
+  return Linear(T, attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true);
+}
+
+absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
+  const DeviceLayerWeights& L = weights_.layers[layer];
+  const int T = num_tokens;
+  const int64_t E = config_.dim, F = config_.intermediate_size;
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+  // dcpythia normalised its MLP input with the attention input (parallel residual).
+  const void* mlp_in = a2_.get();
+  if (!pythia) {
+    NormParams np = Norm(T, L.ffn_norm_w, DeviceBuffer(), a_.get());
+    RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "MLP norm"));
+    mlp_in = a_.get();
+  }
+  ActivationParams ap;
+  ap.rows = T;
+  ap.width = static_cast<int>(F);
+  ap.in = up_.as<float>();
+  ap.out = act_.get();
+  ap.out_type = dtype_;
+  ap.kind = pythia ? Activation::kGelu : Activation::kSwiGlu;
+  // dcpythia: up = w1 h; dcformer: up = [w1 h | w3 h].
+  RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
+                         false));
+  RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
+  // x += act . W2^T (+ b)
+  return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
+}
+
+absl::Status CudaBackend::Logits(const StepArrays& d, const DevicePlan& plan) {
+  const int rows = static_cast<int>(plan.logits.rows.size());
+  if (rows == 0) return absl::OkStatus();
+  // Final norm and output projection, only for the rows that need logits.
+  NormParams np = Norm(rows, weights_.norm_w, weights_.norm_b, final_in_.get());
+  np.row_index = d.logit_rows;
+  RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "final norm"));
+  return Linear(rows, final_in_.get(), config_.dim, weights_.output, DeviceBuffer(),
+                logits_.as<float>(), config_.vocab_size, false);
 }
 
 }  // namespace DCF_CUDA_NS

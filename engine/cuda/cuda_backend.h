@@ -27,33 +27,34 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/norm.h"
 #include "engine/cuda/sampling.h"
 #include "engine/kv/kv_layout.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
+#include "engine/execution/backend_options.h"
+#include "engine/execution/step_plan.h"
 #include "engine/model/model_weights.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 
-struct CudaBackendOptions {
-  DType dtype = DType::kBF16;  // compute dtype
-  int device = 0;              // CUDA device ordinal
-  bool compose = true;         // false: plain multi-head attention (benchmarks only)
-};
+// The compute dtype when BackendOptions::dtype leaves it unset.
+inline constexpr DType kDefaultCudaDType = DType::kBF16;
 
 class CudaBackend final : public Backend {
  public:
-  // Uploads `weights` (any stored dtype) to device `options.device` in `options.dtype`.
-  // InvalidArgument when the model exceeds what the kernels support (n_head or head_dim >
-  // 256); Unavailable without a usable device; ResourceExhausted when the weights do not fit.
+  // Uploads `weights` (any stored dtype) to device `options.device` in `options.dtype`
+  // (kDefaultCudaDType when unset); options.kind is not read. InvalidArgument when the model
+  // exceeds what the kernels support (n_head or head_dim > 256); Unavailable without a
+  // usable device; ResourceExhausted when the weights do not fit.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
                                                              ModelWeights weights,
-                                                             const CudaBackendOptions& options);
+                                                             const BackendOptions& options);
   ~CudaBackend() override;
 
   const ModelConfig& config() const override { return config_; }
@@ -71,7 +72,7 @@ class CudaBackend final : public Backend {
   size_t weight_bytes() const { return weights_.bytes; }
 
  private:
-  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
+  CudaBackend(const ModelConfig& config, const BackendOptions& options);
 
   // Device addresses of one step's uploaded arrays.
   struct StepArrays {
@@ -83,14 +84,14 @@ class CudaBackend final : public Backend {
     const int32_t* logit_rows = nullptr;          // [R] step token of each logits row
     const DeviceSamplingRow* sampling = nullptr;  // [num_sampled]
   };
-  // Host-side facts about the step, for the launch configuration and for Wait.
-  struct StepPlan {
+  // The step as the device runs it: the shared plan of its logits rows (step_plan.h) plus
+  // what the launch configuration, the sampler and Wait need.
+  struct DevicePlan {
     int num_tokens = 0, num_seqs = 0;
     int max_seq_tokens = 0, max_position = 0;
-    int num_rows = 0;                  // R: logits rows computed
-    int num_logit_rows = 0;            // the first of them, returned to the host
-    std::vector<int32_t> sampled_seq;  // sequence of each sampled row
-    std::vector<DeviceSamplingRow> rows;
+    LogitRows logits;                             // rows [R]: returned ones first
+    std::vector<DeviceSamplingRow> device_rows;   // [num_sampled], logits.sampled_seqs order
+    std::vector<SamplingRow> sampling;            // [num_sampled] what each row asked for
     bool record_penalties = false;
   };
 
@@ -99,13 +100,29 @@ class CudaBackend final : public Backend {
   absl::Status UseDevice();
   // Records `status` as the sticky failure (health()) and returns it.
   absl::Status Fail(absl::Status status);
-  absl::Status Enqueue(const StepBatch& batch, const StepPlan& plan);
-  absl::Status Forward(const StepArrays& d, const StepPlan& plan);
+
+  // One step, as Launch runs it: plan on the host, upload the step arrays, the layers, the
+  // device sampler (Wait then scatters the results, StoreSample).
+  absl::StatusOr<DevicePlan> Plan(const StepBatch& batch) const;
+  absl::StatusOr<StepArrays> Upload(const StepBatch& batch, const DevicePlan& plan);
+  absl::Status Forward(const StepArrays& d, const DevicePlan& plan);
+  absl::Status AttentionLayer(int layer, const StepArrays& d, const StepView& sv);
+  absl::Status FeedForward(int layer, int num_tokens);
+  // Final norm and output projection of the plan's logits rows into logits_.
+  absl::Status Logits(const StepArrays& d, const DevicePlan& plan);
+  absl::Status Sample(const StepArrays& d, const DevicePlan& plan);
+
+  // y[rows, n] (+)= in[rows, k] . w^T (+ bias), in the compute dtype with f32 accumulation.
+  absl::Status Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+                      const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
+  // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
+  // empty) into `out` (compute dtype).
+  NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;
   CacheView CacheFor(LayerGroup g, const int32_t* table) const;
 
   ModelConfig config_;
   KvRowLayout layout_;
-  CudaBackendOptions options_;
+  BackendOptions options_;  // dtype always set
   ElemType dtype_ = ElemType::kBF16;
   std::string device_name_;
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
@@ -123,7 +140,7 @@ class CudaBackend final : public Backend {
   int rows_cap_ = 0;             // R_max: logits rows of one step
   DeviceBuffer x_;               // [T, E] f32 residual stream
   DeviceBuffer a_, a2_;          // [T, E] dtype normed inputs (a2_: dcpythia MLP input)
-  DeviceBuffer proj_;            // [T, 3E + C*K + C*N] f32: q | k | v | a.dw1 | a.dd (-> G)
+  DeviceBuffer proj_;            // [T, FusedInputWidth] f32: q | k | v | a.dw1 | a.dd (-> G)
   DeviceBuffer dyn_;             // [T, C, 2I, N] f32
   DeviceBuffer attn_out_;        // [T, E] dtype
   DeviceBuffer up_;              // [T, 2F] (dcformer) or [T, F] f32
@@ -143,7 +160,7 @@ class CudaBackend final : public Backend {
   std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype
 
   bool launched_ = false;
-  StepPlan plan_;  // of the launched step
+  DevicePlan plan_;  // of the launched step
 };
 
 }  // namespace DCF_CUDA_NS

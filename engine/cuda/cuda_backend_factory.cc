@@ -9,24 +9,34 @@
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 
-int VisibleDeviceCount() {
+int VisibleDeviceCount(absl::Status* error) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // "no driver" / "no device" are not sticky
-    return 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess) {
+    if (error != nullptr) *error = absl::OkStatus();
+    return count;
   }
-  return count;
+  cudaGetLastError();  // "no driver" / "no device" are not sticky
+  int driver = 0;
+  int runtime = 0;
+#if defined(DCF_CUDA_REAL)
+  // An old driver is reported as such (the emulator has no driver to ask about).
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  cudaGetLastError();
+#endif
+  if (error != nullptr) {
+    *error = DeviceCountError(static_cast<int>(e), cudaGetErrorName(e), cudaGetErrorString(e),
+                              driver, runtime);
+  }
+  return 0;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const ModelConfig& config,
                                                        ModelWeights weights,
-                                                       const BackendCreateOptions& options) {
-  CudaBackendOptions o;
-  o.dtype = options.dtype;
-  o.device = options.device;
-  o.compose = options.compose;
+                                                       const BackendOptions& options) {
   absl::StatusOr<std::unique_ptr<CudaBackend>> b =
-      CudaBackend::Create(config, std::move(weights), o);
+      CudaBackend::Create(config, std::move(weights), options);
   if (!b.ok()) return b.status();
   return std::unique_ptr<Backend>(std::move(*b));
 }

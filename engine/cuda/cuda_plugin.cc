@@ -20,11 +20,13 @@ extern "C" {
 
 int dcf_cuda_plugin_abi_version() { return DCF_CUDA_PLUGIN_ABI_VERSION; }
 
-int dcf_cuda_plugin_device_count() { return dcf::cuda::gpu::VisibleDeviceCount(); }
+int dcf_cuda_plugin_device_count(absl::Status* error) {
+  return dcf::cuda::gpu::VisibleDeviceCount(error);
+}
 
 dcf::Backend* dcf_cuda_plugin_create_backend(const dcf::ModelConfig* config,
                                              dcf::ModelWeights* weights,
-                                             const dcf::cuda::BackendCreateOptions* options,
+                                             const dcf::BackendOptions* options,
                                              absl::Status* status) {
   absl::StatusOr<std::unique_ptr<dcf::Backend>> b =
       dcf::cuda::gpu::CreateBackend(*config, std::move(*weights), *options);

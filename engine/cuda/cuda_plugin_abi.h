@@ -6,22 +6,23 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/cuda_backend_factory.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 
 // Bump when a signature below or a type crossing the boundary changes.
-#define DCF_CUDA_PLUGIN_ABI_VERSION 1
+#define DCF_CUDA_PLUGIN_ABI_VERSION 3
 #define DCF_CUDA_PLUGIN_FILE "libdcformer_cuda_plugin.so"
 
 extern "C" {
 // DCF_CUDA_PLUGIN_ABI_VERSION of the plugin.
 using DcfCudaPluginAbiVersionFn = int (*)();
-// CUDA devices visible (0 without a driver or device).
-using DcfCudaPluginDeviceCountFn = int (*)();
+// CUDA devices visible; 0 without a driver or device, with *error naming the CUDA error
+// (cuda::DeviceCountError).
+using DcfCudaPluginDeviceCountFn = int (*)(absl::Status* error);
 // A backend on options->device built from `weights` (moved from), or null with `status` set.
 // The caller owns the result (delete through Backend's virtual destructor).
 using DcfCudaPluginCreateBackendFn =
     dcf::Backend* (*)(const dcf::ModelConfig* config, dcf::ModelWeights* weights,
-                      const dcf::cuda::BackendCreateOptions* options, absl::Status* status);
+                      const dcf::BackendOptions* options, absl::Status* status);
 }

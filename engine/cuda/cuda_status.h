@@ -4,7 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {

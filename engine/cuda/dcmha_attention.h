@@ -6,7 +6,7 @@
 // the normalised probabilities without renormalisation), section 5 (window: query t sees
 // keys t - W < p <= t). The CPU op it must match is dcf::cpu::AttendOne (engine/cpu/dcmha.h).
 //
-// Window rule at this interface (engine/model/step_batch.h): a sequence's new tokens are
+// Window rule at this interface (engine/execution/step_batch.h): a sequence's new tokens are
 // [start, end); after the step a window layer keeps only positions >= FirstKeptPosition(W,
 // end) = max(0, end - W + 1), so LaunchKvCacheWrite writes only the new positions
 // p >= max(start, end - W + 1) of a window layer (all new positions of a global layer), and
@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 
 namespace dcf::cuda {
 // DCF_CUDA_NS (cuda_compat.h) is `sim` or `gpu`: one binary may link both builds.

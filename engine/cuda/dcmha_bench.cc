@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 
 namespace dcf::cuda {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_plan.h"
 #include "engine/cuda/device_util.cuh"
 

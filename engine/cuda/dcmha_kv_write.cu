@@ -4,7 +4,7 @@
 // | post-key terms, KvRowLayout), each element converted from the f32 inputs to the cache
 // dtype. A token whose position a window layer does not keep, or whose block-table entry
 // is missing, writes nothing.
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/cuda/dcmha_device.cuh"
 

@@ -10,7 +10,7 @@
 // One split writes `out`; several write f32 partial rows that DcmhaSplitReduce adds up.
 #include <cmath>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_device.cuh"
 #include "engine/cuda/dcmha_plan.h"
 

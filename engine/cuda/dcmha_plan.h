@@ -30,7 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 
 namespace dcf::cuda {

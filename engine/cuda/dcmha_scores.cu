@@ -11,7 +11,7 @@
 //      statistics, in shared memory; no reductions across threads).
 #include <cmath>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_device.cuh"
 #include "engine/cuda/dcmha_plan.h"
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/execution/step_plan.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -118,7 +119,7 @@ Tensor Transposed(const Tensor& t, int64_t rows, int64_t cols) {
 absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader& ld,
                          DeviceLayerWeights* d) {
   const int64_t E = cfg.dim, N = cfg.n_head, F = cfg.intermediate_size, K = cfg.dynamic_hidden();
-  const int64_t rows_in = FusedInputRows(cfg);
+  const int64_t rows_in = FusedInputWidth(cfg);
   const std::string p = absl::StrCat("layers.", l, ".");
   ASSIGN_OR_RETURN(d->attn_norm_w, ld.F32(L.attention_norm_w, p + "attention_norm.weight"));
   ASSIGN_OR_RETURN(d->attn_norm_b, ld.F32(L.attention_norm_b, p + "attention_norm.bias"));
@@ -157,10 +158,6 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
 }
 
 }  // namespace
-
-int64_t FusedInputRows(const ModelConfig& c) {
-  return 3 * int64_t{c.dim} + C * int64_t{c.dynamic_hidden()} + C * int64_t{c.n_head};
-}
 
 absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config, ModelWeights weights,
                                             ElemType dtype) {

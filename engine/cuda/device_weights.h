@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/model/model_config.h"
@@ -44,9 +44,6 @@ struct DeviceWeights {
   DeviceBuffer output;          // [V, E] dtype
   size_t bytes = 0;             // device bytes of all of the above
 };
-
-// Rows of the fused input projection: 3E + C*K + C*N.
-int64_t FusedInputRows(const ModelConfig& config);
 
 // Uploads `weights` (validated against `config` by LoadModelWeights, any stored dtype) in
 // `dtype`, releasing each host tensor once it is on the device. ResourceExhausted when the

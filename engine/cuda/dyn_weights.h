@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {

@@ -418,11 +418,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   const uint8_t* seen = rep ? p.seen + static_cast<int64_t>(slot) * V : nullptr;
   const int32_t* counts = cnt ? p.counts + static_cast<int64_t>(slot) * V : nullptr;
 
-  // 1. Penalties and temperature into `work`; the maxima of the raw and adjusted logits.
+  // 1. Penalties and temperature into `work`; the maxima of the raw and adjusted logits; any
+  // NaN or infinity among the raw logits.
   float raw_max = -INFINITY, best = -INFINITY;
   int best_id = INT_MAX;
+  float nonfinite = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     const float r = raw[i];
+    if (isnan(r) || isinf(r)) nonfinite = 1.0f;
     raw_max = fmaxf(raw_max, r);
     float l = r;
     if (rep && seen[i] != 0) l = l > 0 ? l / row.repetition_penalty : l * row.repetition_penalty;
@@ -438,7 +441,20 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
   BlockArgMax(best, best_id, s);
   raw_max = BlockMax(raw_max, s);
+  nonfinite = BlockMax(nonfinite, s);  // the same in every thread: the branch is uniform
   __syncthreads();  // work[] written by other threads is read below
+  SampleResult* out = p.results + blockIdx.x;
+  if (nonfinite > 0.0f) {  // as the host sampler: nothing is drawn, token -1
+    if (threadIdx.x == 0) {
+      out->token = -1;
+      out->logprob = 0.0f;
+      for (int k = 0; k < kSampleMaxTop; ++k) {
+        out->top_tokens[k] = -1;
+        out->top_logprobs[k] = 0.0f;
+      }
+    }
+    return;
+  }
 
   // 2. The token (0 if no logit compares: all NaN).
   if (best_id == INT_MAX) best_id = 0;
@@ -477,7 +493,6 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
 
   // 3. Logprobs of the raw logits.
-  SampleResult* out = p.results + blockIdx.x;
   const int top_n = min(row.top_logprobs, min(V, kSampleMaxTop));
   double lse = 0;
   if (row.want_logprob != 0 || top_n > 0) {

@@ -2,6 +2,8 @@
 // the pipeline of the host reference (engine/sampling/token_sampler.h), plus logprobs.
 //
 // Per row (one thread block):
+//   0. a row whose raw logits hold a NaN or an infinity draws nothing: token -1, as the host
+//      sampler returns (the engine then ends that request with an error);
 //   1. penalties from the row's slot (repetition over seen ids, presence/frequency over
 //      generated counts), then temperature == 0: argmax, lowest id on ties;
 //   2. otherwise l / T, then top-k, top-p, min-p and one Philox draw u = Uniform(seed, step)
@@ -21,7 +23,7 @@
 
 #include <cstdint>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -48,7 +50,7 @@ struct DeviceSamplingRow {
 };
 
 struct SampleResult {
-  int32_t token;
+  int32_t token;  // -1: the row's logits held a NaN or an infinity (nothing drawn)
   float logprob;
   int32_t top_tokens[kSampleMaxTop];  // best first; the first top_logprobs are valid
   float top_logprobs[kSampleMaxTop];

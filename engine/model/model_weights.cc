@@ -1,13 +1,17 @@
 #include "engine/model/model_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <new>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "engine/common/status_macros.h"
 
 namespace dcf {
@@ -22,6 +26,21 @@ bool IsIgnoredTensor(absl::string_view name) {
     if (absl::EndsWith(name, s)) return true;
   }
   return absl::StrContains(name, ".attention.kv_cache.");
+}
+
+// Layers the checkpoint holds: one more than the largest l of its "layers.<l>." tensors.
+int LayersHeld(const CheckpointReader& reader) {
+  int held = 0;
+  for (const TensorInfo& t : reader.tensors()) {
+    absl::string_view rest = t.name;
+    if (!absl::ConsumePrefix(&rest, "layers.")) continue;
+    int l = 0;
+    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &l) && l >= 0 &&
+        l < std::numeric_limits<int>::max()) {
+      held = std::max(held, l + 1);
+    }
+  }
+  return held;
 }
 
 // One expected tensor: its name, the shape the file must have, and where it goes.
@@ -149,6 +168,15 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
   // Files may split wqkv into wq/wk/wv; those are concatenated after reading.
   absl::flat_hash_map<std::string, const TensorInfo*> present;
   for (const TensorInfo& t : reader.tensors()) present[t.name] = &t;
+  // The layers the files hold bound everything built per layer below: a config.json that
+  // claims more (n_layer 10000000 beside a 4-layer checkpoint) must fail here, not after
+  // allocating for every claimed layer.
+  const int held = LayersHeld(reader);
+  if (c.n_layer > held) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: n_layer is ", c.n_layer, " but the checkpoint holds ", held,
+        " layer(s) (no tensor 'layers.", held, ".*')"));
+  }
   std::vector<bool> split_layers(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = absl::StrCat("layers.", l, ".attention.");
@@ -188,6 +216,15 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       const DType dtype = options.dtype.value_or(stored.at(e.name));
       *e.dst = Tensor(dtype, e.shape);
       RETURN_IF_ERROR(reader.Read(e.name, dtype, e.dst->data(), e.dst->numel()));
+      if (options.check_finite) {
+        int64_t first = -1;
+        const int64_t bad = CountNonFinite(dtype, e.dst->data(), e.dst->numel(), &first);
+        if (bad > 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor '", e.name, "' holds ", bad, " non-finite values (NaN or infinity), the "
+              "first at flat index ", first, ": the checkpoint is corrupt"));
+        }
+      }
     }
     for (int l = 0; l < c.n_layer; ++l) {
       SplitQkv& s = split[l];

@@ -1,6 +1,6 @@
 // Writes a random-weight model directory (config.json + model.safetensors) for a given
-// config: the repo's default model, benchmarks at realistic shapes, and tests that need
-// models of their own. Deterministic for a given seed on one standard library.
+// config: benchmarks at realistic shapes, tests that need models of their own, and
+// models/dcformer-tiny (the default model, models/dcformer-kjv, is trained instead). Deterministic for a given seed on one standard library.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,19 @@
 namespace dcf {
 namespace {
 
+// False when any value is NaN or infinite (exponent bits all ones). One pass, kept out of
+// SampleToken's body: folded into its copy loop, it changed how the loops after it were
+// compiled and cost up to 18% on top_k 50 in dcformer-sampler-bench; this way ~0-5%.
+__attribute__((noinline)) bool AllFinite(absl::Span<const float> v) {
+  uint32_t nonfinite = 0;
+  for (float x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return nonfinite == 0;
+}
+
 absl::Status FieldError(const char* field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("sampling.", field, ": ", what));
 }
@@ -230,6 +243,7 @@ void PenaltyState::Apply(const SamplingParams& params, absl::Span<float> l) cons
 int32_t SampleToken(absl::Span<const float> raw_logits, const SamplingParams& params,
                     uint64_t seed, uint64_t step, const PenaltyState* penalties,
                     SamplerScratch* scratch) {
+  if (!AllFinite(raw_logits)) return -1;
   std::vector<float>& work = scratch->work;
   work.assign(raw_logits.begin(), raw_logits.end());
   if (penalties != nullptr) penalties->Apply(params, absl::MakeSpan(work));

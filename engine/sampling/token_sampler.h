@@ -51,6 +51,9 @@ class PenaltyState {
 
   int32_t count(int32_t token) const { return counts_[token]; }
   bool seen(int32_t token) const { return seen_[token] != 0; }
+  // The whole state, as the device sampler keeps it per slot: [vocab] each.
+  const std::vector<uint8_t>& seen_flags() const { return seen_; }
+  const std::vector<int32_t>& counts() const { return counts_; }
 
  private:
   std::vector<uint8_t> seen_;    // [vocab] id occurred in prompt or output
@@ -72,7 +75,9 @@ struct SamplerScratch {
 
 // Picks a token from `raw_logits` ([vocab] f32) for a sequence's draw number `step` of stream
 // `seed`. `penalties` may be null when params.HasPenalties() is false. Does not record the
-// token (the caller does, with PenaltyState::Record).
+// token (the caller does, with PenaltyState::Record). Returns -1, drawing nothing, when any
+// raw logit is NaN or infinite (a broken model must never yield a silent token); the device
+// sampler does the same.
 int32_t SampleToken(absl::Span<const float> raw_logits, const SamplingParams& params,
                     uint64_t seed, uint64_t step, const PenaltyState* penalties,
                     SamplerScratch* scratch);

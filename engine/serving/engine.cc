@@ -12,9 +12,9 @@
 #include "engine/common/status_macros.h"
 #include "engine/common/memory_info.h"
 #include "engine/kv/kv_cache_planner.h"
+#include "engine/serving/output_processor.h"
 #include "engine/serving/request_validator.h"
 #include "engine/serving/scheduler.h"
-#include "engine/serving/stop_checker.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace dcf {
@@ -28,9 +28,7 @@ struct ActiveRequest {
   std::shared_ptr<RequestStream> stream;
   uint64_t seed = 0;       // the request's random stream (its own, or drawn at Enqueue)
   int penalty_slot = -1;   // backend penalty state while running with penalties
-  std::unique_ptr<StreamingDetokenizer> detok;  // when output.text
-  std::unique_ptr<StopStringMatcher> stop;      // when output.text or stop strings
-  std::optional<int32_t> eos;
+  std::unique_ptr<OutputProcessor> output;  // tokens -> chunks, stop rules, usage
   absl::Time enqueue_time;
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
@@ -58,18 +56,21 @@ class EngineImpl {
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark},
                    &kv_),
-        blocks_per_seq_(limits.blocks_per_seq),
-        eos_(tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt) {
+        blocks_per_seq_(limits.blocks_per_seq) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
+    const int context = config_.max_positions;
     limits_.vocab_size = config_.vocab_size;
-    limits_.context = config_.max_positions;
+    limits_.context = context;
     limits_.max_prompt_tokens =
-        options.max_prompt_tokens > 0 ? options.max_prompt_tokens : config_.max_positions;
-    limits_.max_new_tokens_limit =
-        options.max_new_tokens_limit > 0 ? options.max_new_tokens_limit : config_.max_positions;
-    limits_.has_tokenizer = tokenizer != nullptr;
+        options.max_prompt_tokens > 0 ? std::min(options.max_prompt_tokens, context) : context;
+    limits_.max_new_tokens_limit = options.max_new_tokens_limit > 0
+                                       ? std::min(options.max_new_tokens_limit, context)
+                                       : context;
+    limits_.default_max_new_tokens = options.default_max_new_tokens;
+    limits_.eos_token_id = tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt;
+    limits_.tokenizer = tokenizer;
     for (int g = 0; g < kNumLayerGroups; ++g) {
       const LayerGroup group = static_cast<LayerGroup>(g);
       stats_.kv_blocks_total[g] = shape.num_blocks[g];
@@ -103,8 +104,7 @@ class EngineImpl {
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
-  BackendInfo backend_info() const { return backend_->info(); }
-  std::optional<int32_t> eos_token_id() const { return eos_; }
+  const RequestLimits& limits() const { return limits_; }
 
  private:
   bool HasInput() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -112,8 +112,8 @@ class EngineImpl {
   }
   void Loop();
   void Step();
-  // Emits the token the backend sampled for `r` (row `i` of out_); finishes `r` when a stop
-  // condition holds.
+  // Emits the token the backend sampled for `r` (row `i` of out_) through its output
+  // processor; finishes `r` when a stop rule holds.
   void ProcessToken(ActiveRequest* r, int i);
   // Gives `r` a penalty slot with its current tokens, when its sampling has penalties.
   absl::Status AcquirePenaltySlot(ActiveRequest* r);
@@ -121,8 +121,8 @@ class EngineImpl {
   // A step failed: the backend is treated as broken. Fails every request, stops accepting
   // new ones and reports the failure in Stats (health NOT_SERVING).
   void FailBackend(const absl::Status& status);
-  // Ends `r`: frees its blocks, sets its final state and queues its final chunk. `chunk`
-  // holds output not yet emitted (the last token).
+  // Ends `r`: frees its blocks, sets its final state and queues its final chunk (the output
+  // processor's, with timing). `chunk` holds output not yet emitted (the last tokens).
   void Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
               GenerationChunk chunk = GenerationChunk());
   void PublishAndFlush();
@@ -155,7 +155,6 @@ class EngineImpl {
   int queue_dequeued_requests_ = 0;      // leaving the queue counters since the last publish
   int64_t queue_dequeued_tokens_ = 0;
   std::thread thread_;
-  std::optional<int32_t> eos_;
 
   // Shared with the API threads.
   mutable absl::Mutex mu_;
@@ -199,15 +198,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
   r->enqueue_time = absl::Now();
   r->seed = request.sampling.seed.has_value() ? *request.sampling.seed
                                                : absl::Uniform<uint64_t>(absl::BitGen());
-  r->eos = request.stopping.eos_token_id.has_value() ? request.stopping.eos_token_id : eos_;
-  // Stop strings need the text even when the client does not want it.
-  if (request.output.text || !request.stopping.stop_strings.empty()) {
-    r->detok = std::make_unique<StreamingDetokenizer>(*tokenizer_, /*skip_special_tokens=*/true);
-  }
-  if (request.output.text || !request.stopping.stop_strings.empty()) {
-    r->stop = std::make_unique<StopStringMatcher>(request.stopping.stop_strings,
-                                                  request.stopping.include_stop_string);
-  }
+  r->output = std::make_unique<OutputProcessor>(request.stopping, request.output,
+                                                limits_.eos_token_id,
+                                                tokenizer_, prompt_len, config_.max_positions);
   r->seq.tokens = request.prompt_tokens;
   r->seq.prompt_len = prompt_len;
   r->seq.max_len = max_len;
@@ -408,12 +401,19 @@ void EngineImpl::FailBackend(const absl::Status& status) {
 }
 
 void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
-  const int32_t token = out_.tokens[i];
-  r->seq.tokens.push_back(token);
-  ++tokens_generated_;
+  if (out_.nonfinite[i]) {
+    if (observer_ != nullptr) observer_->OnNonFiniteLogits();
+    Finish(r, FinishReason::kError,
+           absl::InternalError(absl::StrCat(
+               "the model's logits for this request are not finite (NaN or infinity) at "
+               "position ", r->seq.tokens.size() - 1,
+               ", so no token was sampled: its weights may be corrupt (--check-weights scans "
+               "them at load) or its activations overflowed")));
+    return;
+  }
   const OutputOptions& o = r->request.output;
   TokenOutput t;
-  t.token = token;
+  t.token = out_.tokens[i];
   if (o.logprobs || o.top_logprobs > 0) {
     t.logprob = out_.logprobs[i];
     for (int j = 0; j < o.top_logprobs; ++j) {
@@ -422,6 +422,10 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
       t.top.push_back({out_.top_tokens[k], out_.top_logprobs[k]});
     }
   }
+  GenerationChunk chunk;
+  const OutputProcessor::Update u = r->output->Process({&t, 1}, &chunk);
+  for (int k = 0; k < u.accepted; ++k) r->seq.tokens.push_back(chunk.tokens[k].token);
+  tokens_generated_ += u.accepted;
   const absl::Time now = absl::Now();
   if (!r->first_token.has_value()) {
     r->first_token = now;
@@ -430,51 +434,16 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
     observer_->OnInterTokenLatency(now - r->last_token);
   }
   r->last_token = now;
-  GenerationChunk chunk;
-  chunk.tokens.push_back(std::move(t));
-
-  FinishReason reason = FinishReason::kUnspecified;
-  if (r->detok != nullptr) {
-    // Models often pad their vocabulary beyond the tokenizer's: such ids have no text.
-    absl::StatusOr<std::string> piece =
-        tokenizer_->TokenBytes(token).has_value() ? r->detok->Push(token) : std::string();
-    if (!piece.ok()) {
-      Finish(r, FinishReason::kError, piece.status(), std::move(chunk));
-      return;
-    }
-    chunk.text = r->stop->Push(*piece);
-    if (r->stop->matched()) reason = FinishReason::kStopString;
-    if (!o.text) chunk.text.clear();
-  }
-  const StoppingCriteria& s = r->request.stopping;
-  if (reason == FinishReason::kUnspecified &&
-      std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) !=
-          s.stop_token_ids.end()) {
-    reason = FinishReason::kStopToken;
-  }
-  if (reason == FinishReason::kUnspecified && !s.ignore_eos && r->eos.has_value() &&
-      token == *r->eos) {
-    reason = FinishReason::kEos;
-  }
-  if (reason == FinishReason::kUnspecified &&
-      (r->seq.num_generated() >= s.max_new_tokens ||
-       static_cast<int>(r->seq.tokens.size()) >= config_.max_positions)) {
-    reason = FinishReason::kLength;
-  }
-  if (reason != FinishReason::kUnspecified) {
-    Finish(r, reason, absl::OkStatus(), std::move(chunk));
+  if (u.reason != FinishReason::kUnspecified) {
+    Finish(r, u.reason, u.error, std::move(chunk));
   } else {
     outbox_.emplace_back(r->stream, std::move(chunk));
   }
 }
 
 void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
-                          GenerationChunk chunk) {
-  if (r->stop != nullptr && reason != FinishReason::kStopString) {
-    if (r->detok != nullptr) chunk.text += r->stop->Push(r->detok->Finish());
-    chunk.text += r->stop->Flush();
-  }
-  if (!r->request.output.text) chunk.text.clear();
+                        GenerationChunk chunk) {
+  r->output->Finish(reason, std::move(error), &chunk);
   scheduler_.Remove(&r->seq);
   ReleasePenaltySlot(r);
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
@@ -487,11 +456,6 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
     queue_dequeued_tokens_ += r->seq.prompt_len;
   }
   const absl::Time now = absl::Now();
-  chunk.finished = true;
-  chunk.finish_reason = reason;
-  chunk.error = std::move(error);
-  chunk.usage.prompt_tokens = r->seq.prompt_len;
-  chunk.usage.generated_tokens = std::max(0, r->seq.num_generated());
   chunk.timing.queue_time = r->first_scheduled.value_or(now) - r->enqueue_time;
   chunk.timing.time_to_first_token =
       r->first_token.has_value() ? *r->first_token - r->enqueue_time : absl::ZeroDuration();
@@ -552,6 +516,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   }
   if (!(options.watermark >= 0 && options.watermark < 1)) {
     return absl::InvalidArgumentError("watermark must be in [0, 1)");
+  }
+  if (options.default_max_new_tokens < 1) {
+    return absl::InvalidArgumentError("default_max_new_tokens must be >= 1");
   }
   StepLimits limits;
   limits.max_tokens = options.max_num_batched_tokens;
@@ -629,8 +596,7 @@ void Engine::Shutdown() { impl_->Shutdown(); }
 EngineStats Engine::Stats() const { return impl_->Stats(); }
 const ModelConfig& Engine::config() const { return impl_->config(); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
-BackendInfo Engine::backend_info() const { return impl_->backend_info(); }
-std::optional<int32_t> Engine::eos_token_id() const { return impl_->eos_token_id(); }
+const RequestLimits& Engine::limits() const { return impl_->limits(); }
 void Engine::SetStepHookForTesting(StepHook hook) { impl_->SetStepHook(std::move(hook)); }
 
 // --- RequestHandle ---

@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 #include "engine/serving/request.h"
 #include "engine/serving/request_stream.h"
+#include "engine/serving/request_validator.h"
 #include "engine/serving/sequence.h"
 
 namespace dcf {
@@ -37,8 +38,9 @@ struct EngineOptions {
   int max_num_batched_tokens = 512;    // token budget per step (decode + prefill chunks)
   int max_queued_requests = 256;       // waiting requests beyond this: ResourceExhausted
   int64_t max_queued_prompt_tokens = 1 << 20;  // total prompt tokens waiting
-  int max_prompt_tokens = 0;           // 0 = model context
-  int max_new_tokens_limit = 0;        // 0 = model context
+  int max_prompt_tokens = 0;           // 0 = model context (never more than it)
+  int max_new_tokens_limit = 0;        // 0 = model context (never more than it)
+  int default_max_new_tokens = 256;    // requests that leave max_new_tokens unset (>= 1)
   double watermark = 0.01;             // fraction of blocks kept free when admitting
   int max_prefill_chunk_tokens = 0;    // tokens per prefill chunk; 0 = up to the step budget
   // Exact pool sizes per group (global, window), bypassing the budget (tests, benchmarks).
@@ -73,6 +75,9 @@ class EngineObserver {
   virtual void OnPreemption() {}
   virtual void OnFirstToken(absl::Duration ttft) {}
   virtual void OnInterTokenLatency(absl::Duration itl) {}
+  // A request ended because its logits were not finite (NaN or infinity: broken weights or
+  // an overflow); it also reaches OnFinished, with kError.
+  virtual void OnNonFiniteLogits() {}
   virtual void OnFinished(const GenerationChunk& final_chunk) {}
 };
 
@@ -137,6 +142,8 @@ class Engine {
   // A failed backend step (Backend::Launch/Wait error) is fatal: every request in flight
   // finishes with kError (INTERNAL), new requests get Unavailable, and Stats() reports
   // healthy = false, so the server turns NOT_SERVING and the orchestrator restarts it.
+  // Logits that are not finite are not a backend failure: only the request they belong to
+  // ends, with kError and an Internal status that says so (EngineObserver::OnNonFiniteLogits).
 
   // Validates and queues a request. Errors (nothing is queued then):
   //   InvalidArgument: bad sampling/stopping/output values, empty prompt, token id outside
@@ -157,11 +164,12 @@ class Engine {
   // Cancels everything, stops the loop thread and joins it. Idempotent.
   void Shutdown();
 
-  EngineStats Stats() const;
+  EngineStats Stats() const;  // Stats().backend says what the backend is
   const ModelConfig& config() const;
   const EngineOptions& options() const;
-  BackendInfo backend_info() const;
-  std::optional<int32_t> eos_token_id() const;
+  // What requests may ask for, resolved from the options, the model and the tokenizer
+  // (including the EOS generation stops at). Fixed at Create.
+  const RequestLimits& limits() const;
 
   // Test-only: runs `hook` on the engine loop thread after every step (blocks committed, the
   // step's sampled tokens appended, finished sequences removed) with the KV manager and the

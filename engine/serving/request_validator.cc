@@ -1,5 +1,7 @@
 #include "engine/serving/request_validator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/sampling/sampling_params.h"
@@ -23,6 +25,10 @@ absl::Status ValidateTokenIds(absl::string_view field, absl::Span<const int32_t>
     }
   }
   return absl::OkStatus();
+}
+
+int RequestLimits::DefaultMaxNewTokens(int prompt_len) const {
+  return std::max(1, std::min({default_max_new_tokens, max_new_tokens_limit, context - prompt_len}));
 }
 
 absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& lim) {
@@ -60,7 +66,7 @@ absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& li
                      absl::StrCat("must be 1 to ", kMaxStopStringBytes, " bytes, got ", n));
     }
   }
-  if (!s.stop_strings.empty() && !lim.has_tokenizer) {
+  if (!s.stop_strings.empty() && lim.tokenizer == nullptr) {
     return Invalid("stopping.stop_strings", "needs a tokenizer, and this model has none");
   }
   if (s.eos_token_id.has_value()) {
@@ -71,7 +77,7 @@ absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& li
     return Invalid("output.top_logprobs", absl::StrCat("must be in [0, ", kMaxTopLogprobs,
                                                        "], got ", r.output.top_logprobs));
   }
-  if (r.output.text && !lim.has_tokenizer) {
+  if (r.output.text && lim.tokenizer == nullptr) {
     return Invalid("output.text", "needs a tokenizer, and this model has none");
   }
 

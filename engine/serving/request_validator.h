@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -25,12 +26,24 @@ inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxStopTokenIds = 64;
 
+class Tokenizer;
+
+// What one engine accepts, resolved once at Engine::Create (Engine::limits()): the server and
+// the tools read these values and recompute none of them.
 struct RequestLimits {
   int vocab_size = 0;            // model vocabulary: prompt / stop / eos ids must be below it
   int context = 0;               // model context (max positions)
-  int max_prompt_tokens = 0;     // resolved (never 0)
-  int max_new_tokens_limit = 0;  // resolved (never 0)
-  bool has_tokenizer = false;
+  int max_prompt_tokens = 0;     // resolved: EngineOptions::max_prompt_tokens within the context
+  int max_new_tokens_limit = 0;  // resolved: EngineOptions::max_new_tokens_limit within it
+  int default_max_new_tokens = 256;  // for requests that leave max_new_tokens unset
+  // The EOS generation stops at unless a request overrides or ignores it: the tokenizer's
+  // <|endoftext|>; none without a tokenizer (config.json's eos_token_id is not used).
+  std::optional<int32_t> eos_token_id;
+  const Tokenizer* tokenizer = nullptr;  // null: no text prompts, text output or stop strings
+
+  // max_new_tokens for a request that leaves it unset: the default, shortened to the limit
+  // and to the context left after a prompt of `prompt_len` tokens; at least 1.
+  int DefaultMaxNewTokens(int prompt_len) const;
 };
 
 // InvalidArgument (message names the field) for malformed values; OutOfRange when the prompt

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,7 @@
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/pretokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "utf8proc.h"
 
 namespace dcf {
@@ -124,6 +125,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
     tok->id_flags_[id] = kValid | (special ? kSpecial : 0);
   };
   for (const auto& [token, id] : spec.vocab) define(token, id, false);
+  tok->every_byte_has_token_ = true;
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    std::string spelled;
+    AppendByteLevel(std::string_view(&byte, 1), &spelled);
+    tok->every_byte_has_token_ = tok->every_byte_has_token_ && spec.vocab.contains(spelled);
+  }
   tok->token_to_id_ = std::move(spec.vocab);
   // Added tokens take precedence over the model's vocabulary, as in HF's id_to_token.
   std::vector<AddedToken> raw, normalized;
@@ -132,13 +140,23 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
     tok->token_to_id_.insert_or_assign(t.content, t.id);
     (t.normalized ? normalized : raw).push_back(std::move(t));
   }
+  for (const std::string& bytes : tok->id_bytes_) {
+    tok->max_token_bytes_ = std::max(tok->max_token_bytes_, bytes.size());
+  }
   tok->raw_added_ = std::make_unique<AddedTokenMatcher>(std::move(raw));
   tok->normalized_added_ = std::make_unique<AddedTokenMatcher>(std::move(normalized));
   tok->eos_token_id_ = tok->TokenToId(kEndOfText);
   return tok;
 }
 
-void Tokenizer::EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
+bool Tokenizer::PieceFits(size_t bytes, size_t have, size_t max_tokens) const {
+  if (!every_byte_has_token_) return true;
+  const size_t at_least = (bytes + max_token_bytes_ - 1) / max_token_bytes_;
+  return at_least <= max_tokens - std::min(have, max_tokens);
+}
+
+bool Tokenizer::EncodePlain(std::string_view text, size_t max_tokens,
+                            std::vector<std::string_view>* pieces,
                             std::vector<int32_t>* ids) const {
   std::string prefixed;
   if (add_prefix_space_ && text.front() != ' ') {
@@ -147,18 +165,34 @@ void Tokenizer::EncodePlain(std::string_view text, std::vector<std::string_view>
     prefixed.append(text);
     text = prefixed;
   }
+  // The pieces partition the segment, so its length alone may already pass the budget.
+  if (!PieceFits(text.size(), ids->size(), max_tokens)) return false;
   if (!use_regex_) {
     bpe_->EncodeWord(text, ids);
-    return;
+    return ids->size() <= max_tokens;
   }
   pieces->clear();
   SplitGpt2Pattern(text, pieces);
-  for (std::string_view piece : *pieces) bpe_->EncodeWord(piece, ids);
+  for (std::string_view piece : *pieces) {
+    if (!PieceFits(piece.size(), ids->size(), max_tokens)) return false;
+    bpe_->EncodeWord(piece, ids);
+    if (ids->size() > max_tokens) return false;
+  }
+  return true;
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
+  return EncodeWithLimit(text, SIZE_MAX);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeWithLimit(std::string_view text,
+                                                               size_t max_tokens) const {
+  const auto too_long = [max_tokens]() {
+    return absl::OutOfRangeError(
+        absl::StrCat("the text encodes to more than ", max_tokens, " tokens"));
+  };
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
+  ids.reserve(std::min(text.size() / 3, max_tokens) + 4);
   std::vector<std::string_view> pieces;
   std::vector<TextSegment> raw_segments, segments;
   std::string normalized_text;
@@ -166,6 +200,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) co
   for (const TextSegment& raw : raw_segments) {
     if (raw.id >= 0) {
       ids.push_back(raw.id);
+      if (ids.size() > max_tokens) return too_long();
       continue;
     }
     std::string_view plain = raw.text;
@@ -179,8 +214,9 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) co
     for (const TextSegment& s : segments) {
       if (s.id >= 0) {
         ids.push_back(s.id);
-      } else {
-        EncodePlain(s.text, &pieces, &ids);
+        if (ids.size() > max_tokens) return too_long();
+      } else if (!EncodePlain(s.text, max_tokens, &pieces, &ids)) {
+        return too_long();
       }
     }
   }

@@ -54,6 +54,13 @@ class Tokenizer {
   // Token ids of `text` (no BOS/EOS is added). Never fails for a loaded tokenizer; the StatusOr
   // is kept for API stability. See the header comment for invalid UTF-8.
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
+  // Encode under a budget, for callers with a token limit (a server's longest prompt): the
+  // ids of `text` when it encodes to at most `max_tokens` ids, else OutOfRange ("the text
+  // encodes to more than N tokens"), found without encoding all of a long text: encoding
+  // stops once the ids pass the budget, and a pre-tokenized piece of n bytes, which yields at
+  // least n / (the longest token's bytes) ids, is not encoded when that alone passes it.
+  absl::StatusOr<std::vector<int32_t>> EncodeWithLimit(std::string_view text,
+                                                       size_t max_tokens) const;
 
   // Text of `ids` with HF ByteLevel decoder semantics: the ids' bytes are concatenated and every
   // maximal ill-formed UTF-8 subsequence becomes U+FFFD. Special added tokens are included unless
@@ -80,8 +87,11 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   // Normalizes, pre-tokenizes and BPE-encodes one plain-text segment (no added tokens in it).
-  void EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
+  // False as soon as `ids` would pass `max_tokens` (then `ids` is incomplete).
+  bool EncodePlain(std::string_view text, size_t max_tokens, std::vector<std::string_view>* pieces,
                    std::vector<int32_t>* ids) const;
+  // False when a piece of `bytes` bytes would surely pass the budget.
+  bool PieceFits(size_t bytes, size_t have, size_t max_tokens) const;
 
   std::unique_ptr<BpeModel> bpe_;
   std::unique_ptr<AddedTokenMatcher> raw_added_;         // added tokens with normalized=false
@@ -89,6 +99,10 @@ class Tokenizer {
   bool nfc_normalizer_ = false;
   bool add_prefix_space_ = false;
   bool use_regex_ = true;
+  // The longest token's bytes, and whether every byte has a token of its own (else a byte
+  // can be dropped, and a piece's length bounds nothing): see EncodeWithLimit.
+  size_t max_token_bytes_ = 1;
+  bool every_byte_has_token_ = false;
   std::vector<std::string> id_to_token_;  // [vocab_size]; "" where no token
   std::vector<std::string> id_bytes_;     // [vocab_size]; decoded raw bytes
   std::vector<uint8_t> id_flags_;         // [vocab_size]; kValid | kSpecial bits

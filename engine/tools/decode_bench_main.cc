@@ -17,11 +17,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
+#include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/read_bandwidth.h"
-#include "engine/model/sequence_runner.h"
+#include "engine/serving/sequence_runner.h"
 
 ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR, "model directory");
 ABSL_FLAG(int, prompt_tokens, 128, "prompt length");

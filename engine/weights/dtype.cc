@@ -143,4 +143,34 @@ void ConvertDType(DType from, const void* src, int64_t count, DType to, void* ds
   }
 }
 
+int64_t CountNonFinite(DType dtype, const void* data, int64_t count, int64_t* first) {
+  int64_t n = 0, at = -1;
+  auto scan = [&](auto bits_of, uint32_t exponent) {
+    for (int64_t i = 0; i < count; ++i) {
+      if ((bits_of(i) & exponent) == exponent) {
+        if (n++ == 0) at = i;
+      }
+    }
+  };
+  switch (dtype) {
+    case DType::kF32: {
+      const auto* p = static_cast<const uint32_t*>(data);
+      scan([p](int64_t i) { return p[i]; }, 0x7f800000u);
+      break;
+    }
+    case DType::kF16: {
+      const auto* p = static_cast<const uint16_t*>(data);
+      scan([p](int64_t i) { return uint32_t{p[i]}; }, 0x7c00u);
+      break;
+    }
+    case DType::kBF16: {
+      const auto* p = static_cast<const uint16_t*>(data);
+      scan([p](int64_t i) { return uint32_t{p[i]}; }, 0x7f80u);
+      break;
+    }
+  }
+  if (first != nullptr) *first = at;
+  return n;
+}
+
 }  // namespace dcf

@@ -75,4 +75,8 @@ void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst);
 // are equal; narrowing rounds to nearest even).
 void ConvertDType(DType from, const void* src, int64_t count, DType to, void* dst);
 
+// Values among `count` elements of `dtype` at `data` that are NaN or infinite (exponent bits
+// all ones), and the index of the first one in `first` (when not null; -1 when none).
+int64_t CountNonFinite(DType dtype, const void* data, int64_t count, int64_t* first);
+
 }  // namespace dcf

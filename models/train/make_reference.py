@@ -1,5 +1,5 @@
 """Writes tests/data/kjv/reference.json: what the training code computes with the committed
-model, for the engine tests to reproduce (tests/unit/model/kjv_model_test.cc).
+model, for the engine tests to reproduce (tests/unit/backends/kjv_model_test.cc).
 
     /usr/bin/python3 models/train/make_reference.py
 

@@ -12,7 +12,7 @@ Parts and their time caps (seconds; a part past its cap is stopped and marked "t
   memcheck        40  compute-sanitizer --tool memcheck on a short generation (chunked
                       prefill + decode) and on the DCMHA kernel tests
   racecheck       50  compute-sanitizer --tool racecheck on the same, fewer kernel tests
-  attention       45  dcformer-attention-bench, issue 10's table (batch 32, dim 512, 8 heads,
+  attention       45  dcformer-attention-bench, the standard table (batch 32, dim 512, 8 heads,
                       128..2048, MHA vs DCMHA, global and window 256)
   attention_decode 20 the DCMHA decode kernels alone at the DCFormer-2.8B shape (N 32,
                       hd 80), 2048 cached keys, batch 1 and 64: KV bytes/s vs peak
@@ -412,7 +412,8 @@ class Checker:
 
     # ---- the whole check ----------------------------------------------------------------
     def targets(self):
-        """Issue 8 section 5 from the benchmark parts (reported, not pass/fail)."""
+        """The GPU speed targets from the benchmark parts: decode share of the HBM roofline,
+        DCMHA over MHA step time, serving throughput (reported, not pass/fail)."""
         by = {p["part"]: p for p in self.parts}
         t = {}
         dc = (by.get("model_dcmha") or {}).get("detail") or {}

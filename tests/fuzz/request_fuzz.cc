@@ -19,7 +19,7 @@
 #include "dcformer/v1/dcformer.pb.h"
 #include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/proto_convert.h"
 #include "server/request_parser.h"
@@ -63,20 +63,17 @@ void FuzzGenerate(absl::string_view bytes) {
   for (const std::string& s : request.stopping().stop_strings()) {
     Check(dcf::IsValidUtf8(s), "parsed stop string is valid UTF-8");
   }
-  dcf::server::RequestLimits conversion;
-  conversion.vocab_size = 50257;
-  conversion.context_length = 1024;
-  conversion.default_max_new_tokens = 256;
-  conversion.tokenizer = &Gpt2();
-  absl::StatusOr<dcf::GenerationRequest> converted =
-      dcf::server::ToEngineRequest(request, conversion);
-  if (!converted.ok()) return CheckRejection(converted.status(), "convert");
-  dcf::RequestLimits limits;
+  dcf::RequestLimits limits;  // as Engine::limits() resolves them
   limits.vocab_size = 50257;
   limits.context = 1024;
   limits.max_prompt_tokens = 1024;
   limits.max_new_tokens_limit = 1024;
-  limits.has_tokenizer = true;
+  limits.default_max_new_tokens = 256;
+  limits.eos_token_id = 50256;
+  limits.tokenizer = &Gpt2();
+  absl::StatusOr<dcf::GenerationRequest> converted =
+      dcf::server::ToEngineRequest(request, limits);
+  if (!converted.ok()) return CheckRejection(converted.status(), "convert");
   const absl::Status valid = dcf::ValidateRequest(*converted, limits);
   if (!valid.ok()) CheckRejection(valid, "validate");
 }

@@ -43,6 +43,13 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+# Under AddressSanitizer (scripts/sanitizers.sh sets DCF_SANITIZE) freed memory waits in its
+# quarantine (256 MiB by default) before reuse, and code runs a few times slower: resource
+# bounds of the abuse tests allow for both.
+SANITIZED = bool(os.environ.get("DCF_SANITIZE"))
+RSS_SLACK_MIB = 256 if "address" in os.environ.get("DCF_SANITIZE", "") else 0
+CPU_FACTOR = 4 if SANITIZED else 1
+
 _ports_given = set()  # every port free_ports handed out in this process
 
 
@@ -331,3 +338,46 @@ class Prometheus:
         """The single value of `expr` as a float, or None when there is none (yet)."""
         result = self.query(expr)
         return float(result[0]["value"][1]) if result else None
+
+
+def proc_status(pid):
+    """{field: value} of /proc/<pid>/status (VmRSS, VmHWM in kB, Threads, ...)."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            out[key] = value.strip()
+    return out
+
+
+def rss_mib(pid, peak=False):
+    """Resident memory of `pid` now (or its peak, VmHWM) in MiB."""
+    return int(proc_status(pid)["VmHWM" if peak else "VmRSS"].split()[0]) / 1024
+
+
+def thread_count(pid):
+    return int(proc_status(pid)["Threads"])
+
+
+def cpu_seconds(pid):
+    """User + system CPU time `pid` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def http_request(port, raw, timeout=10):
+    """Sends `raw` bytes to 127.0.0.1:port and returns everything the server answers before
+    it closes the connection (or `timeout` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(raw)
+        chunks = []
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        except (socket.timeout, ConnectionResetError):
+            pass
+    return b"".join(chunks)

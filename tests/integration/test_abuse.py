@@ -1,15 +1,26 @@
 """Abuse cases: what an attacker or a broken client can do to one server, and that it holds:
 hundreds of idle connections, a client that never reads, keepalive ping floods, metadata near
-the size limits, many streams on one connection, and prompts that would flood the queue."""
+the size limits, many streams on one connection, prompts that would flood the queue, and the
+cases an outside probe broke (docs/API.md, "Security"): the metrics port, gzip bombs,
+reflection and health streams, header floods, running out of file descriptors, log injection,
+clients that never read, 1 MiB text prompts and counts that differ from what clients saw.
+
+The raw HTTP/2 cases use h2probe.py (python3-h2): what grpcio will not do on purpose."""
 import concurrent.futures
 import os
+import resource
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import unittest
 
 import grpc
 
+import h2probe as hp
 import harness as h
 
 PROMPT = [156, 232, 174, 60, 127, 277, 298, 270, 224, 172, 11, 203]
@@ -157,6 +168,431 @@ class AbuseTest(unittest.TestCase):
             self.assertEqual(tokens, self.expected[:40])
             self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
         h.wait_until(lambda: idle(self.server), what="idle engine")
+
+
+GENERATE = "/dcformer.v1.TextGeneration/Generate"
+WATCH = "/grpc.health.v1.Health/Watch"
+REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+KJV = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
+GRPC_UNIMPLEMENTED, GRPC_RESOURCE_EXHAUSTED = 12, 8
+
+
+def generate_body(ids, n, **kw):
+    return hp.grpc_message(h.ids_request(ids, n, **kw).SerializeToString())
+
+
+class MetricsPortTest(unittest.TestCase):
+    """Issue items 1 and 10: the metrics port answers every request, whatever it is, and no
+    client can keep it from others."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = h.Server().__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__(None, None, None)
+
+    def ask(self, raw):
+        return h.http_request(self.server.metrics_port, raw)
+
+    def status(self, raw):
+        answer = self.ask(raw)
+        return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.") else None
+
+    def test_other_paths_methods_and_malformed_requests_are_answered(self):
+        get = lambda path: f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+        for path in ("/", "/foo", "/metrics/", "/favicon.ico", "//metrics", "/metrics%00",
+                     "/" + "a" * 4000):
+            with self.subTest(path=path):
+                self.assertEqual(self.status(get(path)), 404)
+        self.assertEqual(self.status(get("/metrics?x=1")), 200)
+        for method in ("POST", "PUT", "DELETE", "OPTIONS", "PATCH", "BREW"):
+            with self.subTest(method=method):
+                answer = self.ask(f"{method} /metrics HTTP/1.1\r\nHost: x\r\n"
+                                  "Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
+                self.assertTrue(answer.startswith(b"HTTP/1.1 405"), answer[:80])
+                self.assertIn(b"Allow: GET, HEAD", answer)
+        head = self.ask(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:80])
+        self.assertTrue(head.endswith(b"\r\n\r\n"), "HEAD carries no body")
+        for raw, expected in ((b"GARBAGE\r\n\r\n", 400), (b"GET\r\n\r\n", 400),
+                              (b"GET / HTTP/9.9\r\n\r\n", 400),
+                              (b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+                              (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400),
+                              (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(64), 400),
+                              (get("/metrics")[:-2] + b"X-Big: " + b"a" * 65536 + b"\r\n\r\n", 431),
+                              (b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000"
+                               b"\r\n\r\n", 413)):
+            with self.subTest(raw=raw[:40]):
+                self.assertIn(self.status(raw), (expected, 505) if expected == 400 else (expected,))
+        # The process lived through all of it and still serves scrapes and calls.
+        self.assertIsNone(self.server.proc.poll())
+        self.assertEqual(self.server.metric("dcformer_serving"), 1)
+        self.assertEqual(self.server.check_health(), h.SERVING)
+
+    def test_slow_clients_do_not_blind_scrapes(self):
+        # Connections that drip-feed a request, and ones that send half a request and stop.
+        sockets = []
+        for i in range(16):
+            s = socket.create_connection(("127.0.0.1", self.server.metrics_port), timeout=30)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            sockets.append(s)
+        stop = threading.Event()
+
+        def drip():
+            while not stop.is_set():
+                for s in sockets[:8]:
+                    try:
+                        s.sendall(b"X")
+                    except OSError:
+                        pass
+                stop.wait(0.3)
+
+        dripper = threading.Thread(target=drip)
+        dripper.start()
+        try:
+            # Every scrape meanwhile is served at once (the budget is generous for a loaded
+            # machine; the old exposer blocked each for ~30 s).
+            for _ in range(8):
+                start = time.monotonic()
+                self.assertGreater(len(self.server.metrics()), 10)
+                self.assertLess(time.monotonic() - start, 5.0)
+        finally:
+            stop.set()
+            dripper.join()
+        # The server closes each of them once its request deadline passes (10 s).
+        for s in sockets:
+            s.settimeout(60)
+            try:
+                self.assertEqual(s.recv(4096), b"")
+            except ConnectionResetError:
+                pass
+            s.close()
+
+
+class CompressedRequestTest(unittest.TestCase):
+    """Item 2: a gzip bomb is refused before it is inflated, key or no key."""
+
+    def test_gzip_bombs_are_refused_unread(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        key_file = os.path.join(tmp, "keys")
+        with open(key_file, "w") as f:
+            f.write("the-key\n")
+        bomb = hp.grpc_message(hp.gzip_bomb(256 << 20), compressed=True)  # 256 KB -> 256 MiB
+        with h.Server(args=[f"--api-key-file={key_file}"]) as server:
+            pid = server.proc.pid
+            peak_before, cpu_before = h.rss_mib(pid, peak=True), h.cpu_seconds(pid)
+            with hp.H2Client(server.port) as client:
+                for metadata in ([], [("authorization", "Bearer the-key")]) * 2:
+                    client.start_call(GENERATE, bomb,
+                                      metadata=[("grpc-encoding", "gzip")] + metadata)
+                client.pump_until(client.all_ended, 60, "the compressed calls ended")
+                for call in client.calls.values():
+                    self.assertEqual(call.status, GRPC_UNIMPLEMENTED, call.message)
+                    self.assertIn("gzip", call.message)
+            # Nothing was inflated: the peak grew by far less than one bomb.
+            self.assertLess(h.rss_mib(pid, peak=True) - peak_before, 64 + h.RSS_SLACK_MIB)
+            self.assertLess(h.cpu_seconds(pid) - cpu_before, 1.0 * h.CPU_FACTOR)
+            stub = server.stub()
+            tokens, _ = h.collect(stub.Generate(h.ids_request(PROMPT, 2), timeout=30,
+                                                metadata=[("authorization", "Bearer the-key")]))
+            self.assertEqual(len(tokens), 2)
+
+
+class StreamBoundsTest(unittest.TestCase):
+    """Item 3: reflection is off unless asked for and costs a bounded number of threads;
+    health Watch streams and streams per connection are bounded."""
+
+    def test_reflection_is_off_by_default(self):
+        with h.Server() as server, hp.H2Client(server.port) as client:
+            client.start_call(REFLECTION, hp.grpc_message(b"\x3a\x00"))
+            client.pump_until(client.all_ended, 30, "the reflection call ended")
+            self.assertEqual(next(iter(client.calls.values())).status, GRPC_UNIMPLEMENTED)
+            self.assertEqual(client.conn.remote_settings.max_concurrent_streams, 256)
+
+    def test_reflection_streams_cost_bounded_threads(self):
+        with h.Server(args=["--reflection"]) as server:
+            pid = server.proc.pid
+            threads_before = h.thread_count(pid)
+            clients = [hp.H2Client(server.port) for _ in range(8)]
+            try:
+                for c in clients:
+                    for _ in range(200):  # open reflection streams that never end
+                        c.start_call(REFLECTION, hp.grpc_message(b"\x3a\x00"), end_stream=False)
+                refused = lambda: sum(x.status == GRPC_RESOURCE_EXHAUSTED
+                                      for c in clients for x in c.calls.values())
+                deadline = time.monotonic() + 60
+                while refused() < 1000 and time.monotonic() < deadline:
+                    for c in clients:
+                        c.pump(0.05)
+                # 1,600 streams: the few that got a thread of the capped pool are open, the
+                # rest were refused (the old server made a thread for each).
+                self.assertGreaterEqual(refused(), 1000)
+                self.assertLess(h.thread_count(pid), threads_before + 40)
+            finally:
+                for c in clients:
+                    c.close()
+            self.assertEqual(server.check_health(), h.SERVING)
+
+    def test_health_watch_streams_are_bounded(self):
+        with h.Server() as server:
+            pid = server.proc.pid
+            rss_before = h.rss_mib(pid)
+            clients = [hp.H2Client(server.port) for _ in range(10)]
+            try:
+                for c in clients:
+                    for _ in range(200):
+                        c.start_call(WATCH, hp.grpc_message(b""))
+                settled = lambda: all(x.ended or x.headers is not None
+                                      for c in clients for x in c.calls.values())
+                deadline = time.monotonic() + 60
+                while not settled() and time.monotonic() < deadline:
+                    for c in clients:
+                        c.pump(0.05)
+                for c in clients:
+                    calls = list(c.calls.values())
+                    still_open = [x for x in calls if not x.ended]
+                    self.assertEqual(len(still_open), 16)  # per connection (per peer)
+                    self.assertTrue(all(x.status == GRPC_RESOURCE_EXHAUSTED
+                                        for x in calls if x.ended))
+                self.assertLess(h.rss_mib(pid) - rss_before, 64 + h.RSS_SLACK_MIB)
+                self.assertEqual(server.check_health(), h.SERVING)
+            finally:
+                for c in clients:
+                    c.close()
+
+
+class HeaderFloodTest(unittest.TestCase):
+    """Item 4: a header block that never ends. gRPC 1.51 bounds it by nothing (docs/API.md,
+    "Security": put an HTTP/2-terminating proxy in front); what the server itself guarantees
+    is that the flood's connection does not stop the others."""
+
+    def test_continuation_flood_does_not_stop_other_clients(self):
+        import hpack
+        with h.Server() as server:
+            flood = hp.H2Client(server.port)
+            block = hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"),
+                                            (":path", GENERATE), (":authority", "x"),
+                                            ("content-type", "application/grpc")])
+            # A literal header whose 64 MiB value never arrives: 4 MiB of it is sent.
+            flood.sock.sendall(hp.raw_frame(hp.HEADERS, 0, 1, block + b"\x00\x07x-flood\x7f"
+                                            + bytes([0x81, 0x80, 0x80, 0x20])))
+            for _ in range(256):
+                flood.sock.sendall(hp.raw_frame(hp.CONTINUATION, 0, 1, b"a" * 16384))
+            stub = server.stub(options=OWN_CONNECTION)
+            for _ in range(3):
+                tokens, final = h.collect(stub.Generate(h.ids_request(PROMPT, 8), timeout=60))
+                self.assertEqual(len(tokens), 8)
+            self.assertEqual(server.check_health(), h.SERVING)
+            flood.close()
+
+    def test_the_proxy_example_bounds_header_floods(self):
+        # What docs/API.md tells internet-facing deployments to put in front (deploy/proxy/).
+        import yaml
+        with open(os.path.join(h.SOURCE_DIR, "deploy", "proxy", "envoy.yaml")) as f:
+            objects = {o["kind"]: o for o in yaml.safe_load_all(f)}
+        envoy = yaml.safe_load(objects["ConfigMap"]["data"]["envoy.yaml"])
+        listener = envoy["static_resources"]["listeners"][0]
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        self.assertLessEqual(hcm["max_request_headers_kb"], 64)
+        self.assertEqual(hcm["http2_protocol_options"]["max_concurrent_streams"], 256)
+        self.assertIn("stream_idle_timeout", hcm)
+        monitors = envoy["overload_manager"]["resource_monitors"]
+        self.assertGreater(monitors[0]["typed_config"]["max_active_downstream_connections"], 0)
+        prefixes = [r["match"]["prefix"] for r in hcm["route_config"]["virtual_hosts"][0]["routes"]]
+        self.assertNotIn("/grpc.reflection.v1alpha.ServerReflection/", prefixes)
+        pod = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+        self.assertEqual(pod["dcformer.io/client"], "true")  # admitted by the NetworkPolicy
+
+
+class FileDescriptorTest(unittest.TestCase):
+    """Item 5: the open-file limit is raised to the hard limit; when gRPC's listener stops
+    accepting anyway, health says so and the process exits non-zero (to be restarted)."""
+
+    def start(self, soft, hard, args=()):
+        port, metrics_port = h.free_ports(2)
+        log = tempfile.NamedTemporaryFile(prefix="dcformer-server-fd-", suffix=".log",
+                                          delete=False)
+        self.addCleanup(os.unlink, log.name)
+        proc = subprocess.Popen(
+            [h.SERVER, f"--model={h.SHORT_MODEL}", "--host=127.0.0.1", f"--port={port}",
+             f"--metrics-port={metrics_port}", "--kv-cache-bytes=16000000", *args],
+            stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"),
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+
+        def stop():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        self.addCleanup(stop)
+        server = h.Server.__new__(h.Server)
+        server.port, server.metrics_port, server.proc, server.tls_ca = port, metrics_port, proc, None
+        server.read_log = lambda: open(log.name, errors="replace").read()
+        server.wait_serving()
+        return server
+
+    def flood(self, server, n):
+        sockets = []
+        for _ in range(n):
+            try:
+                sockets.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+            except OSError:
+                break
+        return sockets
+
+    def test_soft_limit_is_raised(self):
+        server = self.start(200, 4096)
+        with open(f"/proc/{server.proc.pid}/limits") as f:
+            limits = [line for line in f if line.startswith("Max open files")][0].split()
+        self.assertEqual(limits[3:5], ["4096", "4096"])
+        sockets = self.flood(server, 400)
+        try:
+            self.assertEqual(len(h.collect(server.stub(options=OWN_CONNECTION).Generate(
+                h.ids_request(PROMPT, 2), timeout=30))[0]), 2)
+        finally:
+            for s in sockets:
+                s.close()
+
+    def test_listener_that_stops_accepting_ends_the_process(self):
+        server = self.start(200, 200, ["--self-check-interval=500ms"])
+        sockets = self.flood(server, 400)
+        for s in sockets:
+            s.close()
+        self.assertEqual(server.proc.wait(timeout=60), 1)
+        log = server.read_log()
+        self.assertIn("NOT_SERVING", log)
+        self.assertIn("accepts no new connections", log)
+
+
+class RequestIdLogTest(unittest.TestCase):
+    """Item 6: only validated request ids reach the log, quoted when they hold more than
+    [A-Za-z0-9._:/@+-]."""
+
+    def test_request_ids_cannot_forge_log_lines(self):
+        with h.Server() as server:
+            stub = server.stub()
+            forged = "x\n2026-01-01T00:00:00.000Z INFO generate_reactor.cc:1] request id=forged " \
+                     "outcome=length\x1b[31m"
+            for request_id in (forged, "z" * 200_000):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    h.collect(stub.Generate(h.ids_request(PROMPT, 2, request_id=request_id),
+                                            timeout=30))
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            tokens, _ = h.collect(stub.Generate(
+                h.ids_request(PROMPT, 2, request_id='my"id=x'), timeout=30))
+            self.assertEqual(len(tokens), 2)
+            h.wait_until(lambda: server.read_log().count("request id=") >= 3, what="log lines")
+            log = server.read_log()
+        self.assertNotIn("forged", log)
+        self.assertNotIn("\x1b", log)
+        self.assertLess(max(len(line) for line in log.splitlines()), 2000)
+        self.assertEqual(log.count("request id=- outcome=invalid_argument"), 2)
+        self.assertIn('request id="my\\"id=x" outcome=length', log)
+
+
+class NeverReadingClientTest(unittest.TestCase):
+    """Item 7: a client with a zero flow-control window that never opens it: its calls end
+    (RESOURCE_EXHAUSTED) by the write-stall timeout or the stream-buffer bound, and the
+    number of open streams is capped."""
+
+    def test_stalled_writes_end_the_calls(self):
+        with h.Server(args=["--write-stall-timeout=2s"]) as server:
+            with hp.H2Client(server.port, initial_window=0, read_data=False) as client:
+                for _ in range(100):
+                    client.start_call(GENERATE, generate_body(PROMPT, 16))
+                client.pump_until(client.all_ended, 60, "every stalled call ended")
+                for call in client.calls.values():
+                    self.assertEqual(call.status, GRPC_RESOURCE_EXHAUSTED, call.message)
+                    self.assertIn("--write-stall-timeout", call.message)
+                    self.assertEqual(call.data, 0)
+            h.wait_until(lambda: server.metric("dcformer_requests_total",
+                                               outcome="resource_exhausted") == 100,
+                         what="the stalled calls counted")
+            h.wait_until(lambda: idle(server), what="nothing left in the engine")
+
+    def test_overflow_ends_the_call_at_once(self):
+        with h.Server(args=["--max-stream-buffer-bytes=2048", "--write-stall-timeout=600s"]) \
+                as server:
+            with hp.H2Client(server.port, initial_window=0, read_data=False) as client:
+                request = h.ids_request(PROMPT, 200)
+                request.output.top_logprobs = 20
+                client.start_call(GENERATE, hp.grpc_message(request.SerializeToString()))
+                client.pump_until(client.all_ended, 60, "the overflowed call ended")
+                call = next(iter(client.calls.values()))
+                self.assertEqual(call.status, GRPC_RESOURCE_EXHAUSTED)
+                self.assertIn("--max-stream-buffer-bytes", call.message)
+            h.wait_until(lambda: idle(server), what="nothing left in the engine")
+
+    def test_open_streams_are_capped(self):
+        with h.Server(args=["--max-open-streams=20", "--write-stall-timeout=600s"]) as server:
+            with hp.H2Client(server.port, initial_window=0, read_data=False) as client:
+                for _ in range(30):
+                    client.start_call(GENERATE, generate_body(PROMPT, 4))
+                client.pump_until(
+                    lambda: sum(c.ended for c in client.calls.values()) >= 10, 60,
+                    "the calls past the cap refused")
+                refused = [c for c in client.calls.values() if c.ended]
+                self.assertEqual(len(refused), 10)
+                for call in refused:
+                    self.assertEqual(call.status, GRPC_RESOURCE_EXHAUSTED)
+                    self.assertIn("--max-open-streams", call.message)
+
+
+class TextPromptTest(unittest.TestCase):
+    """Item 9: a text prompt far over the prompt limit is refused without being encoded."""
+
+    def test_megabyte_prompts_cost_little(self):
+        with h.Server(model=KJV) as server:
+            stub = server.stub()
+            pid = server.proc.pid
+            cpu_before = h.cpu_seconds(pid)
+            for text in ("a" * ((1 << 20) - 100), ("And God said, Let there be light. " * 40000)
+                         [:(1 << 20) - 100]):
+                for _ in range(20):
+                    request = h.pb.GenerateRequest(text=text)
+                    request.stopping.max_new_tokens = 4
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        h.collect(stub.Generate(request, timeout=60))
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.OUT_OF_RANGE)
+                    self.assertIn("prompt.text: encodes to more than", ctx.exception.details())
+            # 40 prompts: well under 20 ms of server CPU each (encoding one took ~50 ms).
+            self.assertLess(h.cpu_seconds(pid) - cpu_before, 0.8 * h.CPU_FACTOR)
+            # A prompt within the limit is still encoded exactly as Tokenize does.
+            ids = stub.Tokenize(h.pb.TokenizeRequest(text="And God said"), timeout=30).token_ids
+            request = h.pb.GenerateRequest(text="And God said")
+            request.stopping.max_new_tokens = 1
+            _, final = h.collect(stub.Generate(request, timeout=60))
+            self.assertEqual(final.usage.prompt_tokens, len(ids))
+
+
+class CountsTest(unittest.TestCase):
+    """Item 11: calls are counted with the status their client saw."""
+
+    def test_oversized_responses_and_requests_are_counted(self):
+        with h.Server(model=KJV, args=["--max-send-message-bytes=65536",
+                                       "--max-stream-buffer-bytes=16384"]) as server:
+            stub = server.stub()
+            with self.assertRaises(grpc.RpcError) as ctx:
+                stub.Detokenize(h.pb.DetokenizeRequest(token_ids=[300] * 40000), timeout=30)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("--max-send-message-bytes", ctx.exception.details())
+            self.assertEqual(server.metric("dcformer_unary_requests_total", method="Detokenize",
+                                           outcome="resource_exhausted"), 1)
+            self.assertEqual(server.metric("dcformer_unary_requests_total", method="Detokenize",
+                                           outcome="ok"), 0)
+            big = h.ids_request([300] * 600_000, 1)
+            self.assertGreater(big.ByteSize(), 1_048_576)
+            with self.assertRaises(grpc.RpcError) as ctx:
+                h.collect(stub.Generate(big, timeout=30))
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("--max-receive-message-bytes", ctx.exception.details())
+            h.wait_until(lambda: server.metric("dcformer_requests_total",
+                                               outcome="resource_exhausted") == 1,
+                         what="the oversized request counted")
+            self.assertIn("outcome=resource_exhausted", server.read_log())
 
 
 class QueuedPromptTokensTest(unittest.TestCase):

@@ -11,6 +11,7 @@ No container engine exists on CI machines, so the Dockerfiles keep their steps i
 - build.sh's configure step for the CUDA image (DCFORMER_CUDA=ON) with the toolkit in
   /usr/local/cuda. What is not checked here: the base images themselves and apt inside them.
 The Kubernetes objects are checked by test_kubernetes.py."""
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ DOCKER = os.path.join(DEPLOY, "docker")
 K8S = os.path.join(DEPLOY, "kubernetes")
 BUILD_DIR = os.path.dirname(h.BIN_DIR)
 NVCC = "/usr/local/cuda/bin/nvcc"
+PLUGIN = "libdcformer_cuda_plugin.so"
 
 
 def read(path):
@@ -33,13 +35,16 @@ def read(path):
         return f.read()
 
 
+def content_lines(path):
+    """The lines of a file that are neither blank nor # comments, stripped."""
+    return [line.strip() for line in read(path).splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
 def flag_lines(path):
     """(name, value) of each --name=value line of an absl flagfile."""
     out = []
-    for line in read(path).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
+    for line in content_lines(path):
         m = re.fullmatch(r"--([a-z0-9_]+)=(.*)", line)
         assert m, f"{path}: not a --name=value line: {line!r}"
         out.append((m.group(1), m.group(2)))
@@ -51,10 +56,12 @@ class ImageBuildTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="dcformer-image-")
         cls.prefix = os.path.join(cls.tmp, "opt-dcformer")
-        # A tree built with the CUDA backend goes into the CUDA image, whose base provides
-        # the CUDA libraries (build.sh --cuda leaves them out).
+        # A tree built with the CUDA backend (the plugin the binaries dlopen) goes into the
+        # CUDA image, whose base provides the CUDA libraries (build.sh --cuda leaves them
+        # out) and whose runtime check requires the plugin (runtime-setup.sh --cuda).
         ldd = subprocess.run(["ldd", h.SERVER], capture_output=True, text=True).stdout
-        cls.cuda = re.search(r"\blib(cudart|cublas|cuda)\.so", ldd) is not None
+        cls.cuda = (os.path.exists(os.path.join(BUILD_DIR, "lib", PLUGIN)) or
+                    re.search(r"\blib(cudart|cublas|cuda)\.so", ldd) is not None)
         cls.build = subprocess.run(
             ["bash", os.path.join(DOCKER, "build.sh"), "--reuse-build", "--build-dir", BUILD_DIR,
              "--prefix", cls.prefix] + (["--cuda"] if cls.cuda else []),
@@ -71,9 +78,11 @@ class ImageBuildTest(unittest.TestCase):
         for b in ("dcformer-server", "dcformer-cli"):
             self.assertTrue(os.access(os.path.join(self.prefix, "bin", b), os.X_OK), b)
         libs = os.listdir(os.path.join(self.prefix, "lib"))
-        # (The CPU backend has its own matmul kernels: OpenBLAS is not needed.)
         for lib in ("libgrpc++.so.1.51", "libprotobuf.so.32", "libgomp.so.1"):
             self.assertIn(lib, libs)
+        # The release server links neither the SIMT emulator nor OpenBLAS (the CPU backend has
+        # its own matmul kernels; cuda-sim, which calls OpenBLAS, is left out of it).
+        self.assertFalse([lib for lib in libs if lib.startswith("libopenblas")], libs)
         self.assertFalse([lib for lib in libs if lib.startswith(("libc.so", "libstdc++"))])
         self.assertTrue(os.path.isfile(
             os.path.join(self.prefix, "models", "dcformer-kjv", "config.json")))
@@ -112,16 +121,42 @@ class ImageBuildTest(unittest.TestCase):
             log = server.communicate()[0]
         self.assertIn("serving", log)
 
+    def runtime_check(self, prefix, *args):
+        return subprocess.run(["bash", os.path.join(prefix, "share", "dcformer",
+                                                    "runtime-setup.sh"), prefix, "--no-user"]
+                              + list(args), capture_output=True, text=True, timeout=120)
+
     def test_runtime_check_names_a_missing_library(self):
         broken = os.path.join(self.tmp, "broken")
         shutil.copytree(self.prefix, broken, symlinks=True)
         os.unlink(os.path.join(broken, "lib", "libgrpc++.so.1.51"))
-        out = subprocess.run(["bash", os.path.join(broken, "share", "dcformer",
-                                                   "runtime-setup.sh"), broken, "--no-user"]
-                             + (["--cuda"] if self.cuda else []),
-                             capture_output=True, text=True, timeout=120)
+        out = self.runtime_check(broken, *(["--cuda"] if self.cuda else []))
         self.assertEqual(out.returncode, 1)
         self.assertIn("libgrpc++.so.1.51", out.stderr)
+
+    def test_runtime_check_covers_the_cuda_plugin(self):
+        """The binaries dlopen the CUDA backend, so ldd of them does not show it: the check
+        looks at the plugin itself, and the CUDA image's check requires it."""
+        plugin = os.path.join(self.prefix, "lib", PLUGIN)
+        if not os.path.exists(plugin):
+            self.skipTest("this build has no CUDA backend plugin (no CUDA toolkit)")
+        out = self.runtime_check(self.prefix, "--cuda")
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        # A library only the plugin needs, missing: named, with the plugin.
+        broken = os.path.join(self.tmp, "broken-plugin")
+        shutil.copytree(self.prefix, broken, symlinks=True)
+        subprocess.run(["patchelf", "--add-needed", "libdcformer-test-missing.so.1",
+                        os.path.join(broken, "lib", PLUGIN)], check=True, timeout=60)
+        out = self.runtime_check(broken, "--cuda")
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn(f"{PLUGIN}: libdcformer-test-missing.so.1 not found", out.stderr)
+        # No plugin: the CUDA image would have no CUDA backend.
+        os.unlink(os.path.join(broken, "lib", PLUGIN))
+        out = self.runtime_check(broken, "--cuda")
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn(f"{PLUGIN} missing", out.stderr)
+        # The CPU image has none, and needs none.
+        self.assertEqual(self.runtime_check(broken).returncode, 0)
 
     def test_cuda_configure_step(self):
         if not os.path.exists(NVCC):
@@ -161,9 +196,9 @@ class DockerfileTest(unittest.TestCase):
         health = next(line for line in lines if line.startswith("HEALTHCHECK"))
         self.assertIn('CMD ["dcformer-cli", "health"', health)
         self.assertTrue(any(line.startswith("ARG MODEL=models/dcformer-kjv") for line in lines))
-        ignore = read(os.path.join(DEPLOY, name + ".dockerignore")).split()
-        for pattern in ("build", "build-*", "**/node_modules", ".git"):
-            self.assertIn(pattern, ignore, name)
+        # The context's .dockerignore applies (DockerignoreTest): a Dockerfile-specific one
+        # would take its place under BuildKit only.
+        self.assertFalse(os.path.exists(os.path.join(DEPLOY, name + ".dockerignore")), name)
         return lines
 
     def test_cpu_dockerfile(self):
@@ -181,6 +216,312 @@ class DockerfileTest(unittest.TestCase):
         self.assertTrue(any("build.sh --cuda" in line for line in lines))
         entry = next(line for line in lines if line.startswith("ENTRYPOINT"))
         self.assertIn('"--backend=auto"', entry)
+
+
+def dockerignore_regex(pattern):
+    """The regular expression Docker (moby/patternmatcher) matches a .dockerignore pattern
+    with, against a context-relative path: `**` any number of directories (none included),
+    `*` and `?` within one path element, matched from the context root."""
+    pattern = os.path.normpath(pattern.strip().lstrip("/"))
+    out, i = "^", 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if pattern.startswith("**", i):
+            i += 2
+            if pattern.startswith("/", i):  # "**/": zero or more directories
+                out += "(.*/)?"
+                i += 1
+            else:
+                out += ".*"
+            continue
+        if ch == "*":
+            out += "[^/]*"
+        elif ch == "?":
+            out += "[^/]"
+        elif ch == "\\" and i + 1 < len(pattern):
+            i += 1
+            out += re.escape(pattern[i])
+        else:
+            out += re.escape(ch)
+        i += 1
+    return re.compile(out + "$")
+
+
+def dockerignore_excludes(rules, path):
+    """Whether `path` (relative to the context) is left out: the last pattern that matches it
+    or one of its parent directories decides; `!pattern` lets it back in."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    excluded = False
+    for negate, regex in rules:
+        if any(regex.match(c) for c in candidates):
+            excluded = not negate
+    return excluded
+
+
+def dockerignore_rules(path):
+    """(negated, regex) of each pattern of a .dockerignore file, in order."""
+    rules = []
+    for line in content_lines(path):
+        negate = line.startswith("!")
+        rules.append((negate, dockerignore_regex(line.lstrip("!"))))
+    return rules
+
+
+# What the images build: deploy/docker/build.sh's targets, and the CUDA plugin.
+IMAGE_TARGETS = ("dcformer-server", "dcformer-cli", "dcformer_cuda_plugin")
+
+
+def target_dir(name):
+    """The CMakeFiles/<name>.dir of a target in the build tree, or None."""
+    for root, dirs, _ in os.walk(BUILD_DIR):
+        if f"{name}.dir" in dirs and os.path.basename(root) == "CMakeFiles":
+            return os.path.join(root, f"{name}.dir")
+    return None
+
+
+def image_build_sources():
+    """The source-tree files (relative paths) the compilers read to build IMAGE_TARGETS and
+    the libraries they link, from the Makefile generator's compiler_depend.make; None when
+    the build tree has none (another generator)."""
+    dirs, queue = set(), [t for t in IMAGE_TARGETS if target_dir(t)]
+    while queue:
+        d = target_dir(queue.pop())
+        if d is None or d in dirs:
+            continue
+        dirs.add(d)
+        link = os.path.join(d, "link.txt")
+        if os.path.exists(link):
+            queue += re.findall(r"(?:^|[\s/])lib([\w.+-]+?)\.(?:a|so)\b", read(link))
+    out = set()
+    source, build = os.path.realpath(h.SOURCE_DIR), os.path.realpath(BUILD_DIR)
+    for d in dirs:
+        depend = os.path.join(d, "compiler_depend.make")
+        if not os.path.exists(depend):
+            continue
+        for path in re.findall(r"(/[^\s\\:]+)", read(depend)):
+            path = os.path.realpath(path)
+            if path.startswith(source + "/") and not path.startswith(build + "/"):
+                out.add(os.path.relpath(path, source))
+    return out or None
+
+
+class DockerignoreTest(unittest.TestCase):
+    """The build context of both images (the repository root) is an allowlist: it holds what
+    the image build reads (it configures from the context alone, and every source file the
+    compilers read for the image's targets is in it) and leaves out secrets, build trees,
+    caches and whatever else lies in the checkout."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rules = dockerignore_rules(os.path.join(h.SOURCE_DIR, ".dockerignore"))
+        out = subprocess.run(["git", "-C", h.SOURCE_DIR, "ls-files"], capture_output=True,
+                             text=True, timeout=60)
+        cls.tracked = out.stdout.split() if out.returncode == 0 else None
+
+    def setUp(self):
+        if self.tracked is None:
+            self.skipTest("not a git checkout")
+
+    def in_context(self, path):
+        return not dockerignore_excludes(self.rules, path)
+
+    def test_matcher(self):
+        # Docker's rules, which the checks below rely on: a bare "*.key" matches at the
+        # context root only, "**/" at any depth including the root.
+        rules = [(False, dockerignore_regex("*.key"))]
+        self.assertTrue(dockerignore_excludes(rules, "server.key"))
+        self.assertFalse(dockerignore_excludes(rules, "tls/server.key"))
+        rules = [(False, dockerignore_regex("**/*.key"))]
+        self.assertTrue(dockerignore_excludes(rules, "server.key"))
+        self.assertTrue(dockerignore_excludes(rules, "deploy/tls/server.key"))
+        rules = [(False, dockerignore_regex("build")), (True, dockerignore_regex("build/keep"))]
+        self.assertTrue(dockerignore_excludes(rules, "build/bin/dcformer-server"))
+        self.assertFalse(dockerignore_excludes(rules, "build/keep"))
+        # An allowlist: "*" leaves out everything (a folder by its name, so all under it),
+        # "!dir" lets a folder back in, later patterns leave things in it out again.
+        rules = [(False, dockerignore_regex("*")), (True, dockerignore_regex("engine")),
+                 (False, dockerignore_regex("**/*.key"))]
+        self.assertFalse(dockerignore_excludes(rules, "engine/new/sub/file.cc"))
+        self.assertTrue(dockerignore_excludes(rules, "engine/tls.key"))
+        self.assertTrue(dockerignore_excludes(rules, "docs/API.md"))
+        self.assertTrue(dockerignore_excludes(rules, "README.md"))
+
+    def test_secrets_and_clutter_stay_out(self):
+        for path in ("api-keys", "deploy/api-keys", "api-keys.txt", "server.key",
+                     "deploy/tls/tls.key", "tls.crt", "certs/ca.pem", "a/b/client.p12",
+                     ".env", "deploy/.env.production", "kubeconfig", "kubeconfig.yaml",
+                     ".kube/config", ".docker/config.json", "id_rsa", "home/id_ed25519.pub",
+                     ".netrc", "secrets/token", ".git/config", ".git-credentials",
+                     ".aws/credentials", "credentials.json", "gcp-sa.json",
+                     ".config/gcloud/application_default_credentials.json",
+                     "build/bin/dcformer-server", "build-asan/CMakeCache.txt",
+                     "deploy/validate/node_modules/yaml/x.js",
+                     "tests/integration/__pycache__/harness.cpython-311.pyc",
+                     # README step 3 copies the model from the repository root.
+                     "DCFormer-2.8B/model-00001-of-00003.safetensors",
+                     # Inside the folders the build reads, at any depth.
+                     "engine/.env", "server/tls.key", "server/certs/server.pem",
+                     "scripts/kubeconfig.yaml", "deploy/docker/.aws/credentials",
+                     "client/examples/node/node_modules/@grpc/grpc-js/package.json",
+                     "client/examples/node/.npmrc", "models/dcformer-kjv/.git/config",
+                     "models/train/data/corpus.txt", "bench/.git-credentials",
+                     "engine/cuda/__pycache__/x.pyc", "proto/gcp-sa.json"):
+            self.assertFalse(self.in_context(path), path)
+
+    def test_the_build_configures_from_the_context_alone(self):
+        """The tracked files the rules let in, copied alone into a directory, configure as
+        the image's build.sh does (no tests, no CUDA needed to configure): a CMakeLists.txt,
+        CMake module or source file left out makes this fail."""
+        context = [p for p in self.tracked if self.in_context(p)]
+        for needed in ("scripts/setup.sh", "deploy/docker/build.sh",
+                       "deploy/docker/runtime-setup.sh", "deploy/docker/runtime-libs.sh",
+                       "models/dcformer-kjv/config.json", "CMakeLists.txt"):
+            self.assertIn(needed, context)  # the Dockerfiles' COPY and RUN, build.sh's reads
+        tmp = tempfile.mkdtemp(prefix="dcformer-context-")
+        self.addCleanup(shutil.rmtree, tmp)
+        for p in context:
+            os.makedirs(os.path.join(tmp, os.path.dirname(p)), exist_ok=True)
+            shutil.copy2(os.path.join(h.SOURCE_DIR, p), os.path.join(tmp, p))
+        out = subprocess.run(["cmake", "-S", tmp, "-B", os.path.join(tmp, "build-image"),
+                              "-DCMAKE_BUILD_TYPE=Release", "-DDCFORMER_BUILD_TESTS=OFF",
+                              "-DDCFORMER_CUDA=OFF"],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
+
+    def test_every_source_the_image_targets_compile_is_in_the_context(self):
+        sources = image_build_sources()
+        if sources is None:
+            self.skipTest("the build tree has no compiler_depend.make (not the Makefile "
+                          "generator, or not built)")
+        self.assertIn("server/server_main.cc", sources)
+        self.assertEqual(sorted(p for p in sources if not self.in_context(p)), [])
+
+    def test_tracked_files_of_the_folders_the_build_reads_are_all_in(self):
+        """No secret or cache pattern catches a tracked file in an allowed folder."""
+        allowed = [p for p in self.tracked if self.in_context(p)]
+        tops = {p.split("/")[0] for p in allowed}
+        self.assertLessEqual({"CMakeLists.txt", "cmake", "engine", "server", "proto",
+                              "client", "bench", "scripts", "models"}, tops)
+        for p in self.tracked:
+            top = p.split("/")[0]
+            if top in tops - {"deploy"} or p.startswith("deploy/docker/"):
+                self.assertTrue(self.in_context(p), p)
+        # And nothing the build does not read.
+        for p in ("docs/API.md", "tests/integration/harness.py", "README.md",
+                  "deploy/kubernetes/base/deployment.yaml", ".ci/run"):
+            if p in self.tracked:
+                self.assertFalse(self.in_context(p), p)
+
+
+class GitignoreTest(unittest.TestCase):
+    """Secrets never enter a commit: .gitignore ignores what deploy/README.md says it does
+    (api-keys, *.key, *.pem and other secret files) at the root and at any depth, and no
+    tracked file."""
+
+    def git(self, *args):
+        return subprocess.run(["git", "-C", h.SOURCE_DIR, *args], capture_output=True,
+                              text=True, timeout=60)
+
+    def setUp(self):
+        if self.git("rev-parse", "--git-dir").returncode != 0:
+            self.skipTest("not a git checkout")
+
+    def test_secrets_are_ignored_at_any_depth(self):
+        for path in ("api-keys", "deploy/api-keys", "api-keys.txt", "tls.key",
+                     "deploy/tls/tls.key", "server.pem", "certs/ca.pem", "tls.crt",
+                     "a/client.p12", "kubeconfig", "kubeconfig.yaml", ".env",
+                     "deploy/.env.production", "id_rsa", ".git-credentials",
+                     "credentials.json", "gcp-sa.json"):
+            # --no-index: as for a file not yet added.
+            out = self.git("check-ignore", "--no-index", "-q", path)
+            self.assertEqual(out.returncode, 0, f"{path} is not ignored")
+
+    def test_no_tracked_file_is_ignored(self):
+        out = self.git("ls-files", "--cached", "--ignored", "--exclude-standard")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), [])
+
+
+class RetryThrottle:
+    """gRPC's retry throttling (gRFC A6, grpc_core::internal::ServerRetryThrottleData): a
+    bucket of maxTokens that each failed call (retryable status, retried or not) drains by
+    one and each successful one refills by tokenRatio; a failed call may be retried only
+    while more than half the bucket is left. Kept in thousandths, as gRPC does."""
+
+    def __init__(self, max_tokens, token_ratio):
+        self.max = round(max_tokens * 1000)
+        self.ratio = round(token_ratio * 1000)
+        self.tokens = self.max
+
+    def failure(self):
+        """Records a failed call; whether it may be retried."""
+        self.tokens = max(0, self.tokens - 1000)
+        return self.tokens > self.max // 2
+
+    def success(self):
+        self.tokens = min(self.max, self.tokens + self.ratio)
+
+
+class ClientServiceConfigTest(unittest.TestCase):
+    """deploy/client/service-config.json's retry throttling, played through gRPC's algorithm:
+    one replica's crash does not switch retries off, a service where most calls fail gets no
+    retries, and deploy/README.md states the numbers."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(DEPLOY, "client", "service-config.json")) as f:
+            cls.config = json.load(f)
+        cls.throttling = cls.config["retryThrottling"]
+        flags = dict(flag_lines(os.path.join(K8S, "overlays", "gpu", "overlay.flags")) +
+                     flag_lines(os.path.join(K8S, "base", "server.flags")))
+        cls.max_num_seqs = int(flags["max_num_seqs"])
+
+    def throttle(self):
+        return RetryThrottle(self.throttling["maxTokens"], self.throttling["tokenRatio"])
+
+    def failures_tolerated(self):
+        t, n = self.throttle(), 0
+        while t.failure():
+            n += 1
+        return n
+
+    def test_one_replica_crash_keeps_retries_on(self):
+        # A GPU replica runs up to --max_num_seqs streams; its crash fails each of them (a
+        # streamed call is not retried but still takes a token), and calls racing the crash
+        # must still be retried.
+        t = self.throttle()
+        for _ in range(self.max_num_seqs):
+            t.failure()
+        self.assertTrue(t.failure(), "retries are off after one replica's crash")
+        # The value the review found: 10 tokens stop retrying after 5 failures.
+        old = RetryThrottle(10, 0.1)
+        self.assertEqual([old.failure() for _ in range(6)], [True] * 4 + [False] * 2)
+
+    def test_retries_stop_when_most_calls_fail(self):
+        # Every call fails: retries stop within maxTokens / 2 failures.
+        self.assertLessEqual(self.failures_tolerated(), self.throttling["maxTokens"] // 2)
+        # Steady state: 3 of 5 calls fail: retries end up off; 1 in 5: they stay on.
+        for failing, expect in ((3, False), (1, True)):
+            t = self.throttle()
+            for _ in range(1000):
+                for i in range(5):
+                    if i < failing:
+                        t.failure()
+                    else:
+                        t.success()
+            self.assertEqual(t.tokens > t.max // 2, expect, f"{failing} of 5 failing")
+
+    def test_readme_states_the_numbers(self):
+        with open(os.path.join(DEPLOY, "README.md")) as f:
+            readme = " ".join(f.read().split())
+        m = re.search(r"`retryThrottling`: (\d+) tokens, ratio ([\d.]+)\..*?keeps retrying "
+                      r"through (\d+) failures in a row, more than the (\d+) streams", readme)
+        self.assertIsNotNone(m, "deploy/README.md does not describe the retry throttling")
+        self.assertEqual(int(m.group(1)), self.throttling["maxTokens"])
+        self.assertEqual(float(m.group(2)), self.throttling["tokenRatio"])
+        self.assertEqual(int(m.group(3)), self.failures_tolerated())
+        self.assertEqual(int(m.group(4)), self.max_num_seqs)
 
 
 class ServerFlagsTest(unittest.TestCase):

@@ -1,4 +1,10 @@
-"""Invalid requests, each with its gRPC status code and a message naming the field."""
+"""Invalid requests, each with its gRPC status code and a message naming the field; a model
+whose weights hold NaN."""
+import json
+import os
+import shutil
+import struct
+import tempfile
 import unittest
 
 import grpc
@@ -196,6 +202,47 @@ class QueueLimitTest(unittest.TestCase):
             h.wait_until(lambda: server.metric("dcformer_requests_total",
                                                outcome="out_of_range") == 1,
                          what="the rejection counted as out_of_range")
+
+
+def corrupt_copy(model_dir, out_dir, tensor="layers.1.attention.wo.weight"):
+    """A copy of an F32 safetensors model with every 7th entry of `tensor` set to NaN."""
+    shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
+    path = os.path.join(out_dir, "model.safetensors")
+    with open(path, "r+b") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        info = json.loads(f.read(header_len))[tensor]
+        assert info["dtype"] == "F32", info
+        begin, end = info["data_offsets"]
+        nan = struct.pack("<f", float("nan"))
+        for k in range(6, (end - begin) // 4, 7):
+            f.seek(8 + header_len + begin + 4 * k)
+            f.write(nan)
+    return out_dir
+
+
+class NonFiniteWeightsTest(unittest.TestCase):
+    """NaN in one wo (as a corrupted checkpoint had): requests end INTERNAL with a message that
+    says the logits are not finite, never with silent tokens, and are counted; the server
+    stays up; --check-weights refuses the checkpoint at startup, naming the tensor."""
+
+    def test_nonfinite_logits_end_the_request(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            model = corrupt_copy(h.SHORT_MODEL, os.path.join(tmp, "model"))
+            # Without warm-up: the warm-up request would fail the same way and stop the start.
+            with h.Server(model=model, args=["--nowarmup"]) as server:
+                for greedy in (True, False):
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        h.collect(server.stub().Generate(
+                            h.ids_request(OK_IDS, 4, greedy=greedy), timeout=30))
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.INTERNAL)
+                    self.assertIn("not finite (NaN or infinity)", ctx.exception.details())
+                h.wait_until(lambda: server.metric("dcformer_nonfinite_logits_total") == 2,
+                             what="both requests counted")
+                self.assertEqual(server.check_health(), h.SERVING)
+            server = h.Server(model=model, args=["--check-weights"], ready=False)
+            with server:
+                self.assertEqual(server.proc.wait(timeout=120), 1)
+                self.assertIn("tensor 'layers.1.attention.wo.weight' holds", server.read_log())
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ class LifecycleTest(unittest.TestCase):
             shutil.rmtree(tmp)
 
     def test_startup_log_line_reports_backend_device_dtype_and_cache(self):
-        # Issue 8: the startup line says what serves, and agrees with GetModelInfo.
+        # The startup line says what serves, and agrees with GetModelInfo.
         with h.Server(args=["--backend=cpu", "--kv-cache-bytes=8000000"]) as server:
             with server.channel() as ch:
                 info = h.pb_grpc.TextGenerationStub(ch).GetModelInfo(
@@ -137,7 +137,7 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(server.proc.wait(timeout=60), 0)
 
     def test_exit_with_idle_connection_respects_drain_deadline(self):
-        # Issue 9's case: --drain-timeout 2s, no stream, one idle client connection. gRPC's
+        # --drain-timeout 2s, no stream, one idle client connection. gRPC's
         # own shutdown waits for every connection to close, and an idle client does not act
         # on the GOAWAY: this exited after 5 s (gRPC's shutdown deadline) before the fix.
         with h.Server(args=["--drain-timeout=2s"]) as server:
@@ -151,7 +151,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertLessEqual(elapsed, 2.0 + SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
 
     def test_exit_follows_the_last_stream_not_the_deadline(self):
-        # Issue 9's second case: streams that finish soon after SIGTERM, their connection
+        # Streams that finish soon after SIGTERM, their connection
         # left open and idle. The server exits once they are done, whatever --drain-timeout.
         with h.Server(args=["--drain-timeout=120s"]) as server:
             with server.channel(options=SMALL_WINDOW) as ch:
@@ -192,6 +192,45 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(server.proc.wait(timeout=60), 0)
             elapsed = time.monotonic() - start
         self.assertLessEqual(elapsed, 0.2 + SHUTDOWN_MARGIN_S, f"exit took {elapsed:.2f} s")
+
+    def test_stream_cut_by_a_drain_resumes_exactly(self):
+        # deploy/README.md, "Streams cut by a drain": prompt + the token ids received, the
+        # rest of max_new_tokens (for a request that left it unset, GetModelInfo's
+        # default_max_new_tokens), to another server; greedy, the joined token ids are the
+        # full generation's.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        model = h.make_slow_model(os.path.join(tmp, "slow"))
+        n = 400
+        args = ["--kv-cache-bytes=200000000"]
+        unset = h.ids_request(PROMPT, 1)
+        unset.stopping.ClearField("max_new_tokens")
+        requests = {"max_new_tokens": h.ids_request(PROMPT, n), "unset": unset}
+        with h.Server(model=model, args=args + ["--drain-timeout=200ms"]) as server:
+            default_n = server.stub().GetModelInfo(h.pb.GetModelInfoRequest(),
+                                                   timeout=30).default_max_new_tokens
+            streams = {k: server.stub().Generate(r, timeout=120) for k, r in requests.items()}
+            firsts = {k: next(s) for k, s in streams.items()}
+            server.proc.send_signal(signal.SIGTERM)
+            cut = {k: h.collect(s) for k, s in streams.items()}
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+        asked = {"max_new_tokens": n, "unset": default_n}
+        self.assertGreater(default_n, 0)
+        with h.Server(model=model, args=args) as other:
+            for k, request in requests.items():
+                with self.subTest(k):
+                    tokens, final = cut[k]
+                    received = list(firsts[k].token_ids) + tokens
+                    self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_CANCELLED)
+                    self.assertEqual(final.usage.generated_tokens, len(received))
+                    self.assertLess(len(received), asked[k])
+                    resumed, end = h.collect(other.stub().Generate(
+                        h.ids_request(PROMPT + received, asked[k] - len(received)),
+                        timeout=120))
+                    self.assertEqual(end.finish_reason, h.pb.FINISH_REASON_LENGTH)
+                    whole, _ = h.collect(other.stub().Generate(request, timeout=120))
+                    self.assertEqual(len(whole), asked[k])
+                    self.assertEqual(received + resumed, whole)
 
     def test_startup_failures_exit_nonzero(self):
         out = subprocess.run([h.SERVER, "--model=/nonexistent/model", f"--port={h.free_port()}",

@@ -1,8 +1,12 @@
-"""API keys (Bearer metadata) and TLS / mTLS accept and reject cases."""
+"""API keys (Bearer metadata) and TLS / mTLS accept and reject cases; validation of the TLS
+files and reloads of the TLS files and the API keys (a bad reload keeps the last good ones)."""
+import datetime
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 import unittest
 
 import grpc
@@ -44,6 +48,20 @@ def make_server_cert(d, ca, name, cas=()):
 def read(d, name):
     with open(os.path.join(d, name), "rb") as f:
         return f.read()
+
+
+def serves_on_new_connection(server, credentials):
+    """Whether a health check over a fresh connection (so that it sees the certificate in
+    force now) succeeds; a failure must be the handshake's UNAVAILABLE."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    try:
+        with grpc.secure_channel(server.target, credentials, options=options) as ch:
+            h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(), timeout=5)
+        return True
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return False
 
 
 class ApiKeyTest(unittest.TestCase):
@@ -173,17 +191,7 @@ class TlsReloadTest(unittest.TestCase):
         old_trust = grpc.ssl_channel_credentials(read(d, "ca.pem"))
         new_trust = grpc.ssl_channel_credentials(read(d, "new-ca.pem"))
 
-        def serves(server, credentials):
-            # A fresh connection each time, so that it sees the certificate in force now.
-            options = [("grpc.use_local_subchannel_pool", 1)]
-            try:
-                with grpc.secure_channel(server.target, credentials, options=options) as ch:
-                    h.health_pb2_grpc.HealthStub(ch).Check(h.health_pb2.HealthCheckRequest(),
-                                                           timeout=5)
-                return True
-            except grpc.RpcError as e:
-                self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)
-                return False
+        serves = serves_on_new_connection
 
         args = [f"--tls-cert={live_cert}", f"--tls-key={live_key}", "--tls-reload-interval=1s"]
         with h.Server(args=args, tls_ca=os.path.join(d, "ca.pem")) as server:
@@ -216,6 +224,194 @@ class TlsReloadTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 1)
         self.assertIn("--tls-cert", out.stderr)
+
+
+def write(path, data):
+    """Replaces `path` as a Secret update does: a new file renamed over the old one."""
+    with open(path + ".tmp", "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def make_expired_cert(d, name):
+    """`name`.pem/.key: a self-signed certificate for 127.0.0.1 that expired yesterday."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    import ipaddress
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=3))
+            .not_valid_after(now - datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(
+                ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    with open(os.path.join(d, f"{name}.pem"), "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(os.path.join(d, f"{name}.key"), "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+
+
+class TlsValidationTest(unittest.TestCase):
+    """Bad TLS material is refused at startup, and a bad reload keeps the last good pair."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = tempfile.mkdtemp()
+        make_server_cert(cls.pki, "ca", "server", cas=("ca",))
+        make_server_cert(cls.pki, "ca", "other")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki)
+
+    def start(self, cert, key):
+        return subprocess.run([h.SERVER, f"--tls-cert={cert}", f"--tls-key={key}",
+                               f"--model={h.SHORT_MODEL}", f"--port={h.free_port()}",
+                               "--metrics-port=0"], capture_output=True, text=True, timeout=60)
+
+    def test_a_key_of_another_certificate_fails_startup(self):
+        d = self.pki
+        out = self.start(f"{d}/server.pem", f"{d}/other.key")
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("--tls-key: the private key is not the key of the --tls-cert certificate",
+                      out.stderr)
+        self.assertNotIn("listening", out.stderr)
+        garbage = os.path.join(d, "garbage.pem")
+        with open(garbage, "w") as f:
+            f.write("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+        out = self.start(garbage, f"{d}/server.key")
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("--tls-cert: no usable PEM certificate", out.stderr)
+
+    def test_an_expired_certificate_is_warned_about(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        make_expired_cert(d, "expired")
+        with h.Server(args=[f"--tls-cert={d}/expired.pem", f"--tls-key={d}/expired.key"],
+                      ready=False) as server:
+            h.wait_until(lambda: "listening" in server.read_log(), what="the server listening")
+            self.assertIn("expired at", server.read_log())
+
+    def test_bad_reloads_keep_the_last_good_pair(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        make_server_cert(d, "ca", "server", cas=("ca",))
+        make_server_cert(d, "ca", "rotated")
+        make_server_cert(d, "ca", "other")
+        live_cert, live_key = os.path.join(d, "live.pem"), os.path.join(d, "live.key")
+        shutil.copy(os.path.join(d, "server.pem"), live_cert)
+        shutil.copy(os.path.join(d, "server.key"), live_key)
+        trust = grpc.ssl_channel_credentials(read(d, "ca.pem"))
+
+        handshake_ok = lambda server: serves_on_new_connection(server, trust)
+
+        args = [f"--tls-cert={live_cert}", f"--tls-key={live_key}", "--tls-reload-interval=1s"]
+        with h.Server(args=args, tls_ca=os.path.join(d, "ca.pem")) as server:
+            self.assertTrue(handshake_ok(server))
+            failures = lambda: server.metric("dcformer_credential_reload_failures_total",
+                                             file="tls")
+            for bad in ("garbage", "mismatched", "deleted"):
+                with self.subTest(reload=bad):
+                    before = failures()
+                    if bad == "garbage":
+                        write(live_key, "garbage\n")
+                    elif bad == "mismatched":
+                        write(live_key, read(d, "other.key"))
+                    else:
+                        os.unlink(live_key)
+                    h.wait_until(lambda: failures() >= before + 2, timeout=30,
+                                 what="two failed reloads counted")
+                    # Both the server's and gRPC's reloads have run since: the old pair serves.
+                    self.assertTrue(handshake_ok(server))
+            self.assertIn("tls not reloaded, the last good certificate 'CN = server' kept in force",
+                          server.read_log())
+            # A good rotation still goes through.
+            write(live_key, read(d, "rotated.key"))
+            write(live_cert, read(d, "rotated.pem"))
+            h.wait_until(lambda: server.metric("dcformer_credential_reloads_total",
+                                               file="tls") >= 1, timeout=30,
+                         what="the rotation reloaded")
+            h.wait_until(lambda: handshake_ok(server), timeout=30, what="the rotated pair served")
+            self.assertIn("CN = rotated", server.read_log())
+
+
+class ApiKeyReloadTest(unittest.TestCase):
+    """Issue 23 item 10: keys rotate by editing --api-key-file, under load, without a restart."""
+
+    def test_rotating_a_key_under_load(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        key_file = os.path.join(tmp, "keys")
+        write(key_file, "old-key\n")
+        with h.Server(args=[f"--api-key-file={key_file}", "--api-key-reload-interval=1s"]) \
+                as server:
+            stub = server.stub()
+            pid = server.proc.pid
+
+            def generate(key):
+                try:
+                    h.collect(stub.Generate(h.ids_request(PROMPT, 4), timeout=30,
+                                            metadata=[("authorization", f"Bearer {key}")]))
+                    return None
+                except grpc.RpcError as e:
+                    return e.code()
+
+            # Load: clients that always use the key in force, until told to switch.
+            current = {"key": "old-key"}
+            errors, calls = [], [0]
+            stop = threading.Event()
+
+            def client():
+                while not stop.is_set():
+                    key = current["key"]
+                    code = generate(key)
+                    calls[0] += 1
+                    if code is not None and key == current["key"]:
+                        errors.append((key, code))
+
+            workers = [threading.Thread(target=client) for _ in range(4)]
+            for w in workers:
+                w.start()
+            try:
+                write(key_file, "# rotation: both\nold-key\nnew-key\n")
+                h.wait_until(lambda: generate("new-key") is None, timeout=30,
+                             what="the new key accepted")
+                self.assertIsNone(generate("old-key"))
+                current["key"] = "new-key"
+                write(key_file, "new-key\n")
+                h.wait_until(lambda: generate("old-key") == grpc.StatusCode.UNAUTHENTICATED,
+                             timeout=30, what="the old key refused")
+                # A file that holds no key, then none at all: the last good key stays.
+                before = server.metric("dcformer_credential_reload_failures_total",
+                                       file="api_keys")
+                write(key_file, "# emptied by mistake\n")
+                h.wait_until(lambda: server.metric("dcformer_credential_reload_failures_total",
+                                                   file="api_keys") >= before + 1,
+                             timeout=30, what="the failed reload counted")
+                os.unlink(key_file)
+                h.wait_until(lambda: server.metric("dcformer_credential_reload_failures_total",
+                                                   file="api_keys") >= before + 2,
+                             timeout=30, what="the failed reload counted")
+                self.assertIsNone(generate("new-key"))
+                self.assertEqual(generate("old-key"), grpc.StatusCode.UNAUTHENTICATED)
+            finally:
+                stop.set()
+                for w in workers:
+                    w.join()
+            self.assertEqual(errors, [])
+            self.assertGreater(calls[0], 8)
+            self.assertEqual(server.proc.pid, pid)
+            self.assertIsNone(server.proc.poll())
+            log = server.read_log()
+            self.assertIn("api keys reloaded: 2 key(s)", log)
+            self.assertIn("api_keys not reloaded, the last good 1 key(s) kept in force", log)
+            self.assertNotIn("new-key", log)
 
 
 if __name__ == "__main__":

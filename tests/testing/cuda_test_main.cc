@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "gtest/gtest.h"
 
 namespace {

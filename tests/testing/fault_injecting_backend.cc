@@ -63,15 +63,21 @@ std::unique_ptr<Backend> InjectFaults(std::unique_ptr<Backend> inner, FaultPlan 
   return std::make_unique<FaultInjectingBackend>(std::move(inner), std::move(plan));
 }
 
-server::DcformerServer::BackendDecorator FaultInjectionFromFlags() {
-  FaultPlan plan;
-  if (absl::GetFlag(FLAGS_fault_fail_token) >= 0) plan.fail_token = absl::GetFlag(FLAGS_fault_fail_token);
-  if (absl::GetFlag(FLAGS_fault_stall_token) >= 0) {
-    plan.stall_token = absl::GetFlag(FLAGS_fault_stall_token);
-    plan.release_file = absl::GetFlag(FLAGS_fault_release_file);
-    DCF_CHECK(!plan.release_file.empty()) << "--fault-stall-token needs --fault-release-file";
-  }
-  return [plan](std::unique_ptr<Backend> inner) { return InjectFaults(std::move(inner), plan); };
+BackendDecorator FaultInjectionFromFlags() {
+  // The flags are read when the decorator runs (the server applies it after loading the
+  // model), not here: main() hands it over before the command line is parsed.
+  return [](std::unique_ptr<Backend> inner) {
+    FaultPlan plan;
+    if (absl::GetFlag(FLAGS_fault_fail_token) >= 0) {
+      plan.fail_token = absl::GetFlag(FLAGS_fault_fail_token);
+    }
+    if (absl::GetFlag(FLAGS_fault_stall_token) >= 0) {
+      plan.stall_token = absl::GetFlag(FLAGS_fault_stall_token);
+      plan.release_file = absl::GetFlag(FLAGS_fault_release_file);
+      DCF_CHECK(!plan.release_file.empty()) << "--fault-stall-token needs --fault-release-file";
+    }
+    return InjectFaults(std::move(inner), std::move(plan));
+  };
 }
 
 }  // namespace dcf::testing

@@ -1,16 +1,17 @@
 // Test-only fault injection for the serving path: a Backend decorator that fails or stalls a
 // step that prefills a prompt starting with a chosen token id, so that a test can break the
-// engine on purpose with an ordinary request (generated tokens never trigger it). It is compiled only into test binaries (the unit tests and
-// build/bin/dcformer-server-faults, a build of server/server_main.cc with
-// DCF_FAULT_INJECTION); release binaries carry none of it.
+// engine on purpose with an ordinary request (generated tokens never trigger it). It is
+// compiled only into build/bin/dcformer-server-faults, the server's main program
+// (server/server_main.h) with this decorator and the flags below
+// (tests/integration/server_faults_main.cc);
+// release binaries carry none of it.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "engine/model/backend.h"
-#include "server/dcformer_server.h"
+#include "engine/execution/backend.h"
 
 namespace dcf::testing {
 
@@ -27,7 +28,8 @@ struct FaultPlan {
 std::unique_ptr<Backend> InjectFaults(std::unique_ptr<Backend> inner, FaultPlan plan);
 
 // The plan given by the test-only flags --fault-fail-token, --fault-stall-token and
-// --fault-release-file (defined in fault_injecting_backend.cc), as a server decorator.
-server::DcformerServer::BackendDecorator FaultInjectionFromFlags();
+// --fault-release-file (defined in fault_injecting_backend.cc), as a server decorator. The
+// flags are read when the decorator runs, so it may be made before they are parsed.
+BackendDecorator FaultInjectionFromFlags();
 
 }  // namespace dcf::testing

@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "engine/model/backend.h"
+#include "engine/execution/backend.h"
 
 namespace dcf::testing {
 

@@ -9,7 +9,7 @@
 
 #include "engine/backends/backend_factory.h"
 #include "engine/model/random_model.h"
-#include "engine/model/sequence_runner.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"

@@ -1,6 +1,7 @@
 // Backend and dtype names, and what LoadModel does with each choice on this build.
 #include "engine/backends/backend_factory.h"
 
+#include "engine/cuda/cuda_backend_factory.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
 
@@ -29,12 +30,87 @@ TEST(BackendFactoryTest, ParsesNamesAndRefusesOthers) {
 TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is visible";
   EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
+  ::testing::internal::CaptureStderr();
   auto m = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"));
+  const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(m.ok()) << m.status();
+  // The choice and its reason are logged at INFO or, when a CUDA build falls back, WARN.
+  const AutoBackendChoice choice = ChooseAutoBackend();
+  EXPECT_EQ(choice.fallback, CudaBackendBuilt());
+  EXPECT_NE(log.find(choice.fallback ? " WARN " : " INFO "), std::string::npos) << log;
+  EXPECT_NE(log.find("--backend auto: "), std::string::npos) << log;
+  EXPECT_NE(log.find(choice.reason), std::string::npos) << log;
   const BackendInfo info = m->backend->info();
   EXPECT_EQ(info.name, "cpu");
   EXPECT_EQ(info.dtype, DType::kF32);
   EXPECT_FALSE(info.device.empty());
+}
+
+// What auto chooses, and the reason it logs, for each situation a GPU pod can be in.
+TEST(BackendFactoryTest, AutoSaysWhatItChoseAndWhy) {
+  AutoBackendChoice c = ChooseAutoBackend(false, absl::OkStatus(), 0);
+  EXPECT_EQ(c.kind, BackendKind::kCpu);
+  EXPECT_FALSE(c.fallback);
+  EXPECT_NE(c.reason.find("no CUDA backend"), std::string::npos) << c.reason;
+
+  // The plugin did not load (here: a library it needs is missing): every dlerror, one line.
+  c = ChooseAutoBackend(
+      true,
+      absl::UnavailableError("cannot load the CUDA backend (libdcformer_cuda_plugin.so); tried:"
+                             "\n  /opt/dcformer/lib/libdcformer_cuda_plugin.so: libcublas.so.13:"
+                             " cannot open shared object file\n  libdcformer_cuda_plugin.so: "
+                             "cannot open shared object file"),
+      0);
+  EXPECT_EQ(c.kind, BackendKind::kCpu);
+  EXPECT_TRUE(c.fallback);
+  EXPECT_NE(c.reason.find("plugin did not load"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("libcublas.so.13: cannot open shared object file"), std::string::npos)
+      << c.reason;
+  EXPECT_EQ(c.reason.find('\n'), std::string::npos) << c.reason;
+
+  // It loaded, but no device is usable: the reason is the CUDA error, with what it means.
+  c = ChooseAutoBackend(true, absl::OkStatus(), 0);
+  EXPECT_EQ(c.kind, BackendKind::kCpu);
+  EXPECT_TRUE(c.fallback);
+  EXPECT_NE(c.reason.find("no CUDA device is usable"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("CUDA_VISIBLE_DEVICES="), std::string::npos) << c.reason;
+  // An NVIDIA driver older than the CUDA 13 runtime (before R580): said so, with versions.
+  c = ChooseAutoBackend(true, absl::OkStatus(), 0,
+                        cuda::DeviceCountError(35, "cudaErrorInsufficientDriver",
+                                               "CUDA driver version is insufficient for CUDA "
+                                               "runtime version",
+                                               12040, 13000));
+  EXPECT_TRUE(c.fallback);
+  for (const char* want : {"cudaErrorInsufficientDriver (35)", "insufficient", "CUDA 12.4",
+                           "runtime 13.0", "R580", "NVIDIA_VISIBLE_DEVICES="}) {
+    EXPECT_NE(c.reason.find(want), std::string::npos) << want << ": " << c.reason;
+  }
+  // The same error with no driver loaded at all (cudaDriverGetVersion says 0).
+  c = ChooseAutoBackend(true, absl::OkStatus(), 0,
+                        cuda::DeviceCountError(35, "cudaErrorInsufficientDriver", "x", 0, 13000));
+  EXPECT_NE(c.reason.find("no NVIDIA driver was found"), std::string::npos) << c.reason;
+  EXPECT_EQ(c.reason.find("R580"), std::string::npos) << c.reason;
+  // A driver without a GPU (none allocated to the container).
+  c = ChooseAutoBackend(true, absl::OkStatus(), 0,
+                        cuda::DeviceCountError(100, "cudaErrorNoDevice",
+                                               "no CUDA-capable device is detected", 13000,
+                                               13000));
+  EXPECT_NE(c.reason.find("cudaErrorNoDevice (100): no CUDA-capable device is detected"),
+            std::string::npos)
+      << c.reason;
+  EXPECT_NE(c.reason.find("none was given to this process"), std::string::npos) << c.reason;
+  // Any other error: its name and description as CUDA gives them.
+  const absl::Status other = cuda::DeviceCountError(999, "cudaErrorUnknown", "unknown error", 0, 0);
+  EXPECT_EQ(other.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(other.message(), "cudaGetDeviceCount: cudaErrorUnknown (999): unknown error");
+
+  c = ChooseAutoBackend(true, absl::OkStatus(), 2);
+  EXPECT_EQ(c.kind, BackendKind::kCuda);
+  EXPECT_FALSE(c.fallback);
+  EXPECT_NE(c.reason.find("2 CUDA device(s) visible"), std::string::npos) << c.reason;
+
+  // This machine's answer is the one ResolveBackendKind gives.
+  EXPECT_EQ(ChooseAutoBackend().kind, ResolveBackendKind(BackendKind::kAuto));
 }
 
 // cuda-sim is in every build: the CUDA backend's kernels on the SIMT emulator, bfloat16 by
@@ -93,6 +169,16 @@ TEST(BackendFactoryTest, RefusesWhatCannotRunWithAClearError) {
   const absl::Status c = LoadModel(testing::GoldenDir("dcformer-f32-short-prompt"), o).status();
   EXPECT_EQ(c.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(c.message().find("cuda"), std::string::npos) << c.message();
+  // A CUDA build whose plugin loads on this machine (no GPU, no driver): the message carries
+  // the real CUDA error (e.g. cudaErrorInsufficientDriver without a driver), and --backend
+  // auto's reason the same one.
+  const AutoBackendChoice choice = ChooseAutoBackend();
+  if (CudaBackendBuilt() && choice.reason.find("plugin did not load") == std::string::npos) {
+    EXPECT_NE(c.message().find("cudaGetDeviceCount: cudaError"), std::string::npos)
+        << c.message();
+    const std::string error(c.message().substr(c.message().find("cudaGetDeviceCount")));
+    EXPECT_NE(choice.reason.find(error), std::string::npos) << choice.reason;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/dcmha.h"
+#include "engine/execution/step_plan.h"
 #include "gtest/gtest.h"
 
 namespace dcf::cpu {

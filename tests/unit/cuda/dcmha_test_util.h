@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "engine/cpu/dcmha.h"
-#include "engine/cuda/cuda_compat.h"
+#include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/kv/kv_layout.h"
 #include "gtest/gtest.h"
-#include "tests/unit/cuda_sim/cuda_test_util.h"
+#include "tests/unit/simt/cuda_test_util.h"
 
 namespace dcf::cuda_test {
 

@@ -12,7 +12,7 @@
 
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/weights/dtype.h"
-#include "tests/unit/cuda_sim/cuda_test_util.h"
+#include "tests/unit/simt/cuda_test_util.h"
 
 namespace dcf::cuda_test {
 

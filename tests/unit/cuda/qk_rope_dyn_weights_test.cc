@@ -1,11 +1,12 @@
 // qk-norm + RoPE and the dynamic-weight tail against host references built from the CPU
-// ops (cpu::ApplyRope, cpu::RopeAngles, cpu::GeluErf; a host matmul) and the formulas of
+// ops (cpu::ApplyRope, RopeAngles of the step plan, cpu::GeluErf; a host matmul) and the formulas of
 // engine/cpu/cpu_backend.cc.
 #include <cmath>
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cuda/dyn_weights.h"
 #include "engine/cuda/qk_rope.h"
+#include "engine/execution/step_plan.h"
 #include "gtest/gtest.h"
 #include "tests/unit/cuda/kernel_test_util.h"
 
@@ -28,7 +29,7 @@ TEST_P(QkRopeTest, MatchesCpu) {
   std::vector<float> qkv = RandomVector(T * stride, 21, -2, 2);
   const std::vector<float> qn = RandomVector(hd, 22, 0.5, 1.5), kn = RandomVector(hd, 23, 0.5, 1.5);
   std::vector<float> cs(max_pos * std::max(half, 1)), sn(max_pos * std::max(half, 1));
-  for (int p = 0; p < max_pos; ++p) cpu::RopeAngles(p, r, 10000.0, &cs[p * half], &sn[p * half]);
+  for (int p = 0; p < max_pos; ++p) RopeAngles(p, r, 10000.0, &cs[p * half], &sn[p * half]);
 
   std::vector<float> want = qkv;
   for (int t = 0; t < T; ++t) {

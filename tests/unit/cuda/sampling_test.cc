@@ -155,6 +155,10 @@ void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& 
     const int32_t want = SampleToken(row, c.params, rows[r].seed, step,
                                      c.slot >= 0 ? &slots[c.slot] : nullptr, &scratch);
     EXPECT_EQ(res[r].token, want) << c.name << " step " << step;
+    if (want < 0) {  // logits not finite: nothing drawn, no alternatives
+      for (int k = 0; k < cuda::kSampleMaxTop; ++k) EXPECT_EQ(res[r].top_tokens[k], -1);
+      continue;
+    }
     std::vector<TopLogprob> top;
     const float lp = ComputeLogprobs(row, res[r].token, c.top_n, &top);
     EXPECT_NEAR(res[r].logprob, lp, 1e-4) << c.name;
@@ -202,6 +206,31 @@ TEST(DeviceSamplerTest, ResolvesExactTiesByLowestId) {
   }
   // All logits equal.
   CheckAgainstHost(cases, std::vector<float>(cases.size() * V, 0.25f), V, 7, slots);
+}
+
+// A row holding a NaN or an infinity draws nothing (token -1) on both samplers, whatever its
+// sampling parameters; the other rows of the same launch are sampled as usual.
+TEST(DeviceSamplerTest, NonFiniteRowsDrawNothing) {
+  const int V = 500;
+  const std::vector<Case> cases = Cases();
+  const std::vector<PenaltyState> slots = MakeSlots(V);
+  std::vector<float> logits = RandomVector(cases.size() * V, 400, -4, 4);
+  const float bad[] = {NAN, INFINITY, -INFINITY};
+  int corrupted = 0;
+  for (size_t r = 0; r < cases.size(); r += 2, ++corrupted) {
+    logits[r * V + (r * 37) % V] = bad[corrupted % 3];
+  }
+  SamplerScratch scratch;
+  int undrawn = 0;
+  for (size_t r = 0; r < cases.size(); ++r) {
+    const auto row = absl::MakeConstSpan(logits).subspan(r * V, V);
+    const int32_t t = SampleToken(row, cases[r].params, 1, 2,
+                                  cases[r].slot >= 0 ? &slots[cases[r].slot] : nullptr, &scratch);
+    undrawn += t < 0;
+    EXPECT_EQ(t < 0, r % 2 == 0) << cases[r].name;
+  }
+  EXPECT_EQ(undrawn, corrupted);
+  CheckAgainstHost(cases, logits, V, 2, slots);  // the device agrees, row by row
 }
 
 TEST(DeviceSamplerTest, FullVocabularyRows) {

@@ -1,77 +1,23 @@
-// Weight validation against the config, alternative layouts, and loading end to end.
+// Weight validation against the config and alternative layouts (tests/unit/backends/
+// model_loader_test.cc loads them end to end).
 #include "engine/model/model_weights.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
-#include "engine/backends/backend_factory.h"
+#include "absl/time/clock.h"
 #include "engine/model/random_model.h"
-#include "engine/model/sequence_runner.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/safetensors_writer.h"
 #include "gtest/gtest.h"
+#include "tests/testing/model_files.h"
 #include "tests/testing/temp_dir.h"
 
 namespace dcf {
 namespace {
 
-// A small model written to a temp dir, plus its tensors in memory for rewriting.
-class ModelWeightsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    config_json_ = SmallDcFormerConfig(32, 2, 4, 48, 64, 64, 8);
-    ASSERT_TRUE(WriteRandomModel(dir_.path(), config_json_, DType::kF32, 3).ok());
-    auto reader = OpenCheckpointDir(dir_.path());
-    ASSERT_TRUE(reader.ok());
-    for (const TensorInfo& t : (*reader)->tensors()) {
-      names_.push_back(t.name);
-      shapes_.push_back(t.shape);
-      data_.emplace_back(t.NumElements());
-      ASSERT_TRUE((*reader)->ReadF32(t.name, absl::MakeSpan(data_.back())).ok());
-    }
-    auto c = ModelConfig::FromJson(config_json_.dump());
-    ASSERT_TRUE(c.ok());
-    config_ = *c;
-  }
-
-  // Rewrites model.safetensors from the (possibly edited) tensor list.
-  void Rewrite(DType dtype = DType::kF32) {
-    std::vector<TensorToWrite> t;
-    for (size_t i = 0; i < names_.size(); ++i) t.push_back({names_[i], shapes_[i], data_[i]});
-    ASSERT_TRUE(WriteSafetensors(dir_.File("model.safetensors"), t, dtype).ok());
-  }
-  absl::Status LoadStatus() {
-    auto reader = OpenCheckpointDir(dir_.path());
-    if (!reader.ok()) return reader.status();
-    return LoadModelWeights(config_, **reader).status();
-  }
-  size_t Index(const std::string& name) {
-    for (size_t i = 0; i < names_.size(); ++i) {
-      if (names_[i] == name) return i;
-    }
-    ADD_FAILURE() << name;
-    return 0;
-  }
-  // Logits of a fixed sequence; empty (and a test failure) when the model does not load.
-  std::vector<float> Logits() {
-    auto m = LoadModel(dir_.path());
-    EXPECT_TRUE(m.ok()) << m.status();
-    if (!m.ok()) return {};
-    auto r = SequenceRunner::Create(m->backend.get());
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return {};
-    std::vector<float> logits;
-    const std::vector<int32_t> tokens = {1, 5, 9, 2, 33, 63, 0, 7, 7, 12};
-    EXPECT_TRUE((*r)->Append(tokens, 4, &logits).ok());
-    return logits;
-  }
-
-  testing::TempDir dir_;
-  nlohmann::json config_json_;
-  ModelConfig config_;
-  std::vector<std::string> names_;
-  std::vector<std::vector<int64_t>> shapes_;
-  std::vector<std::vector<float>> data_;
-};
+using ModelWeightsTest = testing::ModelFilesTest;
 
 TEST_F(ModelWeightsTest, LoadsGeneratedModel) {
   EXPECT_TRUE(LoadStatus().ok()) << LoadStatus();
@@ -110,6 +56,81 @@ TEST_F(ModelWeightsTest, ExtraTensorIsNamedButDerivedKeysAreIgnored) {
   EXPECT_NE(std::string(st.message()).find("layers.0.attention.extra_proj"), std::string::npos);
 }
 
+// A config.json that claims far more layers than the checkpoint holds is refused at once,
+// naming n_layer, before anything is built per claimed layer (10^7 layers took ~24 GB and the
+// OOM killer before this check; under the sanitizers such an allocation would fail the test).
+TEST_F(ModelWeightsTest, MoreLayersThanTheCheckpointHoldsFailsAtOnce) {
+  for (int n_layer : {10000000, 3}) {
+    config_.n_layer = n_layer;
+    const absl::Time start = absl::Now();
+    const absl::Status st = LoadStatus();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << n_layer;
+    EXPECT_NE(std::string(st.message()).find("n_layer is " + std::to_string(n_layer) +
+                                             " but the checkpoint holds 2 layer(s)"),
+              std::string::npos)
+        << st;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the check must come first";
+  }
+  config_.n_layer = 1;  // fewer: the extra layer's tensors are named
+  const absl::Status st = LoadStatus();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("unexpected tensor 'layers.1."), std::string::npos)
+      << st;
+}
+
+// NaN or infinity in the weights (every 7th entry of one wo, as a corrupted file had): the
+// opt-in scan refuses the checkpoint naming the tensor; without it the weights load (the
+// engine then ends each request whose logits come out non-finite).
+TEST_F(ModelWeightsTest, OptInScanRefusesNonFiniteWeights) {
+  const size_t i = Index("layers.1.attention.wo.weight");
+  for (size_t k = 6; k < data_[i].size(); k += 7) data_[i][k] = NAN;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Rewrite(dtype);
+    EXPECT_TRUE(LoadStatus().ok()) << LoadStatus();
+    WeightLoadOptions scan;
+    scan.check_finite = true;
+    const absl::Status st = LoadStatus(scan);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << DTypeName(dtype);
+    EXPECT_NE(std::string(st.message()).find("tensor 'layers.1.attention.wo.weight' holds " +
+                                             std::to_string(data_[i].size() / 7) +
+                                             " non-finite values (NaN or infinity), the first "
+                                             "at flat index 6"),
+              std::string::npos)
+        << st;
+    scan.dtype = std::nullopt;  // the stored dtype is scanned as it is
+    EXPECT_EQ(LoadStatus(scan).code(), absl::StatusCode::kInvalidArgument);
+  }
+  data_[i][6] = INFINITY;  // an infinity alone is caught too
+  for (size_t k = 13; k < data_[i].size(); k += 7) data_[i][k] = 0.5f;
+  Rewrite();
+  WeightLoadOptions scan;
+  scan.check_finite = true;
+  EXPECT_NE(std::string(LoadStatus(scan).message()).find("holds 1 non-finite"),
+            std::string::npos);
+  data_[i][6] = 0.5f;
+  Rewrite();
+  EXPECT_TRUE(LoadStatus(scan).ok());
+}
+
+TEST(CountNonFiniteTest, EveryDType) {
+  const float f[] = {1.0f, NAN, 2.0f, -INFINITY, 3.0f};
+  int64_t first = 0;
+  EXPECT_EQ(CountNonFinite(DType::kF32, f, 5, &first), 2);
+  EXPECT_EQ(first, 1);
+  uint16_t h[5], b[5];
+  for (int k = 0; k < 5; ++k) {
+    h[k] = FloatToHalf(f[k]);
+    b[k] = FloatToBF16(f[k]);
+  }
+  EXPECT_EQ(CountNonFinite(DType::kF16, h, 5, &first), 2);
+  EXPECT_EQ(CountNonFinite(DType::kBF16, b, 5, &first), 2);
+  EXPECT_EQ(first, 1);
+  const float finite[] = {0.0f, -0.0f, std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min()};
+  EXPECT_EQ(CountNonFinite(DType::kF32, finite, 4, &first), 0);
+  EXPECT_EQ(first, -1);
+}
+
 TEST_F(ModelWeightsTest, MisshapenTensorIsNamed) {
   const size_t i = Index("layers.0.attention.wo.weight");
   shapes_[i] = {16, 64};  // same element count, wrong shape
@@ -120,56 +141,32 @@ TEST_F(ModelWeightsTest, MisshapenTensorIsNamed) {
             std::string::npos) << st;
 }
 
-TEST_F(ModelWeightsTest, SplitQkvEqualsFused) {
-  const std::vector<float> reference = Logits();
-  ASSERT_EQ(reference.size(), 10u * 64);
-  for (int l = 0; l < config_.n_layer; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".attention.";
-    const size_t i = Index(p + "wqkv.weight");
-    const std::vector<float> fused = data_[i];
-    const size_t part = fused.size() / 3;
-    names_.erase(names_.begin() + i);
-    shapes_.erase(shapes_.begin() + i);
-    data_.erase(data_.begin() + i);
-    for (int k = 0; k < 3; ++k) {
-      names_.push_back(p + std::string(k == 0 ? "wq" : k == 1 ? "wk" : "wv") + ".weight");
-      shapes_.push_back({config_.dim, config_.dim});
-      data_.emplace_back(fused.begin() + k * part, fused.begin() + (k + 1) * part);
-    }
-  }
-  Rewrite();
-  EXPECT_EQ(Logits(), reference);
-}
-
-TEST_F(ModelWeightsTest, Bf16AndF16FilesLoad) {
-  const std::vector<float> reference = Logits();
-  ASSERT_EQ(reference.size(), 10u * 64);
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    Rewrite(dt);
-    const std::vector<float> got = Logits();
-    ASSERT_EQ(got.size(), reference.size());
-    double max_diff = 0;
-    for (size_t i = 0; i < got.size(); ++i) max_diff = std::max<double>(max_diff, std::abs(got[i] - reference[i]));
-    EXPECT_GT(max_diff, 0.0);   // the weights were really rounded
-    EXPECT_LT(max_diff, 0.5);   // ... but still the same model
-  }
-}
-
-TEST_F(ModelWeightsTest, WrongConfigForFileNamesTheTensor) {
-  config_json_["intermediate_size"] = 50;
-  std::ofstream(dir_.File("config.json")) << config_json_.dump();
-  auto m = LoadModel(dir_.path());
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(std::string(m.status().message()).find("feed_forward.w1.weight"), std::string::npos)
-      << m.status();
-}
-
-TEST(ModelLoaderTest, ReportsMissingPieces) {
+// A BF16 checkpoint loads as BF16 when asked to keep the stored dtype, and as the exact
+// widening when asked for F32.
+TEST(TensorTest, LoadKeepsOrConvertsTheStoredDtype) {
   testing::TempDir dir;
-  EXPECT_EQ(LoadModel(dir.path()).status().code(), absl::StatusCode::kNotFound);  // no config
-  std::ofstream(dir.File("config.json")) << SmallDcFormerConfig(32, 2, 4, 48, 64, 64, 8).dump();
-  auto m = LoadModel(dir.path());
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);  // no weights
+  const auto config = SmallDcFormerConfig(32, 2, 4, 64, 50, 32, 8);
+  ASSERT_TRUE(WriteRandomModel(dir.path(), config, DType::kBF16, 5).ok());
+  auto parsed = ModelConfig::FromJson(config.dump());
+  ASSERT_TRUE(parsed.ok());
+  auto reader = OpenCheckpointDir(dir.path());
+  ASSERT_TRUE(reader.ok());
+  WeightLoadOptions keep;
+  keep.dtype = std::nullopt;
+  auto raw = LoadModelWeights(*parsed, **reader, keep);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  reader = OpenCheckpointDir(dir.path());
+  ASSERT_TRUE(reader.ok());
+  auto f32 = LoadModelWeights(*parsed, **reader);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  const Tensor& a = raw->layers[1].wqkv_w;
+  const Tensor& b = f32->layers[1].wqkv_w;
+  ASSERT_EQ(a.dtype(), DType::kBF16);
+  ASSERT_EQ(b.dtype(), DType::kF32);
+  ASSERT_EQ(a.numel(), b.numel());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(BF16ToFloat(a.u16()[i]), b.f32()[i]);
+  EXPECT_EQ(raw->NumParameters(), f32->NumParameters());
+  EXPECT_EQ(2 * raw->NumBytes(), f32->NumBytes());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -240,6 +241,40 @@ TEST(SamplerTest, PresenceAndFrequencyPenaltiesOverGeneratedTokens) {
   EXPECT_FLOAT_EQ(l[0], 1);
   // Greedy follows the penalized logits.
   EXPECT_EQ(s.Sample(std::vector<float>{0, 0, 0.9f, 0}), 0);
+}
+
+// A NaN or an infinity anywhere in the raw logits (a broken model) draws nothing: -1 on every
+// path (greedy, plain, top-k, top-p, min-p, penalties), never a silent token.
+TEST(SamplerTest, NonFiniteLogitsDrawNothing) {
+  std::vector<SamplingParams> all(6);
+  all[0].temperature = 0;
+  all[2].top_k = 3;
+  all[3].top_p = 0.5f;
+  all[4].min_p = 0.1f;
+  all[5].repetition_penalty = 1.3f;
+  all[5].frequency_penalty = 0.5f;
+  PenaltyState penalties(16);
+  penalties.Reset({1, 2}, {3});
+  SamplerScratch scratch;
+  for (const SamplingParams& p : all) {
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      for (int at : {0, 7, 15}) {
+        std::vector<float> l(16);
+        for (int i = 0; i < 16; ++i) l[i] = 0.1f * static_cast<float>(i % 5);
+        l[at] = bad;
+        EXPECT_EQ(SampleToken(l, p, 5, 0, &penalties, &scratch), -1) << bad << " at " << at;
+      }
+    }
+    std::vector<float> fine(16, 0.5f);
+    fine[9] = 3.0f;
+    EXPECT_GE(SampleToken(fine, p, 5, 0, &penalties, &scratch), 0);  // and finite rows draw
+  }
+  // The largest finite floats are logits like any other.
+  std::vector<float> big(8, -std::numeric_limits<float>::max());
+  big[4] = std::numeric_limits<float>::max();
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(SampleToken(big, greedy, 0, 0, nullptr, &scratch), 4);
 }
 
 TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {

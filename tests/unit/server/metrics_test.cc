@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -38,9 +40,32 @@ TEST(ServerMetricsTest, HasTheGatewayNames) {
                         "dcformer_e2e_request_latency_seconds",
                         "dcformer_request_queue_time_seconds", "dcformer_prompt_tokens_total",
                         "dcformer_generation_tokens_total", "dcformer_batch_size",
-                        "dcformer_num_preemptions_total", "dcformer_engine_step_duration_seconds"}) {
+                        "dcformer_num_preemptions_total", "dcformer_engine_step_duration_seconds",
+                        "dcformer_nonfinite_logits_total"}) {
     EXPECT_TRUE(names.count(n)) << n;
   }
+}
+
+// The latency histograms resolve minutes-long generations: a quantile above the last finite
+// bucket is clamped to it, so p99 of long requests must not saturate at a minute.
+TEST(ServerMetricsTest, LatencyBucketsReachLongGenerations) {
+  ServerMetrics metrics;
+  int checked = 0;
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name != "dcformer_e2e_request_latency_seconds" &&
+        family.name != "dcformer_time_to_first_token_seconds" &&
+        family.name != "dcformer_request_queue_time_seconds") {
+      continue;
+    }
+    ASSERT_EQ(family.metric.size(), 1u) << family.name;
+    double last_finite = 0;
+    for (const auto& b : family.metric[0].histogram.bucket) {
+      if (std::isfinite(b.upper_bound)) last_finite = std::max(last_finite, b.upper_bound);
+    }
+    EXPECT_GE(last_finite, 1200.0) << family.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
 }
 
 TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
@@ -64,7 +89,10 @@ TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
 TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   ServerMetrics metrics;
   metrics.OnFirstToken(absl::Milliseconds(3));  // warm-up: ignored
+  metrics.OnNonFiniteLogits();                  // ignored too
   metrics.SetEnabled(true);
+  metrics.OnNonFiniteLogits();
+  metrics.OnNonFiniteLogits();
   metrics.OnFirstToken(absl::Milliseconds(3));
   metrics.OnStep(4, 4, 0, absl::Milliseconds(1));
   metrics.OnPreemption();
@@ -76,6 +104,7 @@ TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   EXPECT_EQ(Value(r, "dcformer_num_preemptions_total"), 1);
   EXPECT_EQ(Value(r, "dcformer_requests_total", "length"), 1);
   EXPECT_EQ(Value(r, "dcformer_generation_tokens_total"), 7);
+  EXPECT_EQ(Value(r, "dcformer_nonfinite_logits_total"), 2);
 }
 
 }  // namespace

@@ -12,10 +12,13 @@
 namespace dcf::server {
 namespace {
 
+// Limits as Engine::limits() resolves them for a 256-position model without a tokenizer.
 RequestLimits Limits() {
   RequestLimits l;
   l.vocab_size = 300;
-  l.context_length = 256;
+  l.context = 256;
+  l.max_prompt_tokens = 256;
+  l.max_new_tokens_limit = 256;
   l.default_max_new_tokens = 100;
   return l;
 }
@@ -70,12 +73,8 @@ TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheServerLimit) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->stopping.max_new_tokens, 6);
 
-  // A limit above the default leaves the default alone; 0 means no limit.
+  // A limit above the default leaves the default alone.
   limits.max_new_tokens_limit = 200;
-  out = ToEngineRequest(IdsRequest({1, 2, 3}), limits);
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->stopping.max_new_tokens, 100);
-  limits.max_new_tokens_limit = 0;
   out = ToEngineRequest(IdsRequest({1, 2, 3}), limits);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->stopping.max_new_tokens, 100);
@@ -93,12 +92,7 @@ TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheServerLimit) {
 // of a converted request names the field.
 absl::Status ConvertAndValidate(const v1::GenerateRequest& request) {
   ASSIGN_OR_RETURN(GenerationRequest converted, ToEngineRequest(request, Limits()));
-  ::dcf::RequestLimits engine_limits;
-  engine_limits.vocab_size = 300;
-  engine_limits.context = 256;
-  engine_limits.max_prompt_tokens = 256;
-  engine_limits.max_new_tokens_limit = 256;
-  return ValidateRequest(converted, engine_limits);
+  return ValidateRequest(converted, Limits());
 }
 
 TEST(ToEngineRequestTest, ErrorsNameTheField) {
@@ -182,7 +176,6 @@ TEST(FinishReasonTest, EveryReasonMaps) {
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kLength), v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
   EXPECT_EQ(ToProtoFinishReason(FinishReason::kError), v1::FINISH_REASON_ERROR);
-  EXPECT_STREQ(FinishReasonLabel(FinishReason::kStopToken), "stop_token");
 }
 
 TEST(ModelInfoTest, LayerGroupsAndLimits) {
@@ -201,7 +194,9 @@ TEST(ModelInfoTest, LayerGroupsAndLimits) {
   info.backend = {"cuda", "NVIDIA H200", DType::kBF16};
   info.kv_cache_bytes = 123456789;
   info.block_size = 16;
-  info.eos_token_id = 2;
+  info.limits = Limits();
+  info.limits.eos_token_id = 2;
+  info.limits.max_new_tokens_limit = 40;
   info.kv_blocks_total = {10, 20};
   v1::GetModelInfoResponse out;
   ToProtoModelInfo(config, info, &out);
@@ -210,7 +205,18 @@ TEST(ModelInfoTest, LayerGroupsAndLimits) {
   EXPECT_EQ(out.device(), "NVIDIA H200");
   EXPECT_EQ(out.dtype(), "bfloat16");
   EXPECT_EQ(out.kv_cache_bytes(), 123456789);
-  EXPECT_EQ(out.eos_token_ids_size(), 1);
+  ASSERT_EQ(out.eos_token_ids_size(), 1);
+  EXPECT_EQ(out.eos_token_ids(0), 2);
+  EXPECT_FALSE(out.has_tokenizer());
+  EXPECT_EQ(out.max_prompt_tokens(), 256);
+  EXPECT_EQ(out.max_new_tokens(), 40);
+  EXPECT_EQ(out.default_max_new_tokens(), 100);
+  // No EOS resolved (a model without a tokenizer): none is reported, whatever config.json
+  // says (the engine would never stop at it).
+  info.limits.eos_token_id.reset();
+  config.eos_token_id = 2;
+  ToProtoModelInfo(config, info, &out);
+  EXPECT_EQ(out.eos_token_ids_size(), 0);
   ASSERT_EQ(out.layer_groups_size(), 2);
   EXPECT_EQ(out.layer_groups(0).name(), "global");
   EXPECT_EQ(out.layer_groups(0).window(), 0);

@@ -58,7 +58,7 @@ TEST(ServerOptionsTest, RejectsBadValuesNamingTheFlag) {
        [](ServerOptions& o) { o.engine.max_queued_prompt_tokens = 0; }},
       {"--max-queued-prompt-tokens",
        [](ServerOptions& o) { o.engine.max_queued_prompt_tokens = -1; }},
-      {"--default-max-new-tokens", [](ServerOptions& o) { o.default_max_new_tokens = 0; }},
+      {"--default-max-new-tokens", [](ServerOptions& o) { o.engine.default_max_new_tokens = 0; }},
       {"--max-receive-message-bytes", [](ServerOptions& o) { o.max_receive_message_bytes = 1; }},
       {"--tls-key", [](ServerOptions& o) { o.tls_cert = "c.pem"; }},
       {"--tls-client-ca", [](ServerOptions& o) { o.tls_client_ca = "ca.pem"; }},

@@ -6,36 +6,62 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "engine/common/logging.h"
-#include "engine/backends/backend_factory.h"
-#include "engine/model/sequence_runner.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend_factory.h"
+#include "engine/execution/backend_options.h"
+#include "engine/model/model_weights.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/weights/checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/forwarding_backend.h"
 #include "tests/testing/golden.h"
+#include "tests/testing/tiny_tokenizer.h"
 // The emulator's test hooks (inject a sticky device fault); plain C++, no toolkit.
-#include "engine/cuda/sim/simt_testing.h"
+#include "engine/simt/simt_testing.h"
 
 namespace dcf {
 namespace {
 
 const char kModel[] = "dcformer-f32-long-prompt";
 
-std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu) {
-  BackendOptions o;
-  o.kind = kind;
-  o.dtype = DType::kF32;
-  auto m = LoadModel(testing::GoldenDir(kModel), o);
-  DCF_CHECK(m.ok()) << m.status();
-  return std::move(m->backend);
+// The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
+// factory sits above the engine). `corrupt`: every 7th entry of layer 1's wo is NaN.
+std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool corrupt = false) {
+  const std::string dir = testing::GoldenDir(kModel);
+  auto config = ModelConfig::FromFile(dir + "/config.json");
+  DCF_CHECK(config.ok()) << config.status();
+  auto reader = OpenCheckpointDir(dir);
+  DCF_CHECK(reader.ok()) << reader.status();
+  auto weights = LoadModelWeights(*config, **reader);  // float32
+  DCF_CHECK(weights.ok()) << weights.status();
+  if (corrupt) {
+    Tensor& wo = weights->layers[1].wo_w;
+    for (int64_t k = 6; k < wo.numel(); k += 7) wo.f32()[k] = std::nanf("");
+  }
+  DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
+  absl::StatusOr<std::unique_ptr<Backend>> backend;
+  if (kind == BackendKind::kCpu) {
+    auto cpu = CpuBackend::Create(*config, *std::move(weights));
+    backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
+  } else {
+    BackendOptions o;
+    o.dtype = DType::kF32;
+    backend = cuda::sim::CreateBackend(*config, *std::move(weights), o);
+  }
+  DCF_CHECK(backend.ok()) << backend.status();
+  return *std::move(backend);
 }
 
 std::string KindName(BackendKind k) {
@@ -230,6 +256,10 @@ class CountingObserver : public EngineObserver {
     absl::MutexLock l(&mu);
     ++later_tokens;
   }
+  void OnNonFiniteLogits() override {
+    absl::MutexLock l(&mu);
+    ++nonfinite;
+  }
   void OnFinished(const GenerationChunk& c) override {
     absl::MutexLock l(&mu);
     ++finished;
@@ -237,7 +267,7 @@ class CountingObserver : public EngineObserver {
   }
   absl::Mutex mu;
   int64_t steps = 0, tokens = 0, prefill_tokens = 0, preemptions = 0, first_tokens = 0,
-          later_tokens = 0, finished = 0, generated = 0;
+          later_tokens = 0, finished = 0, generated = 0, nonfinite = 0;
   int max_seqs = 0;
 };
 
@@ -276,6 +306,33 @@ TEST(EngineTest, ObserverAndStatsAgree) {
   EXPECT_TRUE(st.loop_alive);
   EXPECT_EQ(st.kv_blocks_total[0], 12);
   EXPECT_EQ(st.kv_blocks_used[0], 0);
+}
+
+// The engine resolves every limit once; the server and the tools read them (GetModelInfo).
+TEST(EngineTest, LimitsAreResolvedFromTheOptionsTheModelAndTheTokenizer) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.max_prompt_tokens = 100000;  // beyond the context: the context bounds it
+  o.max_new_tokens_limit = 40;
+  o.default_max_new_tokens = 7;
+  auto engine = MakeEngine(o);
+  const RequestLimits& l = engine->limits();
+  EXPECT_EQ(l.vocab_size, 300);
+  EXPECT_EQ(l.context, 256);
+  EXPECT_EQ(l.max_prompt_tokens, 256);
+  EXPECT_EQ(l.max_new_tokens_limit, 40);
+  EXPECT_EQ(l.default_max_new_tokens, 7);
+  EXPECT_EQ(l.DefaultMaxNewTokens(10), 7);
+  EXPECT_EQ(l.DefaultMaxNewTokens(252), 4);   // the context left after the prompt
+  EXPECT_EQ(l.DefaultMaxNewTokens(256), 1);   // never below 1 (the validator rejects it)
+  // No tokenizer: no EOS, although config.json names one (generation never stops at it).
+  ASSERT_EQ(engine->config().eos_token_id, std::optional<int>(2));
+  EXPECT_FALSE(l.eos_token_id.has_value());
+  EXPECT_EQ(l.tokenizer, nullptr);
+  const auto tok = testing::TinyTokenizer();
+  auto with_tokenizer = MakeEngine(o, tok.get());
+  EXPECT_EQ(with_tokenizer->limits().eos_token_id, std::optional<int32_t>(299));
+  EXPECT_EQ(with_tokenizer->limits().tokenizer, tok.get());
 }
 
 TEST(EngineTest, OneNewTokenAndOneTokenPrompt) {
@@ -368,28 +425,48 @@ TEST(EngineTest, WindowBlocksStayBoundedDuringLongGeneration) {
   EXPECT_EQ(engine->Stats().kv_blocks_used[1], 0);
 }
 
+// Both requests are cancelled at a known point (the step hook holds the loop after the
+// running one's 5th token until both cancels are in): the running one ends with exactly those
+// 5 tokens, the greedy reference's first 5; the queued one with none; every block is free.
 TEST(EngineTest, CancelRunningAndQueuedFreesBlocks) {
+  absl::Notification at_five, cancelled;  // outlive the engine, whose loop runs the hook
   EngineOptions o;
   o.max_num_seqs = 1;
   o.kv_num_blocks = {64, 32};
   auto engine = MakeEngine(o);
-  auto running = engine->Enqueue(Greedy(RandomPrompt(20, 7), 200));
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        for (const Sequence* s : running) {
+          if (s->num_generated() == 5 && !at_five.HasBeenNotified()) {
+            at_five.Notify();
+            cancelled.WaitForNotification();
+          }
+        }
+      });
+  const std::vector<int32_t> prompt = RandomPrompt(20, 7);
+  auto running = engine->Enqueue(Greedy(prompt, 200));
   auto queued = engine->Enqueue(Greedy(RandomPrompt(20, 8), 200));
   ASSERT_TRUE(running.ok() && queued.ok());
-  Collected c_run, c_q;
-  c_run.TakeOne(running->stream());  // it is running now; `queued` waits (max_num_seqs 1)
+  at_five.WaitForNotification();  // `running` has 5 tokens; `queued` waits (max_num_seqs 1)
   queued->Cancel();
+  engine->Cancel(running->stream().key());
+  cancelled.Notify();  // the loop takes both cancels before its next step
+  Collected c_run, c_q;
   c_q.Drain(queued->stream());
+  c_run.Drain(running->stream());
   EXPECT_EQ(c_q.final_chunk.finish_reason, FinishReason::kCancelled);
   EXPECT_TRUE(c_q.tokens.empty());
-  engine->Cancel(running->stream().key());
-  c_run.Drain(running->stream());
+  EXPECT_EQ(c_q.final_chunk.usage.generated_tokens, 0);
   EXPECT_EQ(c_run.final_chunk.finish_reason, FinishReason::kCancelled);
-  EXPECT_LT(c_run.tokens.size(), 200u);
+  const std::vector<int32_t> reference = Reference(prompt, 200);
+  EXPECT_EQ(c_run.ids(), std::vector<int32_t>(reference.begin(), reference.begin() + 5));
+  EXPECT_EQ(c_run.final_chunk.usage.generated_tokens, 5);
+  EXPECT_EQ(c_run.final_chunk.usage.prompt_tokens, 20);
   const EngineStats st = engine->Stats();  // the final chunk is pushed after the stats
   EXPECT_EQ(st.kv_blocks_used[0], 0);
   EXPECT_EQ(st.kv_blocks_used[1], 0);
   EXPECT_EQ(st.num_running, 0);
+  EXPECT_EQ(st.num_waiting, 0);
 }
 
 TEST(EngineTest, DroppingTheHandleCancels) {
@@ -535,12 +612,29 @@ TEST(EngineTest, StopTokenAndEosOverride) {
   EXPECT_EQ(i.ids(), ref);
 }
 
+// A seeded request samples the same tokens alone and sharing every step with four other
+// sampled requests (the step hook checks that it did share them), and other tokens with
+// another seed.
 TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
+  absl::Mutex mu;
+  std::vector<int> shared_with;  // per step that ran our request: the sequences in that step
+  bool watching = false;
   EngineOptions o;
   o.kv_num_blocks = {128, 64};
   auto engine = MakeEngine(o);
   GenerationRequest r;
   r.prompt_tokens = RandomPrompt(15, 21);
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        absl::MutexLock lock(&mu);
+        if (!watching) return;
+        for (const Sequence* s : running) {
+          if (std::equal(r.prompt_tokens.begin(), r.prompt_tokens.end(), s->tokens.begin()) &&
+              s->num_generated() <= 30) {
+            shared_with.push_back(static_cast<int>(running.size()));
+          }
+        }
+      });
   r.sampling.temperature = 1.0f;
   r.sampling.top_p = 0.95f;
   r.sampling.seed = 42;
@@ -551,6 +645,10 @@ TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   Collected a;
   a.Drain(alone->stream());
   // Same request in a crowd of other sampled requests, arriving in a different order.
+  {
+    absl::MutexLock lock(&mu);
+    watching = true;
+  }
   std::vector<RequestHandle> crowd;
   for (int i = 0; i < 4; ++i) {
     GenerationRequest other = r;
@@ -565,6 +663,13 @@ TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   Collected b;
   b.Drain(batched->stream());
   EXPECT_EQ(a.ids(), b.ids());
+  {
+    absl::MutexLock lock(&mu);
+    watching = false;
+    // Its first 30 tokens were sampled in steps with all four others (they started first and
+    // generate 40 tokens each).
+    EXPECT_EQ(shared_with, std::vector<int>(30, 5));
+  }
   r.sampling.seed = 43;
   auto other_seed = engine->Enqueue(r);
   ASSERT_TRUE(other_seed.ok());
@@ -577,38 +682,13 @@ TEST(EngineTest, SeededSamplingIsReproducibleAloneAndBatched) {
   }
 }
 
-// A byte-level tokenizer over the model's 300 ids: 0..255 are single bytes, 256..298 two-byte
-// tokens, 299 is <|endoftext|>.
-std::unique_ptr<Tokenizer> TinyTokenizer() {
-  TokenizerSpec spec;
-  for (int b = 0; b < 256; ++b) {
-    std::string t;
-    AppendByteLevel(std::string(1, static_cast<char>(b)), &t);
-    spec.vocab[t] = b;
-  }
-  for (int i = 256; i < 299; ++i) {
-    std::string t;
-    AppendByteLevel(std::string{'a', static_cast<char>('A' + (i - 256) % 26)}, &t);
-    if (spec.vocab.contains(t)) AppendByteLevel("z", &t);
-    spec.vocab[t] = i;
-  }
-  AddedToken eos;
-  eos.id = 299;
-  eos.content = "<|endoftext|>";
-  eos.special = true;
-  spec.added_tokens.push_back(eos);
-  auto tok = Tokenizer::FromSpec(std::move(spec));
-  DCF_CHECK(tok.ok()) << tok.status();
-  return std::move(*tok);
-}
-
 TEST(EngineTest, StopStringAcrossTokenBoundaries) {
-  const auto tok = TinyTokenizer();
+  const auto tok = testing::TinyTokenizer();
   ASSERT_EQ(tok->eos_token_id(), std::optional<int32_t>(299));
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
   auto engine = MakeEngine(o, tok.get());
-  EXPECT_EQ(engine->eos_token_id(), std::optional<int32_t>(299));
+  EXPECT_EQ(engine->limits().eos_token_id, std::optional<int32_t>(299));
   GenerationRequest r = Greedy(RandomPrompt(8, 31), 80);
   r.output.text = true;
   r.stopping.ignore_eos = true;
@@ -792,6 +872,60 @@ class FailingBackend : public testing::ForwardingBackend {
   int steps_ = 0;
 };
 
+// Non-finite logits end only the request they belong to: the others in the same steps go on
+// and produce what they produce alone.
+class PoisonedPrefill : public testing::ForwardingBackend {
+ public:
+  static constexpr int32_t kPoison = 1;  // RandomPrompt never starts with it
+  using ForwardingBackend::ForwardingBackend;
+  absl::Status Launch(const StepBatch& b) override {
+    poisoned_.clear();
+    for (int s = 0; s < b.num_seqs(); ++s) {
+      if (b.sample[s] && b.start_pos(s) == 0 && b.tokens[b.seq_offsets[s]] == kPoison) {
+        poisoned_.push_back(s);
+      }
+    }
+    return ForwardingBackend::Launch(b);
+  }
+  absl::Status Wait(StepOutput* out) override {
+    if (absl::Status st = ForwardingBackend::Wait(out); !st.ok()) return st;
+    for (int s : poisoned_) {  // as a sampler reports logits that are not finite
+      out->tokens[s] = -1;
+      out->nonfinite[s] = 1;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<int> poisoned_;
+};
+
+TEST(EngineTest, NonFiniteLogitsEndOnlyThatRequest) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  auto created = Engine::Create(std::make_unique<PoisonedPrefill>(LoadBackend()), nullptr, o);
+  ASSERT_TRUE(created.ok());
+  Engine& engine = **created;
+  std::vector<int32_t> victim_prompt = RandomPrompt(6, 81);
+  victim_prompt[0] = PoisonedPrefill::kPoison;
+  const GenerationRequest a = Greedy(RandomPrompt(8, 82), 30);
+  const GenerationRequest b = Greedy(RandomPrompt(11, 83), 30);
+  auto ha = engine.Enqueue(a);
+  auto hv = engine.Enqueue(Greedy(victim_prompt, 30));
+  auto hb = engine.Enqueue(b);
+  ASSERT_TRUE(ha.ok() && hv.ok() && hb.ok());
+  Collected ca, cv, cb;
+  ca.Drain(ha->stream());
+  cv.Drain(hv->stream());
+  cb.Drain(hb->stream());
+  EXPECT_EQ(cv.final_chunk.finish_reason, FinishReason::kError);
+  EXPECT_EQ(cv.final_chunk.error.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(cv.tokens.empty());
+  EXPECT_EQ(ca.ids(), Reference(a.prompt_tokens, 30));
+  EXPECT_EQ(cb.ids(), Reference(b.prompt_tokens, 30));
+  EXPECT_TRUE(engine.Stats().healthy);
+}
+
 TEST(EngineTest, BackendFailureIsFatalAndReported) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
@@ -866,6 +1000,47 @@ TEST(EngineTest, StickyDeviceFaultOnCudaSimIsFatalAndReported) {
   EXPECT_EQ(backend->health().code(), absl::StatusCode::kInternal);
   auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A checkpoint with NaN in its weights (every 7th entry of one wo) on each backend's sampler:
+// every request ends with INTERNAL and a message that says the logits were not finite, never
+// with a silent token; the observer counts each; the engine stays healthy (the backend did
+// not fail) and frees the requests' blocks. SequenceRunner refuses the same way.
+TEST_P(EngineBackendTest, NonFiniteLogitsEndTheRequestWithInternal) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  CountingObserver obs;
+  auto created = Engine::Create(LoadBackend(GetParam(), /*corrupt=*/true), nullptr, o, &obs);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Engine& engine = **created;
+  GenerationRequest greedy = Greedy(RandomPrompt(9, 71), 20);
+  GenerationRequest sampled = Greedy(RandomPrompt(5, 72), 20);
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.top_p = 0.9f;
+  sampled.sampling.seed = 3;
+  sampled.output.logprobs = true;
+  for (const GenerationRequest* r : {&greedy, &sampled}) {
+    const Collected c = RunToEnd(engine, *r);
+    EXPECT_EQ(c.final_chunk.finish_reason, FinishReason::kError);
+    EXPECT_EQ(c.final_chunk.error.code(), absl::StatusCode::kInternal);
+    EXPECT_NE(c.final_chunk.error.message().find("not finite (NaN or infinity) at position " +
+                                                 std::to_string(r->prompt_tokens.size() - 1)),
+              std::string::npos)
+        << c.final_chunk.error;
+    EXPECT_TRUE(c.tokens.empty());
+    EXPECT_EQ(c.final_chunk.usage.generated_tokens, 0);
+  }
+  absl::MutexLock l(&obs.mu);
+  EXPECT_EQ(obs.nonfinite, 2);
+  const EngineStats st = engine.Stats();
+  EXPECT_TRUE(st.healthy) << st.failure;
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+  auto backend = LoadBackend(GetParam(), /*corrupt=*/true);
+  auto runner = SequenceRunner::Create(backend.get());
+  ASSERT_TRUE(runner.ok());
+  const auto greedy_run = (*runner)->Greedy(greedy.prompt_tokens, 5, 16);
+  EXPECT_EQ(greedy_run.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(greedy_run.status().message().find("not finite"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineBackendTest,

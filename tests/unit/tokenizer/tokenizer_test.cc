@@ -86,6 +86,34 @@ TEST(TokenizerTest, FromModelDir) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+// EncodeWithLimit is Encode within the budget, and refuses past it: on every prefix length
+// around the text's own token count, and without encoding a huge single piece.
+TEST(TokenizerTest, EncodeWithLimitAgreesWithEncodeAndStopsAtTheLimit) {
+  const Tokenizer& tok = Gpt2();
+  for (const std::string text : {"Hello world, how are you?", "<|endoftext|>a b<|endoftext|>",
+                                 "   spaces\n\ttabs", ""}) {
+    const std::vector<int32_t> ids = Enc(tok, text);
+    auto exact = tok.EncodeWithLimit(text, ids.size());
+    ASSERT_TRUE(exact.ok()) << exact.status();
+    EXPECT_EQ(*exact, ids) << text;
+    if (!ids.empty()) {
+      auto over = tok.EncodeWithLimit(text, ids.size() - 1);
+      EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange) << text;
+      EXPECT_THAT(std::string(over.status().message()), ::testing::HasSubstr("more than"));
+    }
+  }
+  // One 4 MiB "word": refused from its length alone (encoding it would take seconds).
+  const std::string word(4 << 20, 'a');
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(tok.EncodeWithLimit(word, 1024).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // Within the budget a long word is still encoded exactly.
+  const std::string short_word(300, 'a');
+  auto ids = tok.EncodeWithLimit(short_word, 1024);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, Enc(tok, short_word));
+}
+
 TEST(TokenizerTest, VocabAccessors) {
   const Tokenizer& tok = Gpt2();
   EXPECT_EQ(tok.vocab_size(), 50257);

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/golden.h"
+#include "tests/testing/model_files.h"
 #include "tests/testing/subprocess.h"
 
 namespace dcf {
@@ -175,6 +176,24 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
     EXPECT_NE(r.err.find(c.message_part), std::string::npos) << c.args << "\n" << r.err;
     EXPECT_TRUE(r.out.empty()) << c.args;
   }
+}
+
+// A checkpoint with NaN in one wo: generation fails with a message that says the logits are
+// not finite (exit 1, no silent tokens); --check-weights refuses it at load, naming the tensor.
+using GenerateCorruptModelTest = testing::ModelFilesTest;
+TEST_F(GenerateCorruptModelTest, NonFiniteWeightsFailWithAMessage) {
+  const size_t i = Index("layers.1.attention.wo.weight");
+  for (size_t k = 6; k < data_[i].size(); k += 7) data_[i][k] = NAN;
+  Rewrite();
+  const std::string cmd =
+      kGenerate + " --model " + dir_.path() + " --prompt-ids 1,2,3 --max-new-tokens 4 --json";
+  auto r = testing::RunCommand(cmd);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("not finite (NaN or infinity)"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  r = testing::RunCommand(cmd + " --check-weights");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("tensor 'layers.1.attention.wo.weight' holds"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -1,13 +1,11 @@
-// Dtype narrowing (float -> half / bf16, rounding to nearest even), Tensor, and reading
-// checkpoint tensors in their stored dtype or converted.
+// Dtype narrowing (float -> half / bf16, rounding to nearest even) and Tensor (loading a
+// model's tensors in their stored dtype is in tests/unit/model/model_weights_test.cc).
 #include "engine/weights/tensor.h"
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "engine/model/model_weights.h"
-#include "engine/model/random_model.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/safetensors_reader.h"
 #include "engine/weights/safetensors_writer.h"
@@ -76,34 +74,6 @@ TEST(TensorTest, ShapeBytesAndConversion) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(BF16ToFloat(b.u16()[i]), 0.5f * i);
   EXPECT_TRUE(Tensor().empty());
   EXPECT_EQ(Tensor().f32_or_null(), nullptr);
-}
-
-// A BF16 checkpoint loads as BF16 when asked to keep the stored dtype, and as the exact
-// widening when asked for F32.
-TEST(TensorTest, LoadKeepsOrConvertsTheStoredDtype) {
-  testing::TempDir dir;
-  const auto config = SmallDcFormerConfig(32, 2, 4, 64, 50, 32, 8);
-  ASSERT_TRUE(WriteRandomModel(dir.path(), config, DType::kBF16, 5).ok());
-  auto parsed = ModelConfig::FromJson(config.dump());
-  ASSERT_TRUE(parsed.ok());
-  auto reader = OpenCheckpointDir(dir.path());
-  ASSERT_TRUE(reader.ok());
-  WeightLoadOptions keep;
-  keep.dtype = std::nullopt;
-  auto raw = LoadModelWeights(*parsed, **reader, keep);
-  ASSERT_TRUE(raw.ok()) << raw.status();
-  reader = OpenCheckpointDir(dir.path());
-  ASSERT_TRUE(reader.ok());
-  auto f32 = LoadModelWeights(*parsed, **reader);
-  ASSERT_TRUE(f32.ok()) << f32.status();
-  const Tensor& a = raw->layers[1].wqkv_w;
-  const Tensor& b = f32->layers[1].wqkv_w;
-  ASSERT_EQ(a.dtype(), DType::kBF16);
-  ASSERT_EQ(b.dtype(), DType::kF32);
-  ASSERT_EQ(a.numel(), b.numel());
-  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(BF16ToFloat(a.u16()[i]), b.f32()[i]);
-  EXPECT_EQ(raw->NumParameters(), f32->NumParameters());
-  EXPECT_EQ(2 * raw->NumBytes(), f32->NumBytes());
 }
 
 }  // namespace

@@ -1,0 +1,85 @@
+// The model-execution interface every backend (cpu, cuda, cuda-sim) implements.
+//
+// Lifecycle (one owner thread, e.g. the engine loop; no method may run concurrently with
+// another):
+//   1. Prepare(limits): allocates the per-step workspace for the largest step and reports
+//      the memory left for the KV cache.
+//   2. AllocateCache(shape): the paged KV cache (both layer groups).
+//   3. Per step: Launch(batch) then Wait(&out). Launch may return before the device is done
+//      (the caller may prepare the next batch meanwhile); `batch` must stay alive and
+//      unchanged until Wait returns. Step() does both.
+//   SetPenaltyState(slot, ...) between steps, for sequences whose penalties need counts.
+//
+// See step_batch.h for what a step reads and writes (including the window rule), and
+// step_plan.h for the host-side rules every backend applies the same way (limits and cache
+// checks, bytes per block, which rows get logits, where results go, RoPE angles).
+//
+// Errors: InvalidArgument / OutOfRange / FailedPrecondition for a malformed batch (nothing
+// is written to the cache then). Any other error from Launch/Wait is a backend failure: the
+// backend may be unusable afterwards (e.g. a sticky CUDA fault), and health() reports it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model/model_config.h"
+#include "engine/execution/step_batch.h"
+#include "engine/weights/dtype.h"
+
+namespace dcf {
+
+// What a backend is, for logs and GetModelInfo.
+struct BackendInfo {
+  std::string name;          // "cpu", "cuda", "cuda-sim"
+  std::string device;        // e.g. "NVIDIA H200", or the CPU model name
+  DType dtype = DType::kF32; // the dtype weights are kept and multiplied in
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual BackendInfo info() const = 0;
+  // Bytes of cache memory one block of group `g` takes (all layers of that group).
+  virtual size_t BytesPerBlock(LayerGroup g, int block_size) const = 0;
+
+  // Allocates the per-step workspace for steps within `limits` (replacing an earlier one)
+  // and returns the bytes of memory still available for the KV cache: free device memory
+  // on a GPU; on the CPU the smaller of physical memory and the cgroup memory limit, minus
+  // what the process already uses. ResourceExhausted when the workspace does not fit.
+  virtual absl::StatusOr<size_t> Prepare(const StepLimits& limits) = 0;
+
+  // Allocates cache storage for `shape` (discarding any previous cache). Needs Prepare.
+  virtual absl::Status AllocateCache(const KvCacheShape& shape) = 0;
+
+  // Resets penalty slot `slot` (< limits.num_penalty_slots) to a sequence with this prompt
+  // and these generated tokens. Afterwards the backend records every token it samples for a
+  // row naming the slot.
+  virtual absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
+                                       absl::Span<const int32_t> generated) = 0;
+
+  virtual absl::Status Launch(const StepBatch& batch) = 0;
+  // Completes the launched step: fills `out` (StepOutput::Resize'd by the backend).
+  virtual absl::Status Wait(StepOutput* out) = 0;
+
+  absl::Status Step(const StepBatch& batch, StepOutput* out) {
+    if (absl::Status s = Launch(batch); !s.ok()) return s;
+    return Wait(out);
+  }
+
+  // OK while the backend can run steps; the sticky failure once it cannot.
+  virtual absl::Status health() const { return absl::OkStatus(); }
+};
+
+// Wraps a backend in another that forwards to it: how a test build breaks a real backend on
+// purpose (tests/testing/fault_injecting_backend.h); the server applies one after loading.
+using BackendDecorator = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+
+}  // namespace dcf

@@ -1,0 +1,55 @@
+#include "engine/execution/backend_options.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace dcf {
+
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "auto") return BackendKind::kAuto;
+  if (n == "cpu") return BackendKind::kCpu;
+  if (n == "cuda") return BackendKind::kCuda;
+  if (n == "cuda-sim" || n == "cuda_sim") return BackendKind::kCudaSim;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", name, "' (choose auto, cpu, cuda or cuda-sim)"));
+}
+
+const char* BackendKindName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kCpu:
+      return "cpu";
+    case BackendKind::kCuda:
+      return "cuda";
+    case BackendKind::kCudaSim:
+      return "cuda-sim";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseComputeDType(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "float32" || n == "f32" || n == "fp32") return DType::kF32;
+  if (n == "bfloat16" || n == "bf16") return DType::kBF16;
+  if (n == "float16" || n == "f16" || n == "fp16" || n == "half") return DType::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "' (choose float32, bfloat16 or float16)"));
+}
+
+const char* ComputeDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+  }
+  return "?";
+}
+
+}  // namespace dcf

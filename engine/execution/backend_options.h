@@ -1,0 +1,45 @@
+// What a caller chooses about a backend: which one (cpu, cuda, cuda-sim, or auto), the dtype
+// its weights are kept in, the device, and whether DCMHA composes. One struct for every
+// backend and for the factory that builds them (engine/backends/backend_factory.h), with the
+// names the --backend and --dtype flags accept. Pure functions, thread-safe.
+#pragma once
+
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/weights/dtype.h"
+
+namespace dcf {
+
+enum class BackendKind {
+  kAuto,     // cuda when this build has it and a device is visible, else cpu
+  kCpu,      // the host: fp32 math, weights in the checkpoint's dtype (the oracle)
+  kCuda,     // NVIDIA GPU
+  kCudaSim,  // the CUDA backend's kernels on the host SIMT emulator (docs/CUDA_SIM.md)
+};
+
+// "auto", "cpu", "cuda", "cuda-sim" (InvalidArgument naming the choices otherwise).
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
+const char* BackendKindName(BackendKind kind);
+
+// "float32" | "bfloat16" | "float16" (also "f32", "bf16", "f16"; InvalidArgument otherwise).
+absl::StatusOr<DType> ParseComputeDType(absl::string_view name);
+const char* ComputeDTypeName(DType dtype);  // "float32", "bfloat16", "float16"
+
+struct BackendOptions {
+  BackendKind kind = BackendKind::kAuto;
+  // The dtype weights are kept in; nullopt: the backend's default (cpu: the checkpoint's
+  // own dtype, F32, F16 or BF16; cuda and cuda-sim: bfloat16). The cpu backend always
+  // multiplies in fp32 (16-bit weights are widened inside its kernels).
+  std::optional<DType> dtype;
+  int device = 0;  // CUDA device ordinal
+  // false: skip the DCMHA compose (plain multi-head attention with the same weights and
+  // cache). Only for benchmarks that price DCMHA against MHA; the output is not the model's.
+  bool compose = true;
+  // Scan the weights for NaN and infinity while loading them (one pass; the factory refuses
+  // a checkpoint that holds any, naming the tensor). Off by default.
+  bool check_weights = false;
+};
+
+}  // namespace dcf

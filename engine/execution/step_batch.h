@@ -1,0 +1,103 @@
+// One engine step as every backend receives it: a flat batch of sequences (structure of
+// arrays, fixed-capacity block tables), and what the backend hands back.
+//
+// A sequence s contributes the new tokens [seq_offsets[s], seq_offsets[s + 1]) at
+// consecutive positions starting at its cached length (a prefill chunk, or one decode
+// token). Its KV blocks for positions it reads (cached keys) and writes (new rows) must be
+// reserved in its block tables beforehand (KvCacheManager::Reserve).
+//
+// Window rule (DCFORMER.md section 5): a window layer of size W lets the query at t see keys
+// t - W < p <= t. After the step, the sequence keeps only positions
+// >= FirstKeptPosition(W, end) of a window layer (end = its new length), and only those new
+// rows are written to window blocks: positions of a long prefill chunk below that bound get
+// no window block. A backend must therefore take the keys of a chunk's own new tokens from
+// the step's freshly computed rows (not from the cache), and only keys before the chunk
+// from the cache. Global layers write and read every position.
+//
+// Outputs: sequences with `sample` get one token drawn from their last row's logits with
+// their SamplingRow (the backend's sampler: host Sampler on the CPU, a device kernel on the
+// GPU), plus the logprobs asked for; a row whose logits are not all finite gets no token and
+// is flagged instead (StepOutput::nonfinite). Sequences with `return_logits` get the logits of all
+// their rows copied to the host (tests and scoring only); nothing else crosses to the host.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model/model_config.h"
+#include "engine/sampling/sampling_params.h"
+
+namespace dcf {
+
+// Sampling inputs of one sequence of the step.
+struct SamplingRow {
+  SamplingParams params;
+  uint64_t seed = 0;          // the sequence's random stream (philox.h)
+  uint64_t step = 0;          // tokens it sampled before this one: the draw counter
+  int32_t penalty_slot = -1;  // Backend::SetPenaltyState slot; -1: no penalties apply
+  bool logprob = false;       // return the chosen token's logprob
+  int32_t top_logprobs = 0;   // return this many alternatives, [0, kMaxTopLogprobs]
+};
+
+// Sizes a backend prepares its per-step workspace for (Backend::Prepare).
+struct StepLimits {
+  int max_tokens = 0;         // T: new tokens per step
+  int max_seqs = 0;           // S: sequences per step
+  int max_logit_rows = 0;     // rows whose logits the host may ask for in one step
+  int blocks_per_seq = 0;     // block-table capacity: ceil(context / block_size)
+  int num_penalty_slots = 0;  // sequences whose penalty state the backend keeps
+};
+
+struct StepBatch {
+  std::vector<int32_t> tokens;       // [T] ids, sequence after sequence
+  std::vector<int32_t> positions;    // [T]
+  std::vector<int32_t> seq_offsets;  // [S + 1], seq_offsets[0] == 0
+  // Per layer group: [S, blocks_per_seq] physical block of each logical block (position
+  // p lives in logical block p / B), kNoBlock where absent or beyond the table.
+  int32_t blocks_per_seq = 0;
+  std::array<std::vector<int32_t>, kNumLayerGroups> block_tables;
+  std::vector<uint8_t> sample;         // [S] draw a token from the last row
+  std::vector<SamplingRow> sampling;   // [S] used where sample[s]
+  std::vector<uint8_t> return_logits;  // [S] copy all rows' logits to the host
+
+  int num_seqs() const { return static_cast<int>(sample.size()); }
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  int start_pos(int s) const { return positions[seq_offsets[s]]; }
+  int seq_len(int s) const { return seq_offsets[s + 1] - seq_offsets[s]; }
+  // Rows whose logits are returned: every token of the sequences with return_logits.
+  int num_logit_rows() const;
+
+  // Empties the batch and sets the block-table capacity.
+  void Reset(int blocks_per_seq);
+  // Appends a sequence: `tokens` at positions kv.num_tokens.., its block tables copied from
+  // `kv` (which must cover the new tokens), and what to return.
+  void AddSequence(absl::Span<const int32_t> tokens, const SequenceKv& kv, bool sample,
+                   const SamplingRow& sampling, bool return_logits);
+};
+
+struct StepOutput {
+  std::vector<int32_t> tokens;        // [S] sampled id, -1 where not sampled (or nonfinite)
+  // [S] 1 where the sequence's logits held a NaN or an infinity: its sampler drew nothing
+  // (tokens[s] = -1). Not a backend failure: the engine ends that request.
+  std::vector<uint8_t> nonfinite;
+  std::vector<float> logprobs;        // [S] log-softmax of the raw logits at tokens[s]
+  std::vector<int32_t> top_tokens;    // [S, kMaxTopLogprobs] best first; first
+  std::vector<float> top_logprobs;    //   sampling[s].top_logprobs entries are valid
+  std::vector<float> logits;          // [num_logit_rows, vocab] f32, sequence order
+
+  void Resize(int num_seqs, int num_logit_rows, int vocab_size);
+};
+
+// Checks a batch against the model and the cache before a backend runs it: array sizes,
+// token ids, contiguous positions within the context, block tables covering every position
+// read and written (with the window rule above), sampling rows (ValidateSamplingParams,
+// penalty slots < `limits.num_penalty_slots`, top_logprobs) and the step limits.
+// InvalidArgument / OutOfRange / FailedPrecondition with a message naming the sequence.
+absl::Status ValidateStepBatch(const StepBatch& batch, const ModelConfig& config,
+                               const KvCacheShape& cache, const StepLimits& limits);
+
+}  // namespace dcf

@@ -1,0 +1,41 @@
+// The SIMT emulator's test API (emulator builds only; a real CUDA device has no equivalent).
+// Tests use it to force device-level conditions that cannot be produced on demand on a GPU.
+//
+// Thread-safety: every function may be called from any thread, but changing settings while a
+// kernel runs on another thread is not supported.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "engine/simt/runtime_types.h"
+
+namespace dcf::simt {
+
+// Makes `error` sticky, like a device fault: every later runtime call (and cudaGetLastError)
+// returns it until ClearErrors(). LastErrorMessage() returns `message`.
+void InjectStickyError(cudaError_t error, std::string_view message);
+
+// Clears the sticky error, the calling thread's last error and the last message, as if the
+// process restarted its device.
+void ClearErrors();
+
+// The message of the most recent error anywhere in the process: a kernel violation (naming
+// the kernel, block, thread, call site and offending index), a launch configuration error,
+// an injected error or a failed runtime call. Empty when none since ClearErrors().
+std::string LastErrorMessage();
+
+// The simulated device memory size, which cudaMemGetInfo reports as total and which
+// cudaMalloc allocations may not exceed. Initially DCF_SIMT_DEVICE_MEMORY or 8 GiB. Lowering
+// it below what is allocated makes the free size 0; nothing is freed.
+void SetDeviceMemoryBytes(size_t bytes);
+size_t DeviceMemoryBytes();
+// Bytes currently allocated with cudaMalloc (after rounding each allocation to 256 bytes).
+size_t DeviceMemoryUsedBytes();
+
+// OS threads that run a grid's blocks (>= 1). Initially DCF_SIMT_THREADS or 1.
+void SetWorkerThreads(int threads);
+int WorkerThreads();
+
+}  // namespace dcf::simt

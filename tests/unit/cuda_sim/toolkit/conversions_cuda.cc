@@ -1,6 +1,0 @@
-#include "engine/cuda/cuda_compat.h"  // built with DCF_CUDA_REAL: the toolkit's host code
-#include "tests/unit/cuda_sim/toolkit/conversions.h"
-
-namespace dcf::cuda_test::cuda_host {
-#include "tests/unit/cuda_sim/toolkit/conversions.inc"
-}  // namespace dcf::cuda_test::cuda_host

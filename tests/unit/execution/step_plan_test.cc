@@ -1,0 +1,157 @@
+// The host-side step plan every backend shares: the logit-row rule, the limits and cache
+// checks, block bytes, the fused projection width, RoPE angles and where results go.
+#include "engine/execution/step_plan.h"
+
+#include <cmath>
+#include <vector>
+
+#include "engine/kv/kv_layout.h"
+#include "gtest/gtest.h"
+
+namespace dcf {
+namespace {
+
+ModelConfig SmallConfig(int window = 0) {
+  ModelConfig c;
+  c.dim = 32;
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.head_dim = 8;
+  c.intermediate_size = 48;
+  c.vocab_size = 64;
+  c.max_positions = 64;
+  c.rotary_dim = 8;
+  if (window > 0) {
+    c.window_size = window;
+    c.window_pattern = WindowPattern::kLG;
+  }
+  return c;
+}
+
+// Sequences of 3, 1, 2 and 4 tokens: the second and the fourth return their logits; all but
+// the third sample.
+StepBatch MixedBatch() {
+  StepBatch b;
+  b.Reset(4);
+  const int lens[] = {3, 1, 2, 4};
+  const bool sample[] = {true, true, false, true};
+  const bool logits[] = {false, true, false, true};
+  SequenceKv kv;
+  kv.blocks[0] = {0, 1};
+  kv.blocks[1] = {0, 1};
+  for (int s = 0; s < 4; ++s) {
+    std::vector<int32_t> tokens(lens[s], 5);
+    b.AddSequence(tokens, kv, sample[s], SamplingRow(), logits[s]);
+  }
+  return b;
+}
+
+TEST(StepPlanTest, ReturnedRowsFirstThenTheLastRowOfEachOtherSampledSequence) {
+  const StepBatch b = MixedBatch();  // token offsets 0, 3, 4, 6, 10
+  const LogitRows plan = PlanLogitRows(b);
+  EXPECT_EQ(plan.rows, (std::vector<int32_t>{3, 6, 7, 8, 9, 2}));
+  EXPECT_EQ(plan.num_returned, b.num_logit_rows());
+  EXPECT_EQ(plan.num_returned, 5);
+  // A sequence that returns its logits samples from its own last returned row.
+  EXPECT_EQ(plan.sample_row, (std::vector<int32_t>{5, 0, -1, 4}));
+  EXPECT_EQ(plan.sampled_seqs, (std::vector<int32_t>{0, 1, 3}));
+  for (int s : plan.sampled_seqs) {
+    EXPECT_EQ(plan.rows[plan.sample_row[s]], b.seq_offsets[s + 1] - 1) << s;
+  }
+}
+
+TEST(StepPlanTest, MaxLogitRowsCoversEveryMixOfReturnedAndSampledRows) {
+  StepLimits l;
+  l.max_tokens = 100;
+  l.max_seqs = 8;
+  l.max_logit_rows = 20;
+  EXPECT_EQ(MaxLogitRows(l), 28);
+  l.max_tokens = 24;
+  EXPECT_EQ(MaxLogitRows(l), 24);  // never more rows than tokens
+}
+
+TEST(StepPlanTest, StepLimitsMustBePositive) {
+  StepLimits l;
+  l.max_tokens = 4;
+  l.max_seqs = 2;
+  l.blocks_per_seq = 1;
+  EXPECT_TRUE(ValidateStepLimits(l).ok());
+  for (int which = 0; which < 5; ++which) {
+    StepLimits bad = l;
+    if (which == 0) bad.max_tokens = 0;
+    if (which == 1) bad.max_seqs = 0;
+    if (which == 2) bad.blocks_per_seq = 0;
+    if (which == 3) bad.num_penalty_slots = -1;
+    if (which == 4) bad.max_logit_rows = -1;
+    EXPECT_EQ(ValidateStepLimits(bad).code(), absl::StatusCode::kInvalidArgument) << which;
+  }
+}
+
+TEST(StepPlanTest, CacheShapeChecks) {
+  const ModelConfig global = SmallConfig();
+  const ModelConfig windowed = SmallConfig(16);
+  KvCacheShape s;
+  s.block_size = 4;
+  s.num_blocks = {8, 8};
+  s.window = 16;
+  EXPECT_TRUE(ValidateCacheShape(s, windowed).ok());
+  s.window = 8;
+  EXPECT_EQ(ValidateCacheShape(s, windowed).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateCacheShape(s, global).ok());  // no window layers: the window is unused
+  s.block_size = 0;
+  EXPECT_EQ(ValidateCacheShape(s, global).code(), absl::StatusCode::kInvalidArgument);
+  s.block_size = 4;
+  s.num_blocks = {8, -1};
+  EXPECT_EQ(ValidateCacheShape(s, global).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StepPlanTest, BytesPerBlockCountTheGroupsLayers) {
+  const ModelConfig c = SmallConfig(16);  // kLG: layers 0 and 2 are window layers
+  const size_t row = KvRowLayout(c).row_floats();
+  EXPECT_EQ(KvBytesPerBlock(c, LayerGroup::kWindow, 16, 4), 4 * 2 * 16 * row);
+  EXPECT_EQ(KvBytesPerBlock(c, LayerGroup::kGlobal, 16, 2), 2 * 2 * 16 * row);
+  EXPECT_EQ(KvBytesPerBlock(SmallConfig(), LayerGroup::kWindow, 16, 4), 0u);
+}
+
+TEST(StepPlanTest, FusedInputWidthIsQkvPlusTheDynamicProjections) {
+  const ModelConfig c = SmallConfig();
+  // 3E + C*K + C*N with C = 4 branches and K = 4N.
+  EXPECT_EQ(FusedInputWidth(c), 3 * 32 + 4 * 16 + 4 * 4);
+}
+
+TEST(StepPlanTest, RopeAnglesInDouble) {
+  float cs[4], sn[4];
+  RopeAngles(0, 8, 10000.0, cs, sn);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(cs[j], 1.0f);
+    EXPECT_EQ(sn[j], 0.0f);
+  }
+  RopeAngles(1000, 8, 10000.0, cs, sn);
+  for (int j = 0; j < 4; ++j) {
+    const double angle = 1000.0 * std::pow(10000.0, -2.0 * j / 8);
+    EXPECT_EQ(cs[j], static_cast<float>(std::cos(angle)));
+    EXPECT_EQ(sn[j], static_cast<float>(std::sin(angle)));
+  }
+}
+
+TEST(StepPlanTest, StoreSampleWritesWhatTheRowAskedFor) {
+  StepOutput out;
+  out.Resize(3, 0, 64);
+  const int32_t top_tokens[] = {7, 3, 9, 1};
+  const float top_logprobs[] = {-0.1f, -1.0f, -2.0f, -3.0f};
+  SamplingRow plain;
+  StoreSample(plain, 0, 7, -0.1f, top_tokens, top_logprobs, 4, &out);
+  SamplingRow two;
+  two.top_logprobs = 2;
+  StoreSample(two, 2, 3, -1.0f, top_tokens, top_logprobs, 4, &out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, -1, 3}));
+  EXPECT_EQ(out.logprobs[0], 0.0f);  // not asked for
+  EXPECT_EQ(out.logprobs[2], -1.0f);
+  EXPECT_EQ(out.top_tokens[2 * kMaxTopLogprobs + 0], 7);
+  EXPECT_EQ(out.top_tokens[2 * kMaxTopLogprobs + 1], 3);
+  EXPECT_EQ(out.top_tokens[2 * kMaxTopLogprobs + 2], -1);  // only the two asked for
+  EXPECT_EQ(out.top_logprobs[2 * kMaxTopLogprobs + 1], -1.0f);
+}
+
+}  // namespace
+}  // namespace dcf

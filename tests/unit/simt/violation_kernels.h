@@ -1,0 +1,41 @@
+// Kernels that break the CUDA programming model, for the emulator's checks (emulator build
+// only). Each launcher returns cudaGetLastError() after the launch; the k*Line constants are
+// the lines of the offending calls in violation_kernels.cu.
+#pragma once
+
+#include "engine/simt/cuda_compat.h"
+
+namespace dcf::cuda_test {
+
+enum class Violation {
+  kPartialBarrier,         // thread 3 returns before __syncthreads
+  kMismatchedBarriers,     // threads < 16 and the others wait at different __syncthreads
+  kSharedIndexTooLarge,    // tile[32] on a 32-element array (thread 5)
+  kSharedIndexNegative,    // tile[-1] (thread 5)
+  kDynamicIndexTooLarge,   // dynamic area of 64 floats indexed by threadIdx.x up to 95
+  kStaticSharedTooLarge,   // 49 KiB of static shared memory
+  kMaskNamesMissingLanes,  // full mask in a 40-thread block's second warp (8 lanes)
+  kLaneExited,             // lane 7 returns before a full-mask __shfl_xor_sync
+  kCallerNotInMask,        // lane 3 passes mask 0x1
+  kReadOutsideMask,        // mask 0xffff; lane 8 shuffles down by 8 from lane 16
+  kMismatchedCollectives,  // lanes 0-15 __shfl_sync, lanes 16-31 __ballot_sync, full mask
+  kBarrierWhileWarpWaits,  // lane 0 at __syncthreads while lanes 1-31 __shfl_sync(full)
+  kBadWidth,               // width 12
+};
+
+// Runs the violating kernel on `block` threads (one block) writing to out[block] (host or
+// device memory: the emulator does not tell them apart).
+cudaError_t LaunchViolation(Violation v, int* out);
+
+// A kernel whose threads recurse far past their fiber stack.
+cudaError_t LaunchStackOverflow(int* out);
+
+// A correct kernel: out[i] = i for one block of `threads` threads.
+cudaError_t LaunchIota(int* out, int threads, size_t dynamic_bytes);
+
+extern const int kPartialBarrierLine;
+extern const int kFirstBarrierLine;
+extern const int kSecondBarrierLine;
+extern const int kShuffleLine;
+
+}  // namespace dcf::cuda_test
