@@ -56,7 +56,7 @@ absl::Status WaitUntilServing(const ClientChannel& channel, const std::string& t
     const grpc::Status status = stub->Check(&context, request, &response);
     seen = status.ok() ? absl::StrCat("last status ",
                                       HealthCheckResponse::ServingStatus_Name(response.status()))
-                       : absl::StrCat("no connection: ", status.error_message());
+                       : absl::StrCat("no connection: ", DescribeRpcError(status, channel.tls()));
   }
   return absl::DeadlineExceededError(absl::StrCat("the server at ", target,
                                                   " was not SERVING within ",

@@ -25,7 +25,11 @@ DEFAULT_MODEL = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
 # (binary, a flag of its own that --help must list, one of its flags that takes a value)
 TOOLS = [(h.SERVER, "--kv-cache-bytes", "--model"), (h.CLI, "--wait-ready", "--target"),
          (h.GENERATE, "--max-new-tokens", "--model"), (h.MAKE_MODEL, "--n-layer", "--out"),
-         (DECODE_BENCH, "--prompt-tokens", "--model"), (LOADGEN, "--max-error-rate", "--target")]
+         (DECODE_BENCH, "--prompt-tokens", "--model"), (LOADGEN, "--max-error-rate", "--target"),
+         (os.path.join(h.BIN_DIR, "dcformer-bench"), "--num-requests", "--model-dir"),
+         (os.path.join(h.BIN_DIR, "dcformer-matmul-bench"), "--min-seconds", "--rows"),
+         (os.path.join(h.BIN_DIR, "dcformer-sampler-bench"), "--vocab", "--min-seconds")]
+SIMT_BENCH = os.path.join(h.BIN_DIR, "dcformer-simt-bench")  # emulator builds only
 
 
 def run(args, timeout=60, **kw):
@@ -74,15 +78,70 @@ class FlagsTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, tmp)
         flags = os.path.join(tmp, "server.flags")
         with open(flags, "w") as f:
-            f.write("# comment\n--port=0\n--kv-cache-bytes=1000\n")
+            f.write("# comment\n--port=0\n--kv-cache-bytes=1000\n--kv-cache-byts=1\n")
         p = run([h.SERVER, f"--flagfile={flags}"])
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn(f"{flags}: unknown flag --kv-cache-bytes (flagfiles spell flag names with "
-                      "underscores: --kv_cache_bytes)", p.stderr)
+        # Dashed names are fine in a flagfile (its lines join the command line); the typo is not.
+        self.assertEqual(p.stderr, f"dcformer-server: {flags}: unknown flag --kv-cache-byts "
+                                   "(--help lists the flags)\n")
         p = run([h.SERVER, "--flagfile=/nonexistent.flags"])
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--flagfile: ", p.stderr)
         self.assertIn("/nonexistent.flags", p.stderr)
+
+    def test_undefok_lets_the_flags_it_names_through(self):
+        # Review finding 2: on the command line and in a flagfile, as absl has it.
+        p = run([h.SERVER, "--undefok=bogus", "--bogus", "--only_check_args"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        flags = os.path.join(tmp, "server.flags")
+        with open(flags, "w") as f:
+            f.write("--undefok=bogus\n--bogus=1\n")
+        p = run([h.SERVER, f"--flagfile={flags}", "--only_check_args"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run([h.SERVER, "--undefok=other", "--bogus", "--only_check_args"])
+        self.assertEqual(p.returncode, 2, p.stderr)
+
+    def test_a_flagfile_is_read_once_in_its_place(self):
+        # Review finding 3: a pipe flagfile (empty when read a second time) sets what it says,
+        # and the last value wins: --out from the pipe, after the command line's.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        first, second = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+        p = run(["bash", "-c", f'"$0" --out={first} --flagfile=<(echo --out={second}; '
+                               'echo --n-layer=2) --dim=32 --n-head=2 --ffn=64 --vocab=100 '
+                               '--context=64 --window=16', h.MAKE_MODEL])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(p.stdout.startswith(f"wrote {second}/config.json"), p.stdout)
+        self.assertIn(", 2 layers,", p.stdout)
+        self.assertFalse(os.path.exists(first))
+
+    def test_fromenv_values_are_checked(self):
+        # Review finding 14: exit 2 and one line, naming the variable.
+        p = run([h.CLI, "--fromenv=timeout", "info"], env=dict(os.environ, FLAGS_timeout="xyz"))
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertTrue(p.stderr.startswith("dcformer-cli: FLAGS_timeout: --timeout: "),
+                        p.stderr)
+
+    def test_wait_ready_takes_its_value_as_the_next_word(self):
+        # Review finding 6: "--wait-ready 1s health" is the flag's value and the command.
+        port, = h.free_ports(1)
+        p = run([h.CLI, f"--target=127.0.0.1:{port}", "--wait-ready", "1s", "health"])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("within 1s", p.stderr)
+
+    def test_simt_bench_takes_only_quick(self):
+        if not os.path.exists(SIMT_BENCH):
+            self.skipTest("no emulator build")
+        p = run([SIMT_BENCH, "--bogus"])
+        self.assertEqual((p.returncode, p.stdout), (2, ""))
+        self.assertEqual(p.stderr, "dcformer-simt-bench: unknown argument '--bogus' (it takes "
+                                   "only --quick)\n")
+        p = run([SIMT_BENCH, "--help"])
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("  dcformer-simt-bench [--quick]\n", p.stdout)
 
     def test_help_lists_each_tools_own_flags(self):
         for binary, own_flag, _ in TOOLS:
@@ -99,6 +158,9 @@ class FlagsTest(unittest.TestCase):
                                  rf"\n  {re.escape(own_flag)} \(default [^)]*\)\n      \S")
                 self.assertNotIn("--flagfile (default", p.stdout)  # Abseil's: --helpfull
                 self.assertEqual(run([binary, "-h"]).stdout, p.stdout)
+                # Review finding 12: absl's other help flags too (they said "No flags matched").
+                for other in ("--helpshort", "--helppackage"):
+                    self.assertEqual(run([binary, other]).stdout, p.stdout)
                 full = run([binary, "--helpfull"])
                 self.assertEqual(full.returncode, 0)
                 self.assertIn("--flagfile (default", full.stdout)
@@ -271,6 +333,13 @@ class NoiseTest(unittest.TestCase):
                     self.assertTrue(p.stderr.startswith("dcformer-cli: RPC failed: UNAVAILABLE: "),
                                     p.stderr)
                     self.assertIn(hint, p.stderr)
+            # Review finding 7: waiting for such a server ends with the same hint.
+            p = run([h.CLI, "health", f"--target=127.0.0.1:{tls_server.port}",
+                     "--wait-ready=1s"])
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("(no connection: UNAVAILABLE: ", p.stderr)
+            self.assertIn("Socket closed (the server may require TLS: try --tls or --tls-ca FILE)",
+                          p.stderr)
             ok = run([h.CLI, "health", f"--target=localhost:{tls_server.port}",
                       f"--tls-ca={pem('ca.pem')}"])
             self.assertEqual((ok.returncode, ok.stdout), (0, "SERVING\n"), ok.stderr)
