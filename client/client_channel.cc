@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/common/file_util.h"
-#include "grpc/support/log.h"
+#include "proto/rpc/grpc_log.h"
 
 namespace dcf::client {
 namespace {
@@ -18,7 +18,8 @@ namespace {
 absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
-    return absl::Status(text.status().code(), absl::StrCat("--", flag, ": ", text.status().message()));
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--", flag, ": ", text.status().message()));
   }
   return text;
 }
@@ -112,10 +113,7 @@ std::string StatusCodeName(grpc::StatusCode code) {
   return absl::StrCat("CODE_", i);
 }
 
-void QuietGrpcLogs() {
-  if (std::getenv("GRPC_VERBOSITY") != nullptr || std::getenv("GRPC_TRACE") != nullptr) return;
-  gpr_set_log_function([](gpr_log_func_args*) {});
-}
+void InstallClientGrpcLogging() { rpc::InstallGrpcLogSink(/*print=*/false); }
 
 std::string DescribeRpcError(const grpc::Status& status, bool tls) {
   std::string out = absl::StrCat(StatusCodeName(status.error_code()), ": ", status.error_message());
@@ -125,6 +123,7 @@ std::string DescribeRpcError(const grpc::Status& status, bool tls) {
   // are no TLS record ("wrong version number"); an untrusted or misnamed certificate fails
   // verification.
   const std::string& m = status.error_message();
+  const size_t unhinted = out.size();
   if (!tls && absl::StrContains(m, "Socket closed")) {
     absl::StrAppend(&out, " (the server may require TLS: try --tls or --tls-ca FILE)");
   } else if (tls && absl::StrContains(m, "certificate verify failed")) {
@@ -133,6 +132,11 @@ std::string DescribeRpcError(const grpc::Status& status, bool tls) {
                     "name the target: check --tls-ca and --tls-server-name)");
   } else if (tls && absl::StrContains(m, "wrong version number")) {
     absl::StrAppend(&out, " (the server may not use TLS: try without --tls and --tls-ca)");
+  }
+  // No hint above: what gRPC logged may explain it (a TLS file it could not use).
+  const std::string logged = rpc::FirstGrpcError();
+  if (out.size() == unhinted && !logged.empty() && !absl::StrContains(m, logged)) {
+    absl::StrAppend(&out, " (gRPC: ", logged, ")");
   }
   return out;
 }

@@ -50,12 +50,14 @@ std::string StatusCodeName(grpc::StatusCode code);
 
 // "CODE: message" of a failed call, with a hint when a plaintext call was probably refused by
 // a TLS server (gRPC reports only "Socket closed"), a TLS one by a plaintext server, or the
-// server's certificate was not trusted.
+// server's certificate was not trusted; and, when gRPC logged an error the status does not
+// carry (a TLS file it could not use: "UNAVAILABLE: empty address list" says nothing), the
+// first such error: "(gRPC: Could not load any root certificate.)".
 std::string DescribeRpcError(const grpc::Status& status, bool tls);
 
-// Drops gRPC's own log lines (a failed TLS handshake logs one before the call's status says the
-// same), unless GRPC_VERBOSITY or GRPC_TRACE asks for them. For command-line clients, which
-// report every failure through the call's status.
-void QuietGrpcLogs();
+// For command-line clients, which report every failure through the call's status: gRPC's own
+// log lines go to the sink (proto/rpc/grpc_log.h) unprinted, unless GRPC_VERBOSITY or GRPC_TRACE asks
+// for them; DescribeRpcError adds the first error among them.
+void InstallClientGrpcLogging();
 
 }  // namespace dcf::client

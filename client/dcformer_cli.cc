@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     return Usage("give one command: generate, tokenize, detokenize, info or health");
   }
   const std::string command = rest[1];
-  dcf::client::QuietGrpcLogs();
+  dcf::client::InstallClientGrpcLogging();
   dcf::client::ChannelOptions options;
   options.target = absl::GetFlag(FLAGS_target);
   options.tls = absl::GetFlag(FLAGS_tls);

@@ -4,8 +4,8 @@
     /usr/bin/python3 scripts/check_layering.py [--root DIR]
 
 Exit status 0 when every quoted #include of a tracked source (.h .cc .cu .cuh .inc under
-engine/, server/, client/, bench/, tests/) names a header its module may use; 1 with one line
-per offending include otherwise (file:line, the two modules, and what the includer may use).
+engine/, proto/, server/, client/, bench/, tests/) names a header its module may use; 1 with one
+line per offending include otherwise (file:line, the two modules, and what the includer may use).
 CTest runs it (tests/layering), so scripts/test.sh fails on a bad include.
 
 The modules, bottom to top (each one a CMake library; docs/DESIGN.md, "Modules"):
@@ -24,6 +24,7 @@ The modules, bottom to top (each one a CMake library; docs/DESIGN.md, "Modules")
   backends   engine/backends   the backend factory: the one place that knows every backend
   tools      engine/tools      dcformer-generate, -make-model, -decode-bench
   proto      proto/            the public API (generated dcformer/v1/*.pb.h)
+  rpc        proto/rpc/        gRPC support the server and the clients share (the log sink)
   server     server/           the gRPC process
   client     client/           dcformer-cli and the shared client channel
   testing    tests/testing     test support (references, fakes, subprocess and temp dirs)
@@ -44,8 +45,8 @@ import sys
 
 # Bottom to top. A module's rank is its index.
 ORDER = ["common", "simt", "weights", "tokenizer", "model", "kv", "sampling", "execution",
-         "cpu", "cuda", "serving", "backends", "tools", "proto", "server", "client", "testing",
-         "bench"]
+         "cpu", "cuda", "serving", "backends", "tools", "proto", "rpc", "server", "client",
+         "testing", "bench"]
 RANK = {m: i for i, m in enumerate(ORDER)}
 
 ENGINE = ORDER[:ORDER.index("tools") + 1]
@@ -67,20 +68,22 @@ MAY_USE = {
     "backends": BELOW_EXECUTION + ["execution", "cpu", "cuda"],
     "tools": [m for m in ENGINE if m != "tools"],
     "proto": [],
-    "server": BELOW_EXECUTION + ["execution", "tokenizer", "serving", "backends", "proto"],
-    "client": ["common", "proto"],
+    "rpc": ["common"],
+    "server": BELOW_EXECUTION + ["execution", "tokenizer", "serving", "backends", "proto",
+               "rpc"],
+    "client": ["common", "proto", "rpc"],
     "testing": [m for m in ENGINE if m != "tools"],
-    "bench": [m for m in ENGINE if m != "tools"] + ["proto", "client", "testing"],
+    "bench": [m for m in ENGINE if m != "tools"] + ["proto", "rpc", "client", "testing"],
 }
 
 # Folder prefix -> module, longest prefix first.
 PREFIXES = sorted(
     [("engine/" + m + "/", m) for m in ENGINE] +
-    [("proto/", "proto"), ("dcformer/v1/", "proto"), ("server/", "server"),
+    [("proto/", "proto"), ("dcformer/v1/", "proto"), ("proto/rpc/", "rpc"), ("server/", "server"),
      ("client/", "client"), ("tests/testing/", "testing"), ("bench/", "bench")],
     key=lambda p: -len(p[0]))
 
-SOURCE_DIRS = ("engine/", "server/", "client/", "bench/", "tests/")
+SOURCE_DIRS = ("engine/", "proto/", "server/", "client/", "bench/", "tests/")
 SOURCE_EXTS = (".h", ".cc", ".cu", ".cuh", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

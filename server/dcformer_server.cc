@@ -16,7 +16,6 @@
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpc/grpc.h"
-#include "grpc/support/log.h"
 #include "grpc/support/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/impl/server_builder_option.h"
@@ -25,73 +24,11 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "proto/rpc/grpc_log.h"
 #include "server/listener_check.h"
-
-// gRPC's own log function (libgpr exports it, with C++ linkage, though no header declares it):
-// restored after a capture below.
-void gpr_default_log(gpr_log_func_args* args);
 
 namespace dcf::server {
 namespace {
-
-// While a listener starts, gRPC's log lines are collected instead of printed: when the bind
-// fails, gRPC logs a multi-line internal status, and the server reports one clean line with the
-// reason it carries instead. What was logged while the listener started fine is printed as
-// gRPC would have printed it. One capture at a time (a server starts its listener once).
-class GrpcLogCapture {
- public:
-  struct Line {
-    std::string file;
-    int line;
-    gpr_log_severity severity;
-    std::string message;
-  };
-
-  GrpcLogCapture() {
-    {
-      absl::MutexLock lock(&mu_);
-      lines_.clear();
-    }
-    gpr_set_log_function(&GrpcLogCapture::Collect);
-  }
-  ~GrpcLogCapture() {
-    if (active_) Stop();
-  }
-  // Restores gRPC's logging; returns what was collected.
-  std::vector<Line> Stop() {
-    active_ = false;
-    gpr_set_log_function(gpr_default_log);
-    absl::MutexLock lock(&mu_);
-    return std::move(lines_);
-  }
-  static void Print(const Line& l) {
-    gpr_log_func_args args = {l.file.c_str(), l.line, l.severity, l.message.c_str()};
-    gpr_default_log(&args);
-  }
-  // The OS's reason in a collected bind error (os_error:"Address already in use"), or "".
-  static std::string OsError(const std::vector<Line>& lines) {
-    for (const Line& l : lines) {
-      const absl::string_view m = l.message;
-      const size_t at = m.find("os_error");
-      if (at == absl::string_view::npos) continue;
-      const size_t open = m.find('"', at);
-      const size_t close = open == absl::string_view::npos ? open : m.find('"', open + 1);
-      if (close != absl::string_view::npos) {
-        return std::string(m.substr(open + 1, close - open - 1));
-      }
-    }
-    return "";
-  }
-
- private:
-  static void Collect(gpr_log_func_args* args) {
-    absl::MutexLock lock(&mu_);
-    lines_.push_back({args->file, args->line, args->severity, args->message});
-  }
-  bool active_ = true;
-  static inline absl::Mutex mu_;
-  static inline std::vector<Line> lines_ ABSL_GUARDED_BY(mu_);
-};
 
 std::string HostPort(const std::string& host, int port) {
   if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
@@ -242,19 +179,21 @@ absl::Status DcformerServer::Start() {
   }
   // Only receives the shutdown notification of Shutdown()'s early gRPC shutdown.
   shutdown_cq_ = builder.AddCompletionQueue(/*is_frequently_polled=*/false);
-  GrpcLogCapture capture;
+  // gRPC logs a failed bind as a multi-line internal status: collect its lines, and report one
+  // clean line with the reason they carry instead.
+  rpc::GrpcLogCapture capture;
   grpc_server_ = builder.BuildAndStart();
-  const std::vector<GrpcLogCapture::Line> grpc_log = capture.Stop();
+  const std::vector<rpc::GrpcLogLine> grpc_log = capture.Stop();
   if (grpc_server_ == nullptr || bound_port_ == 0) {
     grpc_server_.reset();
-    const std::string reason = GrpcLogCapture::OsError(grpc_log);
+    const std::string reason = rpc::GrpcLogCapture::BindError(grpc_log);
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, reason.empty() ? "" : ": ", reason,
         reason == "Address already in use" ? " (another process has this port: stop it or "
                                              "choose another --port)"
                                            : ""));
   }
-  for (const GrpcLogCapture::Line& line : grpc_log) GrpcLogCapture::Print(line);
+  for (const rpc::GrpcLogLine& line : grpc_log) rpc::WriteGrpcLogLine(line);
   SetServing(false);
   DCF_LOG(Info) << "listening on " << HostPort(options_.host, bound_port_)
                 << (options_.tls_cert.empty() ? " (plaintext)" : " (TLS)")

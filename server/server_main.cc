@@ -17,6 +17,7 @@
 #include "engine/common/compute_threads.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
+#include "proto/rpc/grpc_log.h"
 #include "server/dcformer_server.h"
 #include "server/server_options.h"
 
@@ -41,6 +42,8 @@ void OnSignal(int sig) {
 namespace dcf::server {
 
 int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
+  // Every gRPC core line through our logging, escaped and rate-limited (proto/rpc/grpc_log.h).
+  dcf::rpc::InstallGrpcLogSink(/*print=*/true);
   std::vector<std::string> arg_storage;
   std::vector<char*> rest = dcf::ParseToolCommandLine(
       argc, argv,

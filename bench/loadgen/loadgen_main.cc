@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
       "see bench/README.md",
       arg_storage, &given);
   if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
-  dcf::client::QuietGrpcLogs();  // failures are reported (and counted) from the calls' status
+  dcf::client::InstallClientGrpcLogging();  // failures are reported (and counted) from the calls' status
   absl::StatusOr<Config> config = ParseConfig(given);
   if (!config.ok()) return Usage(config.status().message());
   absl::StatusOr<dcf::client::ClientChannel> channel =

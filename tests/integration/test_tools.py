@@ -277,6 +277,17 @@ class NoiseTest(unittest.TestCase):
                                    rf"127\.0\.0\.1:{port}: Address already in use \(another "
                                    r"process has this port: stop it or choose another --port\)$")
 
+    def test_a_host_that_does_not_resolve_says_so(self):
+        # Review finding 4: a bind error that is no OS error keeps gRPC's reason.
+        p = run([h.SERVER, f"--model={h.SHORT_MODEL}", "--host=nosuch.invalid", "--port=0",
+                 "--metrics-port=0"])
+        self.assertEqual(p.returncode, 1)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertRegex(lines[0], r"ERROR server_main\.cc:\d+\] cannot listen on "
+                                   r"nosuch\.invalid:0: \S")
+        self.assertNotIn("{", lines[0])  # the description, not gRPC's status dump
+
     def test_shutdown_is_logged_when_the_process_exits(self):
         server = h.Server(model=h.SHORT_MODEL)
         with server:
@@ -333,6 +344,19 @@ class NoiseTest(unittest.TestCase):
                     self.assertTrue(p.stderr.startswith("dcformer-cli: RPC failed: UNAVAILABLE: "),
                                     p.stderr)
                     self.assertIn(hint, p.stderr)
+            # Review finding 1: a TLS file gRPC cannot use, which the status does not explain
+            # ("empty address list"): the CLI adds what gRPC logged.
+            with open(pem("garbage.pem"), "w") as f:
+                f.write("garbage\n")
+            for args, reason in (([f"--tls-ca={pem('garbage.pem')}"],
+                                  "(gRPC: Could not load any root certificate.)"),
+                                 ([f"--tls-ca={pem('ca.pem')}", f"--tls-cert={pem('server.pem')}",
+                                   f"--tls-key={pem('ca.key')}"], "(gRPC: Invalid private key.)")):
+                with self.subTest(args=args):
+                    p = run([h.CLI, "info", f"--target=localhost:{tls_server.port}", *args])
+                    self.assertEqual(p.returncode, 1)
+                    self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+                    self.assertIn(reason, p.stderr)
             # Review finding 7: waiting for such a server ends with the same hint.
             p = run([h.CLI, "health", f"--target=127.0.0.1:{tls_server.port}",
                      "--wait-ready=1s"])
