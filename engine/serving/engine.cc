@@ -60,17 +60,9 @@ class EngineImpl {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
-    const int context = config_.max_positions;
-    limits_.vocab_size = config_.vocab_size;
-    limits_.context = context;
-    limits_.max_prompt_tokens =
-        options.max_prompt_tokens > 0 ? std::min(options.max_prompt_tokens, context) : context;
-    limits_.max_new_tokens_limit = options.max_new_tokens_limit > 0
-                                       ? std::min(options.max_new_tokens_limit, context)
-                                       : context;
-    limits_.default_max_new_tokens = options.default_max_new_tokens;
-    limits_.eos_token_id = tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt;
-    limits_.tokenizer = tokenizer;
+    limits_ = ResolveRequestLimits(config_.vocab_size, config_.max_positions,
+                                   options.max_prompt_tokens, options.max_new_tokens_limit,
+                                   options.default_max_new_tokens, tokenizer);
     for (int g = 0; g < kNumLayerGroups; ++g) {
       const LayerGroup group = static_cast<LayerGroup>(g);
       stats_.kv_blocks_total[g] = shape.num_blocks[g];
@@ -557,16 +549,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
               : 0;
     }
     ASSIGN_OR_RETURN(shape, PlanKvCache(in));
-    if (KvPlanIsCappedBySequences(in, shape)) {
-      // The budget is an upper bound: say why the cache stays below it (docs/API.md).
-      size_t bytes = 0;
-      for (int g = 0; g < kNumLayerGroups; ++g) {
-        bytes += in.bytes_per_block[g] * static_cast<size_t>(shape.num_blocks[g]);
-      }
+    // The budget is an upper bound: say why the cache stays below it (docs/API.md), when it
+    // does, by at least a block.
+    size_t bytes = 0;
+    size_t smallest_block = 0;
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      bytes += in.bytes_per_block[g] * static_cast<size_t>(shape.num_blocks[g]);
+      const size_t b = in.bytes_per_block[g];
+      if (b > 0 && (smallest_block == 0 || b < smallest_block)) smallest_block = b;
+    }
+    if (KvPlanIsCappedBySequences(in, shape) && bytes + smallest_block <= budget) {
       DCF_LOG(Info) << "KV cache: " << (bytes >> 20) << " MiB of its " << (budget >> 20)
                     << " MiB budget, all that " << in.max_num_seqs
-                    << " sequences (max_num_seqs) of the full " << in.context
-                    << "-token context can use; raise --max-num-seqs for a larger cache";
+                    << (in.max_num_seqs == 1 ? " sequence" : " sequences")
+                    << " (max_num_seqs) of the full " << in.context
+                    << "-token context can use; more sequences would use more of it";
     }
   }
   RETURN_IF_ERROR(backend->AllocateCache(shape));

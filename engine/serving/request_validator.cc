@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/sampling/sampling_params.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace dcf {
 namespace {
@@ -25,6 +26,22 @@ absl::Status ValidateTokenIds(absl::string_view field, absl::Span<const int32_t>
     }
   }
   return absl::OkStatus();
+}
+
+RequestLimits ResolveRequestLimits(int vocab_size, int context, int max_prompt_tokens,
+                                   int max_new_tokens_limit, int default_max_new_tokens,
+                                   const Tokenizer* tokenizer) {
+  RequestLimits limits;
+  limits.vocab_size = vocab_size;
+  limits.context = context;
+  limits.max_prompt_tokens =
+      max_prompt_tokens > 0 ? std::min(max_prompt_tokens, context) : context;
+  limits.max_new_tokens_limit =
+      max_new_tokens_limit > 0 ? std::min(max_new_tokens_limit, context) : context;
+  limits.default_max_new_tokens = default_max_new_tokens;
+  limits.eos_token_id = tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt;
+  limits.tokenizer = tokenizer;
+  return limits;
 }
 
 int RequestLimits::DefaultMaxNewTokens(int prompt_len) const {

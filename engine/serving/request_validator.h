@@ -46,6 +46,13 @@ struct RequestLimits {
   int DefaultMaxNewTokens(int prompt_len) const;
 };
 
+// The one resolution of the limits (the engine's, Engine::limits(), and dcformer-generate's):
+// `max_prompt_tokens` and `max_new_tokens_limit` (0 = the context) within the model context
+// `context`; the EOS is the tokenizer's (none without one).
+RequestLimits ResolveRequestLimits(int vocab_size, int context, int max_prompt_tokens,
+                                   int max_new_tokens_limit, int default_max_new_tokens,
+                                   const Tokenizer* tokenizer);
+
 // InvalidArgument (message names the field) for malformed values; OutOfRange when the prompt
 // or max_new_tokens exceed the limits or their sum exceeds the context.
 absl::Status ValidateRequest(const GenerationRequest& request, const RequestLimits& limits);

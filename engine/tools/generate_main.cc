@@ -30,9 +30,10 @@
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
 #include "engine/common/logging.h"
-#include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/serving/engine.h"
 #include "engine/serving/request_validator.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -184,11 +185,11 @@ int main(int argc, char** argv) {
     request.prompt_tokens = prompt;
     request.stopping.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
     request.output.text = false;
-    dcf::RequestLimits limits;
-    limits.vocab_size = config->vocab_size;
-    limits.context = config->max_positions;
-    limits.max_prompt_tokens = config->max_positions;
-    limits.max_new_tokens_limit = config->max_positions;
+    // The engine's resolution with the server's defaults (no --max-prompt-tokens or
+    // --max-new-tokens cap: the context).
+    const dcf::RequestLimits limits = dcf::ResolveRequestLimits(
+        config->vocab_size, config->max_positions, /*max_prompt_tokens=*/0,
+        /*max_new_tokens_limit=*/0, dcf::EngineOptions().default_max_new_tokens, nullptr);
     if (absl::Status s = dcf::ValidateRequest(request, limits); !s.ok()) {
       return Fail(1, s.message());
     }

@@ -84,6 +84,10 @@ class LifecycleTest(unittest.TestCase):
         with open(os.path.join(h.SOURCE_DIR, "docs", "API.md")) as f:
             documented = re.search(r"`(KV cache: \d+ MiB of its \d+ MiB budget, [^`]+)`",
                                    f.read()).group(1)
+        with open(os.path.join(h.SOURCE_DIR, "deploy", "README.md")) as f:
+            deploy_copy = re.search(r"`(KV cache: \d+ MiB of its \d+ MiB budget, [^`]+)`",
+                                    f.read()).group(1)
+        self.assertEqual(" ".join(deploy_copy.split()), documented)  # review finding 13
 
         def kv_bytes(server):
             with server.channel() as ch:
@@ -104,6 +108,13 @@ class LifecycleTest(unittest.TestCase):
             self.assertGreater(larger, capped)
             self.assertLessEqual(larger, 200000000)
             self.assertIn("all that 128 sequences (max_num_seqs)", server.read_log())
+        # Review finding 13: "1 sequence"; a budget the cache fills exactly logs nothing.
+        with h.Server(model=model, args=cpu + ["--kv-cache-bytes=200000000",
+                                               "--max-num-seqs=1"]) as server:
+            self.assertIn("all that 1 sequence (max_num_seqs)", server.read_log())
+        with h.Server(model=model, args=cpu + [f"--kv-cache-bytes={capped}"]) as server:
+            self.assertEqual(kv_bytes(server), capped)
+            self.assertNotIn("budget, all that", server.read_log())
         with h.Server(model=model, args=cpu + ["--kv-cache-bytes=16000000"]) as server:
             within = kv_bytes(server)
             # The budget limits it: whole blocks, at most one block per group short of it.

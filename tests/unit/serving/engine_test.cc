@@ -333,6 +333,13 @@ TEST(EngineTest, LimitsAreResolvedFromTheOptionsTheModelAndTheTokenizer) {
   auto with_tokenizer = MakeEngine(o, tok.get());
   EXPECT_EQ(with_tokenizer->limits().eos_token_id, std::optional<int32_t>(299));
   EXPECT_EQ(with_tokenizer->limits().tokenizer, tok.get());
+  // The one resolution, which dcformer-generate uses too (review finding 10).
+  const RequestLimits r = ResolveRequestLimits(300, 256, 100000, 40, 7, tok.get());
+  EXPECT_EQ(r.max_prompt_tokens, 256);
+  EXPECT_EQ(r.max_new_tokens_limit, 40);
+  EXPECT_EQ(r.default_max_new_tokens, 7);
+  EXPECT_EQ(r.eos_token_id, std::optional<int32_t>(299));
+  EXPECT_EQ(ResolveRequestLimits(300, 256, 0, 0, 7, nullptr).max_new_tokens_limit, 256);
 }
 
 TEST(EngineTest, OneNewTokenAndOneTokenPrompt) {

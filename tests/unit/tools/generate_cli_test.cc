@@ -152,6 +152,12 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
       {" --model /nonexistent --prompt-ids 1", 1, "/nonexistent/config.json"},
       {golden + " --prompt-ids 1 --bogus-flag", 2, "unknown flag --bogus-flag"},
       {golden + " --prompt-ids 1 --max-new-tokens", 2, "--max-new-tokens needs a value"},
+      // README's two examples (review finding 5), on a model of the default one's context (256).
+      {golden + " --prompt-ids 1,2,3 --max-new-tokens 254", 1,
+       "dcformer-generate: stopping.max_new_tokens: prompt (3 tokens) + max_new_tokens (254) = "
+       "257 exceeds the model context of 256 tokens\n"},
+      {golden + " --prompt-ids 1,2,3 --max-new-tokens 300", 1,
+       "dcformer-generate: stopping.max_new_tokens: 300 exceeds the limit of 256\n"},
       {" --tokenize", 2, "--tokenizer"},
       {golden + " --prompt-ids " +
            [] {
