@@ -57,6 +57,22 @@ def clients(target, *args):
     return out
 
 
+def established_connections(port):
+    """Established TCP connections to local port `port` (IPv4 and IPv6, from procfs)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                count += 1
+    return count
+
+
 class FlagsTest(unittest.TestCase):
     def test_bad_flags_exit_2_with_one_line(self):
         for binary, _, value_flag in TOOLS:
@@ -248,6 +264,61 @@ class WaitReadyTest(unittest.TestCase):
                         self.assertEqual(len(out.strip().split(",")), 3, f"{name}: {out}")
             finally:
                 end_all(procs)
+
+    def test_clients_watch_again_when_the_server_restarts(self):
+        # Review findings 8 and 9: a loading server killed while the clients wait, then a new
+        # one on the same port: every client watches again and goes on (the examples gave up).
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        model, _ = h.held_loading_model(tmp)
+        port, metrics_port = h.free_ports(2)
+        target = f"127.0.0.1:{port}"
+        first = h.Server(model=model, ready=False)
+        first.port, first.metrics_port = port, metrics_port
+        procs = []
+        try:
+            with first:
+                with first.channel() as ch:
+                    status = h.health_pb2_grpc.HealthStub(ch).Check(
+                        h.health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=30).status
+                self.assertEqual(status, h.NOT_SERVING)
+                procs = [("health", subprocess.Popen(
+                    [h.CLI, "health", f"--target={target}", "--wait-ready=120s"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))] + [
+                    (name, subprocess.Popen(cmd + ["--wait-ready=120s" if name == "dcformer-cli"
+                                                   else "--wait-ready=120", "--prompt-ids=5,6,7",
+                                                   "--max-new-tokens=3", "--temperature=0"],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True, env=example_env()))
+                    for name, cmd in clients(target)]
+                # Every client is connected (and watching) before the server goes away.
+                h.wait_until(lambda: established_connections(port) >= len(procs), timeout=60,
+                             what="every client connected")
+                first.proc.kill()
+                first.proc.wait()
+            time.sleep(1.0)  # the watches end UNAVAILABLE; the clients try again meanwhile
+            for name, proc in procs:
+                if proc.poll() is not None:
+                    self.fail(f"{name} gave up when the server went away: {proc.communicate()}")
+            second = h.Server(model=h.SHORT_MODEL, ready=False)
+            second.port, second.metrics_port = port, metrics_port
+            with second:
+                for name, proc in procs:
+                    out, err = proc.communicate(timeout=120)
+                    self.assertEqual(proc.returncode, 0, f"{name}: {err}")
+                    if name == "health":
+                        self.assertEqual(out, "SERVING\n")
+                    else:
+                        self.assertEqual(len(out.strip().split(",")), 3, f"{name}: {out}")
+        finally:
+            end_all(procs)
+
+    def test_examples_refuse_a_wait_that_is_not_positive(self):
+        for value in ("-5", "0", "x"):
+            p = run(["/usr/bin/python3", PY_EXAMPLE, f"--wait-ready={value}", "--prompt=x"],
+                    env=example_env())
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("is not a number of seconds > 0", p.stderr)
 
     def test_no_server_at_all_times_out_with_the_connection_error(self):
         target = f"127.0.0.1:{h.free_port()}"

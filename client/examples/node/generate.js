@@ -21,9 +21,19 @@ const protoLoader = require('@grpc/proto-loader');
 const { parseArgs } = require('util');
 
 const DEFAULT_WAIT_READY_S = 60;
-// A bare --wait-ready means the default wait (parseArgs has no optional values).
-const argv = process.argv.slice(2)
-  .map((a) => (a === '--wait-ready' ? `${a}=${DEFAULT_WAIT_READY_S}` : a));
+// A bare --wait-ready means the default wait (parseArgs has no optional values); followed by
+// a number of seconds ("--wait-ready 5"), that number.
+const argv = [];
+for (let i = 2; i < process.argv.length; ++i) {
+  const a = process.argv[i];
+  if (a !== '--wait-ready') {
+    argv.push(a);
+  } else if (i + 1 < process.argv.length && /^[0-9.]+s?$/.test(process.argv[i + 1])) {
+    argv.push(`${a}=${process.argv[++i]}`);
+  } else {
+    argv.push(`${a}=${DEFAULT_WAIT_READY_S}`);
+  }
+}
 const { values: opt } = parseArgs({
   args: argv,
   options: {
@@ -64,29 +74,51 @@ function fail(message) {
 }
 
 // Watches the standard health service with wait-for-ready until the server reports
-// TextGeneration SERVING, then calls `done`; fails after `seconds`.
+// TextGeneration SERVING, then calls `done`; fails after `seconds`. A watch that ends early
+// (the server restarted or drained: UNAVAILABLE, or it ended without SERVING) is watched
+// again until the deadline, as dcformer-cli does.
 function waitReady(seconds, done) {
   const health = new pkg.grpc.health.v1.Health(opt.target, creds, channelOptions);
-  const metadata = new grpc.Metadata({ waitForReady: true });
-  const call = health.Watch({ service: 'dcformer.v1.TextGeneration' }, metadata,
-    { deadline: Date.now() + seconds * 1000 });
+  const deadline = Date.now() + seconds * 1000;
   let last = 'no answer';
   let ready = false;
-  call.on('data', (msg) => {
-    last = msg.status;
-    if (msg.status === 'SERVING' && !ready) {
-      ready = true;
-      call.cancel();
-      health.close();
-      done();
-    }
-  });
-  call.on('error', (err) => {
-    if (ready) return;  // our own cancel
+  const giveUp = (why) => {
     health.close();
     fail(`the server at ${opt.target} was not SERVING within ${seconds} s ` +
-         `(${grpc.status[err.code]}: ${err.details}; last status: ${last})`);
-  });
+         `(${why}; last status: ${last})`);
+  };
+  const again = (why) => {
+    if (Date.now() >= deadline) giveUp(why);
+    else setTimeout(watch, 100);
+  };
+  function watch() {
+    const metadata = new grpc.Metadata({ waitForReady: true });
+    const call = health.Watch({ service: 'dcformer.v1.TextGeneration' }, metadata,
+      { deadline });
+    let ended = false;
+    call.on('data', (msg) => {
+      last = msg.status;
+      if (msg.status === 'SERVING' && !ready) {
+        ready = true;
+        call.cancel();
+        health.close();
+        done();
+      }
+    });
+    call.on('error', (err) => {
+      if (ready || ended) return;  // our own cancel
+      ended = true;
+      const why = `${grpc.status[err.code]}: ${err.details}`;
+      if (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.CANCELLED) again(why);
+      else giveUp(why);
+    });
+    call.on('end', () => {
+      if (ready || ended) return;
+      ended = true;
+      again('the watch ended');
+    });
+  }
+  watch();
 }
 
 function generate() {

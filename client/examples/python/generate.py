@@ -26,7 +26,13 @@ DEFAULT_WAIT_READY_S = 60.0
 
 
 def seconds(text):
-    return float(text[:-1] if text.endswith("s") else text)
+    try:
+        value = float(text[:-1] if text.endswith("s") else text)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds > 0")
+    return value
 
 
 parser = argparse.ArgumentParser()
@@ -74,21 +80,34 @@ if args.wait_ready is not None:
     # The standard health service (generated into build/python from
     # proto/grpc/health/v1/health.proto), watched with wait-for-ready: the call waits for a
     # connection instead of failing, then streams the status until SERVING.
+    # A watch that ends early (the server restarted or drained: UNAVAILABLE, or ended without
+    # SERVING) is watched again until the deadline, as dcformer-cli does.
+    import time
     import health_pb2
     import health_pb2_grpc
-    watch = health_pb2_grpc.HealthStub(channel).Watch(
-        health_pb2.HealthCheckRequest(service="dcformer.v1.TextGeneration"),
-        wait_for_ready=True, timeout=args.wait_ready)
-    last = "no answer"
-    try:
-        for msg in watch:
-            last = health_pb2.HealthCheckResponse.ServingStatus.Name(msg.status)
-            if msg.status == health_pb2.HealthCheckResponse.SERVING:
-                watch.cancel()
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + args.wait_ready
+    last, serving, error = "no answer", False, "the watch ended"
+    while not serving and time.monotonic() < deadline:
+        watch = health.Watch(
+            health_pb2.HealthCheckRequest(service="dcformer.v1.TextGeneration"),
+            wait_for_ready=True, timeout=max(deadline - time.monotonic(), 0.001))
+        try:
+            for msg in watch:
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(msg.status)
+                if msg.status == health_pb2.HealthCheckResponse.SERVING:
+                    serving = True
+                    watch.cancel()
+                    break
+        except grpc.RpcError as e:
+            error = f"{e.code().name}: {e.details()}"
+            if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 break
-    except grpc.RpcError as e:
+        if not serving:
+            time.sleep(0.1)
+    if not serving:
         print(f"the server at {args.target} was not SERVING within {args.wait_ready:g} s "
-              f"({e.code().name}: {e.details()}; last status: {last})", file=sys.stderr)
+              f"({error}; last status: {last})", file=sys.stderr)
         sys.exit(1)
 
 stub = dcformer_pb2_grpc.TextGenerationStub(channel)
