@@ -57,6 +57,36 @@ def clients(target, *args):
     return out
 
 
+def start_waiting_clients(target, wait=None):
+    """`dcformer-cli health` and the three clients generating 3 tokens, each with --wait-ready
+    (`wait` seconds; None: the bare flag, its default)."""
+    def flag(name):
+        if wait is None:
+            return "--wait-ready"
+        return f"--wait-ready={wait}s" if name in ("health", "dcformer-cli") else \
+            f"--wait-ready={wait}"
+    procs = [("health", subprocess.Popen([h.CLI, "health", f"--target={target}", flag("health")],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True))]
+    for name, cmd in clients(target):
+        procs.append((name, subprocess.Popen(cmd + [flag(name), "--prompt-ids=5,6,7",
+                                                    "--max-new-tokens=3", "--temperature=0"],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True, env=example_env())))
+    return procs
+
+
+def assert_clients_finish(test, procs):
+    """Each of start_waiting_clients' processes exits 0 with what it should print."""
+    for name, proc in procs:
+        out, err = proc.communicate(timeout=120)
+        test.assertEqual(proc.returncode, 0, f"{name}: {err}")
+        if name == "health":
+            test.assertEqual(out, "SERVING\n")
+        else:
+            test.assertEqual(len(out.strip().split(",")), 3, f"{name}: {out}")
+
+
 def established_connections(port):
     """Established TCP connections to local port `port` (IPv4 and IPv6, from procfs)."""
     count = 0
@@ -241,27 +271,13 @@ class WaitReadyTest(unittest.TestCase):
             self.assertEqual(p.stderr, f"dcformer-cli: the server at {server.target} was not "
                                        "SERVING within 1s (last status NOT_SERVING)\n")
             self.assertEqual(p.stdout, "")
-            health = subprocess.Popen([h.CLI, "health", f"--target={server.target}",
-                                       "--wait-ready"], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
-            procs = [("health", health)] + [
-                (name, subprocess.Popen(cmd + ["--wait-ready", "--prompt-ids=5,6,7",
-                                               "--max-new-tokens=3", "--temperature=0"],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=example_env()))
-                for name, cmd in clients(server.target)]
+            procs = start_waiting_clients(server.target)
             try:
                 for name, proc in procs:
                     if proc.poll() is not None:
                         self.fail(f"{name} did not wait: {proc.communicate()}")
                 release()
-                for name, proc in procs:
-                    out, err = proc.communicate(timeout=120)
-                    self.assertEqual(proc.returncode, 0, f"{name}: {err}")
-                    if name == "health":
-                        self.assertEqual(out, "SERVING\n")
-                    else:
-                        self.assertEqual(len(out.strip().split(",")), 3, f"{name}: {out}")
+                assert_clients_finish(self, procs)
             finally:
                 end_all(procs)
 
@@ -282,15 +298,7 @@ class WaitReadyTest(unittest.TestCase):
                     status = h.health_pb2_grpc.HealthStub(ch).Check(
                         h.health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=30).status
                 self.assertEqual(status, h.NOT_SERVING)
-                procs = [("health", subprocess.Popen(
-                    [h.CLI, "health", f"--target={target}", "--wait-ready=120s"],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))] + [
-                    (name, subprocess.Popen(cmd + ["--wait-ready=120s" if name == "dcformer-cli"
-                                                   else "--wait-ready=120", "--prompt-ids=5,6,7",
-                                                   "--max-new-tokens=3", "--temperature=0"],
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            text=True, env=example_env()))
-                    for name, cmd in clients(target)]
+                procs = start_waiting_clients(target, wait=120)
                 # Every client is connected (and watching) before the server goes away.
                 h.wait_until(lambda: established_connections(port) >= len(procs), timeout=60,
                              what="every client connected")
@@ -303,13 +311,7 @@ class WaitReadyTest(unittest.TestCase):
             second = h.Server(model=h.SHORT_MODEL, ready=False)
             second.port, second.metrics_port = port, metrics_port
             with second:
-                for name, proc in procs:
-                    out, err = proc.communicate(timeout=120)
-                    self.assertEqual(proc.returncode, 0, f"{name}: {err}")
-                    if name == "health":
-                        self.assertEqual(out, "SERVING\n")
-                    else:
-                        self.assertEqual(len(out.strip().split(",")), 3, f"{name}: {out}")
+                assert_clients_finish(self, procs)
         finally:
             end_all(procs)
 
