@@ -144,10 +144,12 @@ absl::Status DcformerServer::Start() {
   builder.AddListeningPort(address, credentials, &bound_port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
-  // Twice the flag: a message up to that reaches the service, which answers
+  // The flag plus a small margin: a message up to that reaches the service, which answers
   // RESOURCE_EXHAUSTED and counts it (ServingState::CheckRequestSize); gRPC refuses larger
-  // ones itself, before any service sees them.
-  builder.SetMaxReceiveMessageSize(2 * options_.max_receive_message_bytes);
+  // ones itself, before any service sees them. gRPC holds a request message in full before
+  // any service (and so the API-key check) sees it: this is what one stream can cost
+  // unauthenticated (docs/API.md, "Security").
+  builder.SetMaxReceiveMessageSize(GrpcReceiveLimit(options_));
   builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
   // No compressed requests: gRPC 1.51 inflates a message completely before it checks its
   // size (a 1 MB gzip bomb became 1 GB before any limit or API key was looked at). With only
@@ -366,7 +368,7 @@ absl::Status DcformerServer::Watch(absl::Notification* stop) {
   int self_check_failures = 0;
   while (!stop->WaitForNotificationWithTimeout(options_.health_poll_interval)) {
     if (engine_ == nullptr) continue;
-    state_->EndStalledStreams(absl::Now());
+    state_->EndStalledStreams(SteadyNowNanos());
     if (options_.self_check_interval > absl::ZeroDuration() && absl::Now() >= next_self_check) {
       const absl::Status probe = ProbeListener(self_check_host, bound_port_, self_check_timeout);
       next_self_check = absl::Now() + options_.self_check_interval;
