@@ -48,9 +48,11 @@ const std::string& ServiceName() {
   return *name;
 }
 
-// Health Watch streams: at most this many open, this many from one peer (health_service.h).
+// Health Watch streams: at most this many open, this many from one client address
+// (health_service.h: when full, the oldest of the heaviest address makes room). One costs
+// ~17 KiB. Behind a proxy every client's streams come from the proxy's address.
 constexpr int kMaxHealthWatchers = 4096;
-constexpr int kMaxHealthWatchersPerPeer = 16;
+constexpr int kMaxHealthWatchersPerPeer = 1024;
 // Threads of gRPC's synchronous server (only the reflection service, with --reflection, runs
 // there: one thread per open stream, which is why it is capped). The callback services use
 // none of these.
@@ -146,9 +148,8 @@ absl::Status DcformerServer::Start() {
   builder.RegisterService(health_.get());
   // The flag plus a small margin: a message up to that reaches the service, which answers
   // RESOURCE_EXHAUSTED and counts it (ServingState::CheckRequestSize); gRPC refuses larger
-  // ones itself, before any service sees them. gRPC holds a request message in full before
-  // any service (and so the API-key check) sees it: this is what one stream can cost
-  // unauthenticated (docs/API.md, "Security").
+  // ones itself, before any service sees them (but only once they are in: what bounds the
+  // memory of messages still arriving is the resource quota below).
   builder.SetMaxReceiveMessageSize(GrpcReceiveLimit(options_));
   builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
   // No compressed requests: gRPC 1.51 inflates a message completely before it checks its
@@ -158,6 +159,14 @@ absl::Status DcformerServer::Start() {
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   grpc::ResourceQuota quota("dcformer-server");
   quota.SetMaxThreads(kMaxSyncServerThreads);
+  // gRPC 1.51 buffers a request message in full before it checks its size (at the message's
+  // end) or any service sees it (so before the API key is checked), and grants a stream the
+  // flow-control window for whatever length the message declares: without this bound one
+  // unauthenticated client made it hold 8 GiB (docs/API.md, "Security"). Past it gRPC cancels
+  // streams ("Buffers full") until its memory is back under the limit.
+  if (options_.grpc_memory_limit_bytes > 0) {
+    quota.Resize(static_cast<size_t>(options_.grpc_memory_limit_bytes));
+  }
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port is an error
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);

@@ -37,6 +37,10 @@ ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that lea
 ABSL_FLAG(bool, warmup, true, "run one tiny request before reporting SERVING");
 ABSL_FLAG(int, max_receive_message_bytes, 1 << 20, "largest accepted request message");
 ABSL_FLAG(int, max_send_message_bytes, 4 << 20, "largest response message");
+ABSL_FLAG(int64_t, grpc_memory_limit_bytes, int64_t{512} << 20,
+          "memory gRPC may hold for connections and calls (its resource quota): past it, it "
+          "cancels streams until it is back under; what bounds request messages that are still "
+          "arriving (gRPC holds each in full before any check, API key included); 0 = no limit");
 ABSL_FLAG(int, max_stream_buffer_bytes, 1 << 20,
           "a Generate stream whose unsent output grows past this (the client stopped reading) "
           "is cancelled with RESOURCE_EXHAUSTED; at most half of --max-send-message-bytes");
@@ -118,6 +122,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   o.max_send_message_bytes = absl::GetFlag(FLAGS_max_send_message_bytes);
+  o.grpc_memory_limit_bytes = absl::GetFlag(FLAGS_grpc_memory_limit_bytes);
   o.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   o.write_stall_timeout = absl::GetFlag(FLAGS_write_stall_timeout);
   o.first_write_timeout = absl::GetFlag(FLAGS_first_write_timeout);
@@ -177,6 +182,12 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
     return bad("max-receive-message-bytes", "must be in [1024, 2^30]");
   }
   if (o.max_send_message_bytes < 1024) return bad("max-send-message-bytes", "must be >= 1024");
+  // Below a few messages' worth gRPC would cancel ordinary calls.
+  if (o.grpc_memory_limit_bytes != 0 &&
+      o.grpc_memory_limit_bytes < 4 * int64_t{GrpcReceiveLimit(o)}) {
+    return bad("grpc-memory-limit-bytes",
+               "must be 0 (no limit) or at least 4 x (--max-receive-message-bytes + 64 KiB)");
+  }
   // Output coalesces into one message while a write is in flight: it must stay sendable.
   if (o.max_stream_buffer_bytes < 1024 || o.max_stream_buffer_bytes > o.max_send_message_bytes / 2) {
     return bad("max-stream-buffer-bytes", "must be in [1024, --max-send-message-bytes / 2]");

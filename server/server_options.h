@@ -1,6 +1,7 @@
 // Everything dcformer-server can be configured with, and its command-line flags.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,7 @@ struct ServerOptions {
   bool warmup = true;                 // run one tiny request before reporting SERVING
 
   int max_receive_message_bytes = 1 << 20;
+  int64_t grpc_memory_limit_bytes = 512 << 20;  // gRPC's resource quota; 0 = none
   int max_send_message_bytes = 4 << 20;
   int max_stream_buffer_bytes = 1 << 20;  // output waiting for a client that does not read
   absl::Duration write_stall_timeout = absl::Seconds(30);  // a message not sent by then ends

@@ -175,6 +175,18 @@ WATCH = "/grpc.health.v1.Health/Watch"
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 KJV = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
 GRPC_UNIMPLEMENTED, GRPC_RESOURCE_EXHAUSTED = 12, 8
+# The health service's Watch bounds (server/dcformer_server.cc).
+MAX_WATCHERS, MAX_WATCHERS_PER_ADDRESS = 4096, 1024
+
+
+def pump_all_until(clients, predicate, timeout, what):
+    """Reads what arrives on every connection until `predicate()` holds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        for c in clients:
+            c.pump(0.01)
 
 
 def generate_body(ids, n, **kw):
@@ -345,20 +357,70 @@ class StreamBoundsTest(unittest.TestCase):
                 for c in clients:
                     for _ in range(200):
                         c.start_call(WATCH, hp.grpc_message(b""))
-                settled = lambda: all(x.ended or x.headers is not None
-                                      for c in clients for x in c.calls.values())
-                deadline = time.monotonic() + 60
-                while not settled() and time.monotonic() < deadline:
-                    for c in clients:
-                        c.pump(0.05)
-                for c in clients:
-                    calls = list(c.calls.values())
-                    still_open = [x for x in calls if not x.ended]
-                    self.assertEqual(len(still_open), 16)  # per connection (per peer)
-                    self.assertTrue(all(x.status == GRPC_RESOURCE_EXHAUSTED
-                                        for x in calls if x.ended))
+                calls = [x for c in clients for x in c.calls.values()]
+                # 2,000 streams from one address: at most 1024 stay open; each newer one
+                # closed the address's oldest, with UNIMPLEMENTED (client-side health checking
+                # reads that as "treat the server as healthy").
+                pump_all_until(clients, lambda: sum(x.ended for x in calls) >= 2000 - 1024
+                               and all(x.ended or x.headers for x in calls),
+                               60, "the oldest Watch streams closed")
+                still_open = [x for x in calls if not x.ended]
+                self.assertEqual(len(still_open), MAX_WATCHERS_PER_ADDRESS)
+                for x in calls:
+                    if x.ended:
+                        self.assertEqual(x.status, GRPC_UNIMPLEMENTED, x.message)
+                        self.assertIn("health Check still answers", x.message)
                 self.assertLess(h.rss_mib(pid) - rss_before, 64 + h.RSS_SLACK_MIB)
                 self.assertEqual(server.check_health(), h.SERVING)
+            finally:
+                for c in clients:
+                    c.close()
+
+    def test_one_connection_keeps_all_its_watch_streams(self):
+        # Behind a proxy many clients share one upstream connection (the old bound, 16 per
+        # connection, refused the 17th client's health check): a connection's 256 streams
+        # (--max-concurrent-streams) are all served.
+        with h.Server() as server, hp.H2Client(server.port) as client:
+            for _ in range(256):
+                client.start_call(WATCH, hp.grpc_message(b""))
+            client.pump_until(lambda: all(x.headers for x in client.calls.values()), 60,
+                              "every Watch stream answered")
+            client.pump(0.2)
+            self.assertEqual([x.status for x in client.calls.values() if x.ended], [])
+            self.assertEqual(sum(x.data > 0 for x in client.calls.values()), 256)
+
+    def test_watch_flood_does_not_fail_client_health_checks(self):
+        # 260 connections from five addresses, 16 Watch streams each: more than the 4096 the
+        # server keeps. A client with the documented service config (round_robin +
+        # healthCheckConfig) then connects: its health check stream gets in (the heaviest
+        # address made room), so its calls go through instead of failing UNAVAILABLE "health
+        # check call failed" (as with the old bound, which refused the newcomer).
+        with open(os.path.join(h.SOURCE_DIR, "deploy", "client", "service-config.json")) as f:
+            config = f.read()
+        with h.Server() as server:
+            clients = [hp.H2Client(server.port, source=f"127.0.0.{1 + i % 5}")
+                       for i in range(260)]
+            try:
+                for c in clients:
+                    for _ in range(16):
+                        c.start_call(WATCH, hp.grpc_message(b""))
+                calls = [x for c in clients for x in c.calls.values()]
+                pump_all_until(clients, lambda: all(x.ended or x.headers for x in calls)
+                               and sum(x.ended for x in calls) >= len(calls) - MAX_WATCHERS,
+                               120, "the flood trimmed to the bound")
+                with grpc.insecure_channel(server.target, options=[
+                        ("grpc.service_config", config)] + OWN_CONNECTION) as ch:
+                    stub = h.pb_grpc.TextGenerationStub(ch)
+                    for _ in range(3):
+                        tokens, _ = h.collect(stub.Generate(h.ids_request(PROMPT, 4),
+                                                            timeout=30))
+                        self.assertEqual(len(tokens), 4)
+                    # Its stream took the place of the oldest of one flooding address.
+                    pump_all_until(clients,
+                                   lambda: sum(not x.ended for x in calls) <= MAX_WATCHERS - 1,
+                                   30, "a flood stream closed for the client's")
+                    self.assertEqual(sum(not x.ended for x in calls), MAX_WATCHERS - 1)
+                self.assertTrue(all(x.status == GRPC_UNIMPLEMENTED for x in calls if x.ended))
             finally:
                 for c in clients:
                     c.close()
