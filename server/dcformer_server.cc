@@ -286,7 +286,24 @@ bool DcformerServer::NoteReload(const char* file, const absl::StatusOr<bool>& re
 
 void DcformerServer::ReloadApiKeys() {
   const std::string in_force = absl::StrCat("the last good ", auth_->num_keys(), " key(s)");
-  if (NoteReload("api_keys", auth_->Reload(), in_force, &last_api_key_error_)) {
+  absl::StatusOr<ApiKeyChecker::Reloaded> reloaded = auth_->Reload();
+  if (reloaded.ok() && !reloaded->bad_lines.empty()) {
+    // The valid keys apply (a revoked key must not outlive the reload), but the file is not
+    // what the operator meant: counted and logged as a failed reload.
+    metrics_.RecordCredentialReload("api_keys", false);
+    if (reloaded->bad_lines != last_api_key_error_) {
+      DCF_LOG(Error) << "api_keys reloaded with errors, " << auth_->num_keys()
+                     << " valid key(s) in force: " << reloaded->bad_lines;
+    }
+    last_api_key_error_ = reloaded->bad_lines;
+    if (reloaded->changed) {
+      DCF_LOG(Info) << "api keys reloaded: " << auth_->num_keys() << " key(s)";
+    }
+    return;
+  }
+  const absl::StatusOr<bool> changed =
+      reloaded.ok() ? absl::StatusOr<bool>(reloaded->changed) : reloaded.status();
+  if (NoteReload("api_keys", changed, in_force, &last_api_key_error_)) {
     DCF_LOG(Info) << "api keys reloaded: " << auth_->num_keys() << " key(s)";
   }
 }
