@@ -392,12 +392,22 @@ absl::Status DcformerServer::Watch(absl::Notification* stop) {
       std::min(kSelfCheckTimeout, options_.self_check_interval);
   absl::Time next_self_check = absl::Now() + options_.self_check_interval;
   int self_check_failures = 0;
+  bool self_check_fallback_logged = false;
   while (!stop->WaitForNotificationWithTimeout(options_.health_poll_interval)) {
     if (engine_ == nullptr) continue;
     state_->EndStalledStreams(SteadyNowNanos());
     if (options_.self_check_interval > absl::ZeroDuration() && absl::Now() >= next_self_check) {
-      const absl::Status probe = ProbeListener(self_check_host, bound_port_, self_check_timeout);
+      bool queue_visible = true;
+      const absl::Status probe =
+          ProbeListener(self_check_host, bound_port_, self_check_timeout, &queue_visible);
       next_self_check = absl::Now() + options_.self_check_interval;
+      if (!queue_visible && !self_check_fallback_logged) {
+        self_check_fallback_logged = true;
+        DCF_LOG(Warning) << "self-check: /proc/self/net/tcp{,6} shows no listener on port "
+                         << bound_port_ << " (a sandboxed runtime?): checking only that a "
+                            "connect completes, which notices a listener that stopped "
+                            "accepting only once its accept queue is full";
+      }
       if (probe.ok()) {
         if (self_check_failures > 0) DCF_LOG(Info) << "self-check: the gRPC port answers again";
         self_check_failures = 0;
