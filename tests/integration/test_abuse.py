@@ -886,8 +886,11 @@ class CountsTest(unittest.TestCase):
                                            outcome="resource_exhausted"), 1)
             self.assertEqual(server.metric("dcformer_unary_requests_total", method="Detokenize",
                                            outcome="ok"), 0)
-            big = h.ids_request([300] * 600_000, 1)
+            # Just over the 1 MiB limit (within gRPC's 64 KiB margin): the service refuses,
+            # counts and logs it.
+            big = h.ids_request([300] * 530_000, 1)
             self.assertGreater(big.ByteSize(), 1_048_576)
+            self.assertLess(big.ByteSize(), 1_048_576 + 65_536)
             with self.assertRaises(grpc.RpcError) as ctx:
                 h.collect(stub.Generate(big, timeout=30))
             self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
@@ -896,6 +899,11 @@ class CountsTest(unittest.TestCase):
                                                outcome="resource_exhausted") == 1,
                          what="the oversized request counted")
             self.assertIn("outcome=resource_exhausted", server.read_log())
+            # Past the margin gRPC refuses it itself (it never holds more than limit + 64 KiB
+            # of one message), unseen by the service.
+            with self.assertRaises(grpc.RpcError) as ctx:
+                h.collect(stub.Generate(h.ids_request([300] * 600_000, 1), timeout=30))
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 class QueuedPromptTokensTest(unittest.TestCase):
