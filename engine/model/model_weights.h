@@ -75,9 +75,10 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 // Validates the checkpoint's names, shapes and dtypes against `config` (derived/dead keys
 // listed in DCFORMER.md are ignored; any other missing, extra or misshapen tensor is an
 // InvalidArgument naming it), then reads everything (see WeightLoadOptions). The layer count
-// is checked against the layers the checkpoint holds before anything is built per layer, so
-// a config that names more layers than the files hold fails at once (InvalidArgument naming
-// n_layer), whatever it claims. ResourceExhausted when host memory runs out.
+// is checked against the layers the checkpoint holds (0, 1, 2, ... up to the first index
+// with no tensor) before anything is built per layer, so a config that names more layers
+// than the files hold fails at once (InvalidArgument naming n_layer), whatever it claims and
+// whatever far layer index a stray tensor names. ResourceExhausted when host memory runs out.
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, CheckpointReader& reader,
                                               const WeightLoadOptions& options = {});
 
