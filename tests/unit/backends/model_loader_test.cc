@@ -13,7 +13,7 @@
 namespace dcf {
 namespace {
 
-class ModelWeightsTest : public testing::ModelFilesTest {
+class ModelLoaderTest : public testing::ModelFilesTest {
  protected:
   // Logits of a fixed sequence; empty (and a test failure) when the model does not load.
   std::vector<float> Logits() {
@@ -30,7 +30,7 @@ class ModelWeightsTest : public testing::ModelFilesTest {
   }
 };
 
-TEST_F(ModelWeightsTest, SplitQkvEqualsFused) {
+TEST_F(ModelLoaderTest, SplitQkvEqualsFused) {
   const std::vector<float> reference = Logits();
   ASSERT_EQ(reference.size(), 10u * 64);
   SplitQkv();
@@ -38,7 +38,7 @@ TEST_F(ModelWeightsTest, SplitQkvEqualsFused) {
   EXPECT_EQ(Logits(), reference);
 }
 
-TEST_F(ModelWeightsTest, Bf16AndF16FilesLoad) {
+TEST_F(ModelLoaderTest, Bf16AndF16FilesLoad) {
   const std::vector<float> reference = Logits();
   ASSERT_EQ(reference.size(), 10u * 64);
   for (DType dt : {DType::kBF16, DType::kF16}) {
@@ -52,7 +52,7 @@ TEST_F(ModelWeightsTest, Bf16AndF16FilesLoad) {
   }
 }
 
-TEST_F(ModelWeightsTest, WrongConfigForFileNamesTheTensor) {
+TEST_F(ModelLoaderTest, WrongConfigForFileNamesTheTensor) {
   config_json_["intermediate_size"] = 50;
   std::ofstream(dir_.File("config.json")) << config_json_.dump();
   auto m = LoadModel(dir_.path());
@@ -61,7 +61,7 @@ TEST_F(ModelWeightsTest, WrongConfigForFileNamesTheTensor) {
       << m.status();
 }
 
-TEST(ModelLoaderTest, ReportsMissingPieces) {
+TEST_F(ModelLoaderTest, ReportsMissingPieces) {
   testing::TempDir dir;
   EXPECT_EQ(LoadModel(dir.path()).status().code(), absl::StatusCode::kNotFound);  // no config
   std::ofstream(dir.File("config.json")) << SmallDcFormerConfig(32, 2, 4, 48, 64, 64, 8).dump();
