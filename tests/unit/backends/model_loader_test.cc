@@ -5,9 +5,13 @@
 #include <fstream>
 
 #include "engine/backends/backend_factory.h"
+#include "engine/common/memory_info.h"
+#include "engine/cuda/cuda_backend_factory.h"
 #include "engine/serving/sequence_runner.h"
+#include "engine/simt/simt_testing.h"
 #include "gtest/gtest.h"
 #include "tests/testing/model_files.h"
+#include "tests/testing/peak_memory.h"
 #include "tests/testing/temp_dir.h"
 
 namespace dcf {
@@ -67,6 +71,73 @@ TEST_F(ModelLoaderTest, ReportsMissingPieces) {
   std::ofstream(dir.File("config.json")) << SmallDcFormerConfig(32, 2, 4, 48, 64, 64, 8).dump();
   auto m = LoadModel(dir.path());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);  // no weights
+}
+
+// A config.json naming an absurd context (block_size 10^8 took 59 s and 12.5 GB on cuda-sim
+// before the RoPE tables' device allocation failed; 2^30, an uncaught std::bad_alloc) is
+// refused naming block_size, on every backend, before anything is allocated for it.
+TEST_F(ModelLoaderTest, AbsurdContextIsRefusedNamingBlockSize) {
+  for (int64_t block_size : {int64_t{100000000}, int64_t{1} << 30}) {
+    config_json_["block_size"] = block_size;
+    std::ofstream(dir_.File("config.json")) << config_json_.dump();
+    for (BackendKind kind : {BackendKind::kCpu, BackendKind::kCudaSim}) {
+      BackendOptions o;
+      o.kind = kind;
+      auto m = LoadModel(dir_.path(), o);
+      ASSERT_FALSE(m.ok()) << BackendKindName(kind);
+      EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(std::string(m.status().message()).find("'block_size' is " +
+                                                       std::to_string(block_size)),
+                std::string::npos)
+          << m.status();
+    }
+  }
+}
+
+// The CUDA backend on cuda-sim bounds the context itself (a ModelConfig built in code skips
+// config.json's check): 2^30 positions are refused before anything is allocated, and at the
+// longest context served the RoPE tables go to the device first, so a device without room
+// for them fails ResourceExhausted naming them before the host built 2 x 16 MB of angles.
+TEST_F(ModelLoaderTest, CudaSimBoundsTheContextBeforeAllocatingTheRopeTables) {
+  const auto create = [&](int max_positions) {
+    ModelConfig c = config_;
+    c.max_positions = max_positions;
+    auto reader = OpenCheckpointDir(dir_.path());
+    EXPECT_TRUE(reader.ok()) << reader.status();
+    auto weights = LoadModelWeights(c, **reader);
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    BackendOptions o;
+    o.dtype = DType::kF32;
+    const bool reset = testing::ResetPeakResident();
+    const size_t before = ProcessResidentBytes(), device_before = simt::DeviceMemoryUsedBytes();
+    auto b = cuda::sim::CreateBackend(c, *std::move(weights), o);
+    // The emulator's device memory is host memory: beyond it, the host never holds
+    // per-position tables.
+    const size_t device = simt::DeviceMemoryUsedBytes() - device_before;
+    if (reset) {
+      EXPECT_LT(testing::PeakResidentBytes(), before + device + (12u << 20)) << max_positions;
+    }
+    return b.status();
+  };
+  absl::Status st = create(1 << 30);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("contexts of 1 to 1048576 positions (model: "
+                                           "1073741824)"),
+            std::string::npos)
+      << st;
+
+  // Room for the weights (under 1 MB; the emulator's GEMM has no workspace), not for a
+  // 16 MB RoPE table (2^20 positions x rotary_dim/2 = 4 floats).
+  ASSERT_EQ(config_.rotary_dim, 8);
+  const size_t device = simt::DeviceMemoryBytes();
+  simt::SetDeviceMemoryBytes(simt::DeviceMemoryUsedBytes() + (8u << 20));
+  st = create(ModelConfig::kMaxPositions);
+  simt::SetDeviceMemoryBytes(device);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(std::string(st.message()).find("RoPE table"), std::string::npos) << st;
+
+  // With the room, the longest context is served, and its tables hold every position.
+  EXPECT_TRUE(create(ModelConfig::kMaxPositions).ok());
 }
 
 }  // namespace
