@@ -134,7 +134,8 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
                            "cudaEventCreate");
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
-  ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_));
+  ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_,
+                                             options_.check_weights));
 
   // RoPE angles of every position (RopeAngles, as the CPU backend computes them per token),
   // so both backends rotate by bit-identical cos/sin. The device tables come first

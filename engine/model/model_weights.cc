@@ -228,14 +228,20 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       const DType dtype = options.dtype.value_or(stored.at(e.name));
       *e.dst = Tensor(dtype, e.shape);
       RETURN_IF_ERROR(reader.Read(e.name, dtype, e.dst->data(), e.dst->numel()));
-      if (options.check_finite) {
-        int64_t first = -1;
-        const int64_t bad = CountNonFinite(dtype, e.dst->data(), e.dst->numel(), &first);
-        if (bad > 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor '", e.name, "' holds ", bad, " non-finite values (NaN or infinity), the "
-              "first at flat index ", first, ": the checkpoint is corrupt"));
+      // The scan reads what was loaded; only when it finds something are the stored values
+      // read again, to tell a corrupt checkpoint from a conversion out of range (F32 -> F16).
+      if (options.check_finite &&
+          CountNonFinite(dtype, e.dst->data(), e.dst->numel(), nullptr) > 0) {
+        const DType from = stored.at(e.name);
+        if (from == dtype) {
+          return CheckFiniteConversion(e.name, from, e.dst->data(), e.dst->numel(), dtype);
         }
+        Tensor raw(from, e.shape);
+        RETURN_IF_ERROR(reader.Read(e.name, from, raw.data(), raw.numel()));
+        RETURN_IF_ERROR(CheckFiniteConversion(e.name, from, raw.data(), raw.numel(), dtype));
+        return absl::InternalError(absl::StrCat(
+            "tensor '", e.name, "' loaded non-finite values that neither its stored ",
+            DTypeName(from), " values nor their conversion to ", DTypeName(dtype), " hold"));
       }
     }
     for (int l = 0; l < c.n_layer; ++l) {

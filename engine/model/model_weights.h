@@ -58,7 +58,8 @@ struct WeightLoadOptions {
   // Convert every tensor to this dtype while reading; nullopt keeps the checkpoint's dtype.
   std::optional<DType> dtype = DType::kF32;
   // Scan every tensor for NaN and infinity after reading it (one pass over the weights):
-  // InvalidArgument naming the first tensor that holds any. Off by default; a model with
+  // InvalidArgument naming the first tensor that holds any, as corrupt when the stored values
+  // do, else as out of `dtype`'s range (CheckFiniteConversion). Off by default; a model with
   // such weights otherwise loads, and the engine ends each request whose logits come out
   // non-finite.
   bool check_finite = false;

@@ -73,6 +73,31 @@ TEST_F(ModelLoaderTest, ReportsMissingPieces) {
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);  // no weights
 }
 
+// --check-weights with --dtype float16 on an F32 checkpoint holding 1e5 (beyond F16's 65504):
+// both backends name the conversion (cpu converts while loading, cuda-sim while uploading,
+// where nothing scanned it before); without the flag the model loads.
+TEST_F(ModelLoaderTest, CheckWeightsNamesAConversionOutOfRange) {
+  data_[Index("layers.0.feed_forward.w2.weight")][3] = 1e5f;
+  Rewrite();
+  for (BackendKind kind : {BackendKind::kCpu, BackendKind::kCudaSim}) {
+    BackendOptions o;
+    o.kind = kind;
+    o.dtype = DType::kF16;
+    EXPECT_TRUE(LoadModel(dir_.path(), o).ok()) << BackendKindName(kind);
+    o.check_weights = true;
+    auto m = LoadModel(dir_.path(), o);
+    ASSERT_FALSE(m.ok()) << BackendKindName(kind);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(m.status().message()).find("holds 1 values beyond the range of F16"),
+              std::string::npos)
+        << m.status();
+    EXPECT_NE(std::string(m.status().message()).find("feed_forward.w2"), std::string::npos)
+        << m.status();
+    o.dtype = DType::kBF16;
+    EXPECT_TRUE(LoadModel(dir_.path(), o).ok()) << BackendKindName(kind);
+  }
+}
+
 // A config.json naming an absurd context (block_size 10^8 took 59 s and 12.5 GB on cuda-sim
 // before the RoPE tables' device allocation failed; 2^30, an uncaught std::bad_alloc) is
 // refused naming block_size, on every backend, before anything is allocated for it.

@@ -135,6 +135,42 @@ TEST_F(ModelWeightsTest, OptInScanRefusesNonFiniteWeights) {
   EXPECT_TRUE(LoadStatus(scan).ok());
 }
 
+// The scan judges the stored values: a finite F32 value beyond F16's range (65504) loaded as
+// F16 is reported as what it is, not as a corrupt checkpoint (it was, before); a NaN stored
+// in F32 is corrupt whatever the load converts to, counted as stored.
+TEST_F(ModelWeightsTest, OptInScanTellsAConversionOutOfRangeFromCorruption) {
+  const size_t i = Index("layers.1.attention.wo.weight");
+  data_[i][6] = 1e5f;
+  data_[i][20] = -7e4f;
+  Rewrite();
+  WeightLoadOptions scan;
+  scan.check_finite = true;
+  scan.dtype = DType::kF16;
+  absl::Status st = LoadStatus(scan);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("tensor 'layers.1.attention.wo.weight' holds 2 values "
+                                           "beyond the range of F16, the first at flat index 6 "
+                                           "(100000): converted from the checkpoint's F32"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(std::string(st.message()).find("corrupt"), std::string::npos) << st;
+  for (DType wide : {DType::kF32, DType::kBF16}) {
+    scan.dtype = wide;
+    EXPECT_TRUE(LoadStatus(scan).ok()) << DTypeName(wide) << ": " << LoadStatus(scan);
+  }
+  scan.dtype = std::nullopt;
+  EXPECT_TRUE(LoadStatus(scan).ok()) << LoadStatus(scan);
+
+  data_[i][13] = NAN;
+  Rewrite();
+  scan.dtype = DType::kF16;
+  st = LoadStatus(scan);
+  EXPECT_NE(std::string(st.message()).find("holds 1 non-finite values (NaN or infinity), the "
+                                           "first at flat index 13: the checkpoint is corrupt"),
+            std::string::npos)
+      << st;
+}
+
 TEST(CountNonFiniteTest, EveryDType) {
   const float f[] = {1.0f, NAN, 2.0f, -INFINITY, 3.0f};
   int64_t first = 0;

@@ -185,7 +185,8 @@ TEST_F(GenerateCorruptModelTest, ScoreOfNonFiniteLogitsFails) {
                   {"merges", nlohmann::json::array()}};
   std::ofstream(dir_.File("tokenizer.json")) << tok.dump();
   std::ofstream(dir_.File("text.txt")) << "thequickbrownfoxjumpsoverthelazydog";
-  const std::string cmd = kGenerate + " --model " + dir_.path() + " --score " + dir_.File("text.txt");
+  const std::string cmd =
+      kGenerate + " --model " + dir_.path() + " --score " + dir_.File("text.txt");
   auto r = testing::RunCommand(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
