@@ -21,10 +21,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/backends/backend_factory.h"
@@ -294,7 +293,13 @@ int Main() {
 }  // namespace dcf
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("In-process benchmark of the DCFormer serving engine");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> arg_storage;
+  const std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv, "in-process benchmark of the DCFormer serving engine\n  dcformer-bench [--model-dir DIR] [--backend cpu] [--num-requests N] ...", arg_storage);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "dcformer-bench: unexpected argument '%s' (--help lists the flags)\n",
+                 rest[1]);
+    return 2;
+  }
   return dcf::Main();
 }

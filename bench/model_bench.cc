@@ -28,8 +28,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -343,10 +341,11 @@ int Main() {
 }  // namespace dcf
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Whole-model decode speed against the memory roofline (bench/README.md)");
   std::vector<std::string> storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, storage);
-  absl::ParseCommandLine(argc, args.data());
+  dcf::ParseToolCommandLine(
+      argc, argv,
+      "whole-model decode speed against the memory roofline (bench/README.md)\n"
+      "  dcformer-model-bench --model DIR [--backend cuda] [--decode-batches 1,64] ...",
+      storage);
   return dcf::Main();
 }

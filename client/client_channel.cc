@@ -1,6 +1,8 @@
 #include "client/client_channel.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string_view>
 
 #include <openssl/ssl.h>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/common/file_util.h"
+#include "proto/rpc/grpc_log.h"
 
 namespace dcf::client {
 namespace {
@@ -17,7 +20,8 @@ namespace {
 absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
-    return absl::Status(text.status().code(), absl::StrCat("--", flag, ": ", text.status().message()));
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--", flag, ": ", text.status().message()));
   }
   return text;
 }
@@ -47,6 +51,7 @@ absl::StatusOr<ClientChannel> ClientChannel::Create(const ChannelOptions& option
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty();
+  out.tls_ = tls;
   if (tls) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca.empty()) {
@@ -73,6 +78,12 @@ absl::StatusOr<ClientChannel> ClientChannel::Create(const ChannelOptions& option
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   if (!options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  if (options.max_reconnect_backoff > absl::ZeroDuration()) {
+    const int ms = static_cast<int>(absl::ToInt64Milliseconds(options.max_reconnect_backoff));
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(ms, 100));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(ms, 100));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms);
   }
   out.channel_ = grpc::CreateCustomChannel(options.target, credentials, args);
   return out;
@@ -107,6 +118,34 @@ std::string StatusCodeName(grpc::StatusCode code) {
   const int i = static_cast<int>(code);
   if (i >= 0 && i < static_cast<int>(std::size(kNames))) return std::string(kNames[i]);
   return absl::StrCat("CODE_", i);
+}
+
+void InstallClientGrpcLogging() { rpc::InstallGrpcLogSink(/*print=*/false); }
+
+std::string DescribeRpcError(const grpc::Status& status, bool tls) {
+  std::string out = absl::StrCat(StatusCodeName(status.error_code()), ": ", status.error_message());
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return out;
+  // What gRPC 1.51 says when the two ends disagree about TLS: a TLS server closes a plaintext
+  // connection ("Socket closed"); a plaintext server answers the TLS handshake with bytes that
+  // are no TLS record ("wrong version number"); an untrusted or misnamed certificate fails
+  // verification.
+  const std::string& m = status.error_message();
+  const size_t unhinted = out.size();
+  if (!tls && absl::StrContains(m, "Socket closed")) {
+    absl::StrAppend(&out, " (the server may require TLS: try --tls or --tls-ca FILE)");
+  } else if (tls && absl::StrContains(m, "certificate verify failed")) {
+    absl::StrAppend(&out,
+                    " (the server's certificate is not signed by a trusted CA or does not "
+                    "name the target: check --tls-ca and --tls-server-name)");
+  } else if (tls && absl::StrContains(m, "wrong version number")) {
+    absl::StrAppend(&out, " (the server may not use TLS: try without --tls and --tls-ca)");
+  }
+  // No hint above: what gRPC logged may explain it (a TLS file it could not use).
+  const std::string logged = rpc::FirstGrpcError();
+  if (out.size() == unhinted && !logged.empty() && !absl::StrContains(m, logged)) {
+    absl::StrAppend(&out, " (gRPC: ", logged, ")");
+  }
+  return out;
 }
 
 }  // namespace dcf::client

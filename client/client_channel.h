@@ -21,6 +21,9 @@ struct ChannelOptions {
   std::string api_key_file;         // first non-comment line is sent as a Bearer token
   absl::Duration timeout = absl::ZeroDuration();  // per call; zero = none
   int max_receive_message_bytes = 64 << 20;
+  // Longest pause between connection attempts; zero = gRPC's (up to 120 s). A client that
+  // waits for a server to come up uses about a second, so it connects soon after it listens.
+  absl::Duration max_reconnect_backoff = absl::ZeroDuration();
 };
 
 class ClientChannel {
@@ -31,15 +34,30 @@ class ClientChannel {
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   // Applies the API key and the timeout to a new call's context.
   void Prepare(grpc::ClientContext* context) const;
+  // Whether the channel uses TLS.
+  bool tls() const { return tls_; }
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::string api_key_;
   absl::Duration timeout_;
+  bool tls_ = false;
 };
 
 // The canonical name of a gRPC status code ("UNAUTHENTICATED"), or "CODE_<n>" for a value
 // outside the 17 defined codes.
 std::string StatusCodeName(grpc::StatusCode code);
+
+// "CODE: message" of a failed call, with a hint when a plaintext call was probably refused by
+// a TLS server (gRPC reports only "Socket closed"), a TLS one by a plaintext server, or the
+// server's certificate was not trusted; and, when gRPC logged an error the status does not
+// carry (a TLS file it could not use: "UNAVAILABLE: empty address list" says nothing), the
+// first such error: "(gRPC: Could not load any root certificate.)".
+std::string DescribeRpcError(const grpc::Status& status, bool tls);
+
+// For command-line clients, which report every failure through the call's status: gRPC's own
+// log lines go to the sink (proto/rpc/grpc_log.h) unprinted, unless GRPC_VERBOSITY or GRPC_TRACE asks
+// for them; DescribeRpcError adds the first error among them.
+void InstallClientGrpcLogging();
 
 }  // namespace dcf::client

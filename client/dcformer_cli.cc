@@ -6,10 +6,12 @@
 //   dcformer-cli info                            dcformer-cli health [--service NAME]
 //
 // Common flags: --target host:port, --api-key-file, --tls / --tls-ca / --tls-cert / --tls-key
-// / --tls-server-name, --timeout (e.g. 30s). generate streams text to stdout as it arrives
-// (token ids, comma-separated, when the response carries no text); the finish reason and
-// usage go to stderr. --json prints each response message as one JSON line instead.
-// Exit codes: 0 success, 1 RPC failure (code and message on stderr) or NOT_SERVING, 2 usage.
+// / --tls-server-name, --timeout (e.g. 30s), --wait-ready[=TIMEOUT] (first wait up to TIMEOUT,
+// default 60s, for the server to listen and report SERVING). generate streams text to stdout
+// as it arrives (token ids, comma-separated, when the response carries no text); the finish
+// reason and usage go to stderr. --json prints each response message as one JSON line instead.
+// Exit codes: 0 success, 1 RPC failure (code and message on stderr), NOT_SERVING or a server
+// not ready within --wait-ready, 2 usage.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -17,14 +19,15 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/client_channel.h"
+#include "client/wait_ready.h"
 #include "dcformer/v1/dcformer.grpc.pb.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
+#include "engine/common/status_macros.h"
+#include "engine/common/utf8.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -36,6 +39,10 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mTLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM client private key (mTLS)");
 ABSL_FLAG(std::string, tls_server_name, "", "name to verify in the server certificate");
 ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(), "call deadline, e.g. 30s; 0 = none");
+ABSL_FLAG(absl::Duration, wait_ready, absl::ZeroDuration(),
+          "first wait up to this long (bare --wait-ready: 60s) for the server to listen and its "
+          "health to report SERVING (a server still loading its model), then make the call; "
+          "0 = fail at once when it is not ready");
 ABSL_FLAG(std::string, prompt, "", "prompt text (generate, tokenize)");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
 ABSL_FLAG(std::string, request_id, "", "request id to send (echoed back)");
@@ -76,10 +83,19 @@ int Usage(absl::string_view message) {
   return 2;
 }
 
-int RpcFailed(const grpc::Status& status) {
-  std::cerr << "dcformer-cli: RPC failed: " << dcf::client::StatusCodeName(status.error_code())
-            << ": " << status.error_message() << "\n";
+int RpcFailed(const grpc::Status& status, const dcf::client::ClientChannel& channel) {
+  std::cerr << "dcformer-cli: RPC failed: " << dcf::client::DescribeRpcError(status, channel.tls())
+            << "\n";
   return 1;
+}
+
+// Protobuf would log an error and send invalid UTF-8 in a string field anyway (the server
+// then rejects it): refuse it here, naming the flag.
+absl::Status CheckUtf8(absl::string_view flag, absl::string_view value) {
+  const size_t bad = dcf::FirstInvalidUtf8(std::string_view(value.data(), value.size()));
+  if (bad == std::string_view::npos) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": is not valid UTF-8 (byte ", bad, ")"));
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
@@ -92,6 +108,7 @@ std::string ToJson(const google::protobuf::Message& message) {
 
 absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest() {
   v1::GenerateRequest request;
+  RETURN_IF_ERROR(CheckUtf8("request-id", absl::GetFlag(FLAGS_request_id)));
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
   if (Specified("prompt_ids")) {
     absl::StatusOr<std::vector<int32_t>> ids =
@@ -99,6 +116,7 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest() {
     if (!ids.ok()) return ids.status();
     request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
   } else if (Specified("prompt")) {
+    RETURN_IF_ERROR(CheckUtf8("prompt", absl::GetFlag(FLAGS_prompt)));
     request.set_text(absl::GetFlag(FLAGS_prompt));
   } else {
     return absl::InvalidArgumentError("give --prompt or --prompt-ids");
@@ -118,7 +136,10 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest() {
   if (Specified("seed")) s->set_seed(absl::GetFlag(FLAGS_seed));
   v1::StoppingCriteria* stop = request.mutable_stopping();
   if (Specified("max_new_tokens")) stop->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
-  for (const std::string& s : absl::GetFlag(FLAGS_stop)) stop->add_stop_strings(s);
+  for (const std::string& s : absl::GetFlag(FLAGS_stop)) {
+    RETURN_IF_ERROR(CheckUtf8("stop", s));
+    stop->add_stop_strings(s);
+  }
   absl::StatusOr<std::vector<int32_t>> stop_ids =
       dcf::ParseIdList("stop-token-ids", absl::GetFlag(FLAGS_stop_token_ids));
   if (!stop_ids.ok()) return stop_ids.status();
@@ -184,7 +205,7 @@ int Generate(const dcf::client::ClientChannel& channel) {
               << " prompt_tokens=" << final_message.usage().prompt_tokens()
               << " generated_tokens=" << final_message.usage().generated_tokens() << "]\n";
   }
-  if (!status.ok()) return RpcFailed(status);
+  if (!status.ok()) return RpcFailed(status, channel);
   return 0;
 }
 
@@ -195,12 +216,15 @@ int Unary(const dcf::client::ClientChannel& channel, const Request& request, Res
   grpc::ClientContext context;
   channel.Prepare(&context);
   grpc::Status status = ((*stub).*method)(&context, request, response);
-  if (!status.ok()) return RpcFailed(status);
+  if (!status.ok()) return RpcFailed(status, channel);
   return 0;
 }
 
 int Tokenize(const dcf::client::ClientChannel& channel) {
   if (!Specified("prompt")) return Usage("tokenize needs --prompt");
+  if (absl::Status s = CheckUtf8("prompt", absl::GetFlag(FLAGS_prompt)); !s.ok()) {
+    return Usage(s.message());
+  }
   v1::TokenizeRequest request;
   request.set_text(absl::GetFlag(FLAGS_prompt));
   v1::TokenizeResponse response;
@@ -250,7 +274,7 @@ int Health(const dcf::client::ClientChannel& channel) {
   request.set_service(absl::GetFlag(FLAGS_service));
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = stub->Check(&context, request, &response);
-  if (!status.ok()) return RpcFailed(status);
+  if (!status.ok()) return RpcFailed(status, channel);
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
             << "\n";
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
@@ -259,17 +283,19 @@ int Health(const dcf::client::ClientChannel& channel) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "client of dcformer-server\n"
-      "  dcformer-cli generate|tokenize|detokenize|info|health [--target host:port] ...");
   std::vector<std::string> arg_storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  GivenFlags() = dcf::GivenFlagNames(argc, args.data());
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
+      "client of dcformer-server\n"
+      "  dcformer-cli generate|tokenize|detokenize|info|health [--target host:port] "
+      "[--wait-ready[=60s]] ...",
+      arg_storage, &GivenFlags(),
+      {{"wait_ready", absl::FormatDuration(dcf::client::kDefaultWaitReady)}});
   if (rest.size() != 2) {
     return Usage("give one command: generate, tokenize, detokenize, info or health");
   }
   const std::string command = rest[1];
+  dcf::client::InstallClientGrpcLogging();
   dcf::client::ChannelOptions options;
   options.target = absl::GetFlag(FLAGS_target);
   options.tls = absl::GetFlag(FLAGS_tls);
@@ -279,8 +305,27 @@ int main(int argc, char** argv) {
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   options.api_key_file = absl::GetFlag(FLAGS_api_key_file);
   options.timeout = absl::GetFlag(FLAGS_timeout);
+  const absl::Duration wait_ready = absl::GetFlag(FLAGS_wait_ready);
+  if (wait_ready < absl::ZeroDuration()) return Usage("--wait-ready must be >= 0");
+  if (wait_ready > absl::ZeroDuration()) options.max_reconnect_backoff = absl::Seconds(1);
   absl::StatusOr<dcf::client::ClientChannel> channel = dcf::client::ClientChannel::Create(options);
   if (!channel.ok()) return Usage(channel.status().message());
+  if (command != "generate" && command != "tokenize" && command != "detokenize" &&
+      command != "info" && command != "health") {
+    return Usage(absl::StrCat("unknown command '", command, "'"));
+  }
+  if (wait_ready > absl::ZeroDuration()) {
+    // `health` waits for the service it asks about; the other commands for TextGeneration.
+    const std::string service = command == "health"
+                                    ? absl::GetFlag(FLAGS_service)
+                                    : std::string(v1::TextGeneration::service_full_name());
+    if (absl::Status s =
+            dcf::client::WaitUntilServing(*channel, options.target, service, wait_ready);
+        !s.ok()) {
+      std::cerr << "dcformer-cli: " << s.message() << "\n";
+      return 1;
+    }
+  }
   if (command == "generate") return Generate(*channel);
   if (command == "tokenize") return Tokenize(*channel);
   if (command == "detokenize") return Detokenize(*channel);

@@ -27,6 +27,7 @@ The modules, bottom to top (each one a CMake library; docs/DESIGN.md, "Modules")
   backends   engine/backends   the backend factory: the one place that knows every backend
   tools      engine/tools      dcformer-generate, -make-model, -decode-bench
   proto      proto/            the public API (generated dcformer/v1/*.pb.h)
+  rpc        proto/rpc/        gRPC support the server and the clients share (the log sink)
   server     server/           the gRPC process
   client     client/           dcformer-cli and the shared client channel
   testing    tests/testing     test support (references, fakes, subprocess and temp dirs)
@@ -56,8 +57,8 @@ import sys
 
 # Bottom to top, as docs/DESIGN.md lists them (what may be used is MAY_USE, not the order).
 ORDER = ["common", "simt", "weights", "tokenizer", "model", "kv", "sampling", "execution",
-         "cpu", "cuda", "serving", "backends", "tools", "proto", "server", "client", "testing",
-         "bench"]
+         "cpu", "cuda", "serving", "backends", "tools", "proto", "rpc", "server", "client",
+         "testing", "bench"]
 
 ENGINE = ORDER[:ORDER.index("tools") + 1]
 BELOW_EXECUTION = ["common", "weights", "model", "kv", "sampling"]
@@ -78,10 +79,12 @@ MAY_USE = {
     "backends": BELOW_EXECUTION + ["execution", "cpu", "cuda"],
     "tools": [m for m in ENGINE if m != "tools"],
     "proto": [],
-    "server": BELOW_EXECUTION + ["execution", "tokenizer", "serving", "backends", "proto"],
-    "client": ["common", "proto"],
+    "rpc": ["common"],
+    "server": BELOW_EXECUTION + ["execution", "tokenizer", "serving", "backends", "proto",
+               "rpc"],
+    "client": ["common", "proto", "rpc"],
     "testing": [m for m in ENGINE if m != "tools"],
-    "bench": [m for m in ENGINE if m != "tools"] + ["proto", "client", "testing"],
+    "bench": [m for m in ENGINE if m != "tools"] + ["proto", "rpc", "client", "testing"],
 }
 
 # What the unit tests of a module may use beyond the module's own dependencies, and why.
@@ -105,7 +108,8 @@ FORBIDDEN_LIBS_IN_ENGINE = re.compile(
 # Folder prefix -> module, longest prefix first (generated proto headers included).
 PREFIXES = sorted(
     [("engine/" + m + "/", m) for m in ENGINE] +
-    [("proto/", "proto"), ("dcformer/v1/", "proto"), ("grpc/health/v1/", "proto"),
+    [("proto/", "proto"), ("proto/rpc/", "rpc"), ("dcformer/v1/", "proto"),
+     ("grpc/health/v1/", "proto"),
      ("server/", "server"), ("client/", "client"), ("tests/testing/", "testing"),
      ("bench/", "bench")],
     key=lambda p: -len(p[0]))

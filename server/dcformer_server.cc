@@ -3,10 +3,13 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/common/file_util.h"
 #include "engine/common/logging.h"
@@ -21,6 +24,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "proto/rpc/grpc_log.h"
 #include "server/listener_check.h"
 
 namespace dcf::server {
@@ -186,11 +190,21 @@ absl::Status DcformerServer::Start() {
   }
   // Only receives the shutdown notification of Shutdown()'s early gRPC shutdown.
   shutdown_cq_ = builder.AddCompletionQueue(/*is_frequently_polled=*/false);
+  // gRPC logs a failed bind as a multi-line internal status: collect its lines, and report one
+  // clean line with the reason they carry instead.
+  rpc::GrpcLogCapture capture;
   grpc_server_ = builder.BuildAndStart();
+  const std::vector<rpc::GrpcLogLine> grpc_log = capture.Stop();
   if (grpc_server_ == nullptr || bound_port_ == 0) {
     grpc_server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    const std::string reason = rpc::GrpcLogCapture::BindError(grpc_log);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, reason.empty() ? "" : ": ", reason,
+        reason == "Address already in use" ? " (another process has this port: stop it or "
+                                             "choose another --port)"
+                                           : ""));
   }
+  for (const rpc::GrpcLogLine& line : grpc_log) rpc::WriteGrpcLogLine(line);
   SetServing(false);
   DCF_LOG(Info) << "listening on " << HostPort(options_.host, bound_port_)
                 << (options_.tls_cert.empty() ? " (plaintext)" : " (TLS)")
@@ -451,6 +465,7 @@ absl::Status DcformerServer::Watch(absl::Notification* stop) {
 void DcformerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  const bool started = grpc_server_ != nullptr || engine_ != nullptr;
   reload_stop_.Notify();
   if (reload_thread_.joinable()) reload_thread_.join();
   const absl::Time start = absl::Now();
@@ -500,8 +515,12 @@ void DcformerServer::Shutdown() {
   service_.reset();
   metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone
   engine_.reset();
+  // Last, so that the metrics endpoint serves the whole drain, and counted in the line below:
+  // the process exits right after it.
   if (metrics_http_ != nullptr) metrics_http_->Stop();
-  DCF_LOG(Info) << "shut down after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  if (started) {
+    DCF_LOG(Info) << "shut down after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  }
 }
 
 }  // namespace dcf::server

@@ -3,7 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -23,19 +23,6 @@ constexpr int kMaxDepth = 32;
 std::string FieldName(const FieldDescriptor& field) {
   const auto* oneof = field.real_containing_oneof();
   return oneof != nullptr ? absl::StrCat(oneof->name(), ".", field.name()) : field.name();
-}
-
-// Offset of the first byte that starts no valid UTF-8 character, or npos.
-size_t FirstInvalidUtf8(absl::string_view s) {
-  if (IsValidUtf8(std::string_view(s.data(), s.size()))) return absl::string_view::npos;
-  const std::string_view text(s.data(), s.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const Utf8Char c = DecodeUtf8At(text, i);
-    if (c.status != Utf8Status::kValid) return i;
-    i += c.length;
-  }
-  return absl::string_view::npos;
 }
 
 // Scans one message's fields until the current limit, stopping at the first invalid string.
@@ -65,7 +52,7 @@ bool Scan(const Descriptor& d, CodedInputStream* in, const std::string& prefix, 
       std::string value;
       if (!in->ReadString(&value, static_cast<int>(length))) return false;
       const size_t bad = FirstInvalidUtf8(value);
-      if (bad != absl::string_view::npos) {
+      if (bad != std::string_view::npos) {
         found->invalid_utf8_path = std::move(path);
         found->invalid_utf8_offset = bad;
         return true;

@@ -13,13 +13,12 @@
 #include <cstdio>
 #include <thread>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/common/compute_threads.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
+#include "proto/rpc/grpc_log.h"
 #include "server/dcformer_server.h"
 #include "server/server_options.h"
 
@@ -47,11 +46,13 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
   // No OpenSSL atexit cleanup: it would free OpenSSL's global state under a gRPC or HTTPS
   // thread still handshaking at exit (grpc/grpc#38539; client/client_channel.cc does the same).
   OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, nullptr);
-  absl::SetProgramUsageMessage(
-      "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...");
+  // Every gRPC core line through our logging, escaped and rate-limited (proto/rpc/grpc_log.h).
+  dcf::rpc::InstallGrpcLogSink(/*print=*/true);
   std::vector<std::string> arg_storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
+      "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...",
+      arg_storage);
   if (rest.size() > 1) {
     std::fprintf(stderr, "dcformer-server: unexpected argument '%s'\n", rest[1]);
     return 2;

@@ -12,8 +12,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "bench/attention/attention_report.h"
 #include "engine/common/flag_names.h"
 #include "engine/cuda/dcmha_bench.h"
@@ -143,11 +141,11 @@ int Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Times the CUDA attention kernels alone: MHA vs DCMHA, global and windowed "
-      "(bench/attention/README.md)");
   std::vector<std::string> storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, storage);
-  absl::ParseCommandLine(argc, args.data());
+  dcf::ParseToolCommandLine(
+      argc, argv,
+      "times the CUDA attention kernels alone: MHA vs DCMHA, global and windowed "
+      "(bench/attention/README.md)\n  dcformer-attention-bench [--backend cuda|cuda-sim] ...",
+      storage);
   return Main();
 }

@@ -22,8 +22,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "bench/attention/attention_report.h"
 #include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_isa.h"
@@ -263,11 +261,11 @@ int Main() {
 }  // namespace dcf
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Times the CPU attention kernels alone: MHA vs DCMHA, global and windowed "
-      "(bench/README.md)");
   std::vector<std::string> storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, storage);
-  absl::ParseCommandLine(argc, args.data());
+  dcf::ParseToolCommandLine(
+      argc, argv,
+      "times the CPU attention kernels alone: MHA vs DCMHA, global and windowed "
+      "(bench/README.md)\n  dcformer-cpu-attention-bench [--mode prefill|decode] [--quick] ...",
+      storage);
   return dcf::Main();
 }

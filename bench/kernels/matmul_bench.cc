@@ -19,10 +19,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "engine/common/flag_names.h"
 #include "engine/execution/backend_options.h"
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_matrix.h"
@@ -163,7 +162,13 @@ int Main() {
 }  // namespace dcf
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Times the CPU matmul kernels on a model's weight shapes");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> arg_storage;
+  const std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv, "times the CPU matmul kernels on a model's weight shapes\n  dcformer-matmul-bench [--dim E] [--ffn F] [--rows 1,8,32] [--dtypes f32,f16,bf16] ...", arg_storage);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "dcformer-matmul-bench: unexpected argument '%s' (--help lists the flags)\n",
+                 rest[1]);
+    return 2;
+  }
   return dcf::Main();
 }

@@ -7,8 +7,9 @@
 // or, with --duration, as many as fit in that time; a list of concurrencies or rates runs one
 // run per value. Results: a table on stdout, --json-out FILE (schema in bench/README.md),
 // --plot-out FILE.png (latency vs throughput over the runs, with gnuplot).
-// Exit codes: 0 done (failed requests are results, counted by status code), 1 the target is
-// unreachable or a report cannot be written, 2 bad flags or a bad --prompts-file,
+// Exit codes: 0 done, 1 the target is unreachable or a report cannot be written, 2 bad flags
+// or a bad --prompts-file, 3 a run's failed requests (counted by status code in the report)
+// were more than --max-error-rate of its measured requests (default 0: any failure),
 // 130 interrupted (Ctrl-C; the runs so far are still reported).
 #include <unistd.h>
 
@@ -23,9 +24,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -86,6 +84,9 @@ ABSL_FLAG(bool, text, true, "ask for text with the tokens (sent only when given;
 ABSL_FLAG(std::string, json_out, "", "write the results as JSON to this file");
 ABSL_FLAG(std::string, plot_out, "", "write a PNG of latency vs throughput over the runs");
 ABSL_FLAG(bool, progress, true, "show a progress bar on stderr when it is a terminal");
+ABSL_FLAG(double, max_error_rate, 0,
+          "exit 3 when more than this fraction of a run's measured requests failed (0: any "
+          "failure; 1: never); the reports are written either way");
 
 namespace {
 
@@ -207,10 +208,14 @@ struct Config {
   absl::Duration connect_timeout;
   std::string json_out;
   std::string plot_out;
+  double max_error_rate = 0;
 
   std::string WorkloadText() const {
-    return file_prompts.empty() ? absl::StrCat("random prompts of ", input.ToString(), " tokens")
-                                : absl::StrCat(file_prompts.size(), " prompts from ", prompts_file);
+    return file_prompts.empty()
+               ? absl::StrCat("random prompts of ", input.ToString(), " tokens")
+               : absl::StrCat(
+                     dcf::loadgen::CountOf(static_cast<int64_t>(file_prompts.size()), "prompt"),
+                     " from ", prompts_file);
   }
 };
 
@@ -283,6 +288,10 @@ absl::StatusOr<Config> ParseConfig(const absl::flat_hash_set<std::string>& given
   }
   c.json_out = absl::GetFlag(FLAGS_json_out);
   c.plot_out = absl::GetFlag(FLAGS_plot_out);
+  c.max_error_rate = absl::GetFlag(FLAGS_max_error_rate);
+  if (!(c.max_error_rate >= 0 && c.max_error_rate <= 1)) {
+    return absl::InvalidArgumentError("--max-error-rate must be in [0, 1]");
+  }
   for (const auto& [flag, path] :
        {std::pair{"--json-out", c.json_out}, {"--plot-out", c.plot_out}}) {
     if (!path.empty() && !CanWrite(path)) {
@@ -334,7 +343,7 @@ void PrintHeader(const Config& c, const std::optional<v1::GetModelInfoResponse>&
   std::cout << "\n  " << c.WorkloadText() << ", max_new_tokens " << c.output.ToString()
             << (c.request_template.stopping().ignore_eos() ? " (ignore_eos)" : "") << "; per run "
             << (c.limits.num_requests > 0
-                    ? absl::StrCat(c.limits.num_requests, " requests")
+                    ? dcf::loadgen::CountOf(c.limits.num_requests, "request")
                     : absl::StrCat(absl::FormatDuration(c.limits.duration), " of requests"))
             << " after " << c.limits.warmup_requests << " warm-up\n\n"
             << std::flush;
@@ -380,25 +389,16 @@ nlohmann::ordered_json ReportJson(const Config& c,
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  std::vector<std::string> arg_storage;
+  absl::flat_hash_set<std::string> given;
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
       "load generator for dcformer-server\n"
       "  dcformer-loadgen [--target host:port] --concurrency N[,N...] | --rate R[,R...] ...\n"
-      "see bench/README.md");
-  // --help lists this tool's flags (absl matches flag files against the program name).
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "bench/loadgen/");
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  std::vector<std::string> arg_storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  // absl would exit 1 on a bad flag: check first, so that every usage error exits 2.
-  if (absl::Status s = dcf::CheckFlagArgs(argc, args.data()); !s.ok()) {
-    return Usage(absl::StrCat(s.message(), " (--help lists the flags)"));
-  }
-  const absl::flat_hash_set<std::string> given = dcf::GivenFlagNames(argc, args.data());
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+      "see bench/README.md",
+      arg_storage, &given);
   if (rest.size() > 1) return Usage(absl::StrCat("unexpected argument '", rest[1], "'"));
+  dcf::client::InstallClientGrpcLogging();  // failures are reported (and counted) from the calls' status
   absl::StatusOr<Config> config = ParseConfig(given);
   if (!config.ok()) return Usage(config.status().message());
   absl::StatusOr<dcf::client::ClientChannel> channel =
@@ -443,6 +443,16 @@ int main(int argc, char** argv) {
   if (results.size() > 1) dcf::loadgen::PrintSweepSummary(std::cout, results);
 
   int rc = g_interrupted.load() ? 130 : 0;
+  for (const dcf::loadgen::RunResult& r : results) {
+    if (r.requests == 0 ||
+        static_cast<double>(r.failed) <= config->max_error_rate * static_cast<double>(r.requests)) {
+      continue;
+    }
+    std::cerr << kProgram << ": run " << r.load.Label() << ": " << r.failed << " of "
+              << dcf::loadgen::CountOf(r.requests, "request") << " failed, more than "
+              << "--max-error-rate " << config->max_error_rate << " allows\n";
+    if (rc == 0) rc = 3;
+  }
   if (!config->json_out.empty()) {
     if (absl::Status s =
             dcf::loadgen::WriteJsonFile(config->json_out, ReportJson(*config, *info, results));

@@ -28,6 +28,10 @@ std::string LatencyRow(const char* name, const LatencySummary& s) {
 
 }  // namespace
 
+std::string CountOf(int64_t n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
 void PrintRun(std::ostream& out, const RunResult& run) {
   if (run.load.mode == LoadSpec::Mode::kClosed) {
     out << absl::StrFormat("closed loop, concurrency %d", run.load.concurrency);
@@ -36,9 +40,9 @@ void PrintRun(std::ostream& out, const RunResult& run) {
         "open loop, Poisson %g requests/s (sent at %.2f/s, max send lag %.1f ms)", run.load.rate,
         run.sent_per_s, run.max_send_lag_ms);
   }
-  out << absl::StrFormat(": %d requests (%d warm-up excluded), %d OK, %d failed, %.2f s%s\n",
-                         run.requests, run.warmup_requests, run.ok, run.failed, run.duration_s,
-                         run.interrupted ? " (interrupted)" : "");
+  out << absl::StrFormat(": %s (%d warm-up excluded), %d OK, %d failed, %.2f s%s\n",
+                         CountOf(run.requests, "request"), run.warmup_requests, run.ok, run.failed,
+                         run.duration_s, run.interrupted ? " (interrupted)" : "");
   out << absl::StrFormat(
       "  throughput %.2f requests/s, %.1f output tokens/s, %.1f input tokens/s\n",
       run.requests_per_s, run.output_tokens_per_s, run.input_tokens_per_s);

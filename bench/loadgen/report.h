@@ -8,12 +8,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "bench/loadgen/run_result.h"
 #include "nlohmann/json.hpp"
 
 namespace dcf::loadgen {
 
 inline constexpr int kJsonSchemaVersion = 1;
+
+// "1 request", "2 requests": `n` and the noun, plural unless n is 1 (nouns that take an "s").
+std::string CountOf(int64_t n, absl::string_view noun);
 
 // One run as a block: load, counts, throughput, latency table, finish reasons, errors.
 void PrintRun(std::ostream& out, const RunResult& run);

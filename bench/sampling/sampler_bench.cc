@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "engine/common/flag_names.h"
 #include "engine/sampling/token_sampler.h"
 #include "tests/testing/reference_sampler.h"
 
@@ -98,7 +97,13 @@ int Main() {
 }  // namespace dcf
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Times the host token sampler at a given vocabulary size");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> arg_storage;
+  const std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv, "times the host token sampler at a given vocabulary size\n  dcformer-sampler-bench [--vocab V] [--min-seconds S]", arg_storage);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "dcformer-sampler-bench: unexpected argument '%s' (--help lists the flags)\n",
+                 rest[1]);
+    return 2;
+  }
   return dcf::Main();
 }

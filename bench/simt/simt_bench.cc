@@ -108,7 +108,23 @@ double PerBlockMicros(int blocks, Timer timer, Launch launch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // It has one flag; anything else is a usage error, as in every dcformer tool.
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf(
+          "dcformer-simt-bench: costs of the SIMT emulator\n  dcformer-simt-bench [--quick]\n\n"
+          "Flags:\n  --quick (default false)\n      fewer rounds and blocks\n");
+      return 0;
+    } else {
+      std::fprintf(stderr,
+                   "dcformer-simt-bench: unknown argument '%s' (it takes only --quick)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
   const long rounds = quick ? 200000 : 2000000;
   BenchSwitch(ContextKind::kUcontext, "ucontext", rounds / 10);
   if (dcf::simt::detail::AssemblyContextAvailable()) {

@@ -38,7 +38,8 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
   KvCacheShape shape;
   shape.block_size = B;
   shape.window = in.window;
-  int64_t window_blocks = WindowGroupDemand(in);
+  const int64_t window_demand = WindowGroupDemand(in);
+  int64_t window_blocks = window_demand;
   if (bw > 0 && window_blocks * bw > in.budget_bytes / 2) {
     window_blocks = static_cast<int64_t>(in.budget_bytes / 2 / bw);
   }
@@ -46,6 +47,13 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
   if (bg > 0) {
     const size_t left = in.budget_bytes - static_cast<size_t>(window_blocks) * bw;
     global_blocks = std::min<int64_t>(max_useful, static_cast<int64_t>(left / bg));
+  }
+  if (bw > 0 && window_blocks < window_demand) {
+    // The global group is at its cap: what it left over is the window group's.
+    const size_t used =
+        static_cast<size_t>(window_blocks) * bw + static_cast<size_t>(global_blocks) * bg;
+    window_blocks = std::min<int64_t>(
+        window_demand, window_blocks + static_cast<int64_t>((in.budget_bytes - used) / bw));
   }
   // One sequence of the full context must fit, or no request of that length could ever run.
   const std::array<int, kNumLayerGroups> one = BlocksToRunAlone(shape, in.context);
@@ -60,6 +68,17 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
   shape.num_blocks[static_cast<int>(LayerGroup::kGlobal)] = static_cast<int>(global_blocks);
   shape.num_blocks[static_cast<int>(LayerGroup::kWindow)] = static_cast<int>(window_blocks);
   return shape;
+}
+
+bool KvPlanIsCappedBySequences(const KvPlanInput& in, const KvCacheShape& shape) {
+  const int64_t max_useful =
+      static_cast<int64_t>(in.max_num_seqs) * CeilDiv(in.context, in.block_size);
+  const bool global_capped = in.bytes_per_block[static_cast<int>(LayerGroup::kGlobal)] == 0 ||
+                             shape.num_blocks[static_cast<int>(LayerGroup::kGlobal)] >= max_useful;
+  const bool window_capped =
+      in.bytes_per_block[static_cast<int>(LayerGroup::kWindow)] == 0 ||
+      shape.num_blocks[static_cast<int>(LayerGroup::kWindow)] >= WindowGroupDemand(in);
+  return global_capped && window_capped;
 }
 
 }  // namespace dcf

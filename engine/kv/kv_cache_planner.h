@@ -13,7 +13,11 @@
 //    budget (a small budget then still leaves the global group, the one that grows with the
 //    sequence length, half the memory).
 //  * The global group gets the rest of the budget, capped at max_num_seqs * ceil(context/B)
-//    blocks (more could never be used).
+//    blocks (more could never be used). What it leaves goes back to the window group, up to
+//    window_demand.
+//  * So the cache takes whole blocks within the budget, and never more than max_num_seqs
+//    sequences can use: a budget beyond that is left unallocated (KvPlanIsCappedBySequences
+//    says when, and the engine logs it).
 //  * A group without layers costs no memory: the window group then gets window_demand blocks,
 //    the global group max_num_seqs * ceil(context/B) blocks.
 // Pure function, thread-safe.
@@ -43,5 +47,10 @@ int WindowGroupDemand(const KvPlanInput& in);
 // The cache shape for `in`. InvalidArgument for non-positive sizes; ResourceExhausted when the
 // budget cannot hold one full-context sequence (the message gives the bytes needed).
 absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in);
+
+// True when the budget did not limit `shape` (PlanKvCache's result for `in`): every group with
+// layers got every block max_num_seqs sequences can ever use, so a larger budget would leave
+// the cache as it is and only a larger max_num_seqs makes it grow.
+bool KvPlanIsCappedBySequences(const KvPlanInput& in, const KvCacheShape& shape);
 
 }  // namespace dcf

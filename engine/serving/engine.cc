@@ -60,17 +60,9 @@ class EngineImpl {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
-    const int context = config_.max_positions;
-    limits_.vocab_size = config_.vocab_size;
-    limits_.context = context;
-    limits_.max_prompt_tokens =
-        options.max_prompt_tokens > 0 ? std::min(options.max_prompt_tokens, context) : context;
-    limits_.max_new_tokens_limit = options.max_new_tokens_limit > 0
-                                       ? std::min(options.max_new_tokens_limit, context)
-                                       : context;
-    limits_.default_max_new_tokens = options.default_max_new_tokens;
-    limits_.eos_token_id = tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt;
-    limits_.tokenizer = tokenizer;
+    limits_ = ResolveRequestLimits(config_.vocab_size, config_.max_positions,
+                                   options.max_prompt_tokens, options.max_new_tokens_limit,
+                                   options.default_max_new_tokens, tokenizer);
     for (int g = 0; g < kNumLayerGroups; ++g) {
       const LayerGroup group = static_cast<LayerGroup>(g);
       stats_.kv_blocks_total[g] = shape.num_blocks[g];
@@ -186,6 +178,13 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
                      " tokens can never fit the KV cache pool (",
                      kv_shape_.num_blocks[0], " global blocks of ", kv_shape_.block_size,
                      " tokens); lower max_new_tokens or give the engine more KV memory"));
+  }
+  // Waits in the queue could never admit it: not "full, retry later" but "cannot succeed".
+  if (prompt_len > options_.max_queued_prompt_tokens) {
+    return absl::OutOfRangeError(
+        absl::StrCat("prompt_tokens: ", prompt_len, " tokens exceed the waiting queue's limit of ",
+                     options_.max_queued_prompt_tokens,
+                     " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
   }
   auto r = std::make_unique<ActiveRequest>();
   r->enqueue_time = absl::Now();
@@ -550,6 +549,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
               : 0;
     }
     ASSIGN_OR_RETURN(shape, PlanKvCache(in));
+    // The budget is an upper bound: say why the cache stays below it (docs/API.md), when it
+    // does, by at least a block.
+    size_t bytes = 0;
+    size_t smallest_block = 0;
+    for (int g = 0; g < kNumLayerGroups; ++g) {
+      bytes += in.bytes_per_block[g] * static_cast<size_t>(shape.num_blocks[g]);
+      const size_t b = in.bytes_per_block[g];
+      if (b > 0 && (smallest_block == 0 || b < smallest_block)) smallest_block = b;
+    }
+    if (KvPlanIsCappedBySequences(in, shape) && bytes + smallest_block <= budget) {
+      DCF_LOG(Info) << "KV cache: " << (bytes >> 20) << " MiB of its " << (budget >> 20)
+                    << " MiB budget, all that " << in.max_num_seqs
+                    << (in.max_num_seqs == 1 ? " sequence" : " sequences")
+                    << " (max_num_seqs) of the full " << in.context
+                    << "-token context can use; more sequences would use more of it";
+    }
   }
   RETURN_IF_ERROR(backend->AllocateCache(shape));
   const BackendInfo info = backend->info();

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/sampling/sampling_params.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace dcf {
 namespace {
@@ -27,16 +28,38 @@ absl::Status ValidateTokenIds(absl::string_view field, absl::Span<const int32_t>
   return absl::OkStatus();
 }
 
+RequestLimits ResolveRequestLimits(int vocab_size, int context, int max_prompt_tokens,
+                                   int max_new_tokens_limit, int default_max_new_tokens,
+                                   const Tokenizer* tokenizer) {
+  RequestLimits limits;
+  limits.vocab_size = vocab_size;
+  limits.context = context;
+  limits.max_prompt_tokens =
+      max_prompt_tokens > 0 ? std::min(max_prompt_tokens, context) : context;
+  limits.max_new_tokens_limit =
+      max_new_tokens_limit > 0 ? std::min(max_new_tokens_limit, context) : context;
+  limits.default_max_new_tokens = default_max_new_tokens;
+  limits.eos_token_id = tokenizer != nullptr ? tokenizer->eos_token_id() : std::nullopt;
+  limits.tokenizer = tokenizer;
+  return limits;
+}
+
 int RequestLimits::DefaultMaxNewTokens(int prompt_len) const {
   return std::max(1, std::min({default_max_new_tokens, max_new_tokens_limit, context - prompt_len}));
 }
 
 absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& lim) {
+  // "request_id", the field's name in the API (GenerationRequest::id).
   if (r.id.size() > static_cast<size_t>(kMaxRequestIdBytes)) {
-    return Invalid("id", absl::StrCat("longer than ", kMaxRequestIdBytes, " bytes"));
+    return Invalid("request_id", absl::StrCat("must be at most ", kMaxRequestIdBytes,
+                                              " bytes, got ", r.id.size()));
   }
-  for (char c : r.id) {
-    if (c < 0x21 || c > 0x7e) return Invalid("id", "must be printable ASCII without spaces");
+  for (size_t i = 0; i < r.id.size(); ++i) {
+    const char c = r.id[i];
+    if (c < 0x21 || c > 0x7e) {
+      return Invalid("request_id",
+                     absl::StrCat("must be printable ASCII without spaces (byte ", i, ")"));
+    }
   }
   if (r.prompt_tokens.empty()) return Invalid("prompt_tokens", "is empty");
   RETURN_IF_ERROR(ValidateTokenIds("prompt_tokens", r.prompt_tokens, lim.vocab_size));

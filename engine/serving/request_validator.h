@@ -2,9 +2,11 @@
 // the server, the tools and the benchmarks rely on it (the server only converts its proto
 // messages and maps the Status). Pure functions, thread-safe.
 //
-// Messages start with the field path of the GenerationRequest, e.g.
+// Messages start with the field path of the GenerationRequest (its `id` is the API's
+// "request_id"), e.g.
 //   "sampling.top_p: must be in (0, 1], got 0"
 //   "prompt_tokens[3]: token id 999 is outside the model vocabulary [0, 300)"
+//   "request_id: must be at most 128 bytes, got 129"
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,13 @@ struct RequestLimits {
   // and to the context left after a prompt of `prompt_len` tokens; at least 1.
   int DefaultMaxNewTokens(int prompt_len) const;
 };
+
+// The one resolution of the limits (the engine's, Engine::limits(), and dcformer-generate's):
+// `max_prompt_tokens` and `max_new_tokens_limit` (0 = the context) within the model context
+// `context`; the EOS is the tokenizer's (none without one).
+RequestLimits ResolveRequestLimits(int vocab_size, int context, int max_prompt_tokens,
+                                   int max_new_tokens_limit, int default_max_new_tokens,
+                                   const Tokenizer* tokenizer);
 
 // InvalidArgument (message names the field) for malformed values; OutOfRange when the prompt
 // or max_new_tokens exceed the limits or their sum exceeds the context.

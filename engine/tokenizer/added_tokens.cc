@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "engine/tokenizer/pretokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace dcf {
 namespace {

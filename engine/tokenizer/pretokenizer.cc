@@ -3,7 +3,7 @@
 #include <array>
 #include <cstdint>
 
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "utf8proc.h"
 
 namespace dcf {

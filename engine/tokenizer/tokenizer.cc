@@ -11,7 +11,7 @@
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/pretokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "utf8proc.h"
 
 namespace dcf {

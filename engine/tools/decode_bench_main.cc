@@ -16,11 +16,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
-#include "engine/common/flag_names.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
+#include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/read_bandwidth.h"
 #include "engine/serving/sequence_runner.h"
@@ -45,8 +44,16 @@ double PeakRssMiB() {
 
 int main(int argc, char** argv) {
   std::vector<std::string> storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, storage);
-  absl::ParseCommandLine(argc, args.data());
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
+      "batch-1 speed of the engine: load time, peak RSS, prefill and decode tokens/s\n"
+      "  dcformer-decode-bench --model DIR [--prompt-tokens 128 --new-tokens 64 --repeats 3] "
+      "[--roofline]",
+      storage);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "dcformer-decode-bench: unexpected argument '%s'\n", rest[1]);
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_repeats) < 1 || absl::GetFlag(FLAGS_prompt_tokens) < 1 ||
       absl::GetFlag(FLAGS_new_tokens) < 1) {
     std::fprintf(stderr, "dcformer-decode-bench: --repeats, --prompt-tokens and --new-tokens "

@@ -23,8 +23,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
@@ -32,9 +30,10 @@
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
 #include "engine/common/logging.h"
-#include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/serving/engine.h"
 #include "engine/serving/request_validator.h"
+#include "engine/serving/sequence_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -143,13 +142,13 @@ int Score(const std::string& model_dir, const std::string& path, const dcf::Toke
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  std::vector<std::string> arg_storage;
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
       "offline greedy generation\n  dcformer-generate --model DIR (--prompt-ids 1,2,3 | "
       "--prompt TEXT) --max-new-tokens N [--json]\n  dcformer-generate --tokenizer FILE "
-      "--tokenize < text\n  dcformer-generate --model DIR --score text.txt");
-  std::vector<std::string> arg_storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+      "--tokenize < text\n  dcformer-generate --model DIR --score text.txt",
+      arg_storage);
   if (rest.size() > 1) return Fail(2, absl::StrCat("unexpected argument '", rest[1], "'"));
   if (absl::GetFlag(FLAGS_tokenize)) return Tokenize();
   if (!absl::GetFlag(FLAGS_score).empty()) {
@@ -158,8 +157,8 @@ int main(int argc, char** argv) {
     if (!tokenizer.ok()) return Fail(1, tokenizer.status().ToString());
     return Score(model_dir, absl::GetFlag(FLAGS_score), tokenizer->get());
   }
-  if (absl::GetFlag(FLAGS_max_new_tokens) < 0) {
-    return Fail(2, "--max-new-tokens must be >= 0");
+  if (absl::GetFlag(FLAGS_max_new_tokens) < 1) {
+    return Fail(2, "--max-new-tokens must be >= 1");
   }
   if (absl::GetFlag(FLAGS_prefill_chunk) <= 0) return Fail(2, "--prefill-chunk must be > 0");
   const bool have_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
@@ -188,12 +187,21 @@ int main(int argc, char** argv) {
   // tokens can have ids beyond the embedding table.
   auto config = dcf::ModelConfig::FromFile(model_dir + "/config.json");
   if (!config.ok()) return Fail(1, config.status().ToString());
-  if (absl::Status s = dcf::ValidateTokenIds("prompt", prompt, config->vocab_size); !s.ok()) {
-    return Fail(1, s.message());
-  }
-  if (static_cast<int>(prompt.size()) > config->max_positions) {
-    return Fail(1, absl::StrCat("the prompt has ", prompt.size(),
-                                " tokens, more than the model context of ", config->max_positions));
+  // The server's rule and message (engine/serving/request_validator.h): the prompt plus
+  // --max-new-tokens must fit the model context; nothing is cut short silently.
+  {
+    dcf::GenerationRequest request;
+    request.prompt_tokens = prompt;
+    request.stopping.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+    request.output.text = false;
+    // The engine's resolution with the server's defaults (no --max-prompt-tokens or
+    // --max-new-tokens cap: the context).
+    const dcf::RequestLimits limits = dcf::ResolveRequestLimits(
+        config->vocab_size, config->max_positions, /*max_prompt_tokens=*/0,
+        /*max_new_tokens_limit=*/0, dcf::EngineOptions().default_max_new_tokens, nullptr);
+    if (absl::Status s = dcf::ValidateRequest(request, limits); !s.ok()) {
+      return Fail(1, s.message());
+    }
   }
   auto backend_options = dcf::BackendOptionsFromFlags();
   if (!backend_options.ok()) return Fail(2, backend_options.status().message());

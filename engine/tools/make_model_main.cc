@@ -3,11 +3,14 @@
 //
 //   dcformer-make-model --out DIR [--dim 64 --n-layer 2 --n-head 4 --ffn 128 --vocab 50257
 //                        --context 1024 --window 64 --dtype F16 --seed 1 --init normal|fast]
+#include <cstdint>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <system_error>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "engine/common/flag_names.h"
 #include "engine/model/random_model.h"
 
@@ -27,10 +30,17 @@ ABSL_FLAG(std::string, init, "normal",
           "benchmark models");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("writes a random-weight DCFormer model directory");
   std::vector<std::string> arg_storage;
-  std::vector<char*> args = dcf::NormalizeFlagNames(argc, argv, arg_storage);
-  absl::ParseCommandLine(argc, args.data());
+  std::vector<char*> rest = dcf::ParseToolCommandLine(
+      argc, argv,
+      "writes a random-weight DCFormer model directory (config.json + model.safetensors)\n"
+      "  dcformer-make-model --out DIR [--dim 64 --n-layer 2 --n-head 4 --ffn 128 --vocab 50257 "
+      "--context 1024 --window 64 --dtype F16 --seed 1]",
+      arg_storage);
+  if (rest.size() > 1) {
+    std::cerr << "dcformer-make-model: unexpected argument '" << rest[1] << "'\n";
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_out).empty()) {
     std::cerr << "dcformer-make-model: give --out DIR\n";
     return 2;
@@ -71,5 +81,18 @@ int main(int argc, char** argv) {
     std::cerr << "dcformer-make-model: " << st << "\n";
     return 1;
   }
+  // What was written, so that a run is not silent (and a wrong shape shows at once).
+  std::error_code size_error;
+  const std::string weights = absl::GetFlag(FLAGS_out) + "/model.safetensors";
+  const uintmax_t bytes = std::filesystem::file_size(weights, size_error);
+  std::cout << "wrote " << absl::GetFlag(FLAGS_out) << "/config.json and " << weights << " ("
+            << (size_error ? std::string("size unknown")
+                           : absl::StrFormat("%.1f MB", static_cast<double>(bytes) / 1e6))
+            << ", " << absl::GetFlag(FLAGS_dtype) << ", " << init << " init): dim "
+            << absl::GetFlag(FLAGS_dim) << ", " << absl::GetFlag(FLAGS_n_layer) << " layers, "
+            << absl::GetFlag(FLAGS_n_head) << " heads, ffn " << absl::GetFlag(FLAGS_ffn)
+            << ", vocab " << absl::GetFlag(FLAGS_vocab) << ", context "
+            << absl::GetFlag(FLAGS_context) << ", window " << absl::GetFlag(FLAGS_window)
+            << ", seed " << absl::GetFlag(FLAGS_seed) << "\n";
   return 0;
 }

@@ -19,7 +19,7 @@
 #include "dcformer/v1/dcformer.pb.h"
 #include "engine/serving/request_validator.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/proto_convert.h"
 #include "server/request_parser.h"

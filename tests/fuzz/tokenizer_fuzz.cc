@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 
 namespace {
 

@@ -87,6 +87,21 @@ def golden_models():
     return out
 
 
+def held_loading_model(out_dir):
+    """A model directory whose config.json is a FIFO: a server given it listens but blocks
+    loading the model (health NOT_SERVING, calls UNAVAILABLE) until `release()` writes the
+    short golden model's config into the FIFO. Returns (directory, release)."""
+    fifo = os.path.join(out_dir, "config.json")
+    os.mkfifo(fifo)
+    os.symlink(os.path.join(SHORT_MODEL, "model.safetensors"),
+               os.path.join(out_dir, "model.safetensors"))
+
+    def release():
+        with open(os.path.join(SHORT_MODEL, "config.json")) as src, open(fifo, "w") as dst:
+            dst.write(src.read())
+    return out_dir, release
+
+
 def make_slow_model(out_dir):
     """Writes a random model big enough that a long generation takes seconds on a CPU (~5 ms
     per token), so that tests can act deterministically while a request is still running.

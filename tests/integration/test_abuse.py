@@ -172,6 +172,7 @@ class AbuseTest(unittest.TestCase):
 
 GENERATE = "/dcformer.v1.TextGeneration/Generate"
 WATCH = "/grpc.health.v1.Health/Watch"
+CHECK = "/grpc.health.v1.Health/Check"
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 KJV = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
 GRPC_UNIMPLEMENTED, GRPC_RESOURCE_EXHAUSTED = 12, 8
@@ -553,6 +554,43 @@ class RequestIdLogTest(unittest.TestCase):
         self.assertLess(max(len(line) for line in log.splitlines()), 2000)
         self.assertEqual(log.count("request id=- outcome=invalid_argument"), 2)
         self.assertIn('request id="my\\"id=x" outcome=length', log)
+
+
+class GrpcLogTest(unittest.TestCase):
+    """gRPC 1.51 logs an invalid header value verbatim ("Error parsing metadata ... value=..."):
+    through the server's gRPC log sink (proto/rpc/grpc_log.h) such a line is escaped, so a client can
+    neither forge a log line nor send escape codes, and rate-limited per call site, so a flood
+    of such calls cannot flood the log."""
+
+    FORGED = (b"X\n2026-01-01T00:00:00.000Z INFO generate_reactor.cc:372] request id=FORGED "
+              b"outcome=eos \x1b[31m")
+
+    def test_forged_header_values_stay_escaped_and_floods_are_rate_limited(self):
+        with h.Server() as server:
+            calls = 0
+            for i in range(100):  # gRPC ends a connection after a few such calls: one each
+                with hp.H2Client(server.port) as c:
+                    c.conn.config.validate_outbound_headers = False
+                    c.conn.config.normalize_outbound_headers = False
+                    header = ("grpc-timeout", "te", "content-type")[i % 3]
+                    c.start_call(CHECK, hp.grpc_message(b""),
+                                 metadata=[(header.encode(), self.FORGED)])
+                    c.pump_until(lambda: c.closed or c.all_ended(), 30, "the call ending")
+                    calls += 1
+            self.assertEqual(server.check_health(), h.SERVING)
+            log = server.read_log()
+        parse_errors = [line for line in log.splitlines()
+                        if "] gRPC: Error parsing metadata" in line]
+        # The header's value is in the line, escaped: \x0a for the newline, \x1b for ESC.
+        self.assertIn("value=X\\x0a2026-01-01T00:00:00.000Z INFO generate_reactor.cc:372] "
+                      "request id=FORGED outcome=eos \\x1b[31m", parse_errors[0])
+        self.assertNotIn("\x1b", log)
+        for line in log.splitlines():  # every line is one the server wrote
+            self.assertRegex(line, r"^\d{4}-\d\d-\d\dT[\d:.]+Z [A-Z]+ \S+:\d+\] ")
+        # A burst of 10 from the parser's call site, then one per 6 s, however many calls.
+        self.assertEqual(calls, 100)
+        self.assertGreaterEqual(len(parse_errors), 10)
+        self.assertLess(len(parse_errors), 20, "\n".join(parse_errors))
 
 
 class NeverReadingClientTest(unittest.TestCase):

@@ -76,7 +76,9 @@ CASES = [
     ("return_text without tokenizer", req(output__return_text=True),
      grpc.StatusCode.INVALID_ARGUMENT, "output.text"),
     ("request id too long", req(request_id="x" * 200), grpc.StatusCode.INVALID_ARGUMENT,
-     "id: longer than 128 bytes"),
+     "request_id: must be at most 128 bytes, got 200"),
+    ("request id with a space", req(request_id="my id"), grpc.StatusCode.INVALID_ARGUMENT,
+     "request_id: must be printable ASCII without spaces (byte 2)"),
     ("prompt + max_new_tokens beyond context", h.ids_request(OK_IDS, 254),
      grpc.StatusCode.OUT_OF_RANGE, "max_new_tokens"),
     ("prompt longer than the context", h.ids_request([5] * 300, 1),
@@ -180,6 +182,26 @@ class ErrorsTest(unittest.TestCase):
         tokens, final = h.collect(stub.Generate(r, timeout=60))
         self.assertEqual(len(tokens), 6)  # 256 - 250
         self.assertEqual(final.finish_reason, pb.FINISH_REASON_LENGTH)
+
+
+class QueueLimitTest(unittest.TestCase):
+    def test_prompt_beyond_the_queue_token_bound_is_out_of_range_on_an_idle_server(self):
+        # Issue 24: such a prompt can never be queued, so "RESOURCE_EXHAUSTED ... retry later"
+        # would be a lie; OUT_OF_RANGE is docs/API.md's code for requests that cannot succeed.
+        with h.Server(args=["--max-queued-prompt-tokens=8"]) as server:
+            stub = server.stub()
+            with self.assertRaises(grpc.RpcError) as ctx:
+                h.collect(stub.Generate(h.ids_request([5] * 9, 2), timeout=30))
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.OUT_OF_RANGE)
+            self.assertEqual(ctx.exception.details(),
+                             "prompt_tokens: 9 tokens exceed the waiting queue's limit of 8 "
+                             "prompt tokens (max_queued_prompt_tokens): this prompt can never "
+                             "be queued")
+            tokens, _ = h.collect(stub.Generate(h.ids_request([5] * 8, 2), timeout=30))
+            self.assertEqual(len(tokens), 2)
+            h.wait_until(lambda: server.metric("dcformer_requests_total",
+                                               outcome="out_of_range") == 1,
+                         what="the rejection counted as out_of_range")
 
 
 def corrupt_copy(model_dir, out_dir, tensor="layers.1.attention.wo.weight"):

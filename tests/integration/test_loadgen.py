@@ -34,11 +34,11 @@ class LoadgenTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def run_json(self, *args):
+    def run_json(self, *args, returncode=0):
         """Runs the load generator with --json-out; returns (document, completed process)."""
         out_file = self.path(f"{self.id().split('.')[-1]}.json")
         p = run_loadgen(f"--target={self.server.target}", f"--json-out={out_file}", *args)
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(p.returncode, returncode, p.stdout + p.stderr)
         # Pipes never get the progress bar.
         self.assertNotIn("\r", p.stderr)
         self.assertNotIn("in flight", p.stderr)
@@ -156,8 +156,18 @@ class LoadgenTest(unittest.TestCase):
             f.write(json.dumps({"token_ids": [5] * 1100}) + "\n")  # over the 1024 context
             f.write(json.dumps({"token_ids": [5, 60000]}) + "\n")  # outside the vocabulary
             f.write(json.dumps({"text": "Hello world", "max_new_tokens": 3}) + "\n")
+        # Half of the requests fail: above the default --max-error-rate (0), so exit 3 with the
+        # reports written all the same; at 0.5 the run passes.
         doc, p = self.run_json("--concurrency=3", "--num-requests=12",
-                               f"--prompts-file={prompts}", "--output-tokens=5")
+                               f"--prompts-file={prompts}", "--output-tokens=5", returncode=3)
+        self.assertIn("dcformer-loadgen: run c=3: 6 of 12 requests failed, more than "
+                      "--max-error-rate 0 allows", p.stderr)
+        self.assertIn("4 prompts from", p.stdout)
+        same, passed = self.run_json("--concurrency=3", "--num-requests=12",
+                                     f"--prompts-file={prompts}", "--output-tokens=5",
+                                     "--max-error-rate=0.5")
+        self.assertNotIn("failed, more than", passed.stderr)
+        self.assertEqual(same["runs"][0]["requests"], doc["runs"][0]["requests"])
         run = doc["runs"][0]
         self.assertEqual(doc["workload"]["prompts"], "file")
         self.assertEqual(run["requests"], {"warmup": 0, "sent": 12, "ok": 6, "failed": 6})
@@ -184,7 +194,8 @@ class LoadgenTest(unittest.TestCase):
             (["--concurrency=1", f"--prompts-file={prompts}"], "bad.jsonl:2"),
             (["--concurrency=1", "--api-key-file=/nonexistent"], "--api-key-file"),
             (["--concurrency=1", "--json-out=/nonexistent/dir/x.json"], "--json-out"),
-            (["--concurrency=1", "--no-such-flag"], "no-such-flag"),
+            (["--concurrency=1", "--no-such-flag"], "unknown flag --no-such-flag"),
+            (["--concurrency=1", "--max-error-rate=2"], "--max-error-rate must be in [0, 1]"),
         ]
         for args, needle in cases:
             with self.subTest(args=args):
@@ -224,7 +235,10 @@ class LoadgenApiKeyTest(unittest.TestCase):
                 p = subprocess.run(base + [f"--api-key-file={bad}", f"--prompts-file={prompts}",
                                            f"--json-out={out}"],
                                    capture_output=True, text=True, timeout=60)
-                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                # Every request failed: exit 3 (issue 24), the report still written.
+                self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+                self.assertIn("6 of 6 requests failed", p.stderr)
+                self.assertIn("1 prompt from", p.stdout)
                 with open(out) as f:
                     doc = json.load(f)
                 self.assertIsNone(doc["model"])

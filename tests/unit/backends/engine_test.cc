@@ -334,6 +334,13 @@ TEST(EngineTest, LimitsAreResolvedFromTheOptionsTheModelAndTheTokenizer) {
   auto with_tokenizer = MakeEngine(o, tok.get());
   EXPECT_EQ(with_tokenizer->limits().eos_token_id, std::optional<int32_t>(299));
   EXPECT_EQ(with_tokenizer->limits().tokenizer, tok.get());
+  // The one resolution, which dcformer-generate uses too (review finding 10).
+  const RequestLimits r = ResolveRequestLimits(300, 256, 100000, 40, 7, tok.get());
+  EXPECT_EQ(r.max_prompt_tokens, 256);
+  EXPECT_EQ(r.max_new_tokens_limit, 40);
+  EXPECT_EQ(r.default_max_new_tokens, 7);
+  EXPECT_EQ(r.eos_token_id, std::optional<int32_t>(299));
+  EXPECT_EQ(ResolveRequestLimits(300, 256, 0, 0, 7, nullptr).max_new_tokens_limit, 256);
 }
 
 TEST(EngineTest, OneNewTokenAndOneTokenPrompt) {
@@ -508,7 +515,7 @@ TEST(EngineTest, HandleOutlivingTheEngineIsHarmless) {
 TEST(EngineTest, AdmissionControl) {
   EngineOptions o;
   o.max_num_seqs = 1;
-  o.max_queued_requests = 1;
+  o.max_queued_requests = 2;
   o.max_queued_prompt_tokens = 50;
   o.kv_num_blocks = {8, 8};
   auto engine = MakeEngine(o);
@@ -517,15 +524,26 @@ TEST(EngineTest, AdmissionControl) {
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(engine->Enqueue(Greedy(RandomPrompt(100, 1), 40)).status().code(),
             absl::StatusCode::kOutOfRange);
+  // A prompt longer than the queue's token bound can never be queued, even on an idle engine:
+  // OutOfRange (cannot succeed), not ResourceExhausted (retry later). Issue 24.
+  const auto never = engine->Enqueue(Greedy(RandomPrompt(51, 1), 10));
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(never.status().message(),
+            "prompt_tokens: 51 tokens exceed the waiting queue's limit of 50 prompt tokens "
+            "(max_queued_prompt_tokens): this prompt can never be queued");
   auto running = engine->Enqueue(Greedy(RandomPrompt(10, 1), 100));
   ASSERT_TRUE(running.ok());
   Collected c;
   c.TakeOne(running->stream());  // running: the queue is empty again
-  auto too_many_tokens = engine->Enqueue(Greedy(RandomPrompt(60, 2), 10));
-  EXPECT_EQ(too_many_tokens.status().code(), absl::StatusCode::kResourceExhausted);
-  auto waiting = engine->Enqueue(Greedy(RandomPrompt(10, 2), 10));
+  auto waiting = engine->Enqueue(Greedy(RandomPrompt(40, 2), 10));
   ASSERT_TRUE(waiting.ok()) << waiting.status();
-  auto full = engine->Enqueue(Greedy(RandomPrompt(10, 3), 10));
+  // 40 + 20 prompt tokens would wait: full for now, in prompt tokens.
+  auto too_many_tokens = engine->Enqueue(Greedy(RandomPrompt(20, 2), 10));
+  EXPECT_EQ(too_many_tokens.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(too_many_tokens.status().message().find("retry later"), absl::string_view::npos);
+  auto second = engine->Enqueue(Greedy(RandomPrompt(10, 2), 10));  // 50 tokens: at the bound
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto full = engine->Enqueue(Greedy(RandomPrompt(1, 3), 10));  // 2 requests wait
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
   engine->StopAccepting();
   EXPECT_EQ(engine->Enqueue(Greedy(RandomPrompt(10, 3), 10)).status().code(),
@@ -563,6 +581,17 @@ TEST(EngineTest, InvalidRequestsNameTheField) {
   r = base;
   r.stopping.stop_strings = {"x"};
   check(r, "stop_strings");
+  // The API's field name, as docs/API.md promises (GenerationRequest calls it `id`).
+  r = base;
+  r.id = std::string(129, 'x');
+  EXPECT_EQ(engine->Enqueue(r).status(),
+            absl::InvalidArgumentError("request_id: must be at most 128 bytes, got 129"));
+  r.id = "a b";
+  EXPECT_EQ(
+      engine->Enqueue(r).status(),
+      absl::InvalidArgumentError("request_id: must be printable ASCII without spaces (byte 1)"));
+  r.id = std::string(128, 'x');
+  EXPECT_TRUE(engine->Enqueue(r).ok());
 }
 
 TEST(EngineTest, StopTokenAndEosOverride) {

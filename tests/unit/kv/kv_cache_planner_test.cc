@@ -55,5 +55,43 @@ TEST(KvCachePlannerTest, GroupWithoutLayersCostsNothing) {
   EXPECT_EQ(shape->num_blocks[1], 16);
 }
 
+// The budget is an upper bound (docs/API.md, --kv-cache-bytes): whole blocks within it, never
+// more than max_num_seqs sequences can use; KvPlanIsCappedBySequences says which limited it.
+TEST(KvCachePlannerTest, BudgetBeyondWhatSequencesCanUseIsLeftAndReported) {
+  KvPlanInput in = Input(100000);
+  auto shape = PlanKvCache(in);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->num_blocks[0], 64);  // 4 sequences of 16 blocks: 80000 of 100000 bytes
+  EXPECT_TRUE(KvPlanIsCappedBySequences(in, *shape));
+  in.max_num_seqs = 8;  // demand 8 * 2 + 4 + 8 = 28 window blocks, 128 global: over budget
+  shape = PlanKvCache(in);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->num_blocks[1], 28);
+  EXPECT_EQ(shape->num_blocks[0], 72);  // the rest: 72000 bytes
+  EXPECT_FALSE(KvPlanIsCappedBySequences(in, *shape));
+  const auto budget_limited = PlanKvCache(Input(40000));
+  ASSERT_TRUE(budget_limited.ok());
+  EXPECT_FALSE(KvPlanIsCappedBySequences(Input(40000), *budget_limited));
+}
+
+TEST(KvCachePlannerTest, WhatTheCappedGlobalGroupLeavesGoesToTheWindowGroup) {
+  // Window blocks of 6000 bytes: the demand of 16 (96000) is more than half of 150000, so the
+  // window group first gets 12 blocks (72000); the global group takes its cap of 64 (64000 of
+  // the 78000 left); the 14000 left buy 2 more window blocks.
+  KvPlanInput in = Input(150000);
+  in.bytes_per_block = {1000, 6000};
+  auto shape = PlanKvCache(in);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->num_blocks[0], 64);
+  EXPECT_EQ(shape->num_blocks[1], 14);
+  EXPECT_FALSE(KvPlanIsCappedBySequences(in, *shape));
+  in.budget_bytes = 1000000;  // enough for both caps
+  shape = PlanKvCache(in);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->num_blocks[0], 64);
+  EXPECT_EQ(shape->num_blocks[1], 16);
+  EXPECT_TRUE(KvPlanIsCappedBySequences(in, *shape));
+}
+
 }  // namespace
 }  // namespace dcf

@@ -103,8 +103,7 @@ TEST(ToEngineRequestTest, ErrorsNameTheField) {
   const Case cases[] = {
       {"prompt", [](v1::GenerateRequest& r) { r.clear_prompt(); }},
       {"prompt_tokens", [](v1::GenerateRequest& r) { r.mutable_token_ids()->clear_ids(); }},
-      {"prompt_tokens[1]",
-       [](v1::GenerateRequest& r) { r.mutable_token_ids()->set_ids(1, 300); }},
+      {"prompt_tokens[1]", [](v1::GenerateRequest& r) { r.mutable_token_ids()->set_ids(1, 300); }},
       {"prompt.text", [](v1::GenerateRequest& r) { r.set_text("hello"); }},
       {"sampling.temperature",
        [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-0.5f); }},
@@ -126,7 +125,9 @@ TEST(ToEngineRequestTest, ErrorsNameTheField) {
       {"output.top_logprobs",
        [](v1::GenerateRequest& r) { r.mutable_output()->set_top_logprobs(21); }},
       {"output.text", [](v1::GenerateRequest& r) { r.mutable_output()->set_return_text(true); }},
-      {"id", [](v1::GenerateRequest& r) { r.set_request_id("has space"); }},
+      // The proto's field name (issue 24), though the engine's GenerationRequest calls it id.
+      {"request_id", [](v1::GenerateRequest& r) { r.set_request_id("has space"); }},
+      {"request_id", [](v1::GenerateRequest& r) { r.set_request_id(std::string(129, 'x')); }},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest r = IdsRequest({1, 2});

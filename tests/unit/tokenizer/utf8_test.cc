@@ -1,4 +1,4 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 
 #include <string>
 
@@ -44,6 +44,10 @@ TEST(Utf8Test, Validation) {
   EXPECT_TRUE(IsValidUtf8("h\xC3\xA9llo \xF0\x9F\x98\x80"));
   EXPECT_FALSE(IsValidUtf8("\xC3"));
   EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("h\xC3\xA9llo"), std::string_view::npos);
+  EXPECT_EQ(FirstInvalidUtf8("Hello \xff\xfe"), 6u);
+  EXPECT_EQ(FirstInvalidUtf8("ok\xC3"), 2u);  // a truncated character at the end
+  EXPECT_EQ(FirstInvalidUtf8(""), std::string_view::npos);
 }
 
 TEST(ByteLevelTest, Gpt2Alphabet) {

@@ -81,18 +81,41 @@ TEST(GenerateCliTest, TextPromptOnDefaultModel) {
                                                    "--max-new-tokens 4 --json --ignore-eos");
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
   EXPECT_EQ(nlohmann::json::parse(ids.out).at("tokens"), j.at("tokens"));
+
+  // What README's "Offline tools" documents: the JSON's fields, and plain output as the ids
+  // on the first line, then (a tokenizer being present) their text.
+  std::vector<std::string> keys;
+  const auto ordered = nlohmann::ordered_json::parse(r.out);  // the keys as printed
+  for (const auto& [key, value] : ordered.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"tokens", "logprobs", "backend", "dtype", "text"}));
+  EXPECT_TRUE(j.at("backend").is_string());  // what --backend auto resolved to
+  const auto plain = testing::RunCommand(kGenerate +
+                                         " --prompt 'In the beginning' "
+                                         "--max-new-tokens 4 --ignore-eos");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out, absl::StrJoin(j.at("tokens").get<std::vector<int32_t>>(), ",") + "\n" +
+                           j.at("text").get<std::string>() + "\n");
 }
 
-// Generation that reaches the end of the context stops there with what it generated.
-TEST(GenerateCliTest, StopsAtTheContextLimit) {
+// The server's rule (issue 24): the prompt plus --max-new-tokens must fit the context, or the
+// tool fails with the server's OUT_OF_RANGE message instead of stopping short; a request that
+// fits exactly generates every token it asked for.
+TEST(GenerateCliTest, MaxNewTokensBeyondTheContextFailsLikeTheServer) {
   std::string prompt = "1";
   for (int i = 0; i < 249; ++i) prompt += ",2";  // 250 of the golden model's 256 positions
-  const auto r = testing::RunCommand(kGenerate + " --model " +
-                                     testing::GoldenDir("dcformer-f32-short-prompt") +
-                                     " --prompt-ids " + prompt + " --max-new-tokens 50 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  // Positions 250..255 are fed back; the token sampled after position 255 is the 7th.
-  EXPECT_EQ(nlohmann::json::parse(r.out).at("tokens").size(), 7u);
+  const std::string base = kGenerate + " --model " +
+                           testing::GoldenDir("dcformer-f32-short-prompt") + " --prompt-ids " +
+                           prompt + " --json --max-new-tokens ";
+  const auto over = testing::RunCommand(base + "50");
+  EXPECT_EQ(over.exit_code, 1);
+  EXPECT_NE(over.err.find("stopping.max_new_tokens: prompt (250 tokens) + max_new_tokens (50) = "
+                          "300 exceeds the model context of 256 tokens"),
+            std::string::npos)
+      << over.err;
+  EXPECT_TRUE(over.out.empty());
+  const auto exact = testing::RunCommand(base + "6");
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_EQ(nlohmann::json::parse(exact.out).at("tokens").size(), 6u);
 }
 
 TEST(GenerateCliTest, TokenizeMatchesReferenceCases) {
@@ -120,22 +143,35 @@ TEST(GenerateCliTest, BadInputsFailWithAMessage) {
   };
   const std::vector<Case> cases = {
       {golden + " --prompt-ids 1,2,x", 2, "'x' is not an integer"},
-      {golden + " --prompt-ids 1,300", 1, "prompt[1]: token id 300 is outside the model vocabulary"},
+      {golden + " --prompt-ids 1,300", 1,
+       "prompt_tokens[1]: token id 300 is outside the model vocabulary"},
       {golden + " --prompt-ids -1", 1, "token id -1"},
       {golden + " --prompt 'hi'", 2, "needs a tokenizer"},
       {golden, 2, "exactly one of"},
       {golden + " --prompt-ids 1 --max-new-tokens -1", 2, "--max-new-tokens"},
+      {golden + " --prompt-ids 1 --max-new-tokens 0", 2, "--max-new-tokens must be >= 1"},
       {" --model /nonexistent --prompt-ids 1", 1, "/nonexistent/config.json"},
-      {golden + " --prompt-ids 1 --bogus-flag", 1, "Unknown command line flag 'bogus-flag'"},
+      {golden + " --prompt-ids 1 --bogus-flag", 2, "unknown flag --bogus-flag"},
+      {golden + " --prompt-ids 1 --max-new-tokens", 2, "--max-new-tokens needs a value"},
+      // README's two examples (review finding 5), on a model of the default one's context (256).
+      {golden + " --prompt-ids 1,2,3 --max-new-tokens 254", 1,
+       "dcformer-generate: stopping.max_new_tokens: prompt (3 tokens) + max_new_tokens (254) = "
+       "257 exceeds the model context of 256 tokens\n"},
+      {golden + " --prompt-ids 1,2,3 --max-new-tokens 300", 1,
+       "dcformer-generate: stopping.max_new_tokens: 300 exceeds the limit of 256\n"},
       {" --tokenize", 2, "--tokenizer"},
-      {golden + " --prompt-ids " + [] {
-         std::string s = "1";
-         for (int i = 0; i < 256; ++i) s += ",1";
-         return s;
-       }() + " --max-new-tokens 1", 1, "context"},
+      {golden + " --prompt-ids " +
+           [] {
+             std::string s = "1";
+             for (int i = 0; i < 256; ++i) s += ",1";
+             return s;
+           }() +
+           " --max-new-tokens 1",
+       1, "prompt_tokens: 257 tokens exceed the limit of 256"},
       // The GPT-2 tokenizer knows <|endoftext|> = 50256; the golden model has 300 tokens.
       {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +
-           " --prompt '<|endoftext|>'", 1, "prompt[0]: token id 50256 is outside"},
+           " --prompt '<|endoftext|>'",
+       1, "prompt_tokens[0]: token id 50256 is outside"},
       {golden + " --score /dev/null", 2, "--score needs a tokenizer"},
       {" --score /nonexistent.txt", 1, "--score: cannot open '/nonexistent.txt'"},
       {golden + " --tokenizer " + DCF_TEST_DATA_DIR + "/tokenizer/gpt2/tokenizer.json" +

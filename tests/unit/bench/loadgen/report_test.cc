@@ -63,6 +63,18 @@ TEST(ReportTest, TableShowsCountsAndErrors) {
   EXPECT_NE(out.str().find("OUT_OF_RANGE e.g.: too long"), std::string::npos) << out.str();
 }
 
+TEST(ReportTest, CountsAreSingularForOne) {
+  EXPECT_EQ(CountOf(0, "request"), "0 requests");
+  EXPECT_EQ(CountOf(1, "request"), "1 request");
+  EXPECT_EQ(CountOf(2, "prompt"), "2 prompts");
+  RunResult one = SomeRun(LoadSpec::Mode::kClosed);
+  one.requests = 1;
+  std::ostringstream out;
+  PrintRun(out, one);
+  EXPECT_NE(out.str().find("closed loop, concurrency 8: 1 request ("), std::string::npos)
+      << out.str();
+}
+
 TEST(ReportTest, ProgressLineFillsWithFinishedRequestsOrTime) {
   RunProgress p;
   p.total = 100;

@@ -1,4 +1,4 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 
 #include <cstdint>
 
@@ -45,7 +45,9 @@ Utf8Char DecodeUtf8At(std::string_view text, size_t pos) {
   return {Utf8Status::kValid, need + 1, cp};
 }
 
-bool IsValidUtf8(std::string_view text) {
+bool IsValidUtf8(std::string_view text) { return FirstInvalidUtf8(text) == std::string_view::npos; }
+
+size_t FirstInvalidUtf8(std::string_view text) {
   size_t i = 0;
   while (i < text.size()) {
     if (static_cast<uint8_t>(text[i]) < 0x80) {
@@ -53,10 +55,10 @@ bool IsValidUtf8(std::string_view text) {
       continue;
     }
     const Utf8Char c = DecodeUtf8At(text, i);
-    if (c.status != Utf8Status::kValid) return false;
+    if (c.status != Utf8Status::kValid) return i;
     i += c.length;
   }
-  return true;
+  return std::string_view::npos;
 }
 
 void AppendUtf8(char32_t cp, std::string* out) {

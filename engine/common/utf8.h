@@ -1,7 +1,8 @@
-// UTF-8 scanning helpers shared by the tokenizer: strict decoding of one character, validation,
-// and lossy conversion with the "maximal subpart" rule that Rust's String::from_utf8_lossy (and
-// therefore Hugging Face tokenizers' decode) uses: every maximal invalid subsequence becomes one
-// U+FFFD. Pure functions, thread-safe.
+// UTF-8 scanning helpers (the tokenizer, the server's request parser, dcformer-cli's flag
+// checks): strict decoding of one character, validation, and lossy conversion with the "maximal
+// subpart" rule that Rust's String::from_utf8_lossy (and therefore Hugging Face tokenizers'
+// decode) uses: every maximal invalid subsequence becomes one U+FFFD. Pure functions,
+// thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,10 @@ Utf8Char DecodeUtf8At(std::string_view text, size_t pos);
 
 // True when `text` is entirely well-formed UTF-8 (no surrogates, no overlongs, <= U+10FFFF).
 bool IsValidUtf8(std::string_view text);
+
+// Offset of the first byte that starts no valid UTF-8 character (a truncated character at the
+// end included), or std::string_view::npos when `text` is valid UTF-8.
+size_t FirstInvalidUtf8(std::string_view text);
 
 // Appends the UTF-8 encoding of `cp` (which must be a Unicode scalar value) to `out`.
 void AppendUtf8(char32_t cp, std::string* out);
