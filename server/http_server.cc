@@ -24,6 +24,10 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
+// Framing beyond headers and body that a request may carry (chunk sizes, CRLFs, short chunk
+// extensions and trailers).
+constexpr size_t kReadBufferSlack = 4 << 10;
+
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return std::chrono::nanoseconds(absl::ToInt64Nanoseconds(d));
 }
@@ -36,6 +40,14 @@ HttpResponse Plain(int status, std::string body) {
   return r;
 }
 
+// The read buffer holds at most a request's headers, its body and some framing: Beast's parser
+// bounds neither chunk extensions nor trailers (header_limit and body_limit do not cover
+// them), so without this bound one connection could grow the buffer until the process ran
+// out of memory.
+size_t ReadBufferLimit(const HttpServerOptions& o) {
+  return o.max_header_bytes + o.max_body_bytes + kReadBufferSlack;
+}
+
 bool IsHttpParseError(const beast::error_code& ec) {
   return &ec.category() == &http::make_error_code(http::error::bad_target).category();
 }
@@ -43,6 +55,10 @@ bool IsHttpParseError(const beast::error_code& ec) {
 // After accept() fails (out of file descriptors, say), the next try waits this long instead
 // of spinning; the listener never gives up (gRPC 1.51's does: docs/API.md, "Security").
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+
+// A closing connection reads (and drops) at most this much, for at most this long.
+constexpr size_t kLingerBytes = 256 << 10;
+constexpr auto kLingerTime = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -148,7 +164,9 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {
+      : stream_(std::move(socket)),
+        server_(server),
+        buffer_(ReadBufferLimit(server->options())) {
     server_->open().fetch_add(1);
   }
   ~Session() { server_->open().fetch_sub(1); }
@@ -187,6 +205,13 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (ec == http::error::body_limit) {
       return Reply(Plain(413, "payload too large"), 11, false, false);
+    }
+    if (ec == http::error::buffer_overflow) {
+      // Chunk extensions or trailers past the read buffer's bound: Beast applies neither the
+      // header nor the body limit to them.
+      return Reply(Plain(400, "bad request: the request's framing does not fit in the read "
+                              "buffer (chunk extensions or trailers too long)"),
+                   11, false, false);
     }
     if (ec) {
       if (IsHttpParseError(ec)) return Reply(Plain(400, "bad request"), 11, false, false);
@@ -236,15 +261,31 @@ class Session : public std::enable_shared_from_this<Session> {
     Read();
   }
 
+  // Ends the connection: our side first (shutdown), then whatever the client still sends is
+  // read and dropped for a moment before the socket closes. Closing with unread input would
+  // make the kernel answer with a reset, which can destroy a response (say a 400 or 413) that
+  // the client has not read yet.
   void Close() {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    stream_.expires_after(kLingerTime);
+    Linger(0);
+  }
+
+  void Linger(size_t discarded) {
+    if (discarded >= kLingerBytes) return stream_.close();
+    stream_.async_read_some(
+        net::buffer(linger_buffer_),
+        [self = shared_from_this(), discarded](beast::error_code ec, size_t n) {
+          if (ec) return self->stream_.close();
+          self->Linger(discarded + n);
+        });
   }
 
   beast::tcp_stream stream_;
   HttpServer::Impl* const server_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // bounded: ReadBufferLimit
+  char linger_buffer_[4096];
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> res_;
 };

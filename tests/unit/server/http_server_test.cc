@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -98,6 +100,69 @@ TEST(HttpServerTest, ServesRoutesAndRefusesTheRest) {
   EXPECT_EQ(calls.load(), 2);
   (*server)->Stop();
   EXPECT_EQ((*server)->open_connections(), 0);
+}
+
+// Peak resident memory of this process (VmHWM), in KiB.
+int64_t PeakRssKib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+// Sends `head` and then `filler` bytes (as fast as the server takes them) while reading the
+// answer on this thread; returns what the server answered until it closed.
+std::string SendFlood(int port, const std::string& head, size_t filler) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  std::thread sender([fd, head, filler] {
+    if (send(fd, head.data(), head.size(), MSG_NOSIGNAL) < 0) return;
+    const std::string block(64 << 10, 'a');
+    for (size_t sent = 0; sent < filler; sent += block.size()) {
+      if (send(fd, block.data(), block.size(), MSG_NOSIGNAL) < 0) return;  // closed: done
+    }
+  });
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  shutdown(fd, SHUT_RDWR);  // ends a sender still blocked in send()
+  sender.join();
+  close(fd);
+  return out;
+}
+
+// Beast applies neither header_limit nor body_limit to chunk extensions and trailers: before
+// the read buffer was bounded, 1000 MiB of chunk extension on one connection took the server
+// from 132 MiB to 1,185 MiB of RSS (the probe-1 review, finding 1).
+TEST(HttpServerTest, ChunkExtensionsAndTrailersAreBounded) {
+  std::atomic<int> calls{0};
+  HttpServerOptions options;
+  options.request_timeout = absl::Seconds(5);
+  auto server = HttpServer::Start(options, MetricsRouter(&calls));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const int64_t peak_before = PeakRssKib();
+  const std::string chunked =
+      "POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  // 10 MiB of one chunk's extension.
+  const std::string extension = SendFlood(port, chunked + "1;", 10 << 20);
+  EXPECT_TRUE(absl::StartsWith(extension, "HTTP/1.1 400")) << extension.substr(0, 200);
+  // 10 MiB of one trailer field.
+  const std::string trailer = SendFlood(port, chunked + "1\r\na\r\n0\r\nX-Trailer: ", 10 << 20);
+  EXPECT_TRUE(absl::StartsWith(trailer, "HTTP/1.1 4")) << trailer.substr(0, 200);
+  // The read buffer is bounded by headers + body + 4 KiB (~76 KiB here); unbounded, it grew
+  // past the 10 MiB sent.
+  const int64_t peak_after = PeakRssKib();
+  EXPECT_LT(peak_after - peak_before, 4 << 10) << "KiB of peak RSS grew";
+  EXPECT_EQ(calls.load(), 0);
+  (*server)->Stop();
 }
 
 TEST(HttpServerTest, ConnectionsPastTheCapGet503) {
