@@ -59,6 +59,9 @@ constexpr int kMaxSyncServerThreads = 16;
 // failed; this many failures in a row end the process.
 constexpr absl::Duration kSelfCheckTimeout = absl::Seconds(5);
 constexpr int kSelfCheckFailuresToExit = 3;
+// The metrics listener's bounds beyond HttpServerOptions' defaults (docs/API.md, "Security").
+constexpr int kMetricsConnectionsPerIp = 64;
+constexpr double kMetricsRequestsPerSecond = 10;
 
 // Drops gRPC's reflection plugin from a builder: linking grpc++_reflection registers it for
 // every server (a static initializer), so leaving it out takes this.
@@ -208,6 +211,13 @@ absl::Status DcformerServer::StartMetricsEndpoint() {
   HttpServerOptions http;
   http.host = options_.metrics_host;
   http.port = options_.metrics_port;
+  // A scraper needs one connection and a request every few seconds: one address gets at
+  // most kMetricsConnectionsPerIp, a connection kMetricsRequestsPerSecond.
+  http.max_connections_per_ip = kMetricsConnectionsPerIp;
+  http.max_requests_per_second = kMetricsRequestsPerSecond;
+  http.on_connection_event = [metrics](absl::string_view event) {
+    metrics->RecordHttpConnectionEvent("metrics", event);
+  };
   absl::StatusOr<std::unique_ptr<HttpServer>> started =
       HttpServer::Start(std::move(http), std::move(router));
   if (!started.ok()) {

@@ -70,6 +70,17 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                     "its listener did not accept")
                               .Register(r)
                               .Add({});
+  http_connection_events_ =
+      &BuildCounter()
+           .Name("dcformer_http_connection_events_total")
+           .Help("Connections of an HTTP listener (metrics, openai) closed to make room at a "
+                 "connection cap (event=evicted) or answered 503 there (event=refused)")
+           .Register(r);
+  for (const char* listener : {"metrics", "openai"}) {
+    for (const char* event : {"evicted", "refused"}) {
+      http_connection_events_->Add({{"listener", listener}, {"event", event}});
+    }
+  }
   prompt_tokens_ = &BuildCounter()
                         .Name("dcformer_prompt_tokens_total")
                         .Help("Prompt tokens of accepted Generate requests")
@@ -184,6 +195,11 @@ void ServerMetrics::SetCertificateExpiry(absl::Time not_after) {
   certificate_expiry_->Set(static_cast<double>(absl::ToUnixSeconds(not_after)));
 }
 void ServerMetrics::RecordSelfCheckFailure() { self_check_failures_->Increment(); }
+void ServerMetrics::RecordHttpConnectionEvent(absl::string_view listener,
+                                              absl::string_view event) {
+  http_connection_events_->Add({{"listener", std::string(listener)}, {"event", std::string(event)}})
+      .Increment();
+}
 void ServerMetrics::AddGeneratedTokens(int64_t n) { generated_tokens_->Increment(n); }
 
 void ServerMetrics::Refresh() {

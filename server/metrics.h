@@ -62,6 +62,9 @@ class ServerMetrics : public EngineObserver {
   void SetCertificateExpiry(absl::Time not_after);
   // One failed listener self-check (listener_check.h).
   void RecordSelfCheckFailure();
+  // A connection of an HTTP listener (`listener`: "metrics", "openai") closed to make room at
+  // a connection cap ("evicted") or answered 503 there ("refused"); http_server.h.
+  void RecordHttpConnectionEvent(absl::string_view listener, absl::string_view event);
 
   // Updates the engine-mirroring gauges now (also done at each scrape).
   void Refresh();
@@ -90,6 +93,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Family<prometheus::Counter>* credential_reload_failures_;
   prometheus::Gauge* certificate_expiry_;
   prometheus::Counter* self_check_failures_;
+  prometheus::Family<prometheus::Counter>* http_connection_events_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* preemptions_;
