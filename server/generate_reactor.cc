@@ -79,12 +79,8 @@ void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
     Reject(GrpcCodeLabel(admitted.error_code()), admitted);
     return;
   }
-  const int max_open = state_->options().max_open_streams;
-  if (const int open = state_->active_streams(); max_open > 0 && open > max_open) {
-    Reject("resource_exhausted",
-           grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat(open - 1, " Generate streams are open, the most this server "
-                                     "keeps (--max-open-streams); retry with backoff")));
+  if (absl::Status open = state_->CheckOpenStreams(); !open.ok()) {
+    Reject("resource_exhausted", ToGrpcStatus(open));
     return;
   }
   if (!request_bytes.Valid()) {
@@ -135,7 +131,7 @@ void GenerateReactor::Start(const grpc::ByteBuffer& request_bytes) {
   handle_ = std::move(*handle);
   // Only the engine-validated id is ever logged (request_validator.h bounds it).
   request_id_ = handle_.stream().id();
-  state_->metrics().AddPromptTokens(prompt_tokens_);
+  state_->metrics().AddPromptTokens(prompt_tokens_, Protocol::kGrpc);
   {
     absl::MutexLock lock(&link_->mu);
     Become(State::kStreaming);

@@ -255,7 +255,16 @@ class Connection : public ConnectionControl,
     parser_.reset();
     HttpResponse refusal;
     const HttpRouter::Handlers* route = server_->router().Find(request_, &refusal);
-    if (route == nullptr) return Reply(std::move(refusal), keep_alive_);
+    if (route == nullptr) {
+      if (options_.error_response) {
+        std::string message = refusal.body;
+        while (!message.empty() && message.back() == '\n') message.pop_back();
+        HttpResponse shaped = options_.error_response(refusal.status, message);
+        for (auto& header : refusal.headers) shaped.headers.push_back(std::move(header));
+        refusal = std::move(shaped);
+      }
+      return Reply(std::move(refusal), keep_alive_);
+    }
     if (route->sync) return Reply(route->sync(request_), keep_alive_);
     // Over TLS the disconnect watch cannot be cancelled cleanly mid-record: an asynchronous
     // exchange is the connection's last.
@@ -269,7 +278,11 @@ class Connection : public ConnectionControl,
 
   // --- whole responses ---
 
-  void Refuse(int status, std::string body) { Reply(PlainResponse(status, std::move(body)), false); }
+  void Refuse(int status, std::string body) {
+    Reply(options_.error_response ? options_.error_response(status, body)
+                                  : PlainResponse(status, std::move(body)),
+          false);
+  }
 
   void Reply(HttpResponse response, bool keep_alive) {
     SetPhase(ConnectionPhase::kBusy);

@@ -160,6 +160,10 @@ struct HttpServerOptions {
   // Runs once a request's headers are read, before its body: a response refuses the request
   // (the connection is then closed, its body unread).
   std::function<std::optional<HttpResponse>(const HttpRequest& head)> admit;
+  // The body of the layer's own refusals (404, 405, 413, 431, 400, 503 while draining...):
+  // plain text "<message>\n" when unset; the OpenAI front answers its JSON error object.
+  // Extra headers of the refusal (405's Allow) are kept.
+  std::function<HttpResponse(int status, absl::string_view message)> error_response;
   // "evicted" (a connection closed to make room at a cap) or "refused" (503 at a cap);
   // called on the listener's strand.
   std::function<void(absl::string_view event)> on_connection_event;

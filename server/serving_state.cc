@@ -14,13 +14,24 @@ grpc::Status ServingState::Admit(const grpc::CallbackServerContext& context) con
       return ToGrpcStatus(s);
     }
   }
-  if (draining()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+  return ToGrpcStatus(CheckAccepting());
+}
+
+absl::Status ServingState::CheckAccepting() const {
+  if (draining()) return absl::UnavailableError("server is shutting down");
+  if (engine() == nullptr) return absl::UnavailableError("server is starting: model not ready");
+  return absl::OkStatus();
+}
+
+absl::Status ServingState::CheckOpenStreams() const {
+  const int max_open = options_->max_open_streams;
+  const int open = active_streams();
+  if (max_open > 0 && open > max_open) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(open - 1, " generation streams are open, the most this server keeps "
+                     "(--max-open-streams); retry with backoff"));
   }
-  if (engine() == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is starting: model not ready");
-  }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ServingState::CheckRequestSize(const grpc::ByteBuffer& request) const {

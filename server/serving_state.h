@@ -70,6 +70,13 @@ class ServingState {
   // Checks the API key, then that the engine is up and not draining. OK or the status to
   // fail the call with (UNAUTHENTICATED / UNAVAILABLE).
   grpc::Status Admit(const grpc::CallbackServerContext& context) const;
+  // The part of Admit every front shares: Unavailable while starting or draining.
+  absl::Status CheckAccepting() const;
+  // ResourceExhausted when more than --max-open-streams generation streams are open (the
+  // caller's own, already started, counted): gRPC Generate calls and OpenAI requests alike.
+  absl::Status CheckOpenStreams() const;
+  // The API-key checker (null: no key required).
+  const ApiKeyChecker* auth() const { return auth_; }
   // RESOURCE_EXHAUSTED when a request message is over --max-receive-message-bytes. gRPC's
   // own limit is set higher (dcformer_server.cc), so that such calls reach the service and
   // are answered, counted and logged like any other; only messages past gRPC's limit are
