@@ -18,6 +18,18 @@ import harness as h
 KJV = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
 MODEL = "dcformer-kjv"
 EXAMPLE = os.path.join(h.SOURCE_DIR, "client", "examples", "python", "openai_http.py")
+SDK_DIR = os.path.join(h.SOURCE_DIR, "client", "examples", "openai-node")
+SDK_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openai_sdk_check.js")
+
+
+def sdk_missing():
+    """Why the openai SDK cannot run (None when it can): scripts/setup.sh installs it from the
+    package-lock; tests never download anything."""
+    if shutil.which("node") is None:
+        return "node not installed"
+    if not os.path.isdir(os.path.join(SDK_DIR, "node_modules", "openai")):
+        return "client/examples/openai-node/node_modules missing: run scripts/setup.sh"
+    return None
 
 
 class HttpServer(h.Server):
@@ -302,6 +314,56 @@ class OpenAiTest(unittest.TestCase):
                              timeout=60)
         self.assertIn("finish_reason=length", out.stdout)
         self.assertGreater(len(out.stdout.splitlines()[0]), 0)
+
+
+class OpenAiSdkTest(unittest.TestCase):
+    def test_official_openai_sdk(self):
+        reason = sdk_missing()
+        if reason:
+            self.skipTest(reason)
+        with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+            f.write("sdk-key\n")
+        try:
+            with HttpServer(args=[f"--api-key-file={f.name}"]) as server:
+                out = subprocess.run(["node", SDK_CHECK, f"http://127.0.0.1:{server.http_port}/v1",
+                                      "sdk-key"], capture_output=True, text=True, timeout=120)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                got = json.loads(out.stdout)
+                example = subprocess.run(
+                    ["node", os.path.join(SDK_DIR, "chat.js"), "--url",
+                     f"http://127.0.0.1:{server.http_port}/v1", "--api-key", "sdk-key",
+                     "--max-tokens", "4", "And God said"],
+                    capture_output=True, text=True, timeout=60)
+                self.assertEqual(example.returncode, 0, example.stderr)
+                self.assertIn("finish_reason=", example.stdout)
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(got["models"], [MODEL])
+        c = got["completion"]["choices"][0]
+        self.assertEqual(c["finish_reason"], "length")
+        self.assertEqual(len(c["logprobs"]["tokens"]), got["completion"]["usage"]["completion_tokens"])
+        self.assertTrue(all(len(t) == 2 for t in c["logprobs"]["top_logprobs"]))
+        chat = got["chat"]
+        self.assertEqual([x["index"] for x in chat["choices"]], [0, 1])
+        self.assertEqual(chat["choices"][0]["message"]["content"],
+                         chat["choices"][1]["message"]["content"])  # greedy
+        self.assertTrue(all(len(e["top_logprobs"]) == 2
+                            for e in chat["choices"][0]["logprobs"]["content"]))
+        stream = got["stream"]
+        self.assertEqual(stream[-1]["choices"], [])
+        self.assertEqual(stream[-1]["usage"]["completion_tokens"], 5)
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in stream[:-1])
+        self.assertEqual(text, chat["choices"][0]["message"]["content"])
+        self.assertEqual(stream[-2]["choices"][0]["finish_reason"], "length")
+        stop = got["stop"]["choices"][0]
+        self.assertNotIn("LORD", stop["text"])
+        self.assertEqual(got["seeded"][0], got["seeded"][1])
+        self.assertEqual(got["errors"]["model"]["status"], 404)
+        self.assertEqual(got["errors"]["type"], {"status": 400, "type": "invalid_request_error",
+                                                 "param": "temperature"})
+        self.assertEqual(got["errors"]["tools"]["status"], 400)
+        self.assertEqual(got["errors"]["tools"]["param"], "tools")
+        self.assertEqual(got["errors"]["key"]["status"], 401)
 
 
 class OpenAiAuthAndDrainTest(unittest.TestCase):
