@@ -20,21 +20,9 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/openai_request.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
-
-const dcf::Tokenizer& Gpt2() {
-  static const dcf::Tokenizer* tok = [] {
-    const std::string path = std::string(DCF_TEST_DATA_DIR) + "/tokenizer/gpt2/tokenizer.json";
-    auto t = dcf::Tokenizer::FromFile(path);
-    if (!t.ok()) {
-      std::fprintf(stderr, "cannot load %s: %s\n", path.c_str(), t.status().ToString().c_str());
-      std::abort();
-    }
-    return t->release();
-  }();
-  return *tok;
-}
 
 const dcf::server::ChatTemplate& ChatMl() {
   static const dcf::server::ChatTemplate* t = [] {
@@ -49,18 +37,11 @@ const dcf::server::ChatTemplate& ChatMl() {
 }
 
 void Check(bool cond, const char* what, const absl::Status& status = absl::OkStatus()) {
-  if (!cond) {
-    std::fprintf(stderr, "openai_fuzz: property violated: %s (%s)\n", what,
-                 status.ToString().c_str());
-    std::abort();
-  }
+  dcf::fuzz::Check(cond, "openai_fuzz", what, status);
 }
 
 void CheckRejection(const absl::Status& s, const char* stage) {
-  Check(!s.message().empty(), stage, s);
-  Check(s.code() == absl::StatusCode::kInvalidArgument ||
-            s.code() == absl::StatusCode::kOutOfRange,
-        stage, s);
+  dcf::fuzz::CheckRejection(s, "openai_fuzz", stage);
   Check(dcf::server::OpenAiParam(s).find(' ') == std::string::npos, "param has no spaces", s);
 }
 
@@ -76,14 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckRejection(request.status(), "parse");
     return 0;
   }
-  dcf::RequestLimits limits;  // as Engine::limits() resolves them
-  limits.vocab_size = 50257;
-  limits.context = 1024;
-  limits.max_prompt_tokens = 1024;
-  limits.max_new_tokens_limit = 1024;
-  limits.default_max_new_tokens = 256;
-  limits.eos_token_id = 50256;
-  limits.tokenizer = &Gpt2();
+  const dcf::RequestLimits limits = dcf::fuzz::Gpt2Limits();
   dcf::server::ChatTemplateContext chat;
   chat.chat_template = &ChatMl();
   absl::StatusOr<dcf::server::OpenAiPlan> plan =
