@@ -13,6 +13,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/log_text.h"
+#include "server/peer_address.h"
 #include "server/status_util.h"
 
 namespace dcf::server {
@@ -57,7 +58,7 @@ std::string RandomId(absl::string_view prefix) {
 // An HTTP stream in ServingState's books (the drain waits for it, --max-open-streams counts
 // it). Its write deadline is the HTTP layer's (stream_write_timeout), not the watchdog's.
 struct HttpOpenStream : OpenStream {
-  void EndIfStalled(absl::Time) override {}
+  void EndIfStalled(int64_t) override {}
 };
 
 // A whole answer at once (an error before anything was enqueued).
@@ -96,10 +97,13 @@ class GenerationSource : public HttpBodySource {
   }
 
   // Registers the stream, then enqueues every choice; an error leaves nothing enqueued.
-  absl::Status Start() {
+  absl::Status Start(const std::string& peer) {
+    link_->peer = PeerAddressOfIp(peer);
+    // --max-open-streams and --max-open-streams-per-peer, counted with gRPC's streams.
+    if (grpc::Status s = state_->RegisterStream(link_); !s.ok()) {
+      return absl::ResourceExhaustedError(s.error_message());
+    }
     registered_ = true;
-    state_->StreamStarted(link_);
-    if (absl::Status s = state_->CheckOpenStreams(); !s.ok()) return s;
     choices_.resize(plan_.requests.size());
     const int n = request_.n;
     for (size_t i = 0; i < plan_.requests.size(); ++i) {
@@ -521,7 +525,7 @@ std::shared_ptr<HttpBodySource> OpenAiService::Generate(OpenAiApi api, HttpReque
   if (!plan.ok()) return refuse(plan.status());
   auto source = std::make_shared<GenerationSource>(state_, *std::move(parsed), *std::move(plan),
                                                    std::move(wake));
-  if (absl::Status s = source->Start(); !s.ok()) return refuse(s);
+  if (absl::Status s = source->Start(request.peer); !s.ok()) return refuse(s);
   return source;
 }
 
