@@ -84,11 +84,11 @@ class Recorder : public EngineObserver {
  public:
   // Decode-only steps are profiled when `cpu` is set (it must outlive the run).
   void set_cpu(const CpuBackend* cpu) { cpu_ = cpu; }
-  void OnFirstToken(absl::Duration ttft) override {
+  void OnFirstToken(int, absl::Duration ttft) override {
     absl::MutexLock l(&mu_);
     ttft_ms_.push_back(absl::ToDoubleMilliseconds(ttft));
   }
-  void OnInterTokenLatency(absl::Duration itl) override {
+  void OnInterTokenLatency(int, absl::Duration itl) override {
     absl::MutexLock l(&mu_);
     itl_ms_.push_back(absl::ToDoubleMilliseconds(itl));
   }

@@ -51,7 +51,8 @@ else
 fi
 
 # npm packages (package-lock.json pins them), installed here so no test downloads anything:
-# the Node.js example client's, and the Kubernetes schema validator's (deploy/validate).
+# the Node.js example clients' (gRPC, and the official openai SDK's), and the Kubernetes
+# schema validator's (deploy/validate).
 # Skipped when present, and when the folder is absent (container build stages copy only
 # this script before installing).
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -63,3 +64,4 @@ npm_ci() {  # DIR MARKER: npm ci in DIR unless DIR/node_modules/MARKER exists
 }
 npm_ci client/examples/node @grpc/grpc-js
 npm_ci deploy/validate kubernetes-models
+npm_ci client/examples/openai-node openai

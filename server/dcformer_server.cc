@@ -65,6 +65,15 @@ constexpr int kMaxSyncServerThreads = 16;
 // failed; this many failures in a row end the process.
 constexpr absl::Duration kSelfCheckTimeout = absl::Seconds(5);
 constexpr int kSelfCheckFailuresToExit = 3;
+// The metrics listener's bounds beyond HttpServerOptions' defaults (docs/API.md, "Security").
+constexpr int kMetricsConnectionsPerIp = 64;
+constexpr double kMetricsRequestsPerSecond = 10;
+// The OpenAI listener: its threads (a fixed pool holds every stream), connections beyond the
+// open-stream cap (idle keep-alive ones and clients sending their request), and the idle
+// timeout of a keep-alive connection.
+constexpr int kOpenAiThreads = 2;
+constexpr int kOpenAiSpareConnections = 256;
+constexpr absl::Duration kOpenAiIdleTimeout = absl::Seconds(30);
 
 // Drops gRPC's reflection plugin from a builder: linking grpc++_reflection registers it for
 // every server (a static initializer), so leaving it out takes this.
@@ -216,6 +225,7 @@ absl::Status DcformerServer::Start() {
                         "messages to anyone, without an api key";
   }
   RETURN_IF_ERROR(StartMetricsEndpoint());
+  RETURN_IF_ERROR(StartOpenAiEndpoint());
   if (auth_ || tls_) reload_thread_ = std::thread([this] { ReloadLoop(); });
   return absl::OkStatus();
 }
@@ -233,6 +243,13 @@ absl::Status DcformerServer::StartMetricsEndpoint() {
   HttpServerOptions http;
   http.host = options_.metrics_host;
   http.port = options_.metrics_port;
+  // A scraper needs one connection and a request every few seconds: one address gets at
+  // most kMetricsConnectionsPerIp, a connection kMetricsRequestsPerSecond.
+  http.max_connections_per_ip = kMetricsConnectionsPerIp;
+  http.max_requests_per_second = kMetricsRequestsPerSecond;
+  http.on_connection_event = [metrics](absl::string_view event) {
+    metrics->RecordHttpConnectionEvent("metrics", event);
+  };
   absl::StatusOr<std::unique_ptr<HttpServer>> started =
       HttpServer::Start(std::move(http), std::move(router));
   if (!started.ok()) {
@@ -241,6 +258,68 @@ absl::Status DcformerServer::StartMetricsEndpoint() {
   metrics_http_ = *std::move(started);
   DCF_LOG(Info) << "metrics on http://" << HostPort(options_.metrics_host, metrics_http_->port())
                 << "/metrics";
+  return absl::OkStatus();
+}
+
+absl::Status DcformerServer::StartOpenAiEndpoint() {
+  if (options_.http_port == 0) return absl::OkStatus();
+  ChatTemplateContext chat;
+  absl::StatusOr<std::string> source = LoadChatTemplateSource(
+      options_.model_dir, options_.chat_template, &chat.bos_token, &chat.eos_token);
+  if (source.ok()) {
+    absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed = ChatTemplate::Parse(*source);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the chat template of ", options_.model_dir, " cannot be rendered: ",
+                       parsed.status().message(), " (docs/OPENAI_API.md lists what is supported; "
+                       "--chat-template names another)"));
+    }
+    chat_template_ = *std::move(parsed);
+    chat.chat_template = chat_template_.get();
+  } else if (absl::IsNotFound(source.status()) && options_.chat_template.empty()) {
+    DCF_LOG(Info) << "no chat template in " << options_.model_dir
+                  << ": /v1/chat/completions is refused (400), /v1/completions is served";
+  } else {
+    return source.status();
+  }
+  openai_ = std::make_unique<OpenAiService>(state_.get(), std::move(chat),
+                                            [this] { return serving_now_.load(); });
+  HttpRouter router;
+  openai_->AddRoutes(&router);
+  HttpServerOptions http;
+  http.host = options_.http_host;
+  http.port = options_.http_port;
+  http.threads = kOpenAiThreads;
+  http.max_connections = options_.max_open_streams > 0
+                             ? options_.max_open_streams + kOpenAiSpareConnections
+                             : 4096;
+  http.max_body_bytes = static_cast<size_t>(options_.max_receive_message_bytes);
+  http.idle_timeout = kOpenAiIdleTimeout;
+  http.write_timeout = options_.write_stall_timeout;
+  http.stream_write_timeout = options_.write_stall_timeout;
+  if (tls_) {
+    http.tls_identity_file = tls_->identity_path();
+    http.tls_client_ca_file = tls_->client_ca_path();
+  }
+  OpenAiService* service = openai_.get();
+  http.admit = [service](const HttpRequest& head) { return service->Admit(head); };
+  http.error_response = [](int status, absl::string_view message) {
+    return OpenAiService::ErrorResponse(status, message);
+  };
+  ServerMetrics* metrics = &metrics_;
+  http.on_connection_event = [metrics](absl::string_view event) {
+    metrics->RecordHttpConnectionEvent("openai", event);
+  };
+  absl::StatusOr<std::unique_ptr<HttpServer>> started =
+      HttpServer::Start(std::move(http), std::move(router));
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        absl::StrCat("http: ", started.status().message()));
+  }
+  openai_http_ = *std::move(started);
+  DCF_LOG(Info) << "OpenAI-compatible API on " << (tls_ ? "https://" : "http://")
+                << HostPort(options_.http_host, openai_http_->port()) << "/v1"
+                << (auth_ ? " (api key required)" : "");
   return absl::OkStatus();
 }
 
@@ -327,6 +406,11 @@ void DcformerServer::ReloadTls() {
       absl::StrCat("the last good certificate '", tls_->certificate().subject, "'");
   if (NoteReload("tls", tls_->Reload(), in_force, &last_tls_error_)) {
     LogCertificate("TLS certificate reloaded:");
+    if (openai_http_ != nullptr) {
+      if (absl::Status s = openai_http_->ReloadTls(); !s.ok()) {
+        DCF_LOG(Error) << "http: TLS not reloaded, the last good files kept: " << s.message();
+      }
+    }
   }
 }
 
@@ -360,6 +444,7 @@ absl::Status DcformerServer::LoadModel() {
   info.block_size = engine->options().block_size;
   info.kv_blocks_total = stats.kv_blocks_total;
   info.limits = engine->limits();
+  metrics_.SetCacheConfig(info.block_size, info.kv_blocks_total[0]);
   state_->PublishEngine(engine, engine->limits(), std::move(info));
   SetServing(true);
   // `info` was moved into the serving state: log from `stats`.
@@ -396,6 +481,7 @@ absl::Status DcformerServer::WarmUp() {
 
 void DcformerServer::SetServing(bool serving) {
   serving_ = serving;
+  serving_now_.store(serving);
   metrics_.SetServing(serving);
   if (health_ != nullptr) health_->SetServing(serving);  // "" and the TextGeneration service
 }
@@ -478,6 +564,9 @@ void DcformerServer::Shutdown() {
     // when every call and connection is gone.
     grpc_server_shutdown_and_notify(grpc_server_->c_server(), shutdown_cq_->cq(), nullptr);
   }
+  // The HTTP front likewise: new requests get 503 and idle keep-alive connections close; the
+  // streams it runs are part of the drain (ServingState counts them with gRPC's).
+  if (openai_http_ != nullptr) openai_http_->StartDraining();
   // After the GOAWAY, so that a client watching health on a connection reads the GOAWAY
   // before NOT_SERVING and has stopped using that connection when it learns of the drain.
   SetServing(false);
@@ -512,6 +601,8 @@ void DcformerServer::Shutdown() {
                                          nullptr);
     } while (event.type != GRPC_QUEUE_SHUTDOWN);
   }
+  // Every HTTP stream got its final event (or was cancelled with the engine): close the rest.
+  if (openai_http_ != nullptr) openai_http_->Stop();
   service_.reset();
   metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone
   engine_.reset();

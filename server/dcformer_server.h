@@ -17,6 +17,7 @@
 // within --drain-timeout + 1 s.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@
 #include "server/health_service.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/openai_service.h"
 #include "server/serving_state.h"
 #include "server/server_options.h"
 #include "server/text_generation_service.h"
@@ -55,6 +57,8 @@ class DcformerServer {
   int port() const { return bound_port_; }
   // The metrics port actually bound (0 when there is none).
   int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+  // The OpenAI-compatible HTTP port actually bound (0 when there is none).
+  int http_port() const { return openai_http_ ? openai_http_->port() : 0; }
   absl::Status LoadModel();
   // Health watchdog (engine progress, listener self-check) and the write-stall watchdog,
   // every --health-poll-interval until `stop` is notified. Unavailable when the listener
@@ -67,6 +71,8 @@ class DcformerServer {
   void SetServing(bool serving);
   absl::Status WarmUp();
   absl::Status StartMetricsEndpoint();
+  // Loads the chat template and starts the OpenAI-compatible listener (--http-port).
+  absl::Status StartOpenAiEndpoint();
   // Re-reads --api-key-file and the TLS files on their intervals until reload_stop_.
   void ReloadLoop();
   void ReloadApiKeys();
@@ -83,6 +89,10 @@ class DcformerServer {
   std::unique_ptr<TlsFiles> tls_;
   ServerMetrics metrics_;
   std::unique_ptr<HttpServer> metrics_http_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::unique_ptr<OpenAiService> openai_;
+  std::unique_ptr<HttpServer> openai_http_;
+  std::atomic<bool> serving_now_{false};  // what health says, for the HTTP /health
   std::unique_ptr<ServingState> state_;
   std::unique_ptr<TextGenerationService> service_;
   std::unique_ptr<HealthService> health_;  // outlives grpc_server_

@@ -1,34 +1,31 @@
 #include "server/http_server.h"
 
 #include <algorithm>
-#include <atomic>
-#include <optional>
-#include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "boost/asio/dispatch.hpp"
-#include "boost/asio/ip/tcp.hpp"
-#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/asio/strand.hpp"
-#include "boost/beast/core.hpp"
-#include "boost/beast/http.hpp"
+#include "boost/asio/write.hpp"
 #include "engine/common/logging.h"
+#include "server/http_connection.h"
 
 namespace dcf::server {
 namespace {
 
 namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
+namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 
-std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
-  return std::chrono::nanoseconds(absl::ToInt64Nanoseconds(d));
-}
+// After accept() fails (out of file descriptors, say), the next try waits this long instead
+// of spinning; the listener never gives up (gRPC 1.51's does: docs/API.md, "Security"). The
+// failure is logged at most once per kAcceptLogInterval.
+constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+constexpr absl::Duration kAcceptLogInterval = absl::Seconds(10);
 
-HttpResponse Plain(int status, std::string body) {
+}  // namespace
+
+HttpResponse PlainResponse(int status, std::string body) {
   HttpResponse r;
   r.status = status;
   r.body = std::move(body);
@@ -36,240 +33,258 @@ HttpResponse Plain(int status, std::string body) {
   return r;
 }
 
-bool IsHttpParseError(const beast::error_code& ec) {
-  return &ec.category() == &http::make_error_code(http::error::bad_target).category();
+const std::string* HttpRequest::Header(const std::string& name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? nullptr : &it->second;
 }
 
-// After accept() fails (out of file descriptors, say), the next try waits this long instead
-// of spinning; the listener never gives up (gRPC 1.51's does: docs/API.md, "Security").
-constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
-
-}  // namespace
-
 void HttpRouter::Add(std::string method, std::string path, HttpHandler handler) {
-  routes_[std::move(path)][std::move(method)] = std::move(handler);
+  routes_[std::move(path)][std::move(method)].sync = std::move(handler);
+}
+
+void HttpRouter::AddAsync(std::string method, std::string path, HttpAsyncHandler handler) {
+  routes_[std::move(path)][std::move(method)].async = std::move(handler);
+}
+
+const HttpRouter::Handlers* HttpRouter::Find(const HttpRequest& request,
+                                          HttpResponse* refusal) const {
+  auto path = routes_.find(request.path);
+  if (path == routes_.end()) {
+    *refusal = PlainResponse(404, "not found");
+    return nullptr;
+  }
+  const std::map<std::string, Handlers>& methods = path->second;
+  auto it = methods.find(request.method);
+  if (it == methods.end() && request.method == "HEAD") {
+    it = methods.find("GET");
+    if (it != methods.end() && !it->second.sync) it = methods.end();  // no HEAD of a stream
+  }
+  if (it != methods.end()) return &it->second;
+  std::vector<std::string> allowed;
+  for (const auto& [method, route] : methods) {
+    allowed.push_back(method);
+    if (method == "GET" && route.sync) allowed.push_back("HEAD");
+  }
+  std::sort(allowed.begin(), allowed.end());
+  *refusal = PlainResponse(405, "method not allowed");
+  refusal->headers.emplace_back("Allow", absl::StrJoin(allowed, ", "));
+  return nullptr;
 }
 
 HttpResponse HttpRouter::Route(const HttpRequest& request) const {
-  auto path = routes_.find(request.path);
-  if (path == routes_.end()) return Plain(404, "not found");
-  const std::map<std::string, HttpHandler>& methods = path->second;
-  auto it = methods.find(request.method);
-  if (it == methods.end() && request.method == "HEAD") it = methods.find("GET");
-  if (it != methods.end()) return it->second(request);
-  std::vector<std::string> allowed;
-  for (const auto& [method, handler] : methods) {
-    allowed.push_back(method);
-    if (method == "GET") allowed.push_back("HEAD");
-  }
-  std::sort(allowed.begin(), allowed.end());
-  HttpResponse r = Plain(405, "method not allowed");
-  r.headers.emplace_back("Allow", absl::StrJoin(allowed, ", "));
-  return r;
+  HttpResponse refusal;
+  const Handlers* route = Find(request, &refusal);
+  if (route == nullptr) return refusal;
+  if (!route->sync) return PlainResponse(500, "asynchronous route");
+  return route->sync(request);
 }
-
-class HttpServer::Impl {
- public:
-  Impl(HttpServerOptions options, HttpRouter router)
-      : options_(std::move(options)),
-        router_(std::move(router)),
-        ioc_(std::make_unique<net::io_context>(std::max(1, options_.threads))),
-        acceptor_(std::make_unique<tcp::acceptor>(net::make_strand(*ioc_))),
-        retry_timer_(std::make_unique<net::steady_timer>(acceptor_->get_executor())) {}
-
-  ~Impl() { Stop(); }
-
-  absl::Status Listen() {
-    beast::error_code ec;
-    tcp::resolver resolver(*ioc_);
-    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
-                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-    if (ec || endpoints.empty()) {
-      return absl::UnavailableError(absl::StrCat("cannot resolve '", options_.host, "': ",
-                                                 ec ? ec.message() : "no address"));
-    }
-    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
-    acceptor_->open(endpoint.protocol(), ec);
-    if (!ec) acceptor_->set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_->bind(endpoint, ec);
-    if (!ec) acceptor_->listen(net::socket_base::max_listen_connections, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat("cannot listen: ", ec.message()));
-    port_ = acceptor_->local_endpoint().port();
-    Accept();
-    net::io_context* ioc = ioc_.get();
-    for (int i = 0; i < std::max(1, options_.threads); ++i) {
-      threads_.emplace_back([ioc] { ioc->run(); });
-    }
-    return absl::OkStatus();
-  }
-
-  void Stop() {
-    if (stopped_.exchange(true)) return;
-    ioc_->stop();
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-    // No thread runs handlers any more: close the listener, then destroy the pending
-    // operations, and with them every connection (they only touch open_ and the options).
-    retry_timer_.reset();
-    acceptor_.reset();
-    ioc_.reset();
-  }
-
-  int port() const { return port_; }
-  int open_connections() const { return open_.load(); }
-  const HttpServerOptions& options() const { return options_; }
-  const HttpRouter& router() const { return router_; }
-  std::atomic<int>& open() { return open_; }
-
- private:
-  void Accept() {
-    acceptor_->async_accept(net::make_strand(*ioc_), [this](beast::error_code ec, tcp::socket s) {
-      OnAccept(ec, std::move(s));
-    });
-  }
-  void OnAccept(beast::error_code ec, tcp::socket socket);
-
-  const HttpServerOptions options_;
-  const HttpRouter router_;
-  std::atomic<int> open_{0};
-  std::atomic<bool> stopped_{false};
-  int port_ = 0;
-  // Destroyed before the members above, which the sessions pending in it use (Stop()).
-  std::unique_ptr<net::io_context> ioc_;
-  std::unique_ptr<tcp::acceptor> acceptor_;
-  std::unique_ptr<net::steady_timer> retry_timer_;
-  std::vector<std::thread> threads_;
-};
 
 namespace {
 
-// One connection: read a request, answer it, repeat while keep-alive; every step under a
-// deadline. Owned by the pending operation's handler (shared_from_this).
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {
-    server_->open().fetch_add(1);
+absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const HttpServerOptions& o) {
+  auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                       ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  boost::system::error_code ec;
+  context->use_certificate_chain_file(o.tls_identity_file, ec);
+  if (!ec) context->use_private_key_file(o.tls_identity_file, ssl::context::pem, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS certificate or key does not load: ", ec.message()));
   }
-  ~Session() { server_->open().fetch_sub(1); }
-
-  void Run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
-  }
-
-  // Answers 503 and closes (too many connections).
-  void Refuse() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      self->Reply(Plain(503, "too many connections"), 11, /*head=*/false, /*keep_alive=*/false);
-    });
-  }
-
- private:
-  void Read() {
-    const HttpServerOptions& o = server_->options();
-    parser_.emplace();
-    parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(o.max_header_bytes, UINT32_MAX)));
-    parser_->body_limit(o.max_body_bytes);
-    // One deadline for the idle wait and the whole request: a drip-fed request cannot extend
-    // it by sending a byte now and then.
-    stream_.expires_after(ToChrono(o.request_timeout));
-    http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::OnRead, shared_from_this()));
-  }
-
-  void OnRead(beast::error_code ec, size_t /*bytes*/) {
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-        ec == http::error::partial_message) {
-      return Close();
-    }
-    if (ec == http::error::header_limit) {
-      return Reply(Plain(431, "request header fields too large"), 11, false, false);
-    }
-    if (ec == http::error::body_limit) {
-      return Reply(Plain(413, "payload too large"), 11, false, false);
-    }
+  if (!o.tls_client_ca_file.empty()) {
+    context->load_verify_file(o.tls_client_ca_file, ec);
     if (ec) {
-      if (IsHttpParseError(ec)) return Reply(Plain(400, "bad request"), 11, false, false);
-      return Close();  // connection reset and the like
+      return absl::InvalidArgumentError(
+          absl::StrCat("TLS client CA does not load: ", ec.message()));
     }
-    http::request<http::string_body> req = parser_->release();
-    if (req.version() != 10 && req.version() != 11) {
-      return Reply(Plain(505, "HTTP version not supported"), 11, false, false);
-    }
-    HttpRequest request;
-    request.method = std::string(req.method_string());
-    const beast::string_view target = req.target();
-    if (target.empty() || target.front() != '/') {
-      return Reply(Plain(400, "bad request target"), req.version(), false, false);
-    }
-    const size_t q = target.find('?');
-    request.path = std::string(target.substr(0, q));
-    if (q != beast::string_view::npos) request.query = std::string(target.substr(q + 1));
-    for (const auto& field : req) {
-      request.headers.emplace(absl::AsciiStrToLower(std::string(field.name_string())),
-                              std::string(field.value()));
-    }
-    request.body = std::move(req.body());
-    Reply(server_->router().Route(request), req.version(), request.method == "HEAD",
-          req.keep_alive());
+    context->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
   }
-
-  void Reply(HttpResponse response, unsigned version, bool head, bool keep_alive) {
-    res_.emplace();
-    res_->version(version);
-    res_->result(static_cast<http::status>(response.status));
-    res_->set(http::field::content_type, response.content_type);
-    for (const auto& [name, value] : response.headers) res_->set(name, value);
-    res_->keep_alive(keep_alive);
-    const size_t length = response.body.size();
-    if (!head) res_->body() = std::move(response.body);
-    res_->content_length(length);
-    stream_.expires_after(ToChrono(server_->options().write_timeout));
-    http::async_write(stream_, *res_,
-                      beast::bind_front_handler(&Session::OnWrite, shared_from_this(),
-                                                !keep_alive));
-  }
-
-  void OnWrite(bool close, beast::error_code ec, size_t /*bytes*/) {
-    res_.reset();
-    if (ec || close) return Close();
-    Read();
-  }
-
-  void Close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
-  }
-
-  beast::tcp_stream stream_;
-  HttpServer::Impl* const server_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::optional<http::response<http::string_body>> res_;
-};
+  return context;
+}
 
 }  // namespace
 
-void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
+HttpServer::Impl::Impl(HttpServerOptions options, HttpRouter router)
+    : options_(std::move(options)),
+      router_(std::move(router)),
+      ioc_(std::make_unique<net::io_context>(std::max(1, options_.threads))),
+      acceptor_(std::make_unique<tcp::acceptor>(net::make_strand(*ioc_))),
+      retry_timer_(std::make_unique<net::steady_timer>(acceptor_->get_executor())) {}
+
+HttpServer::Impl::~Impl() { Stop(); }
+
+absl::Status HttpServer::Impl::ReloadTls() {
+  if (options_.tls_identity_file.empty()) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<ssl::context>> loaded = LoadTls(options_);
+  if (!loaded.ok()) return loaded.status();
+  absl::MutexLock lock(&mu_);
+  tls_ = *std::move(loaded);
+  return absl::OkStatus();
+}
+
+absl::Status HttpServer::Impl::Listen() {
+  if (absl::Status s = ReloadTls(); !s.ok()) return s;
+  boost::system::error_code ec;
+  tcp::resolver resolver(*ioc_);
+  auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve '", options_.host, "': ",
+                                               ec ? ec.message() : "no address"));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  acceptor_->open(endpoint.protocol(), ec);
+  if (!ec) acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_->bind(endpoint, ec);
+  if (!ec) acceptor_->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot listen: ", ec.message()));
+  port_ = acceptor_->local_endpoint().port();
+  Accept();
+  net::io_context* ioc = ioc_.get();
+  for (int i = 0; i < std::max(1, options_.threads); ++i) {
+    threads_.emplace_back([ioc] { ioc->run(); });
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Impl::Stop() {
+  if (stopped_.exchange(true)) return;
+  ioc_->stop();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  // No thread runs handlers any more: close the listener, then destroy the pending
+  // operations, and with them every connection (they only touch this object's bookkeeping
+  // and options, which outlive them).
+  retry_timer_.reset();
+  acceptor_.reset();
+  ioc_.reset();
+}
+
+int HttpServer::Impl::open_connections() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(connections_.size());
+}
+
+void HttpServer::Impl::Event(absl::string_view what) {
+  if (options_.on_connection_event) options_.on_connection_event(what);
+}
+
+void HttpServer::Impl::StartDraining() {
+  draining_.store(true);
+  std::vector<std::shared_ptr<ConnectionControl>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, entry] : connections_) {
+      if (auto c = entry.connection.lock()) all.push_back(std::move(c));
+    }
+  }
+  for (const auto& c : all) c->Drain();
+}
+
+void HttpServer::Impl::SetPhase(uint64_t id, ConnectionPhase phase) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  it->second.phase = phase;
+  it->second.last_change = ++clock_;
+}
+
+void HttpServer::Impl::Unregister(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  auto count = per_address_.find(it->second.address);
+  if (count != per_address_.end() && --count->second <= 0) per_address_.erase(count);
+  connections_.erase(it);
+}
+
+std::shared_ptr<ConnectionControl> HttpServer::Impl::PickVictim(const std::string& address) {
+  Entry* best = nullptr;
+  auto older = [](const Entry& a, const Entry& b) {
+    // Never-finished first, then the longest unchanged.
+    const bool a_first = a.phase == ConnectionPhase::kFirstRequest;
+    const bool b_first = b.phase == ConnectionPhase::kFirstRequest;
+    if (a_first != b_first) return a_first;
+    return a.last_change < b.last_change;
+  };
+  for (auto& [id, entry] : connections_) {
+    if (entry.evicted || entry.phase == ConnectionPhase::kBusy) continue;
+    if (!address.empty() && entry.address != address) continue;
+    if (best == nullptr || older(entry, *best)) best = &entry;
+  }
+  if (best == nullptr) return nullptr;
+  best->evicted = true;
+  return best->connection.lock();
+}
+
+void HttpServer::Impl::Accept() {
+  acceptor_->async_accept(net::make_strand(*ioc_),
+                          [this](boost::system::error_code ec, tcp::socket s) {
+                            OnAccept(ec, std::move(s));
+                          });
+}
+
+void HttpServer::Impl::OnAccept(boost::system::error_code ec, tcp::socket socket) {
   if (ec == net::error::operation_aborted || !acceptor_->is_open()) return;  // stopping
   if (ec) {
-    // EMFILE/ENFILE/ENOBUFS...: keep listening, after a pause.
-    DCF_LOG(Warning) << "http: accept failed: " << ec.message();
+    // EMFILE/ENFILE/ENOBUFS...: keep listening, after a pause; log it now and then only.
+    static absl::Time last_logged = absl::InfinitePast();
+    if (absl::Now() - last_logged > kAcceptLogInterval) {
+      last_logged = absl::Now();
+      DCF_LOG(Warning) << "http: accept failed: " << ec.message() << " (retrying)";
+    }
     retry_timer_->expires_after(kAcceptRetryDelay);
-    retry_timer_->async_wait([this](beast::error_code wait_ec) {
+    retry_timer_->async_wait([this](boost::system::error_code wait_ec) {
       if (!wait_ec) Accept();
     });
     return;
   }
-  const int open = open_.load();
-  if (open >= options_.max_connections) {
-    // Past twice the cap the socket is just closed: refusals must not pile up either.
-    if (open < 2 * options_.max_connections) {
-      std::make_shared<Session>(std::move(socket), this)->Refuse();
+  boost::system::error_code peer_ec;
+  const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
+  const std::string address = peer_ec ? std::string() : peer.address().to_string();
+  std::shared_ptr<ConnectionControl> victim;
+  bool refuse = false;
+  uint64_t id = 0;
+  std::shared_ptr<ssl::context> tls;
+  {
+    absl::MutexLock lock(&mu_);
+    const int total = static_cast<int>(connections_.size());
+    const int from_address = per_address_.count(address) ? per_address_[address] : 0;
+    const bool address_full =
+        options_.max_connections_per_ip > 0 && from_address >= options_.max_connections_per_ip;
+    const bool full = total >= options_.max_connections;
+    if (address_full || full) {
+      // Make room from the same address first when that is the cap that binds.
+      victim = PickVictim(address_full ? address : std::string());
+      if (victim == nullptr && !address_full) victim = PickVictim(std::string());
+      refuse = victim == nullptr;
+      // Far past the cap (evictions still closing) nothing more is admitted either.
+      if (!refuse && total >= 2 * options_.max_connections) refuse = true;
     }
+    if (!refuse) {
+      id = next_id_++;
+      Entry& entry = connections_[id];
+      entry.address = address;
+      entry.last_change = ++clock_;
+      ++per_address_[address];
+      tls = tls_;
+    }
+  }
+  if (victim != nullptr) {
+    victim->Evict();
+    Event("evicted");
+  }
+  if (refuse) {
+    Event("refused");
+    RefuseConnection(std::move(socket), this);
   } else {
-    std::make_shared<Session>(std::move(socket), this)->Run();
+    std::shared_ptr<ConnectionControl> connection =
+        StartConnection(std::move(socket), std::move(tls), this, id);
+    absl::MutexLock lock(&mu_);
+    auto it = connections_.find(id);
+    if (it != connections_.end()) it->second.connection = connection;
   }
   Accept();
 }
@@ -282,6 +297,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   const std::string address = absl::StrCat(options.host, ":", options.port);
   auto impl = std::make_unique<Impl>(std::move(options), std::move(router));
   if (absl::Status s = impl->Listen(); !s.ok()) {
+    if (absl::IsInvalidArgument(s)) return s;
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", s.message()));
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
@@ -289,6 +305,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
 
 int HttpServer::port() const { return impl_->port(); }
 int HttpServer::open_connections() const { return impl_->open_connections(); }
+absl::Status HttpServer::ReloadTls() { return impl_->ReloadTls(); }
+void HttpServer::StartDraining() { impl_->StartDraining(); }
 void HttpServer::Stop() { impl_->Stop(); }
 
 }  // namespace dcf::server

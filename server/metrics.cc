@@ -25,7 +25,13 @@ const char* kOutcomes[] = {"eos",         "stop_token",         "stop_string",
 
 const char* GroupLabel(int g) { return g == 0 ? "global" : "window"; }
 
+int ProtocolIndex(int origin) { return origin == static_cast<int>(Protocol::kHttp) ? 1 : 0; }
+
 }  // namespace
+
+const char* ProtocolLabel(Protocol protocol) {
+  return protocol == Protocol::kHttp ? "http" : "grpc";
+}
 
 ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   using prometheus::BuildCounter;
@@ -34,10 +40,14 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   auto& r = *registry_;
   requests_ = &BuildCounter()
                    .Name("dcformer_requests_total")
-                   .Help("Generate calls by outcome: a finish reason, or the gRPC code of a "
-                         "call that failed or was rejected")
+                   .Help("Generation requests by outcome (a finish reason, or the gRPC code of a "
+                         "call that failed or was rejected) and protocol (grpc, http)")
                    .Register(r);
-  for (const char* o : kOutcomes) requests_->Add({{"outcome", o}});
+  for (const char* o : kOutcomes) {
+    for (int p = 0; p < kNumProtocols; ++p) {
+      requests_->Add({{"outcome", o}, {"protocol", ProtocolLabel(static_cast<Protocol>(p))}});
+    }
+  }
   unary_requests_ = &BuildCounter()
                          .Name("dcformer_unary_requests_total")
                          .Help("Tokenize, Detokenize and GetModelInfo calls by method and "
@@ -70,16 +80,37 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                     "its listener did not accept")
                               .Register(r)
                               .Add({});
-  prompt_tokens_ = &BuildCounter()
-                        .Name("dcformer_prompt_tokens_total")
-                        .Help("Prompt tokens of accepted Generate requests")
-                        .Register(r)
-                        .Add({});
-  generated_tokens_ = &BuildCounter()
-                           .Name("dcformer_generation_tokens_total")
-                           .Help("Tokens generated and streamed to clients")
-                           .Register(r)
-                           .Add({});
+  http_connection_events_ =
+      &BuildCounter()
+           .Name("dcformer_http_connection_events_total")
+           .Help("Connections of an HTTP listener (metrics, openai) closed to make room at a "
+                 "connection cap (event=evicted) or answered 503 there (event=refused)")
+           .Register(r);
+  for (const char* listener : {"metrics", "openai"}) {
+    for (const char* event : {"evicted", "refused"}) {
+      http_connection_events_->Add({{"listener", listener}, {"event", event}});
+    }
+  }
+  auto& prompt_tokens = BuildCounter()
+                            .Name("dcformer_prompt_tokens_total")
+                            .Help("Prompt tokens of accepted Generate requests, by protocol")
+                            .Register(r);
+  auto& generated_tokens = BuildCounter()
+                               .Name("dcformer_generation_tokens_total")
+                               .Help("Tokens generated and streamed to clients, by protocol")
+                               .Register(r);
+  for (int p = 0; p < kNumProtocols; ++p) {
+    const std::map<std::string, std::string> labels = {
+        {"protocol", ProtocolLabel(static_cast<Protocol>(p))}};
+    prompt_tokens_[p] = &prompt_tokens.Add(labels);
+    generated_tokens_[p] = &generated_tokens.Add(labels);
+  }
+  cache_config_info_ = &BuildGauge()
+                            .Name("dcformer_cache_config_info")
+                            .Help("1, labelled with the KV cache's block size (tokens) and its "
+                                  "blocks (the global layer group's pool), as vLLM's "
+                                  "cache_config_info")
+                            .Register(r);
   preemptions_ = &BuildCounter()
                       .Name("dcformer_num_preemptions_total")
                       .Help("Sequences preempted (KV blocks reclaimed, recomputed later)")
@@ -137,14 +168,21 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                        prometheus::Histogram::BucketBoundaries buckets) {
     return &BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
   };
-  ttft_ = histogram("dcformer_time_to_first_token_seconds",
-                    "Time from queueing to the first generated token", LatencyBuckets());
-  itl_ = histogram("dcformer_inter_token_latency_seconds",
-                   "Time between consecutive tokens of a request", LatencyBuckets());
-  e2e_ = histogram("dcformer_e2e_request_latency_seconds",
-                   "Time from queueing to the end of a request", LatencyBuckets());
-  queue_time_ = histogram("dcformer_request_queue_time_seconds",
-                          "Time a request waited before its first engine step", LatencyBuckets());
+  auto by_protocol = [&](const char* name, const char* help, prometheus::Histogram** out) {
+    auto& family = BuildHistogram().Name(name).Help(help).Register(r);
+    for (int p = 0; p < kNumProtocols; ++p) {
+      out[p] = &family.Add({{"protocol", ProtocolLabel(static_cast<Protocol>(p))}},
+                           LatencyBuckets());
+    }
+  };
+  by_protocol("dcformer_time_to_first_token_seconds",
+              "Time from queueing to the first generated token", ttft_);
+  by_protocol("dcformer_inter_token_latency_seconds",
+              "Time between consecutive tokens of a request", itl_);
+  by_protocol("dcformer_e2e_request_latency_seconds",
+              "Time from queueing to the end of a request", e2e_);
+  by_protocol("dcformer_request_queue_time_seconds",
+              "Time a request waited before its first engine step", queue_time_);
   batch_size_ = histogram("dcformer_batch_size", "Sequences per engine step",
                           {1, 2, 4, 8, 16, 32, 64, 128, 256});
   batch_tokens_ = histogram("dcformer_batch_tokens", "Tokens per engine step",
@@ -167,14 +205,23 @@ std::string ServerMetrics::ScrapeText() {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
-void ServerMetrics::RecordRequest(absl::string_view outcome) {
-  requests_->Add({{"outcome", std::string(outcome)}}).Increment();
+void ServerMetrics::RecordRequest(absl::string_view outcome, Protocol protocol) {
+  requests_->Add({{"outcome", std::string(outcome)}, {"protocol", ProtocolLabel(protocol)}})
+      .Increment();
 }
 void ServerMetrics::RecordUnaryRequest(absl::string_view method, absl::string_view outcome) {
   unary_requests_->Add({{"method", std::string(method)}, {"outcome", std::string(outcome)}})
       .Increment();
 }
-void ServerMetrics::AddPromptTokens(int64_t n) { prompt_tokens_->Increment(n); }
+void ServerMetrics::AddPromptTokens(int64_t n, Protocol protocol) {
+  prompt_tokens_[static_cast<int>(protocol)]->Increment(n);
+}
+void ServerMetrics::SetCacheConfig(int block_size, int num_blocks) {
+  cache_config_info_
+      ->Add({{"block_size", std::to_string(block_size)},
+             {"num_gpu_blocks", std::to_string(num_blocks)}})
+      .Set(1);
+}
 void ServerMetrics::RecordCredentialReload(absl::string_view file, bool ok) {
   (ok ? credential_reloads_ : credential_reload_failures_)
       ->Add({{"file", std::string(file)}})
@@ -184,7 +231,14 @@ void ServerMetrics::SetCertificateExpiry(absl::Time not_after) {
   certificate_expiry_->Set(static_cast<double>(absl::ToUnixSeconds(not_after)));
 }
 void ServerMetrics::RecordSelfCheckFailure() { self_check_failures_->Increment(); }
-void ServerMetrics::AddGeneratedTokens(int64_t n) { generated_tokens_->Increment(n); }
+void ServerMetrics::RecordHttpConnectionEvent(absl::string_view listener,
+                                              absl::string_view event) {
+  http_connection_events_->Add({{"listener", std::string(listener)}, {"event", std::string(event)}})
+      .Increment();
+}
+void ServerMetrics::AddGeneratedTokens(int64_t n, Protocol protocol) {
+  generated_tokens_[static_cast<int>(protocol)]->Increment(n);
+}
 
 void ServerMetrics::Refresh() {
   std::optional<EngineStats> stats;
@@ -221,19 +275,22 @@ void ServerMetrics::OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
 void ServerMetrics::OnPreemption() {
   if (enabled_.load(std::memory_order_relaxed)) preemptions_->Increment();
 }
-void ServerMetrics::OnFirstToken(absl::Duration ttft) {
-  if (enabled_.load(std::memory_order_relaxed)) ttft_->Observe(absl::ToDoubleSeconds(ttft));
+void ServerMetrics::OnFirstToken(int origin, absl::Duration ttft) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  ttft_[ProtocolIndex(origin)]->Observe(absl::ToDoubleSeconds(ttft));
 }
-void ServerMetrics::OnInterTokenLatency(absl::Duration itl) {
-  if (enabled_.load(std::memory_order_relaxed)) itl_->Observe(absl::ToDoubleSeconds(itl));
+void ServerMetrics::OnInterTokenLatency(int origin, absl::Duration itl) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  itl_[ProtocolIndex(origin)]->Observe(absl::ToDoubleSeconds(itl));
 }
 void ServerMetrics::OnNonFiniteLogits() {
   if (enabled_.load(std::memory_order_relaxed)) nonfinite_logits_->Increment();
 }
-void ServerMetrics::OnFinished(const GenerationChunk& final_chunk) {
+void ServerMetrics::OnFinished(int origin, const GenerationChunk& final_chunk) {
   if (!enabled_.load(std::memory_order_relaxed)) return;
-  e2e_->Observe(absl::ToDoubleSeconds(final_chunk.timing.total));
-  queue_time_->Observe(absl::ToDoubleSeconds(final_chunk.timing.queue_time));
+  e2e_[ProtocolIndex(origin)]->Observe(absl::ToDoubleSeconds(final_chunk.timing.total));
+  queue_time_[ProtocolIndex(origin)]->Observe(
+      absl::ToDoubleSeconds(final_chunk.timing.queue_time));
 }
 
 }  // namespace dcf::server

@@ -29,6 +29,13 @@
 
 namespace dcf::server {
 
+// The front a request came through: the `protocol` label of the request, token and latency
+// metrics, and the GenerationRequest::origin the fronts set (the engine hands it back to the
+// observer hooks).
+enum class Protocol { kGrpc = 0, kHttp = 1 };
+inline constexpr int kNumProtocols = 2;
+const char* ProtocolLabel(Protocol protocol);
+
 class ServerMetrics : public EngineObserver {
  public:
   ServerMetrics();
@@ -48,11 +55,15 @@ class ServerMetrics : public EngineObserver {
   // --- request accounting (called by the RPC layer) ---
   // One finished call: `outcome` is a finish reason ("eos", "length", ...) or a gRPC code
   // label for calls that failed ("invalid_argument", "resource_exhausted", ...).
-  void RecordRequest(absl::string_view outcome);
+  void RecordRequest(absl::string_view outcome, Protocol protocol = Protocol::kGrpc);
   // One finished unary call ("Tokenize", ...): `outcome` is "ok" or a gRPC code label.
   void RecordUnaryRequest(absl::string_view method, absl::string_view outcome);
-  void AddPromptTokens(int64_t n);
-  void AddGeneratedTokens(int64_t n);
+  void AddPromptTokens(int64_t n, Protocol protocol = Protocol::kGrpc);
+  void AddGeneratedTokens(int64_t n, Protocol protocol = Protocol::kGrpc);
+  // dcformer_cache_config_info{block_size, num_gpu_blocks} = 1 (vLLM's cache_config_info,
+  // which the inference gateway's prefix-aware routing reads): the KV block size in tokens
+  // and the blocks of the global layer group's pool.
+  void SetCacheConfig(int block_size, int num_blocks);
 
   // --- credentials and self-checks (called by DcformerServer) ---
   // One reload of `file` ("api_keys", "tls") that changed what is in force (ok), or that
@@ -62,6 +73,9 @@ class ServerMetrics : public EngineObserver {
   void SetCertificateExpiry(absl::Time not_after);
   // One failed listener self-check (listener_check.h).
   void RecordSelfCheckFailure();
+  // A connection of an HTTP listener (`listener`: "metrics", "openai") closed to make room at
+  // a connection cap ("evicted") or answered 503 there ("refused"); http_server.h.
+  void RecordHttpConnectionEvent(absl::string_view listener, absl::string_view event);
 
   // Updates the engine-mirroring gauges now (also done at each scrape).
   void Refresh();
@@ -72,10 +86,10 @@ class ServerMetrics : public EngineObserver {
   void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
               absl::Duration step_time) override;
   void OnPreemption() override;
-  void OnFirstToken(absl::Duration ttft) override;
-  void OnInterTokenLatency(absl::Duration itl) override;
+  void OnFirstToken(int origin, absl::Duration ttft) override;
+  void OnInterTokenLatency(int origin, absl::Duration itl) override;
   void OnNonFiniteLogits() override;
-  void OnFinished(const GenerationChunk& final_chunk) override;
+  void OnFinished(int origin, const GenerationChunk& final_chunk) override;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -90,8 +104,10 @@ class ServerMetrics : public EngineObserver {
   prometheus::Family<prometheus::Counter>* credential_reload_failures_;
   prometheus::Gauge* certificate_expiry_;
   prometheus::Counter* self_check_failures_;
-  prometheus::Counter* prompt_tokens_;
-  prometheus::Counter* generated_tokens_;
+  prometheus::Family<prometheus::Counter>* http_connection_events_;
+  prometheus::Counter* prompt_tokens_[kNumProtocols];
+  prometheus::Counter* generated_tokens_[kNumProtocols];
+  prometheus::Family<prometheus::Gauge>* cache_config_info_;
   prometheus::Counter* preemptions_;
   prometheus::Counter* steps_;
   prometheus::Counter* nonfinite_logits_;
@@ -103,10 +119,10 @@ class ServerMetrics : public EngineObserver {
   prometheus::Family<prometheus::Gauge>* kv_blocks_used_;
   prometheus::Family<prometheus::Gauge>* kv_blocks_total_;
   prometheus::Family<prometheus::Gauge>* kv_usage_by_group_;
-  prometheus::Histogram* ttft_;
-  prometheus::Histogram* itl_;
-  prometheus::Histogram* e2e_;
-  prometheus::Histogram* queue_time_;
+  prometheus::Histogram* ttft_[kNumProtocols];
+  prometheus::Histogram* itl_[kNumProtocols];
+  prometheus::Histogram* e2e_[kNumProtocols];
+  prometheus::Histogram* queue_time_[kNumProtocols];
   prometheus::Histogram* batch_size_;
   prometheus::Histogram* batch_tokens_;
   prometheus::Histogram* step_time_;

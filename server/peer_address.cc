@@ -21,4 +21,9 @@ std::string PeerAddress(absl::string_view grpc_peer) {
   return std::string(grpc_peer);
 }
 
+std::string PeerAddressOfIp(absl::string_view ip) {
+  if (ip.find(':') == absl::string_view::npos) return absl::StrCat("ipv4:", ip);
+  return absl::StrCat("ipv6:[", ip, "]");
+}
+
 }  // namespace dcf::server

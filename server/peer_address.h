@@ -17,4 +17,9 @@ namespace dcf::server {
 
 std::string PeerAddress(absl::string_view grpc_peer);
 
+// The same key for a bare IP address (the HTTP front's clients, HttpRequest::peer): "10.0.0.7"
+// -> "ipv4:10.0.0.7", "::1" -> "ipv6:[::1]", so that one client's gRPC and HTTP streams count
+// against one --max-open-streams-per-peer allowance.
+std::string PeerAddressOfIp(absl::string_view ip);
+
 }  // namespace dcf::server

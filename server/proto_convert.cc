@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/prompt_text.h"
 
 namespace dcf::server {
 namespace {
@@ -35,20 +36,8 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
   out.id = request.request_id();
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
-      if (limits.tokenizer == nullptr) {
-        return Invalid("prompt.text", "this model has no tokenizer; send prompt.token_ids");
-      }
-      // Encoded only up to the prompt limit: a megabyte of text the engine would refuse
-      // anyway costs no more than the limit's worth of encoding.
-      const size_t budget = limits.max_prompt_tokens > 0
-                                ? static_cast<size_t>(limits.max_prompt_tokens)
-                                : SIZE_MAX;
       absl::StatusOr<std::vector<int32_t>> ids =
-          limits.tokenizer->EncodeWithLimit(request.text(), budget);
-      if (absl::IsOutOfRange(ids.status())) {
-        return absl::OutOfRangeError(absl::StrCat("prompt.text: encodes to more than ", budget,
-                                                  " tokens, the limit of prompt tokens"));
-      }
+          EncodeTextPrompt(request.text(), limits, "prompt.text", "send prompt.token_ids");
       if (!ids.ok()) return ids.status();
       out.prompt_tokens = *std::move(ids);
       break;

@@ -16,6 +16,14 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "gRPC listen address (0.0.0.0 / [::] f
 ABSL_FLAG(int, port, 50051, "gRPC listen port");
 ABSL_FLAG(std::string, metrics_host, "", "Prometheus /metrics listen address (default: --host)");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port; 0 disables the endpoint");
+ABSL_FLAG(std::string, http_host, "", "OpenAI-compatible HTTP listen address (default: --host)");
+ABSL_FLAG(int, http_port, 0,
+          "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/health); 0 disables it");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template for /v1/chat/completions (default: the model directory's "
+          "chat_template.jinja or tokenizer_config.json's); one that cannot be rendered is a "
+          "startup error");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV-cache memory budget in bytes; 0 = --kv-cache-fraction of memory");
 ABSL_FLAG(double, kv_cache_fraction, 0.25,
@@ -102,6 +110,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   if (o.metrics_host.empty()) o.metrics_host = o.host;
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.http_host = absl::GetFlag(FLAGS_http_host);
+  if (o.http_host.empty()) o.http_host = o.host;
+  o.http_port = absl::GetFlag(FLAGS_http_port);
+  o.chat_template = absl::GetFlag(FLAGS_chat_template);
   if (absl::GetFlag(FLAGS_kv_cache_bytes) < 0) {
     return absl::InvalidArgumentError("--kv-cache-bytes must be >= 0");
   }
@@ -160,6 +172,13 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   }
   if (o.metrics_port != 0 && o.metrics_port == o.port && o.metrics_host == o.host) {
     return bad("metrics-port", "must differ from --port");
+  }
+  if (o.http_port < 0 || o.http_port > 65535) return bad("http-port", "must be in [0, 65535]");
+  if (o.http_port != 0 && o.http_port == o.port && o.http_host == o.host) {
+    return bad("http-port", "must differ from --port");
+  }
+  if (o.http_port != 0 && o.http_port == o.metrics_port && o.http_host == o.metrics_host) {
+    return bad("http-port", "must differ from --metrics-port");
   }
   if (o.engine.block_size < 1) return bad("block-size", "must be >= 1");
   if (!(o.engine.kv_cache_fraction > 0 && o.engine.kv_cache_fraction <= 1)) {

@@ -18,6 +18,10 @@ struct ServerOptions {
   std::string metrics_host;           // empty: same as host
   int metrics_port = 9090;            // 0: no metrics endpoint
 
+  std::string http_host;              // OpenAI-compatible HTTP front; empty: same as host
+  int http_port = 0;                  // 0: no HTTP front
+  std::string chat_template;          // Jinja file; empty: the model directory's (chat_template.h)
+
   BackendOptions backend;             // --backend, --dtype
   int threads = 0;                    // compute threads (OpenMP/BLAS); 0 = environment/cores
   EngineOptions engine;

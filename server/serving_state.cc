@@ -22,13 +22,13 @@ grpc::Status ServingState::Admit(
       return ToGrpcStatus(s);
     }
   }
-  if (draining()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
-  }
-  if (engine() == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is starting: model not ready");
-  }
-  return grpc::Status::OK;
+  return ToGrpcStatus(CheckAccepting());
+}
+
+absl::Status ServingState::CheckAccepting() const {
+  if (draining()) return absl::UnavailableError("server is shutting down");
+  if (engine() == nullptr) return absl::UnavailableError("server is starting: model not ready");
+  return absl::OkStatus();
 }
 
 grpc::Status ServingState::CheckRequestSize(const grpc::ByteBuffer& request) const {

@@ -83,6 +83,10 @@ class ServingState {
   grpc::Status Admit(const grpc::CallbackServerContext& context) const {
     return Admit(context.client_metadata());
   }
+  // The part of Admit every front shares: Unavailable while starting or draining.
+  absl::Status CheckAccepting() const;
+  // The API-key checker (null: no key required).
+  const ApiKeyChecker* auth() const { return auth_; }
   // RESOURCE_EXHAUSTED when a request message is over --max-receive-message-bytes. gRPC's
   // own limit is kReceiveLimitMargin higher (GrpcReceiveLimit), so that such calls reach the
   // service and are answered, counted and logged like any other; only messages past gRPC's

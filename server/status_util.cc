@@ -32,6 +32,36 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(code, std::string(status.message()));
 }
 
+HttpError ToHttpError(const absl::Status& status) {
+  int http = 500;
+  switch (status.code()) {
+    case absl::StatusCode::kOk: http = 200; break;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition: http = 400; break;
+    case absl::StatusCode::kUnauthenticated: http = 401; break;
+    case absl::StatusCode::kPermissionDenied: http = 403; break;
+    case absl::StatusCode::kNotFound: http = 404; break;
+    case absl::StatusCode::kResourceExhausted: http = 429; break;
+    case absl::StatusCode::kUnimplemented: http = 501; break;
+    case absl::StatusCode::kUnavailable: http = 503; break;
+    case absl::StatusCode::kDeadlineExceeded: http = 504; break;
+    default: http = 500; break;
+  }
+  return {http, HttpErrorType(http)};
+}
+
+const char* HttpErrorType(int http_status) {
+  switch (http_status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable_error";
+    default: return http_status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
 grpc::Status AcceptedRequestFailedStatus(const absl::Status& engine_error) {
   std::string message(engine_error.message());
   if (message.empty()) message = "engine error";

@@ -25,6 +25,17 @@ grpc::Status AcceptedRequestFailedStatus(const absl::Status& engine_error);
 // when the cancellation was seen. The .cc says why the allowance is that wide.
 const char* ClientCancelOutcome(absl::Time start, absl::Time deadline, absl::Time now);
 
+// The HTTP side of the same mapping, for the OpenAI-compatible front: the status OpenAI uses
+// for an absl::Status (400 bad input or a prompt over the limits, 401, 403, 404 unknown model,
+// 429 queue full, 501, 503 starting or draining, 504, 500 otherwise) and its error "type".
+struct HttpError {
+  int status;
+  const char* type;  // invalid_request_error, authentication_error, ..., server_error
+};
+HttpError ToHttpError(const absl::Status& status);
+// The OpenAI error type of an HTTP status (the HTTP layer's own refusals: 413, 431, ...).
+const char* HttpErrorType(int http_status);
+
 // Lower-case name of a gRPC code ("invalid_argument"), used as a metrics label and in logs.
 const char* GrpcCodeLabel(grpc::StatusCode code);
 

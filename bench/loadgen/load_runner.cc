@@ -1,18 +1,25 @@
 #include "bench/loadgen/load_runner.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/loadgen/poisson_arrivals.h"
 #include "bench/loadgen/stream_timing.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 
 namespace dcf::loadgen {
 namespace {
@@ -30,6 +37,7 @@ struct RunState {
   RunLimits limits;
   const std::atomic<bool>* interrupt = nullptr;
   Clock::time_point run_start;
+  const HttpTarget* http = nullptr;  // set: calls go to the OpenAI front
 
   absl::Mutex mu;
   Workload* workload ABSL_GUARDED_BY(mu) = nullptr;
@@ -58,6 +66,129 @@ struct RunState {
 
   bool Done() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return sending_done && in_flight == 0; }
 };
+
+bool MaybeSend(const std::shared_ptr<RunState>& state,
+               std::optional<Clock::time_point> scheduled = std::nullopt);
+void FinishCall(const std::shared_ptr<RunState>& state, RequestRecord record,
+                StreamTiming timing, Clock::time_point end);
+
+// The body of POST /v1/completions for `request` (prompt, sampling, stopping), streamed.
+std::string CompletionBody(const v1::GenerateRequest& request, const std::string& model) {
+  nlohmann::json body = {{"model", model},
+                         {"stream", true},
+                         {"stream_options", {{"include_usage", true}}},
+                         {"max_tokens", request.stopping().max_new_tokens()},
+                         {"ignore_eos", request.stopping().ignore_eos()}};
+  if (request.has_token_ids()) {
+    body["prompt"] = std::vector<int32_t>(request.token_ids().ids().begin(),
+                                          request.token_ids().ids().end());
+  } else {
+    body["prompt"] = request.text();
+  }
+  const v1::SamplingParams& s = request.sampling();
+  if (s.has_temperature()) body["temperature"] = s.temperature();
+  if (s.has_top_k()) body["top_k"] = s.top_k();
+  if (s.has_top_p()) body["top_p"] = s.top_p();
+  if (s.has_min_p()) body["min_p"] = s.min_p();
+  if (s.has_repetition_penalty()) body["repetition_penalty"] = s.repetition_penalty();
+  if (s.has_presence_penalty()) body["presence_penalty"] = s.presence_penalty();
+  if (s.has_frequency_penalty()) body["frequency_penalty"] = s.frequency_penalty();
+  if (s.has_seed()) body["seed"] = static_cast<int64_t>(s.seed());
+  return body.dump();
+}
+
+// One streamed completion over HTTP/1.1 on its own thread and connection (see HttpTarget).
+void RunHttpCall(std::shared_ptr<RunState> state, std::string body, RequestRecord record) {
+  namespace beast = boost::beast;
+  namespace http = beast::http;
+  using boost::asio::ip::tcp;
+  const HttpTarget& target = *state->http;
+  Clock::time_point start = Clock::now();
+  record.start_ms = MsBetween(state->run_start, start);
+  StreamTiming timing(start);
+  auto fail = [&](std::string code, std::string message) {
+    record.code = std::move(code);
+    record.error_message = std::move(message);
+  };
+  try {
+    boost::asio::io_context ioc;
+    tcp::resolver resolver(ioc);
+    beast::tcp_stream stream(ioc);
+    stream.connect(resolver.resolve(target.host, std::to_string(target.port)));
+    stream.socket().set_option(tcp::no_delay(true));
+    http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
+    req.set(http::field::host, target.host);
+    req.set(http::field::content_type, "application/json");
+    if (!target.api_key.empty()) req.set(http::field::authorization, "Bearer " + target.api_key);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    std::string pending;  // SSE bytes not yet split into events
+    int counted = 0, usage_tokens = -1;
+    std::string finish;
+    auto on_event = [&](absl::string_view data) {
+      if (data == "[DONE]") return;
+      nlohmann::json event = nlohmann::json::parse(data, nullptr, false);
+      if (event.is_discarded()) return;
+      if (event.contains("error")) {
+        fail("INTERNAL", event["error"].value("message", "stream error"));
+        return;
+      }
+      if (event.contains("usage") && event["usage"].is_object()) {
+        usage_tokens = event["usage"].value("completion_tokens", 0);
+        record.prompt_tokens = event["usage"].value("prompt_tokens", record.prompt_tokens);
+      }
+      for (const auto& c : event.value("choices", nlohmann::json::array())) {
+        const bool has_text = c.contains("text") && !c["text"].get<std::string>().empty();
+        if (has_text) {
+          timing.OnMessage(Clock::now(), 1);
+          ++counted;
+        }
+        if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
+          finish = c["finish_reason"].get<std::string>();
+        }
+      }
+    };
+    auto on_chunk = [&](std::uint64_t, beast::string_view chunk, beast::error_code&) {
+      pending.append(chunk.data(), chunk.size());
+      for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+        absl::string_view e(pending.data(), end);
+        if (absl::ConsumePrefix(&e, "data: ")) on_event(e);
+        pending.erase(0, end + 2);
+      }
+      return chunk.size();
+    };
+    parser.on_chunk_body(on_chunk);
+    http::read_header(stream, buffer, parser);
+    const int status = parser.get().result_int();
+    if (status != 200) {
+      http::read(stream, buffer, parser);
+      nlohmann::json error = nlohmann::json::parse(parser.get().body(), nullptr, false);
+      const std::string message = error.is_object() && error.contains("error")
+                                      ? error["error"].value("message", "")
+                                      : parser.get().body();
+      fail(status == 429 ? "RESOURCE_EXHAUSTED"
+           : status == 503 ? "UNAVAILABLE"
+           : status == 401 ? "UNAUTHENTICATED"
+           : status >= 500 ? "INTERNAL"
+                           : "INVALID_ARGUMENT",
+           absl::StrCat("HTTP ", status, ": ", message));
+    } else {
+      http::read(stream, buffer, parser);
+      if (usage_tokens > counted) timing.OnMessage(Clock::now(), usage_tokens - counted);
+      record.finish_reason = absl::AsciiStrToUpper(finish);
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  } catch (const std::exception& e) {
+    fail("UNAVAILABLE", e.what());
+  }
+  if (!record.warmup) state->measured_tokens += timing.tokens();
+  FinishCall(state, std::move(record), std::move(timing), Clock::now());
+}
 
 // One streaming Generate call. Deletes itself in OnDone, after handing its record over.
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> {
@@ -104,7 +235,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
 // Starts one call if the run may still send; returns whether it did. `scheduled` is the
 // open loop's arrival time (its lag is recorded).
 bool MaybeSend(const std::shared_ptr<RunState>& state,
-               std::optional<Clock::time_point> scheduled = std::nullopt) {
+               std::optional<Clock::time_point> scheduled) {
   GenerateCall* call = nullptr;
   {
     absl::MutexLock lock(&state->mu);
@@ -133,26 +264,28 @@ bool MaybeSend(const std::shared_ptr<RunState>& state,
     }
     request.mutable_stopping()->set_max_new_tokens(spec.max_new_tokens);
     record.requested_output_tokens = spec.max_new_tokens;
+    if (state->http != nullptr) {
+      std::thread(RunHttpCall, state, CompletionBody(request, state->http->model),
+                  std::move(record))
+          .detach();  // holds `state`; Run returns once every call handed its record over
+      return true;
+    }
     call = new GenerateCall(state, std::move(request), std::move(record));
   }
   call->Start();  // without the lock: gRPC may run reactions inline
   return true;
 }
 
-void GenerateCall::OnDone(const grpc::Status& status) {
-  const Clock::time_point end = Clock::now();
-  timing_.OnEnd(end);
-  RequestRecord record = std::move(record_);
-  record.end_ms = MsBetween(state_->run_start, end);
-  record.code = client::StatusCodeName(status.error_code());
-  if (!status.ok()) record.error_message = status.error_message();
-  record.output_tokens = timing_.tokens();
-  if (timing_.tokens() >= 1) record.ttft_ms = timing_.ttft_ms();
-  if (timing_.tokens() >= 2) record.tpot_ms = timing_.tpot_ms();
-  record.e2e_ms = timing_.e2e_ms();
-  record.itl_ms = timing_.itl_ms();
-  std::shared_ptr<RunState> state = std::move(state_);
-  delete this;  // OnDone is the call's last reaction
+// Hands a finished call's record over; a closed loop starts the next call in its slot.
+void FinishCall(const std::shared_ptr<RunState>& state, RequestRecord record,
+                StreamTiming timing, Clock::time_point end) {
+  timing.OnEnd(end);
+  record.end_ms = MsBetween(state->run_start, end);
+  record.output_tokens = timing.tokens();
+  if (timing.tokens() >= 1) record.ttft_ms = timing.ttft_ms();
+  if (timing.tokens() >= 2) record.tpot_ms = timing.tpot_ms();
+  record.e2e_ms = timing.e2e_ms();
+  record.itl_ms = timing.itl_ms();
   {
     absl::MutexLock lock(&state->mu);
     --state->in_flight;
@@ -162,8 +295,18 @@ void GenerateCall::OnDone(const grpc::Status& status) {
     }
     state->records.push_back(std::move(record));
   }
-  // Closed loop: this call's slot starts the next request.
   if (state->load.mode == LoadSpec::Mode::kClosed) MaybeSend(state);
+}
+
+void GenerateCall::OnDone(const grpc::Status& status) {
+  const Clock::time_point end = Clock::now();
+  RequestRecord record = std::move(record_);
+  record.code = client::StatusCodeName(status.error_code());
+  if (!status.ok()) record.error_message = status.error_message();
+  StreamTiming timing = std::move(timing_);
+  std::shared_ptr<RunState> state = std::move(state_);
+  delete this;  // OnDone is the call's last reaction
+  FinishCall(state, std::move(record), std::move(timing), end);
 }
 
 // Open loop: starts calls at Poisson arrival times (the first at once) until sending ends.
@@ -213,6 +356,7 @@ RunResult LoadRunner::Run(const LoadSpec& load, const RunLimits& limits, Workloa
   state->load = load;
   state->limits = limits;
   state->interrupt = interrupt;
+  state->http = http_.has_value() ? &*http_ : nullptr;
   {
     absl::MutexLock lock(&state->mu);
     state->workload = workload;

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/time/time.h"
 #include "bench/loadgen/run_result.h"
@@ -26,6 +28,19 @@
 #include "dcformer/v1/dcformer.grpc.pb.h"
 
 namespace dcf::loadgen {
+
+// --protocol openai: every call is a streamed POST /v1/completions (SSE, include_usage) on the
+// server's OpenAI-compatible front instead of a gRPC Generate, with the same prompt, sampling
+// and stopping. One thread per call in flight, each on its own plaintext HTTP/1.1 connection
+// (the client's cost, not the server's: the server holds every stream on its fixed pool).
+// Tokens per SSE event are not on the wire: each event with text counts one token, and the
+// final usage adds any the events did not count (arriving with the last one).
+struct HttpTarget {
+  std::string host;
+  int port = 0;
+  std::string model;    // the served model's name (/v1/models, GetModelInfo's model_name)
+  std::string api_key;  // empty: none
+};
 
 struct RunLimits {
   int64_t warmup_requests = 0;
@@ -39,6 +54,8 @@ class LoadRunner {
   // holds the sampling, stopping and output options of every request; each request gets its
   // prompt, max_new_tokens and request_id from the workload.
   LoadRunner(const client::ClientChannel* channel, dcformer::v1::GenerateRequest request_template);
+  // Sends over the OpenAI-compatible HTTP front instead (see HttpTarget).
+  void UseHttp(HttpTarget target) { http_ = std::move(target); }
 
   // Runs `load` as described above with prompts from `workload`; `seed` fixes the arrival
   // schedule. Stops sending early once `*interrupt` is true (may be null); calls in flight
@@ -51,6 +68,7 @@ class LoadRunner {
   const client::ClientChannel* channel_;
   std::shared_ptr<dcformer::v1::TextGeneration::Stub> stub_;
   dcformer::v1::GenerateRequest template_;
+  std::optional<HttpTarget> http_;
 };
 
 }  // namespace dcf::loadgen

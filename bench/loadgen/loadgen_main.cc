@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -42,6 +43,11 @@
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address host:port");
+ABSL_FLAG(std::string, protocol, "grpc",
+          "grpc: streaming Generate calls on --target; openai: streamed POST /v1/completions on "
+          "--http-target (the server's --http-port; plaintext), same prompts and options. "
+          "--target is still asked for the model's info");
+ABSL_FLAG(std::string, http_target, "", "the OpenAI-compatible front's host:port (--protocol openai)");
 ABSL_FLAG(std::string, api_key_file, "", "file whose first line is the API key");
 ABSL_FLAG(bool, tls, false, "use TLS (system roots unless --tls-ca)");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA certificate(s) to verify the server");
@@ -420,6 +426,27 @@ int main(int argc, char** argv) {
       config->vocab_size > 0 ? config->vocab_size : (info->has_value() ? (*info)->vocab_size() : 0);
   const bool show_progress = absl::GetFlag(FLAGS_progress) && isatty(STDERR_FILENO);
   dcf::loadgen::LoadRunner runner(&*channel, config->request_template);
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  if (protocol == "openai") {
+    dcf::loadgen::HttpTarget http;
+    const std::string target = absl::GetFlag(FLAGS_http_target);
+    const size_t colon = target.rfind(':');
+    if (colon == std::string::npos || !absl::SimpleAtoi(target.substr(colon + 1), &http.port)) {
+      return Usage("--protocol openai needs --http-target host:port");
+    }
+    http.host = target.substr(0, colon);
+    if (!info->has_value()) return Fail("--protocol openai: GetModelInfo failed, no model name");
+    http.model = (*info)->model_name();
+    if (!config->channel.api_key_file.empty()) {
+      std::ifstream keys(config->channel.api_key_file);
+      std::getline(keys, http.api_key);
+      http.api_key = std::string(absl::StripAsciiWhitespace(http.api_key));
+    }
+    std::cout << "protocol openai: http://" << target << "/v1/completions\n";
+    runner.UseHttp(std::move(http));
+  } else if (protocol != "grpc") {
+    return Usage("--protocol must be grpc or openai");
+  }
   std::vector<dcf::loadgen::RunResult> results;
   for (const LoadSpec& load : config->loads) {
     if (g_interrupted.load()) break;

@@ -283,8 +283,11 @@ def run(args, target, pid, metrics_port, info):
     warm = [s for s in samples if s["t"] >= args.warmup * args.duration]
     base = warm[0] if warm else samples[0]
     peak_after = {k: max(s[k] for s in warm or samples) for k in ("rss_mib", "fds", "threads")}
-    outcomes = {k.split('outcome="')[1].rstrip('"}'): int(v) for k, v in m.items()
-                if k.startswith("dcformer_requests_total{") and v > 0}
+    outcomes = {}
+    for k, v in m.items():  # summed over the protocol label
+        if k.startswith("dcformer_requests_total{") and v > 0:
+            outcome = k.split('outcome="')[1].split('"')[0]
+            outcomes[outcome] = outcomes.get(outcome, 0) + int(v)
     report = {
         "duration_s": round(end["t"], 1),
         "requests": sum(counts.values()),

@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 // Checks Kubernetes objects against the Kubernetes OpenAPI schemas as packaged by
 // kubernetes-models (core and apps APIs) and @kubernetes-models/prometheus-operator
-// (ServiceMonitor, PrometheusRule).
+// (ServiceMonitor, PrometheusRule), and against the CRD schemas vendored in crds/
+// (<group>_<version>_<Kind>.json: the InferencePool of the inference gateway), which a small
+// validator below checks (type, required, properties, additionalProperties, enum, bounds,
+// lengths, patterns).
 //
 //   node deploy/validate/validate.mjs FILE.yaml...      # or "-" / no argument: stdin
 //   kubectl kustomize deploy/kubernetes/overlays/gpu | node deploy/validate/validate.mjs
@@ -16,7 +19,7 @@
 //
 // Prints one line per object ("ok Deployment/dcformer-serve") and one per error; exits 1 if
 // any object is invalid, 2 on unreadable input.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { parseAllDocuments } from "yaml";
 
 // apiVersion -> module prefix of its model classes.
@@ -33,6 +36,57 @@ async function modelClass(apiVersion, kind) {
     return mod[kind] ?? null;
   } catch {
     return null;
+  }
+}
+
+// The vendored CRD schema of apiVersion/kind, or null.
+function crdSchema(apiVersion, kind) {
+  const file = new URL(`./crds/${apiVersion.replace("/", "_")}_${kind}.json`, import.meta.url);
+  return existsSync(file) ? JSON.parse(readFileSync(file, "utf8")) : null;
+}
+
+// Errors of `value` against an OpenAPI v3 (CRD structural) schema; strict: an object whose
+// schema lists properties may hold no others.
+function checkSchema(schema, value, path, out) {
+  const where = path || "/";
+  const type = Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
+  const want = schema.type;
+  if (want === "integer" ? !Number.isInteger(value) : want === "number" ? type !== "number"
+      : want !== undefined && want !== type) {
+    out.push(`${where}: must be ${want}`);
+    return;
+  }
+  if (schema.enum && !schema.enum.includes(value)) out.push(`${where}: must be one of ${schema.enum}`);
+  if (type === "string") {
+    if (schema.minLength !== undefined && value.length < schema.minLength) out.push(`${where}: too short`);
+    if (schema.maxLength !== undefined && value.length > schema.maxLength) out.push(`${where}: too long`);
+    if (schema.pattern && !new RegExp(schema.pattern).test(value)) out.push(`${where}: must match ${schema.pattern}`);
+  }
+  if (type === "number") {
+    if (schema.minimum !== undefined && value < schema.minimum) out.push(`${where}: must be >= ${schema.minimum}`);
+    if (schema.maximum !== undefined && value > schema.maximum) out.push(`${where}: must be <= ${schema.maximum}`);
+  }
+  if (type === "array") {
+    if (schema.minItems !== undefined && value.length < schema.minItems) out.push(`${where}: too few items`);
+    if (schema.maxItems !== undefined && value.length > schema.maxItems) out.push(`${where}: too many items`);
+    if (schema.items) value.forEach((v, i) => checkSchema(schema.items, v, `${path}/${i}`, out));
+  }
+  if (type === "object") {
+    for (const key of schema.required ?? []) {
+      if (!(key in value)) out.push(`${path}/${key}: required`);
+    }
+    if (schema["x-kubernetes-preserve-unknown-fields"]) return;
+    if (schema.maxProperties !== undefined && Object.keys(value).length > schema.maxProperties) {
+      out.push(`${where}: too many properties`);
+    }
+    for (const [key, v] of Object.entries(value)) {
+      const sub = schema.properties?.[key] ?? schema.additionalProperties;
+      if (sub === undefined || sub === false) {
+        if (schema.properties) out.push(`${path}/${key}: unknown field`);
+      } else if (sub !== true) {
+        checkSchema(sub, v, `${path}/${key}`, out);
+      }
+    }
   }
 }
 
@@ -116,6 +170,12 @@ export async function validateObject(obj) {
   const { apiVersion, kind } = obj;
   if (typeof apiVersion !== "string" || typeof kind !== "string") {
     return ["apiVersion and kind are required"];
+  }
+  const crd = crdSchema(apiVersion, kind);
+  if (crd !== null) {
+    const out = [];
+    checkSchema(crd, obj, "", out);
+    return out;
   }
   const Cls = await modelClass(apiVersion, kind);
   if (Cls === null) return [`unknown apiVersion/kind ${apiVersion}/${kind}`];

@@ -421,9 +421,9 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
   const absl::Time now = absl::Now();
   if (!r->first_token.has_value()) {
     r->first_token = now;
-    if (observer_ != nullptr) observer_->OnFirstToken(now - r->enqueue_time);
+    if (observer_ != nullptr) observer_->OnFirstToken(r->request.origin, now - r->enqueue_time);
   } else if (observer_ != nullptr) {
-    observer_->OnInterTokenLatency(now - r->last_token);
+    observer_->OnInterTokenLatency(r->request.origin, now - r->last_token);
   }
   r->last_token = now;
   if (u.reason != FinishReason::kUnspecified) {
@@ -452,7 +452,7 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
   chunk.timing.time_to_first_token =
       r->first_token.has_value() ? *r->first_token - r->enqueue_time : absl::ZeroDuration();
   chunk.timing.total = now - r->enqueue_time;
-  if (observer_ != nullptr) observer_->OnFinished(chunk);
+  if (observer_ != nullptr) observer_->OnFinished(r->request.origin, chunk);
   outbox_.emplace_back(r->stream, std::move(chunk));
   finished_keys_.push_back(r->stream->key());
   by_seq_.erase(&r->seq);

@@ -73,12 +73,13 @@ class EngineObserver {
   virtual void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
                       absl::Duration step_time) {}
   virtual void OnPreemption() {}
-  virtual void OnFirstToken(absl::Duration ttft) {}
-  virtual void OnInterTokenLatency(absl::Duration itl) {}
+  // `origin` is the request's GenerationRequest::origin.
+  virtual void OnFirstToken(int origin, absl::Duration ttft) {}
+  virtual void OnInterTokenLatency(int origin, absl::Duration itl) {}
   // A request ended because its logits were not finite (NaN or infinity: broken weights or
   // an overflow); it also reaches OnFinished, with kError.
   virtual void OnNonFiniteLogits() {}
-  virtual void OnFinished(const GenerationChunk& final_chunk) {}
+  virtual void OnFinished(int origin, const GenerationChunk& final_chunk) {}
 };
 
 namespace engine_internal {

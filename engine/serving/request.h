@@ -30,6 +30,9 @@ struct OutputOptions {
 
 struct GenerationRequest {
   std::string id;                      // echoed; engine assigns one when empty
+  // Opaque to the engine: which front sent the request, handed back to the EngineObserver's
+  // per-request hooks (the server's metrics label by it: gRPC or HTTP).
+  int origin = 0;
   std::vector<int32_t> prompt_tokens;  // non-empty, ids < vocab size
   SamplingParams sampling;
   StoppingCriteria stopping;

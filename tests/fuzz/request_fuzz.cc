@@ -23,35 +23,18 @@
 #include "google/protobuf/stubs/logging.h"
 #include "server/proto_convert.h"
 #include "server/request_parser.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace {
 
-const dcf::Tokenizer& Gpt2() {
-  static const dcf::Tokenizer* tok = [] {
-    const std::string path = std::string(DCF_TEST_DATA_DIR) + "/tokenizer/gpt2/tokenizer.json";
-    auto t = dcf::Tokenizer::FromFile(path);
-    if (!t.ok()) {
-      std::fprintf(stderr, "cannot load %s: %s\n", path.c_str(), t.status().ToString().c_str());
-      std::abort();
-    }
-    return t->release();
-  }();
-  return *tok;
-}
+const dcf::Tokenizer& Gpt2() { return dcf::fuzz::Gpt2(); }
 
 void Check(bool cond, const char* what, const absl::Status& status = absl::OkStatus()) {
-  if (!cond) {
-    std::fprintf(stderr, "request_fuzz: property violated: %s (%s)\n", what,
-                 status.ToString().c_str());
-    std::abort();
-  }
+  dcf::fuzz::Check(cond, "request_fuzz", what, status);
 }
 
 void CheckRejection(const absl::Status& s, const char* stage) {
-  Check(!s.message().empty(), stage, s);
-  Check(s.code() == absl::StatusCode::kInvalidArgument ||
-            s.code() == absl::StatusCode::kOutOfRange,
-        stage, s);
+  dcf::fuzz::CheckRejection(s, "request_fuzz", stage);
 }
 
 void FuzzGenerate(absl::string_view bytes) {
@@ -63,14 +46,7 @@ void FuzzGenerate(absl::string_view bytes) {
   for (const std::string& s : request.stopping().stop_strings()) {
     Check(dcf::IsValidUtf8(s), "parsed stop string is valid UTF-8");
   }
-  dcf::RequestLimits limits;  // as Engine::limits() resolves them
-  limits.vocab_size = 50257;
-  limits.context = 1024;
-  limits.max_prompt_tokens = 1024;
-  limits.max_new_tokens_limit = 1024;
-  limits.default_max_new_tokens = 256;
-  limits.eos_token_id = 50256;
-  limits.tokenizer = &Gpt2();
+  const dcf::RequestLimits limits = dcf::fuzz::Gpt2Limits();
   absl::StatusOr<dcf::GenerationRequest> converted =
       dcf::server::ToEngineRequest(request, limits);
   if (!converted.ok()) return CheckRejection(converted.status(), "convert");

@@ -2,7 +2,9 @@
 # Builds the libFuzzer targets with clang in their own build dir and runs each briefly:
 #   tokenizer_fuzz  the tokenizer, seeded with the GPT-2 reference texts;
 #   request_fuzz    raw GenerateRequest/TokenizeRequest bytes through parsing, conversion and
-#                   validation (needs the main project: the generated protobuf code).
+#                   validation (needs the main project: the generated protobuf code);
+#   openai_fuzz     OpenAI request bodies through JSON parsing, the chat template, planning
+#                   and validation, seeded with well-formed and edge-case bodies.
 # Exits non-zero on a crash or a violated property.
 # Usage: tests/fuzz/run_fuzz.sh [seconds per target=30] [build_dir=build-fuzz]
 set -euo pipefail
@@ -21,7 +23,7 @@ fi
 cmake -S "${SRC}" -B "${BUILD}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCFORMER_FUZZ=ON \
   -DDCFORMER_CUDA=OFF -DDCFORMER_BUILD_TESTS=OFF \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-TARGETS=(tokenizer_fuzz)
+TARGETS=(tokenizer_fuzz openai_fuzz)
 if [[ "${SRC}" == "${ROOT}" ]]; then TARGETS+=(request_fuzz); fi
 cmake --build "${BUILD}" --target "${TARGETS[@]}" -j"${JOBS}"
 FUZZER="$(find "${BUILD}" -type f -name tokenizer_fuzz -perm -u+x | head -n 1)"
@@ -76,3 +78,30 @@ PY
   "${REQUEST_FUZZER}" "${REQUEST_CORPUS}" -max_total_time="${SECONDS_TO_RUN}" -max_len=4096 \
     -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="${BUILD}/request-"
 fi
+
+OPENAI_FUZZER="$(find "${BUILD}" -type f -name openai_fuzz -perm -u+x | head -n 1)"
+OPENAI_CORPUS="${BUILD}/openai_fuzz_corpus"
+mkdir -p "${OPENAI_CORPUS}"
+# Seeds: the first byte picks the endpoint (0x00 completions, 0x01 chat).
+python3 - "${OPENAI_CORPUS}" <<'PY'
+import json, os, sys
+seeds = {
+    "completion": (0, {"model": "m", "prompt": "Hello", "max_tokens": 8, "temperature": 0.7,
+                       "top_p": 0.9, "stop": ["\n"], "logprobs": 2, "echo": False, "n": 2,
+                       "seed": 5}),
+    "completion_ids": (0, {"model": "m", "prompt": [[1, 2, 3], [4]], "stream": True,
+                           "stream_options": {"include_usage": True}, "top_k": 40,
+                           "ignore_eos": True, "stop_token_ids": [7]}),
+    "chat": (1, {"model": "m", "messages": [{"role": "system", "content": "be brief"},
+                                            {"role": "user", "content": [
+                                                {"type": "text", "text": "hi \u00e9"}]}],
+                 "max_completion_tokens": 4, "logprobs": True, "top_logprobs": 3}),
+    "refused": (1, {"model": "m", "messages": [{"role": "user", "content": "x"}],
+                    "tools": [{"type": "function"}]}),
+}
+for name, (api, body) in seeds.items():
+    with open(os.path.join(sys.argv[1], name), "wb") as f:
+        f.write(bytes([api]) + json.dumps(body).encode())
+PY
+"${OPENAI_FUZZER}" "${OPENAI_CORPUS}" -max_total_time="${SECONDS_TO_RUN}" -max_len=4096 \
+  -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="${BUILD}/openai-"

@@ -229,7 +229,10 @@ class Server:
         return out
 
     def metric(self, name, **labels):
-        return self.metrics().get((name, frozenset(labels.items())), 0.0)
+        """The sum of the series of `name` whose labels include `labels` (0 when none): the
+        request, token and latency metrics also carry `protocol` (grpc, http), summed over
+        unless given."""
+        return sum_series(self.metrics(), name, **labels) or 0.0
 
     def kv_blocks_used(self):
         m = self.metrics()
@@ -238,6 +241,14 @@ class Server:
     def terminate(self, timeout=60):
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
+
+
+def sum_series(scrape, name, **labels):
+    """The sum of the series of `name` in `scrape` (Server.metrics()) whose labels include
+    `labels`; None when there is none."""
+    want = set(labels.items())
+    values = [v for (n, l), v in scrape.items() if n == name and want <= l]
+    return sum(values) if values else None
 
 
 def ids_request(ids, max_new_tokens, greedy=True, ignore_eos=True, **kw):

@@ -232,7 +232,7 @@ def flags_of(config_map):
     """{flag: value} of the flagfiles of the dcformer-flags ConfigMap, in the order the
     Deployment reads them (later files win)."""
     out = {}
-    for key in ("server.flags", "overlay.flags", "tls.flags"):
+    for key in ("server.flags", "overlay.flags", "tls.flags", "http.flags"):
         for line in config_map["data"].get(key, "").splitlines():
             m = re.fullmatch(r"--([a-z0-9_]+)=(.*)", line.strip())
             if m:
@@ -442,7 +442,7 @@ class KustomizeTest(unittest.TestCase):
                     self.assertNotIn("affinity", pod)
 
     def test_optional_gpu_components(self):
-        self.assertEqual(self.components, {"cpu": 2, "gpu": 4})
+        self.assertEqual(self.components, {"cpu": 3, "gpu": 5})
         pod = self.apps["gpu-every-component"][("Deployment", "dcformer-serve")]["spec"][
             "template"]["spec"]
         self.assertEqual(pod["runtimeClassName"], "nvidia")
@@ -454,6 +454,76 @@ class KustomizeTest(unittest.TestCase):
             {"key": "nvidia.com/gpu.compute.major", "operator": "Gt", "values": ["7"]},
             {"key": "nvidia.com/cuda.driver-version.major", "operator": "Gt",
              "values": ["579"]}]}])
+
+    def test_inference_gateway_component(self):
+        """components/inference-gateway: an InferencePool (inference.networking.k8s.io/v1,
+        checked against its vendored CRD schema by the validator) selecting the server's pods
+        on the port the server's --http-port opens, an endpoint picker reached where the pool
+        says and pointed at metric names the server exports, and network rules that let the
+        gateway and the picker in."""
+        for build in ("cpu-every-component", "gpu-every-component"):
+            with self.subTest(build):
+                objs = self.apps[build]
+                pool = objs[("InferencePool", "dcformer-serve")]
+                self.assertEqual(pool["apiVersion"], "inference.networking.k8s.io/v1")
+                self.assertEqual(pool["metadata"]["namespace"], "dcformer")
+                server = objs[("Deployment", "dcformer-serve")]
+                pod = server["spec"]["template"]
+                for k, v in pool["spec"]["selector"]["matchLabels"].items():
+                    self.assertEqual(pod["metadata"]["labels"].get(k), v, k)
+                container = pod["spec"]["containers"][0]
+                ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+                (target,) = pool["spec"]["targetPorts"]
+                self.assertEqual(target["number"], ports["http"])
+                flag_maps = [o for (kind, name), o in objs.items()
+                             if kind == "ConfigMap" and name.startswith("dcformer-flags")]
+                (flags_map,) = flag_maps
+                self.assertIn("--flagfile=/etc/dcformer/flags/http.flags", container["args"])
+                self.assertEqual(int(flags_of(flags_map)["http_port"]), ports["http"])
+                self.assertEqual(flags_of(flags_map)["http_host"], "0.0.0.0")
+                # The picker: its Service is the pool's endpointPickerRef, its pool flags name
+                # the pool, and its metric flags name what the server exports.
+                ref = pool["spec"]["endpointPickerRef"]
+                service = objs[("Service", ref["name"])]
+                self.assertIn(ref["port"]["number"], [p["port"] for p in service["spec"]["ports"]])
+                epp = objs[("Deployment", "dcformer-epp")]
+                self.assertEqual(service["spec"]["selector"],
+                                 epp["spec"]["template"]["metadata"]["labels"])
+                args = dict(a[2:].split("=", 1) for a in
+                            epp["spec"]["template"]["spec"]["containers"][0]["args"])
+                self.assertEqual((args["pool-name"], args["pool-namespace"]),
+                                 (pool["metadata"]["name"], "dcformer"))
+                self.assertEqual(int(args["model-server-metrics-port"]), ports["metrics"])
+                with open(os.path.join(h.SOURCE_DIR, "server", "metrics.cc")) as f:
+                    exported = set(re.findall(r'"(dcformer_[a-z_]+)"', f.read()))
+                for flag in ("total-queued-requests-metric", "total-running-requests-metric",
+                             "kv-cache-usage-percentage-metric", "cache-info-metric"):
+                    self.assertIn(args[flag], exported, flag)
+                self.assertEqual(args["lora-info-metric"], "")
+                volumes = {v["name"]: v for v in epp["spec"]["template"]["spec"]["volumes"]}
+                config_name = volumes["config"]["configMap"]["name"]
+                config = yaml.safe_load(objs[("ConfigMap", config_name)]["data"]["epp-config.yaml"])
+                self.assertTrue(args["config-file"].endswith("/epp-config.yaml"))
+                self.assertEqual(config["kind"], "EndpointPickerConfig")
+                refs = [p["pluginRef"] for p in config["schedulingProfiles"][0]["plugins"]]
+                self.assertEqual(set(refs), {p["type"] for p in config["plugins"]} -
+                                 {"single-profile-handler"})
+                # The gateway reaches the HTTP port, the picker the metrics port.
+                policy = objs[("NetworkPolicy", "dcformer-serve-gateway")]
+                allowed = {r["ports"][0]["port"]: r["from"] for r in policy["spec"]["ingress"]}
+                self.assertIn("http", allowed)
+                self.assertEqual(allowed["metrics"][0]["podSelector"]["matchLabels"],
+                                 epp["spec"]["template"]["metadata"]["labels"])
+        # The CRD schema catches what the API server would refuse.
+        pool = copy.deepcopy(self.apps["cpu-every-component"][("InferencePool", "dcformer-serve")])
+        pool["spec"]["endpointPickerRef"]["failureMode"] = "Closed"
+        pool["spec"]["targetPort"] = 8000
+        del pool["spec"]["selector"]
+        code, out = validate(yaml.safe_dump(pool))
+        self.assertEqual(code, 1, out)
+        for needle in ("failureMode: must be one of", "/spec/targetPort: unknown field",
+                       "/spec/selector: required"):
+            self.assertIn(needle, out)
 
     def test_components_keep_the_operators_customisations(self):
         """The components add their keys to the pod's annotations and affinity: a mesh

@@ -117,6 +117,36 @@ class LoadgenTest(unittest.TestCase):
         for row in ("TTFT", "ITL", "TPOT", "E2E"):
             self.assertIn(f"  {row} ", p.stdout)
 
+    def test_openai_protocol(self):
+        """--protocol openai: the same workload as streamed /v1/completions on the HTTP front,
+        counted by the server under protocol="http"."""
+        http_port = h.free_port()
+        with h.Server(model=TINY_MODEL, args=[f"--http-port={http_port}"]) as server:
+            out_file = self.path("openai.json")
+            p = run_loadgen(f"--target={server.target}", "--protocol=openai",
+                            f"--http-target=127.0.0.1:{http_port}", f"--json-out={out_file}",
+                            "--concurrency=4", "--num-requests=16", "--warmup-requests=2",
+                            "--input-tokens=8:24", "--output-tokens=6", "--temperature=0")
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            with open(out_file) as f:
+                run = json.load(f)["runs"][0]
+            self.assertEqual(run["requests"], {"warmup": 2, "sent": 16, "ok": 16, "failed": 0})
+            self.assertEqual(run["finish_reasons"], {"LENGTH": 16})
+            self.assertEqual(run["tokens"]["output"], 16 * 6)
+            self.assertGreaterEqual(run["tokens"]["input"], 16 * 8)
+            self.assertLessEqual(run["tokens"]["input"], 16 * 24)
+            self.assertEqual(run["latency_ms"]["ttft"]["count"], 16)
+            self.assertEqual(server.metric("dcformer_generation_tokens_total", protocol="http"),
+                             18 * 6)
+            self.assertEqual(server.metric("dcformer_generation_tokens_total", protocol="grpc"),
+                             0)
+            self.assertEqual(server.metric("dcformer_requests_total", outcome="length",
+                                           protocol="http"), 18)
+        p = run_loadgen(f"--target={self.server.target}", "--protocol=openai",
+                        "--concurrency=1", "--num-requests=1")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--http-target", p.stderr)
+
     def test_open_loop_sweep_and_plot(self):
         png = self.path("sweep.png")
         doc, p = self.run_json("--rate=20,40,80", "--num-requests=8", "--input-tokens=16",

@@ -19,10 +19,13 @@ class MetricsTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError):
                 h.collect(stub.Generate(h.ids_request([999], 1), timeout=60))
             m = server.metrics()
-            get = lambda name, **labels: m.get((name, frozenset(labels.items())))
+            get = lambda name, **labels: h.sum_series(m, name, **labels)
             self.assertEqual(get("dcformer_requests_total", outcome="length"), 3)
             self.assertEqual(get("dcformer_requests_total", outcome="invalid_argument"), 1)
             self.assertEqual(get("dcformer_requests_total", outcome="cancelled"), 0)
+            # Every request came over gRPC.
+            self.assertEqual(get("dcformer_requests_total", outcome="length", protocol="grpc"), 3)
+            self.assertEqual(get("dcformer_generation_tokens_total", protocol="http"), 0)
             self.assertEqual(get("dcformer_prompt_tokens_total"), sum(len(p) for p, _ in WORKLOAD))
             self.assertEqual(get("dcformer_generation_tokens_total"), sum(n for _, n in WORKLOAD))
             for hist in ("dcformer_time_to_first_token_seconds",
@@ -54,10 +57,10 @@ class PrometheusScrapeTest(unittest.TestCase):
                 h.Prometheus([(f"127.0.0.1:{server.metrics_port}", {})]) as prom:
             for prompt, n in WORKLOAD[:2]:
                 h.collect(server.stub().Generate(h.ids_request(prompt, n), timeout=60))
-            h.wait_until(lambda: prom.value('dcformer_requests_total{outcome="length"}') == 2,
+            h.wait_until(lambda: prom.value('sum(dcformer_requests_total{outcome="length"})') == 2,
                          timeout=60, what="Prometheus to scrape the request counter")
             self.assertEqual(prom.value('up{job="dcformer"}'), 1)
-            self.assertEqual(prom.value("dcformer_generation_tokens_total"), 10)
+            self.assertEqual(prom.value("sum(dcformer_generation_tokens_total)"), 10)
             self.assertEqual(prom.value("dcformer_num_requests_running"), 0)
 
 

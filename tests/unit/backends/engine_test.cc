@@ -249,11 +249,11 @@ class CountingObserver : public EngineObserver {
     absl::MutexLock l(&mu);
     ++preemptions;
   }
-  void OnFirstToken(absl::Duration) override {
+  void OnFirstToken(int, absl::Duration) override {
     absl::MutexLock l(&mu);
     ++first_tokens;
   }
-  void OnInterTokenLatency(absl::Duration) override {
+  void OnInterTokenLatency(int, absl::Duration) override {
     absl::MutexLock l(&mu);
     ++later_tokens;
   }
@@ -261,7 +261,7 @@ class CountingObserver : public EngineObserver {
     absl::MutexLock l(&mu);
     ++nonfinite;
   }
-  void OnFinished(const GenerationChunk& c) override {
+  void OnFinished(int, const GenerationChunk& c) override {
     absl::MutexLock l(&mu);
     ++finished;
     generated += c.usage.generated_tokens;

@@ -9,8 +9,10 @@
 namespace dcf::server {
 namespace {
 
+// The value of the first series of `name` whose first label has `label_value` (any when
+// empty) and, when `protocol` is set, whose protocol label is it.
 double Value(const prometheus::Registry& registry, const std::string& name,
-             const std::string& label_value = "") {
+             const std::string& label_value = "", const std::string& protocol = "grpc") {
   for (const auto& family : registry.Collect()) {
     if (family.name != name) continue;
     for (const auto& m : family.metric) {
@@ -18,6 +20,9 @@ double Value(const prometheus::Registry& registry, const std::string& name,
           (m.label.empty() || m.label[0].value != label_value)) {
         continue;
       }
+      bool other_protocol = false;
+      for (const auto& l : m.label) other_protocol |= l.name == "protocol" && l.value != protocol;
+      if (other_protocol) continue;
       switch (family.type) {
         case prometheus::MetricType::Counter: return m.counter.value;
         case prometheus::MetricType::Gauge: return m.gauge.value;
@@ -57,7 +62,7 @@ TEST(ServerMetricsTest, LatencyBucketsReachLongGenerations) {
         family.name != "dcformer_request_queue_time_seconds") {
       continue;
     }
-    ASSERT_EQ(family.metric.size(), 1u) << family.name;
+    ASSERT_EQ(family.metric.size(), 2u) << family.name;  // protocol grpc and http
     double last_finite = 0;
     for (const auto& b : family.metric[0].histogram.bucket) {
       if (std::isfinite(b.upper_bound)) last_finite = std::max(last_finite, b.upper_bound);
@@ -88,18 +93,31 @@ TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
 
 TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   ServerMetrics metrics;
-  metrics.OnFirstToken(absl::Milliseconds(3));  // warm-up: ignored
+  metrics.OnFirstToken(0, absl::Milliseconds(3));  // warm-up: ignored
   metrics.OnNonFiniteLogits();                  // ignored too
   metrics.SetEnabled(true);
   metrics.OnNonFiniteLogits();
   metrics.OnNonFiniteLogits();
-  metrics.OnFirstToken(absl::Milliseconds(3));
+  metrics.OnFirstToken(0, absl::Milliseconds(3));
+  metrics.OnFirstToken(static_cast<int>(Protocol::kHttp), absl::Milliseconds(3));
+  metrics.OnFirstToken(static_cast<int>(Protocol::kHttp), absl::Milliseconds(4));
   metrics.OnStep(4, 4, 0, absl::Milliseconds(1));
   metrics.OnPreemption();
   metrics.RecordRequest("length");
   metrics.AddGeneratedTokens(7);
+  metrics.RecordRequest("length", Protocol::kHttp);
+  metrics.RecordRequest("length", Protocol::kHttp);
+  metrics.AddGeneratedTokens(5, Protocol::kHttp);
+  metrics.SetCacheConfig(16, 1234);
   const auto& r = *metrics.registry();
   EXPECT_EQ(Value(r, "dcformer_time_to_first_token_seconds"), 1);
+  EXPECT_EQ(Value(r, "dcformer_time_to_first_token_seconds", "", "http"), 2);
+  EXPECT_EQ(Value(r, "dcformer_requests_total", "length", "http"), 2);
+  EXPECT_EQ(Value(r, "dcformer_generation_tokens_total", "", "http"), 5);
+  EXPECT_EQ(Value(r, "dcformer_cache_config_info", "16"), 1);
+  const std::string text = metrics.ScrapeText();
+  EXPECT_NE(text.find("dcformer_cache_config_info{block_size=\"16\",num_gpu_blocks=\"1234\"} 1"),
+            std::string::npos);
   EXPECT_EQ(Value(r, "dcformer_batch_size"), 1);
   EXPECT_EQ(Value(r, "dcformer_num_preemptions_total"), 1);
   EXPECT_EQ(Value(r, "dcformer_requests_total", "length"), 1);

@@ -25,5 +25,10 @@ TEST(PeerAddressTest, KeepsWhatItDoesNotKnow) {
   EXPECT_EQ(PeerAddress(""), "");
 }
 
+TEST(PeerAddressTest, AnHttpClientsIpHasTheGrpcKey) {
+  EXPECT_EQ(PeerAddressOfIp("192.168.0.9"), PeerAddress("ipv4:192.168.0.9:40000"));
+  EXPECT_EQ(PeerAddressOfIp("::1"), PeerAddress("ipv6:[::1]:53412"));
+}
+
 }  // namespace
 }  // namespace dcf::server

@@ -33,6 +33,21 @@ TEST(StatusUtilTest, MapsEveryCodeAndKeepsTheMessage) {
   EXPECT_STREQ(GrpcCodeLabel(grpc::StatusCode::RESOURCE_EXHAUSTED), "resource_exhausted");
 }
 
+TEST(StatusUtilTest, HttpStatusesAreOpenAis) {
+  const std::pair<absl::Status, int> cases[] = {
+      {absl::InvalidArgumentError("a"), 400}, {absl::OutOfRangeError("a"), 400},
+      {absl::UnauthenticatedError("a"), 401}, {absl::NotFoundError("a"), 404},
+      {absl::ResourceExhaustedError("a"), 429}, {absl::UnavailableError("a"), 503},
+      {absl::InternalError("a"), 500},         {absl::UnknownError("a"), 500},
+  };
+  for (const auto& [in, status] : cases) EXPECT_EQ(ToHttpError(in).status, status) << in;
+  EXPECT_STREQ(ToHttpError(absl::InvalidArgumentError("a")).type, "invalid_request_error");
+  EXPECT_STREQ(ToHttpError(absl::UnauthenticatedError("a")).type, "authentication_error");
+  EXPECT_STREQ(ToHttpError(absl::ResourceExhaustedError("a")).type, "rate_limit_error");
+  EXPECT_STREQ(ToHttpError(absl::InternalError("a")).type, "server_error");
+  EXPECT_STREQ(HttpErrorType(413), "invalid_request_error");
+}
+
 TEST(StatusUtilTest, AcceptedRequestFailuresAreInternal) {
   // Whatever code the engine failed with after accepting the request, the client sees
   // INTERNAL with the engine's message: an INVALID_ARGUMENT would blame the client.

@@ -1,0 +1,532 @@
+#include "server/openai_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/common/logging.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "server/log_text.h"
+#include "server/peer_address.h"
+#include "server/status_util.h"
+
+namespace dcf::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// Token text can be a piece of a UTF-8 character: such bytes become U+FFFD in the JSON.
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+HttpResponse JsonResponse(int status, const Json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = Dump(body);
+  r.body.push_back('\n');
+  return r;
+}
+
+// OpenAI's finish_reason: "stop" (EOS, a stop token or string) or "length"; vLLM's "abort"
+// for a request the server cancelled (drain).
+const char* OpenAiFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kEos:
+    case FinishReason::kStopToken:
+    case FinishReason::kStopString: return "stop";
+    default: return "abort";
+  }
+}
+
+std::string RandomId(absl::string_view prefix) {
+  static absl::Mutex mu(absl::kConstInit);
+  static absl::BitGen* gen = new absl::BitGen();
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("%s%016x%08x", prefix, absl::Uniform<uint64_t>(*gen),
+                         absl::Uniform<uint32_t>(*gen));
+}
+
+// An HTTP stream in ServingState's books (the drain waits for it, --max-open-streams counts
+// it). Its write deadline is the HTTP layer's (stream_write_timeout), not the watchdog's.
+struct HttpOpenStream : OpenStream {
+  void EndIfStalled(int64_t) override {}
+};
+
+// A whole answer at once (an error before anything was enqueued).
+class FixedSource : public HttpBodySource {
+ public:
+  explicit FixedSource(HttpResponse response) : response_(std::move(response)) {}
+  HttpPull Pull() override {
+    HttpPull p;
+    p.kind = HttpPull::Kind::kResponse;
+    p.response = std::move(response_);
+    return p;
+  }
+
+ private:
+  HttpResponse response_;
+};
+
+// One request's choices, pulled by the connection (see openai_service.h).
+class GenerationSource : public HttpBodySource {
+ public:
+  GenerationSource(ServingState* state, OpenAiRequest request, OpenAiPlan plan, HttpWake wake)
+      : state_(state),
+        request_(std::move(request)),
+        plan_(std::move(plan)),
+        wake_(std::move(wake)),
+        chat_(request_.api == OpenAiApi::kChatCompletions),
+        id_(RandomId(chat_ ? "chatcmpl-" : "cmpl-")),
+        created_(absl::ToUnixSeconds(absl::Now())),
+        link_(std::make_shared<HttpOpenStream>()) {}
+
+  ~GenerationSource() override {
+    for (Choice& c : choices_) {
+      if (!c.recorded) Record(&c, "cancelled");
+    }
+    Unregister();
+  }
+
+  // Registers the stream, then enqueues every choice; an error leaves nothing enqueued.
+  absl::Status Start(const std::string& peer) {
+    link_->peer = PeerAddressOfIp(peer);
+    // --max-open-streams and --max-open-streams-per-peer, counted with gRPC's streams.
+    if (grpc::Status s = state_->RegisterStream(link_); !s.ok()) {
+      return absl::ResourceExhaustedError(s.error_message());
+    }
+    registered_ = true;
+    choices_.resize(plan_.requests.size());
+    const int n = request_.n;
+    for (size_t i = 0; i < plan_.requests.size(); ++i) {
+      GenerationRequest g = plan_.requests[i];
+      g.origin = static_cast<int>(Protocol::kHttp);
+      absl::StatusOr<RequestHandle> handle = state_->engine()->Enqueue(std::move(g));
+      if (!handle.ok()) {
+        for (size_t j = 0; j < i; ++j) {
+          choices_[j].handle.Cancel();
+          choices_[j].recorded = true;  // never answered: the refusal below is counted
+        }
+        choices_.clear();
+        return handle.status();
+      }
+      choices_[i].handle = *std::move(handle);
+      choices_[i].prompt = static_cast<int>(i) / n;
+    }
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      state_->metrics().AddPromptTokens(plan_.requests[i].prompt_tokens.size(), Protocol::kHttp);
+      HttpWake wake = wake_;
+      choices_[i].handle.stream().SetOnReady([wake]() { wake(); });
+    }
+    return absl::OkStatus();
+  }
+
+  HttpPull Pull() override {
+    HttpPull pull;
+    if (!request_.stream) {
+      for (Choice& c : choices_) Take(&c, nullptr);
+      if (!AllFinished()) return pull;  // kWait
+      pull.kind = HttpPull::Kind::kResponse;
+      for (const Choice& c : choices_) {
+        if (c.reason == FinishReason::kError) {
+          const std::string message(c.error.message().empty() ? "engine error"
+                                                              : c.error.message());
+          pull.response = OpenAiService::ErrorResponse(500, message);
+          End();
+          return pull;
+        }
+      }
+      pull.response = JsonResponse(200, WholeResponse());
+      End();
+      return pull;
+    }
+    if (ended_) {  // the [DONE] went out with the stream's head
+      pull.kind = HttpPull::Kind::kEnd;
+      End();
+      return pull;
+    }
+    std::string out;
+    for (Choice& c : choices_) Take(&c, &out);
+    const bool end = AllFinished();
+    if (end) {
+      if (request_.include_usage) {
+        Json usage = Chunk();
+        usage["choices"] = Json::array();
+        usage["usage"] = Usage();
+        AppendEvent(usage, &out);
+      }
+      out += "data: [DONE]\n\n";
+    }
+    if (!head_sent_) {
+      head_sent_ = true;
+      pull.kind = HttpPull::Kind::kStreamHead;
+      pull.response.status = 200;
+      pull.response.content_type = "text/event-stream";
+      pull.response.body = std::move(out);
+      if (end) ended_ = true;  // the [DONE] is in the head's body: end at the next pull
+      return pull;
+    }
+    if (end) {
+      pull.kind = HttpPull::Kind::kEnd;
+      pull.data = std::move(out);
+      End();
+      return pull;
+    }
+    if (out.empty()) return pull;  // kWait
+    pull.kind = HttpPull::Kind::kData;
+    pull.data = std::move(out);
+    return pull;
+  }
+
+  // The client reads slower than the engine writes: output waits in the request streams;
+  // past --max-stream-buffer-bytes the exchange ends and the requests are cancelled.
+  bool KeepWaiting() override {
+    const size_t limit = state_->options().max_stream_buffer_bytes;
+    size_t pending = 0;
+    for (const Choice& c : choices_) {
+      if (c.handle.shared_stream() != nullptr) pending += c.handle.stream().pending_bytes();
+    }
+    if (limit > 0 && pending > limit) {
+      abort_outcome_ = "resource_exhausted";
+      return false;
+    }
+    return true;
+  }
+
+  void OnAbort(absl::string_view reason) override {
+    const char* outcome = abort_outcome_ != nullptr ? abort_outcome_ : "cancelled";
+    for (Choice& c : choices_) {
+      c.handle.Cancel();  // frees its KV blocks within a step
+      if (!c.recorded) Record(&c, outcome);
+    }
+    DCF_LOG(Info) << "request id=" << id_ << " protocol=http outcome=" << outcome
+                  << " choices=" << choices_.size() << " (" << reason << ")";
+    Unregister();
+  }
+
+ private:
+  struct Choice {
+    RequestHandle handle;
+    int prompt = 0;
+    std::string text;                 // non-streamed: the whole text
+    std::vector<TokenOutput> tokens;  // non-streamed, with logprobs: every token
+    int generated = 0;
+    int text_offset = 0;  // completions logprobs: characters so far (echo included)
+    bool started = false;  // streamed: the first event (role, echo) was sent
+    bool finished = false;
+    bool recorded = false;
+    FinishReason reason = FinishReason::kUnspecified;
+    absl::Status error;
+  };
+
+  bool AllFinished() const {
+    for (const Choice& c : choices_) {
+      if (!c.finished) return false;
+    }
+    return true;
+  }
+
+  void Record(Choice* c, const std::string& outcome) {
+    c->recorded = true;
+    state_->metrics().RecordRequest(outcome, Protocol::kHttp);
+  }
+
+  void End() {
+    DCF_LOG(Info) << "request id=" << id_ << " protocol=http outcome="
+                  << (choices_.empty() ? "-" : FinishReasonName(choices_[0].reason))
+                  << " choices=" << choices_.size() << " prompt_tokens=" << PromptTokens()
+                  << " generated_tokens=" << GeneratedTokens()
+                  << " total_ms=" << absl::ToDoubleMilliseconds(absl::Now() - start_);
+    Unregister();
+  }
+
+  void Unregister() {
+    if (!registered_) return;
+    registered_ = false;
+    state_->StreamDone(link_);
+  }
+
+  int PromptTokens() const {
+    int total = 0;
+    for (int p : plan_.prompt_tokens) total += p;
+    return total;
+  }
+  int GeneratedTokens() const {
+    int total = 0;
+    for (const Choice& c : choices_) total += c.generated;
+    return total;
+  }
+  Json Usage() const {
+    const int prompt = PromptTokens(), generated = GeneratedTokens();
+    return {{"prompt_tokens", prompt},
+            {"completion_tokens", generated},
+            {"total_tokens", prompt + generated}};
+  }
+
+  Json Chunk() const {
+    return {{"id", id_},
+            {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", state_->info().model_name}};
+  }
+
+  static void AppendEvent(const Json& event, std::string* out) {
+    absl::StrAppend(out, "data: ", Dump(event), "\n\n");
+  }
+
+  std::string TokenText(int32_t id) const {
+    const Tokenizer* tokenizer = state_->limits().tokenizer;
+    if (tokenizer == nullptr) return absl::StrCat("token_id:", id);
+    std::optional<std::string_view> bytes = tokenizer->TokenBytes(id);
+    return bytes.has_value() ? std::string(*bytes) : std::string();
+  }
+  static Json Bytes(const std::string& s) {
+    Json b = Json::array();
+    for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
+    return b;
+  }
+
+  // Logprobs of `tokens` in the API's shape; `offset` advances (completions' text_offset).
+  Json Logprobs(const std::vector<TokenOutput>& tokens, int* offset) const {
+    if (chat_) {
+      Json content = Json::array();
+      for (const TokenOutput& t : tokens) {
+        const std::string s = TokenText(t.token);
+        Json top = Json::array();
+        for (const TopLogprob& alt : t.top) {
+          const std::string a = TokenText(alt.token);
+          top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", Bytes(a)}});
+        }
+        content.push_back(
+            {{"token", s}, {"logprob", t.logprob}, {"bytes", Bytes(s)}, {"top_logprobs", top}});
+      }
+      return {{"content", content}};
+    }
+    Json out = {{"tokens", Json::array()},
+                {"token_logprobs", Json::array()},
+                {"top_logprobs", Json::array()},
+                {"text_offset", Json::array()}};
+    for (const TokenOutput& t : tokens) {
+      const std::string s = TokenText(t.token);
+      out["tokens"].push_back(s);
+      out["token_logprobs"].push_back(t.logprob);
+      Json top = Json::object();
+      for (const TopLogprob& alt : t.top) top[TokenText(alt.token)] = alt.logprob;
+      out["top_logprobs"].push_back(top);
+      out["text_offset"].push_back(*offset);
+      *offset += static_cast<int>(s.size());
+    }
+    return out;
+  }
+
+  // Takes what `c`'s stream has; streamed (`out` set): appends its events.
+  void Take(Choice* c, std::string* out) {
+    if (c->finished) return;
+    GenerationChunk chunk;
+    if (!c->handle.stream().TryTake(&chunk)) return;
+    const int index = static_cast<int>(c - choices_.data());
+    c->generated += static_cast<int>(chunk.tokens.size());
+    state_->metrics().AddGeneratedTokens(static_cast<int64_t>(chunk.tokens.size()),
+                                         Protocol::kHttp);
+    if (chunk.finished) {
+      c->finished = true;
+      c->reason = chunk.finish_reason;
+      c->error = chunk.error;
+      Record(c, FinishReasonName(chunk.finish_reason));
+    }
+    const std::string& echo = plan_.prompt_texts[c->prompt];
+    if (out == nullptr) {
+      if (!c->started && request_.echo) {
+        c->text = echo;
+        c->text_offset = static_cast<int>(echo.size());
+      }
+      c->started = true;
+      c->text += chunk.text;
+      if (request_.logprobs) {
+        for (TokenOutput& t : chunk.tokens) c->tokens.push_back(std::move(t));
+      }
+      return;
+    }
+    if (chunk.finished && chunk.finish_reason == FinishReason::kError) {
+      // vLLM's in-stream error: an error event, then [DONE].
+      const std::string message(chunk.error.message().empty() ? "engine error"
+                                                              : chunk.error.message());
+      AppendEvent({{"error",
+                    {{"message", message}, {"type", "server_error"}, {"param", nullptr},
+                     {"code", "internal"}}}},
+                  out);
+      return;
+    }
+    std::string text = chunk.text;
+    if (!c->started && !chat_ && request_.echo) {
+      text = echo + text;
+      c->text_offset = static_cast<int>(echo.size());
+    }
+    Json choice = {{"index", index}};
+    if (chat_) {
+      Json delta = Json::object();
+      if (!c->started) delta["role"] = "assistant";
+      if (!text.empty() || !c->started) delta["content"] = text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = text;
+    }
+    const bool has_content = !text.empty() || !chunk.tokens.empty() || !c->started;
+    choice["logprobs"] = request_.logprobs && !chunk.tokens.empty()
+                             ? Logprobs(chunk.tokens, &c->text_offset)
+                             : Json(nullptr);
+    choice["finish_reason"] =
+        chunk.finished ? Json(OpenAiFinishReason(chunk.finish_reason)) : Json(nullptr);
+    c->started = true;
+    if (!has_content && !chunk.finished) return;
+    Json event = Chunk();
+    event["choices"] = Json::array({choice});
+    if (request_.include_usage) event["usage"] = nullptr;
+    AppendEvent(event, out);
+  }
+
+  Json WholeResponse() const {
+    Json choices = Json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& c = choices_[i];
+      Json choice = {{"index", static_cast<int>(i)}};
+      int offset = c.text_offset;
+      const Json logprobs = request_.logprobs ? Logprobs(c.tokens, &offset) : Json(nullptr);
+      if (chat_) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["text"] = c.text;
+      }
+      choice["logprobs"] = logprobs;
+      choice["finish_reason"] = OpenAiFinishReason(c.reason);
+      choices.push_back(std::move(choice));
+    }
+    Json body = {{"id", id_},
+                 {"object", chat_ ? "chat.completion" : "text_completion"},
+                 {"created", created_},
+                 {"model", state_->info().model_name},
+                 {"choices", choices},
+                 {"usage", Usage()}};
+    return body;
+  }
+
+  ServingState* const state_;
+  const OpenAiRequest request_;
+  const OpenAiPlan plan_;
+  const HttpWake wake_;
+  const bool chat_;
+  const std::string id_;
+  const int64_t created_;
+  const absl::Time start_ = absl::Now();
+  const std::shared_ptr<HttpOpenStream> link_;
+  bool registered_ = false;
+  std::vector<Choice> choices_;
+  bool head_sent_ = false;
+  bool ended_ = false;
+  const char* abort_outcome_ = nullptr;
+};
+
+}  // namespace
+
+HttpResponse OpenAiService::ErrorResponse(int status, absl::string_view message,
+                                          absl::string_view param) {
+  const char* code;
+  switch (status) {
+    case 400: code = "invalid_argument"; break;
+    case 401: code = "unauthenticated"; break;
+    case 403: code = "permission_denied"; break;
+    case 404: code = "not_found"; break;
+    case 405: code = "method_not_allowed"; break;
+    case 413: code = "payload_too_large"; break;
+    case 429: code = "resource_exhausted"; break;
+    case 431: code = "header_too_large"; break;
+    case 503: code = "unavailable"; break;
+    default: code = status >= 500 ? "internal" : "invalid_request"; break;
+  }
+  Json error = {{"message", std::string(message)},
+                {"type", HttpErrorType(status)},
+                {"param", param.empty() ? Json(nullptr) : Json(std::string(param))},
+                {"code", code}};
+  HttpResponse r = JsonResponse(status, {{"error", error}});
+  if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+HttpResponse OpenAiService::ErrorResponse(const absl::Status& status) {
+  const HttpError e = ToHttpError(status);
+  HttpResponse r = ErrorResponse(e.status, status.message(), OpenAiParam(status));
+  return r;
+}
+
+std::optional<HttpResponse> OpenAiService::Admit(const HttpRequest& head) const {
+  const ApiKeyChecker* auth = state_->auth();
+  if (auth == nullptr || !absl::StartsWith(head.path, "/v1/")) return std::nullopt;
+  const std::string* header = head.Header("authorization");
+  const absl::Status s =
+      header == nullptr
+          ? absl::UnauthenticatedError("missing 'Authorization: Bearer <api key>' header")
+          : auth->CheckHeader(*header);
+  if (s.ok()) return std::nullopt;
+  return ErrorResponse(401, s.message());
+}
+
+void OpenAiService::AddRoutes(HttpRouter* router) {
+  router->AddAsync("POST", "/v1/completions", [this](HttpRequest request, HttpWake wake) {
+    return Generate(OpenAiApi::kCompletions, std::move(request), std::move(wake));
+  });
+  router->AddAsync("POST", "/v1/chat/completions", [this](HttpRequest request, HttpWake wake) {
+    return Generate(OpenAiApi::kChatCompletions, std::move(request), std::move(wake));
+  });
+  router->Add("GET", "/v1/models", [this](const HttpRequest&) { return Models(); });
+  router->Add("GET", "/health", [this](const HttpRequest&) {
+    HttpResponse r;
+    const bool serving = serving_() && state_->CheckAccepting().ok();
+    r.status = serving ? 200 : 503;
+    r.body = serving ? "SERVING\n" : "NOT_SERVING\n";
+    return r;
+  });
+}
+
+HttpResponse OpenAiService::Models() const {
+  if (absl::Status s = state_->CheckAccepting(); !s.ok()) return ErrorResponse(s);
+  const ServedModelInfo& info = state_->info();
+  Json model = {{"id", info.model_name},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "dcformer-serve"},
+                {"max_model_len", info.limits.context}};
+  return JsonResponse(200, {{"object", "list"}, {"data", Json::array({model})}});
+}
+
+std::shared_ptr<HttpBodySource> OpenAiService::Generate(OpenAiApi api, HttpRequest request,
+                                                        HttpWake wake) {
+  auto refuse = [this](const absl::Status& s) -> std::shared_ptr<HttpBodySource> {
+    state_->metrics().RecordRequest(GrpcCodeLabel(ToGrpcStatus(s).error_code()),
+                                    Protocol::kHttp);
+    return std::make_shared<FixedSource>(ErrorResponse(s));
+  };
+  if (absl::Status s = state_->CheckAccepting(); !s.ok()) return refuse(s);
+  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(api, request.body);
+  if (!parsed.ok()) return refuse(parsed.status());
+  if (parsed->model != state_->info().model_name) {
+    return refuse(absl::NotFoundError(absl::StrCat("model: the model '", parsed->model,
+                                                   "' does not exist; this server serves '",
+                                                   state_->info().model_name, "'")));
+  }
+  absl::StatusOr<OpenAiPlan> plan = PlanOpenAiRequest(*parsed, state_->limits(), chat_);
+  if (!plan.ok()) return refuse(plan.status());
+  auto source = std::make_shared<GenerationSource>(state_, *std::move(parsed), *std::move(plan),
+                                                   std::move(wake));
+  if (absl::Status s = source->Start(request.peer); !s.ok()) return refuse(s);
+  return source;
+}
+
+}  // namespace dcf::server

@@ -1,0 +1,420 @@
+"""The OpenAI-compatible HTTP front (--http-port) driven by real clients over loopback: Python's
+standard-library http.client, curl -N for the SSE framing byte for byte, and the example client
+client/examples/python/openai_http.py. The default model (models/dcformer-kjv) has a tokenizer
+and a chat template."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import harness as h
+
+KJV = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
+MODEL = "dcformer-kjv"
+EXAMPLE = os.path.join(h.SOURCE_DIR, "client", "examples", "python", "openai_http.py")
+SDK_DIR = os.path.join(h.SOURCE_DIR, "client", "examples", "openai-node")
+SDK_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openai_sdk_check.js")
+
+
+def sdk_missing():
+    """Why the openai SDK cannot run (None when it can): scripts/setup.sh installs it from the
+    package-lock; tests never download anything."""
+    if shutil.which("node") is None:
+        return "node not installed"
+    if not os.path.isdir(os.path.join(SDK_DIR, "node_modules", "openai")):
+        return "client/examples/openai-node/node_modules missing: run scripts/setup.sh"
+    return None
+
+
+class HttpServer(h.Server):
+    """A dcformer-server with the HTTP front on a free port."""
+
+    def __init__(self, args=(), **kw):
+        self.http_port = h.free_port()
+        super().__init__(model=KJV, args=[f"--http-port={self.http_port}", *args], **kw)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        """(status, headers dict, body bytes) of one request on a new connection."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+            hdrs = {"Content-Type": "application/json", **(headers or {})}
+            conn.request(method, path, body=data, headers=hdrs)
+            r = conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            conn.close()
+
+    def post(self, path, body, **kw):
+        status, headers, data = self.request("POST", path, body, **kw)
+        return status, headers, json.loads(data) if data.startswith(b"{") else data
+
+
+def sse_events(raw):
+    """The data payloads of an SSE body; asserts the framing (data: ...\\n\\n only)."""
+    text = raw.decode()
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    events = text.split("\n\n")
+    assert events[-1] == "", events[-1]
+    out = []
+    for e in events[:-1]:
+        assert e.startswith("data: ") and "\n" not in e, repr(e)
+        out.append(e[len("data: "):])
+    assert out[-1] == "[DONE]"
+    return [json.loads(e) for e in out[:-1]]
+
+
+class OpenAiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = HttpServer().__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__(None, None, None)
+
+    def test_models_and_health(self):
+        status, headers, data = self.server.request("GET", "/v1/models")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["content-type"], "application/json")
+        models = json.loads(data)
+        self.assertEqual(models["object"], "list")
+        self.assertEqual([m["id"] for m in models["data"]], [MODEL])
+        status, _, data = self.server.request("GET", "/health")
+        self.assertEqual((status, data), (200, b"SERVING\n"))
+
+    def test_completion_matches_grpc_greedy(self):
+        prompt = "In the beginning God created"
+        status, _, body = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0,
+            "ignore_eos": True})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["object"], "text_completion")
+        self.assertTrue(body["id"].startswith("cmpl-"))
+        (choice,) = body["choices"]
+        self.assertEqual(choice["finish_reason"], "length")
+        self.assertEqual(body["usage"]["completion_tokens"], 12)
+        self.assertEqual(body["usage"]["total_tokens"],
+                         body["usage"]["prompt_tokens"] + 12)
+        # The same greedy request over gRPC gives the same text.
+        req = h.pb.GenerateRequest(text=prompt)
+        req.sampling.temperature = 0
+        req.stopping.max_new_tokens = 12
+        req.stopping.ignore_eos = True
+        with self.server.channel() as ch:
+            stream = h.pb_grpc.TextGenerationStub(ch).Generate(req, timeout=60)
+            text = "".join(m.text for m in stream)
+        self.assertEqual(choice["text"], text)
+        self.assertGreater(len(text), 0)
+
+    def test_token_id_prompts_echo_and_n(self):
+        status, _, body = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": [[10, 20, 30], "And"], "max_tokens": 3,
+            "temperature": 0.8, "seed": 7, "n": 2, "echo": True})
+        self.assertEqual(status, 200, body)
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2, 3])
+        self.assertTrue(body["choices"][2]["text"].startswith("And"))
+        self.assertTrue(body["choices"][3]["text"].startswith("And"))
+        # Seeded: the same request again gives the same choices.
+        status, _, again = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": [[10, 20, 30], "And"], "max_tokens": 3,
+            "temperature": 0.8, "seed": 7, "n": 2, "echo": True})
+        self.assertEqual([c["text"] for c in again["choices"]],
+                         [c["text"] for c in body["choices"]])
+
+    def test_stop_strings(self):
+        status, _, body = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": "And the LORD said unto", "max_tokens": 40,
+            "temperature": 0, "stop": ["LORD"], "ignore_eos": True})
+        self.assertEqual(status, 200, body)
+        choice = body["choices"][0]
+        if choice["finish_reason"] == "stop":
+            self.assertNotIn("LORD", choice["text"])
+        # Greedy on this model writes LORD within 40 tokens (the free run shows it).
+        status, _, free = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": "And the LORD said unto", "max_tokens": 40,
+            "temperature": 0, "ignore_eos": True})
+        if "LORD" in free["choices"][0]["text"]:
+            self.assertEqual(choice["finish_reason"], "stop")
+            self.assertTrue(free["choices"][0]["text"].startswith(choice["text"]))
+
+    def test_logprobs_shapes(self):
+        status, _, body = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": "And", "max_tokens": 4, "temperature": 0,
+            "logprobs": 2, "ignore_eos": True})
+        self.assertEqual(status, 200, body)
+        lp = body["choices"][0]["logprobs"]
+        self.assertEqual(len(lp["tokens"]), 4)
+        self.assertEqual(len(lp["token_logprobs"]), 4)
+        self.assertTrue(all(len(t) == 2 for t in lp["top_logprobs"]))
+        self.assertEqual(lp["text_offset"][0], 0)
+        self.assertTrue(all(x <= 0 for x in lp["token_logprobs"]))
+        # Greedy: the chosen token is the most likely one.
+        for tok, lp_, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            self.assertAlmostEqual(max(top.values()), lp_, places=5)
+        status, _, chat = self.server.post("/v1/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "And God said"}],
+            "max_completion_tokens": 3, "temperature": 0, "logprobs": True,
+            "top_logprobs": 3, "ignore_eos": True})
+        self.assertEqual(status, 200, chat)
+        content = chat["choices"][0]["logprobs"]["content"]
+        self.assertEqual(len(content), 3)
+        for entry in content:
+            self.assertEqual(set(entry), {"token", "logprob", "bytes", "top_logprobs"})
+            self.assertEqual(len(entry["top_logprobs"]), 3)
+            self.assertEqual(bytes(entry["bytes"]).decode(errors="replace"), entry["token"])
+
+    def test_chat(self):
+        status, _, body = self.server.post("/v1/chat/completions", {
+            "model": MODEL, "messages": [
+                {"role": "system", "content": "The book of Genesis."},
+                {"role": "user", "content": [{"type": "text", "text": "In the beginning"}]}],
+            "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["object"], "chat.completion")
+        msg = body["choices"][0]["message"]
+        self.assertEqual(msg["role"], "assistant")
+        self.assertGreater(len(msg["content"]), 0)
+        # The template renders "<system>\n\n<user>\n\n": the prompt's tokens are those.
+        status, _, same = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": "The book of Genesis.\n\nIn the beginning\n\n",
+            "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+        self.assertEqual(same["choices"][0]["text"], msg["content"])
+        self.assertEqual(same["usage"]["prompt_tokens"], body["usage"]["prompt_tokens"])
+
+    def test_streaming_sse_with_curl(self):
+        curl = shutil.which("curl")
+        if curl is None:
+            self.skipTest("curl not installed")
+        body = json.dumps({"model": MODEL, "stream": True,
+                           "stream_options": {"include_usage": True}, "n": 2,
+                           "messages": [{"role": "user", "content": "And God said"}],
+                           "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+        out = subprocess.run([curl, "-sSN", "-D", "-", "-H", "Content-Type: application/json",
+                              "-d", body,
+                              f"http://127.0.0.1:{self.server.http_port}/v1/chat/completions"],
+                             check=True, capture_output=True, timeout=60).stdout
+        head, _, raw = out.partition(b"\r\n\r\n")
+        self.assertIn(b"HTTP/1.1 200 OK", head)
+        self.assertIn(b"Content-Type: text/event-stream", head)
+        self.assertIn(b"Transfer-Encoding: chunked", head)
+        events = sse_events(raw)
+        usage = events[-1]
+        self.assertEqual(usage["choices"], [])
+        self.assertEqual(usage["usage"]["completion_tokens"], 10)
+        texts = {0: "", 1: ""}
+        finishes = {}
+        roles = set()
+        for e in events[:-1]:
+            self.assertEqual(e["object"], "chat.completion.chunk")
+            self.assertIsNone(e["usage"])
+            (c,) = e["choices"]
+            if "role" in c["delta"]:
+                roles.add(c["index"])
+            texts[c["index"]] += c["delta"].get("content", "")
+            if c["finish_reason"] is not None:
+                finishes[c["index"]] = c["finish_reason"]
+        self.assertEqual(roles, {0, 1})
+        self.assertEqual(finishes, {0: "length", 1: "length"})
+        self.assertEqual(texts[0], texts[1])  # greedy: both choices alike
+        # The non-streamed answer has the same text.
+        status, _, whole = self.server.post("/v1/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "And God said"}],
+            "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+        self.assertEqual(whole["choices"][0]["message"]["content"], texts[0])
+
+    def test_streamed_completion_without_usage(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=60)
+        conn.request("POST", "/v1/completions", body=json.dumps({
+            "model": MODEL, "prompt": "And", "max_tokens": 4, "stream": True,
+            "temperature": 0, "ignore_eos": True}))
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200)
+        events = sse_events(r.read())
+        conn.close()
+        self.assertTrue(all("usage" not in e for e in events))
+        self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
+        self.assertTrue(all(e["choices"][0]["finish_reason"] is None for e in events[:-1]))
+
+    def test_errors(self):
+        cases = [
+            ({"model": MODEL, "prompt": "a", "temperature": "hot"}, 400, "temperature"),
+            ({"model": MODEL, "prompt": "a", "tools": [{"type": "function"}]}, 400, "tools"),
+            ({"model": MODEL, "prompt": "a", "logit_bias": {"1": 2}}, 400, "logit_bias"),
+            ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt[1]"),
+            ({"model": MODEL, "prompt": [1, 999999]}, 400, "prompt[1]"),
+            ({"model": MODEL, "prompt": "a", "max_tokens": 100000}, 400, "max_tokens"),
+            ({"model": "gpt-4", "prompt": "a"}, 404, "model"),
+            ({"prompt": "a"}, 400, "model"),
+            ({"model": MODEL, "prompt": "a", "unknown_field": 1, "max_tokens": 1}, 200, None),
+        ]
+        for body, want, param in cases:
+            status, headers, got = self.server.post("/v1/completions", body)
+            self.assertEqual(status, want, (body, got))
+            if want != 200:
+                self.assertEqual(headers["content-type"], "application/json")
+                self.assertEqual(got["error"]["param"], param, got)
+                self.assertIn(param, got["error"]["message"])
+                self.assertIn(got["error"]["type"], ("invalid_request_error", "not_found_error"))
+        status, _, got = self.server.post("/v1/completions", b'{"model": "x", "prompt": [1,')
+        self.assertEqual(status, 400)
+        self.assertIn("not valid JSON", got["error"]["message"])
+        status, _, got = self.server.post("/v1/chat/completions",
+                                          b'{"model": "dcformer-kjv", "messages": '
+                                          b'[{"role": "user", "content": "\xff"}]}')
+        self.assertEqual(status, 400)
+        self.assertIn("UTF-8", got["error"]["message"])
+        self.assertEqual(got["error"]["param"], "messages[0].content")
+        status, _, got = self.server.request("GET", "/v1/nothing")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(got)["error"]["type"], "not_found_error")
+        status, headers, got = self.server.request("GET", "/v1/completions")
+        self.assertEqual(status, 405)
+        self.assertIn("POST", headers["allow"])
+        # A body over --max-receive-message-bytes (1 MiB by default): 413, JSON.
+        status, _, got = self.server.request("POST", "/v1/completions", b"x" * (2 << 20))
+        self.assertEqual(status, 413)
+        self.assertEqual(json.loads(got)["error"]["code"], "payload_too_large")
+        # Nothing changed: the server still answers.
+        status, _, body = self.server.post("/v1/completions", {
+            "model": MODEL, "prompt": "a", "max_tokens": 1})
+        self.assertEqual(status, 200)
+
+    def test_disconnect_cancels_and_metrics_label(self):
+        before = self.server.metric("dcformer_requests_total", outcome="cancelled",
+                                    protocol="http")
+        s = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=30)
+        body = json.dumps({"model": MODEL, "prompt": "And", "max_tokens": 200, "stream": True,
+                           "ignore_eos": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while b"data: " not in got:
+            got += s.recv(4096)
+        s.close()
+        h.wait_until(lambda: self.server.metric("dcformer_requests_total", outcome="cancelled",
+                                                protocol="http") == before + 1,
+                     what="the HTTP request counted cancelled")
+        h.wait_until(lambda: self.server.kv_blocks_used() == 0, what="KV blocks freed")
+        self.assertGreater(self.server.metric("dcformer_generation_tokens_total",
+                                              protocol="http"), 0)
+        self.assertGreater(self.server.metric("dcformer_time_to_first_token_seconds_count",
+                                              protocol="http"), 0)
+
+    def test_python_example_client(self):
+        out = subprocess.run([sys.executable, EXAMPLE, f"--url=http://127.0.0.1:"
+                              f"{self.server.http_port}", "--max-tokens=5", "--stream",
+                              "And God said"], check=True, capture_output=True, text=True,
+                             timeout=60)
+        self.assertIn("finish_reason=length", out.stdout)
+        self.assertGreater(len(out.stdout.splitlines()[0]), 0)
+
+
+class OpenAiSdkTest(unittest.TestCase):
+    def test_official_openai_sdk(self):
+        reason = sdk_missing()
+        if reason:
+            self.skipTest(reason)
+        with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+            f.write("sdk-key\n")
+        try:
+            with HttpServer(args=[f"--api-key-file={f.name}"]) as server:
+                out = subprocess.run(["node", SDK_CHECK, f"http://127.0.0.1:{server.http_port}/v1",
+                                      "sdk-key"], capture_output=True, text=True, timeout=120)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                got = json.loads(out.stdout)
+                example = subprocess.run(
+                    ["node", os.path.join(SDK_DIR, "chat.js"), "--url",
+                     f"http://127.0.0.1:{server.http_port}/v1", "--api-key", "sdk-key",
+                     "--max-tokens", "4", "And God said"],
+                    capture_output=True, text=True, timeout=60)
+                self.assertEqual(example.returncode, 0, example.stderr)
+                self.assertIn("finish_reason=", example.stdout)
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(got["models"], [MODEL])
+        c = got["completion"]["choices"][0]
+        self.assertEqual(c["finish_reason"], "length")
+        self.assertEqual(len(c["logprobs"]["tokens"]), got["completion"]["usage"]["completion_tokens"])
+        self.assertTrue(all(len(t) == 2 for t in c["logprobs"]["top_logprobs"]))
+        chat = got["chat"]
+        self.assertEqual([x["index"] for x in chat["choices"]], [0, 1])
+        self.assertEqual(chat["choices"][0]["message"]["content"],
+                         chat["choices"][1]["message"]["content"])  # greedy
+        self.assertTrue(all(len(e["top_logprobs"]) == 2
+                            for e in chat["choices"][0]["logprobs"]["content"]))
+        stream = got["stream"]
+        self.assertEqual(stream[-1]["choices"], [])
+        self.assertEqual(stream[-1]["usage"]["completion_tokens"], 5)
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in stream[:-1])
+        self.assertEqual(text, chat["choices"][0]["message"]["content"])
+        self.assertEqual(stream[-2]["choices"][0]["finish_reason"], "length")
+        stop = got["stop"]["choices"][0]
+        self.assertNotIn("LORD", stop["text"])
+        self.assertEqual(got["seeded"][0], got["seeded"][1])
+        self.assertEqual(got["errors"]["model"]["status"], 404)
+        self.assertEqual(got["errors"]["type"], {"status": 400, "type": "invalid_request_error",
+                                                 "param": "temperature"})
+        self.assertEqual(got["errors"]["tools"]["status"], 400)
+        self.assertEqual(got["errors"]["tools"]["param"], "tools")
+        self.assertEqual(got["errors"]["key"]["status"], 401)
+
+
+class OpenAiAuthAndDrainTest(unittest.TestCase):
+    def test_api_key_and_drain(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+            f.write("s3cret-key\n")
+        try:
+            with HttpServer(args=[f"--api-key-file={f.name}", "--drain-timeout=20s"]) as server:
+                status, headers, got = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": "a", "max_tokens": 1})
+                self.assertEqual(status, 401)
+                self.assertEqual(got["error"]["type"], "authentication_error")
+                self.assertEqual(headers["www-authenticate"], "Bearer")
+                status, _, got = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": "a", "max_tokens": 1},
+                    headers={"Authorization": "Bearer wrong"})
+                self.assertEqual(status, 401)
+                self.assertNotIn("wrong", json.dumps(got))
+                auth = {"Authorization": "Bearer s3cret-key"}
+                status, _, _ = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": "a", "max_tokens": 1}, headers=auth)
+                self.assertEqual(status, 200)
+                status, _, _ = server.request("GET", "/health")  # no key needed
+                self.assertEqual(status, 200)
+                # A stream running when SIGTERM arrives finishes; new requests get 503.
+                conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+                conn.request("POST", "/v1/completions", body=json.dumps({
+                    "model": MODEL, "prompt": "And", "max_tokens": 150, "stream": True,
+                    "ignore_eos": True}), headers=auth)
+                r = conn.getresponse()
+                first = r.readline()
+                self.assertTrue(first.startswith(b"data: "), first)
+                server.proc.send_signal(signal.SIGTERM)
+                h.wait_until(lambda: "draining" in server.read_log(), what="drain")
+                status = None
+                try:
+                    status, _, got = server.post("/v1/completions", {
+                        "model": MODEL, "prompt": "a", "max_tokens": 1}, headers=auth)
+                except (ConnectionError, http.client.HTTPException):
+                    pass
+                if status is not None:
+                    self.assertEqual(status, 503)
+                    self.assertEqual(got["error"]["type"], "service_unavailable_error")
+                rest = first + r.read()
+                conn.close()
+                self.assertTrue(rest.endswith(b"data: [DONE]\n\n"), rest[-200:])
+                self.assertIn(b'"finish_reason":"length"', rest)
+                self.assertEqual(server.proc.wait(timeout=30), 0)
+        finally:
+            os.unlink(f.name)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,143 @@
+#include "server/chat_template.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace dcf::server {
+namespace {
+
+std::string Render(const std::string& source, const ChatTemplateInputs& inputs) {
+  auto t = ChatTemplate::Parse(source);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return "<parse error>";
+  auto out = (*t)->Render(inputs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : "<render error>";
+}
+
+ChatTemplateInputs Conversation() {
+  ChatTemplateInputs in;
+  in.messages = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}};
+  in.bos_token = "<s>";
+  in.eos_token = "</s>";
+  return in;
+}
+
+// ChatML as Qwen and many others carry it, verbatim from their tokenizer_config.json; the
+// expected text is what transformers' apply_chat_template (jinja2, trim_blocks and
+// lstrip_blocks) renders for the same messages.
+TEST(ChatTemplateTest, ChatMl) {
+  const std::string chatml =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+      "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  EXPECT_EQ(Render(chatml, Conversation()),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  ChatTemplateInputs no_prompt = Conversation();
+  no_prompt.add_generation_prompt = false;
+  EXPECT_FALSE(absl::EndsWith(Render(chatml, no_prompt), "assistant\n"));
+}
+
+// Zephyr's template: trim_blocks/lstrip_blocks, elif chains, eos_token, loop.last.
+TEST(ChatTemplateTest, ZephyrWithBlockWhitespaceRules) {
+  const std::string zephyr =
+      "{% for message in messages %}\n"
+      "{% if message['role'] == 'user' %}\n"
+      "{{ '<|user|>\\n' + message['content'] + eos_token }}\n"
+      "{% elif message['role'] == 'system' %}\n"
+      "{{ '<|system|>\\n' + message['content'] + eos_token }}\n"
+      "{% elif message['role'] == 'assistant' %}\n"
+      "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n"
+      "{% endif %}\n"
+      "{% if loop.last and add_generation_prompt %}\n"
+      "{{ '<|assistant|>' }}\n"
+      "{% endif %}\n"
+      "{% endfor %}";
+  EXPECT_EQ(Render(zephyr, Conversation()),
+            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello.</s>\n"
+            "<|user|>\nWhy?</s>\n<|assistant|>\n");
+}
+
+// Llama-2's: slicing, namespace-free system handling, raise_exception, modulo, strip().
+TEST(ChatTemplateTest, LlamaTwoAndItsRefusal) {
+  const std::string llama2 =
+      "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+      "{% set system_message = messages[0]['content'] %}{% else %}"
+      "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+      "{% for message in loop_messages %}"
+      "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+      "{% endif %}"
+      "{% if loop.index0 == 0 and system_message != false %}"
+      "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+      "{% else %}{% set content = message['content'] %}{% endif %}"
+      "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+      "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
+      "{% endif %}{% endfor %}";
+  EXPECT_EQ(Render(llama2, Conversation()),
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Why? [/INST]");
+  auto t = ChatTemplate::Parse(llama2);
+  ASSERT_TRUE(t.ok());
+  ChatTemplateInputs bad;
+  bad.messages = {{"user", "a"}, {"user", "b"}};
+  auto refused = (*t)->Render(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "roles must alternate"))
+      << refused.status();
+}
+
+TEST(ChatTemplateTest, NamespacesFiltersTestsAndExpressions) {
+  const std::string source =
+      "{%- set ns = namespace(count=0, last='') -%}"
+      "{%- for m in messages -%}{%- set ns.count = ns.count + 1 -%}"
+      "{%- if m.role is defined and m.missing is not defined -%}{%- set ns.last = m.role -%}"
+      "{%- endif -%}{%- endfor -%}"
+      "{{ ns.count }}|{{ ns.last | upper }}|{{ messages | length }}|{{ (messages | last).content }}"
+      "|{{ 'yes' if 'Hi' in messages[1].content else 'no' }}|{{ [1, 2, 3] | join('-') }}"
+      "|{{ 7 // 2 }}{{ 7 % 3 }}{{ -2 + 5 * 2 }}|{{ {'a': 1} | tojson }}|{{ undefined_name }}"
+      "|{{ missing | default('dflt') }}|{{ '  x  ' | trim }}|{{ 'ab' ~ 1 }}|{{ range(3) | list }}"
+      "|{% for k, v in {'k': 'v'}.items() %}{{ k }}={{ v }}{% endfor %}"
+      "|{{ messages[-1]['role'] }}|{{ 'abc'[::-1] }}|{{ none is none }}";
+  EXPECT_EQ(Render(source, Conversation()),
+            "4|USER|4|Why?|yes|1-2-3|318|{\"a\":1}||dflt|x|ab1|[0, 1, 2]|k=v|user|cba|True");
+}
+
+TEST(ChatTemplateTest, RefusesWhatItDoesNotSupportAtParseTimeWithThePlace) {
+  struct Case {
+    const char* source;
+    const char* error;
+  } cases[] = {
+      {"{% macro f() %}x{% endmacro %}", "line 1, column 1: the tag 'macro' is not supported"},
+      {"a\n  {{ x | wordwrap }}", "line 2, column 10: the filter 'wordwrap' is not supported"},
+      {"{% if x is divisibleby(3) %}{% endif %}", "the test 'divisibleby' is not supported"},
+      {"{% for x in y %}", "ends before its 'endfor'"},
+      {"{{ x ", "'{{' is never closed"},
+      {"{% endif %}", "'endif' without its opening tag"},
+      {"{% include 'other' %}", "the tag 'include' is not supported"},
+      {"{{ 'unterminated }}", "a string is never closed"},
+      {"{% for x in y if x %}{% endfor %}", "loop filters"},
+      {"{% set x %}y{% endset %}", "no set blocks"},
+  };
+  for (const Case& c : cases) {
+    auto t = ChatTemplate::Parse(c.source);
+    ASSERT_FALSE(t.ok()) << c.source;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(t.status().message(), c.error))
+        << c.source << ": " << t.status().message();
+  }
+}
+
+TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {
+  auto t = ChatTemplate::Parse("ok\n{{ nothing.attr }}");
+  ASSERT_TRUE(t.ok());
+  auto out = (*t)->Render(Conversation());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "line 2")) << out.status();
+}
+
+}  // namespace
+}  // namespace dcf::server

@@ -1,0 +1,121 @@
+#include "server/openai_request.h"
+
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+
+namespace dcf::server {
+namespace {
+
+absl::StatusOr<OpenAiRequest> Completions(absl::string_view body) {
+  return ParseOpenAiRequest(OpenAiApi::kCompletions, body);
+}
+
+std::string ParamOf(absl::string_view body, OpenAiApi api = OpenAiApi::kCompletions) {
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(api, body);
+  EXPECT_FALSE(r.ok()) << body;
+  return r.ok() ? "(ok)" : OpenAiParam(r.status());
+}
+
+TEST(OpenAiRequestTest, ParsesTheFields) {
+  absl::StatusOr<OpenAiRequest> r = Completions(
+      R"({"model":"m","prompt":["a",[1,2]],"max_tokens":5,"temperature":0.5,"top_p":0.9,
+          "n":2,"stop":"x","seed":-1,"top_k":-1,"logprobs":3,"stream":true,
+          "stream_options":{"include_usage":true},"user":"u","something_new":{"a":1}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->prompts.size(), 2u);
+  EXPECT_TRUE(r->prompts[0].is_text);
+  EXPECT_EQ(r->prompts[1].token_ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(*r->max_tokens, 5);
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.5f);
+  EXPECT_EQ(r->n, 2);
+  EXPECT_EQ(r->stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(*r->sampling.seed, UINT64_MAX);
+  EXPECT_EQ(r->sampling.top_k, 0);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->top_logprobs, 3);
+  EXPECT_TRUE(r->include_usage);
+}
+
+TEST(OpenAiRequestTest, ErrorsNameTheField) {
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","temperature":"x"})"), "temperature");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":[[1],[2,"x"]]})"), "prompt[1][1]");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","n":0})"), "n");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","tools":[{}]})"), "tools");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","response_format":{"type":"json_object"}})"),
+            "response_format");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","stream_options":{}})"), "stream_options");
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"tool","content":"x"}]})",
+                    OpenAiApi::kChatCompletions),
+            "messages[0].role");
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"user","content":"\xff"}]})",
+                    OpenAiApi::kChatCompletions),
+            "messages[0].content");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":[1,)"), "prompt[1]");
+  EXPECT_EQ(ParamOf("[1]"), "body");
+  // What OpenAI's defaults ask for passes.
+  EXPECT_TRUE(Completions(R"({"model":"m","prompt":"a","tools":[],"logit_bias":{},
+                              "response_format":{"type":"text"},"best_of":1})")
+                  .ok());
+}
+
+TEST(OpenAiRequestTest, PlansOneEngineRequestPerChoice) {
+  absl::StatusOr<OpenAiRequest> r = Completions(
+      R"({"model":"m","prompt":[[1,2],[3]],"n":2,"seed":10,"max_tokens":4,"stop_token_ids":[5]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  RequestLimits limits;
+  limits.vocab_size = 100;
+  limits.context = 64;
+  limits.max_prompt_tokens = 64;
+  limits.max_new_tokens_limit = 64;
+  absl::StatusOr<OpenAiPlan> plan = PlanOpenAiRequest(*r, limits, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->requests.size(), 4u);
+  EXPECT_EQ(plan->requests[1].prompt_tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(plan->requests[2].prompt_tokens, (std::vector<int32_t>{3}));
+  EXPECT_EQ(*plan->requests[0].sampling.seed, 10u);
+  EXPECT_EQ(*plan->requests[1].sampling.seed, 11u);
+  EXPECT_EQ(plan->requests[3].stopping.max_new_tokens, 4);
+  EXPECT_EQ(plan->requests[3].stopping.stop_token_ids, std::vector<int32_t>{5});
+  EXPECT_EQ(plan->prompt_tokens, (std::vector<int>{2, 1}));
+
+  // The engine's validator runs, with OpenAI's names.
+  r = Completions(R"({"model":"m","prompt":[[1],[1,200]]})");
+  ASSERT_TRUE(r.ok());
+  plan = PlanOpenAiRequest(*r, limits, {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(OpenAiParam(plan.status()), "prompt[1][1]") << plan.status();
+  r = Completions(R"({"model":"m","prompt":[1],"max_tokens":64})");
+  ASSERT_TRUE(r.ok());
+  plan = PlanOpenAiRequest(*r, limits, {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kOutOfRange);
+  // Text and chat need what the model lacks here.
+  r = ParseOpenAiRequest(OpenAiApi::kChatCompletions,
+                         R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(OpenAiParam(PlanOpenAiRequest(*r, limits, {}).status()), "messages");
+}
+
+TEST(OpenAiRequestTest, ChatRendersTheTemplate) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> t = ChatTemplate::Parse(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(
+      OpenAiApi::kChatCompletions,
+      R"({"model":"m","messages":[{"role":"developer","content":"s"},
+          {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ChatTemplateContext chat;
+  chat.chat_template = t->get();
+  RequestLimits limits;  // no tokenizer: the rendered text cannot be encoded
+  limits.vocab_size = 100;
+  limits.context = 64;
+  absl::StatusOr<OpenAiPlan> plan = PlanOpenAiRequest(*r, limits, chat);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(OpenAiParam(plan.status()), "messages");
+  EXPECT_NE(plan.status().message().find("no tokenizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcf::server
