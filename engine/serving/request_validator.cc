@@ -38,6 +38,9 @@ absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& li
   for (char c : r.id) {
     if (c < 0x21 || c > 0x7e) return Invalid("id", "must be printable ASCII without spaces");
   }
+  if (r.cache_salt.size() > static_cast<size_t>(kMaxCacheSaltBytes)) {
+    return Invalid("cache_salt", absl::StrCat("longer than ", kMaxCacheSaltBytes, " bytes"));
+  }
   if (r.prompt_tokens.empty()) return Invalid("prompt_tokens", "is empty");
   RETURN_IF_ERROR(ValidateTokenIds("prompt_tokens", r.prompt_tokens, lim.vocab_size));
   RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
