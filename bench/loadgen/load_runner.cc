@@ -62,10 +62,12 @@ struct RunState {
 // One streaming Generate call. Deletes itself in OnDone, after handing its record over.
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  GenerateCall(std::shared_ptr<RunState> state, v1::GenerateRequest request, RequestRecord record)
+  GenerateCall(std::shared_ptr<RunState> state, v1::GenerateRequest request, RequestRecord record,
+               PromptSpec spec)
       : state_(std::move(state)),
         request_(std::move(request)),
         record_(std::move(record)),
+        spec_(std::move(spec)),
         timing_(Clock::now()) {}
 
   void Start() {
@@ -82,10 +84,15 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
     if (!ok) return;  // end of stream: OnDone follows
     timing_.OnMessage(Clock::now(), response_.token_ids_size());
     if (!record_.warmup) state_->measured_tokens += response_.token_ids_size();
+    if (spec_.turn > 0) output_.insert(output_.end(), response_.token_ids().begin(),
+                                       response_.token_ids().end());
     if (response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       std::string reason = v1::FinishReason_Name(response_.finish_reason());
       record_.finish_reason = std::string(absl::StripPrefix(reason, "FINISH_REASON_"));
-      if (response_.has_usage()) record_.prompt_tokens = response_.usage().prompt_tokens();
+      if (response_.has_usage()) {
+        record_.prompt_tokens = response_.usage().prompt_tokens();
+        record_.cached_tokens = response_.usage().cached_tokens();
+      }
     }
     StartRead(&response_);
   }
@@ -98,13 +105,17 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
   v1::GenerateRequest request_;
   v1::GenerateResponse response_;
   RequestRecord record_;
+  PromptSpec spec_;
+  std::vector<int32_t> output_;  // chat turns: the tokens streamed, for the next turn
   StreamTiming timing_;
 };
 
 // Starts one call if the run may still send; returns whether it did. `scheduled` is the
-// open loop's arrival time (its lag is recorded).
+// open loop's arrival time (its lag is recorded). `turn`: a chat's next turn to send instead
+// of the workload's next request.
 bool MaybeSend(const std::shared_ptr<RunState>& state,
-               std::optional<Clock::time_point> scheduled = std::nullopt) {
+               std::optional<Clock::time_point> scheduled = std::nullopt,
+               std::optional<PromptSpec> turn = std::nullopt) {
   GenerateCall* call = nullptr;
   {
     absl::MutexLock lock(&state->mu);
@@ -122,7 +133,9 @@ bool MaybeSend(const std::shared_ptr<RunState>& state,
     RequestRecord record;
     record.warmup = index < state->limits.warmup_requests;
     if (!record.warmup && !state->measure_start.has_value()) state->measure_start = now;
-    PromptSpec spec = state->workload->Next();
+    PromptSpec spec = turn.has_value() ? *std::move(turn) : state->workload->Next();
+    record.turn = spec.turn;
+    record.prefix_group = spec.prefix_group;
     v1::GenerateRequest request = *state->request_template;
     request.set_request_id(absl::StrCat("loadgen-", index));
     if (spec.token_ids.empty()) {
@@ -133,7 +146,7 @@ bool MaybeSend(const std::shared_ptr<RunState>& state,
     }
     request.mutable_stopping()->set_max_new_tokens(spec.max_new_tokens);
     record.requested_output_tokens = spec.max_new_tokens;
-    call = new GenerateCall(state, std::move(request), std::move(record));
+    call = new GenerateCall(state, std::move(request), std::move(record), std::move(spec));
   }
   call->Start();  // without the lock: gRPC may run reactions inline
   return true;
@@ -152,7 +165,11 @@ void GenerateCall::OnDone(const grpc::Status& status) {
   record.e2e_ms = timing_.e2e_ms();
   record.itl_ms = timing_.itl_ms();
   std::shared_ptr<RunState> state = std::move(state_);
+  const PromptSpec spec = std::move(spec_);
+  const std::vector<int32_t> output = std::move(output_);
+  const bool ok = status.ok();
   delete this;  // OnDone is the call's last reaction
+  std::optional<PromptSpec> next_turn;
   {
     absl::MutexLock lock(&state->mu);
     --state->in_flight;
@@ -161,9 +178,14 @@ void GenerateCall::OnDone(const grpc::Status& status) {
       if (record.code != "OK") ++state->measured_failed;
     }
     state->records.push_back(std::move(record));
+    // A chat goes on with its next turn at once (a failed turn ends the conversation).
+    if (ok) next_turn = state->workload->NextTurn(spec, output);
   }
-  // Closed loop: this call's slot starts the next request.
-  if (state->load.mode == LoadSpec::Mode::kClosed) MaybeSend(state);
+  if (next_turn.has_value()) {
+    MaybeSend(state, std::nullopt, std::move(next_turn));
+  } else if (state->load.mode == LoadSpec::Mode::kClosed) {
+    MaybeSend(state);  // this call's slot starts the next request
+  }
 }
 
 // Open loop: starts calls at Poisson arrival times (the first at once) until sending ends.
