@@ -68,7 +68,8 @@ class LifecycleTest(unittest.TestCase):
                 info = h.pb_grpc.TextGenerationStub(ch).GetModelInfo(
                     h.pb.GetModelInfoRequest(), timeout=30)
             m = re.search(r"serving \S+ \(.*, backend (\S+) on (.+), (\w+), KV cache (\d+) MiB "
-                          r"in (\d+) global \+ (\d+) window blocks\)", server.read_log())
+                          r"in (\d+) global \+ (\d+) window blocks, prefix caching (on|off)\)",
+                          server.read_log())
             self.assertIsNotNone(m, server.read_log()[-2000:])
             self.assertEqual(m.group(1), "cpu")
             self.assertEqual(m.group(1), info.backend)
@@ -80,6 +81,8 @@ class LifecycleTest(unittest.TestCase):
             blocks = {g.name: g.kv_blocks_total for g in info.layer_groups}
             self.assertEqual(int(m.group(5)), blocks.get("global", 0))
             self.assertEqual(int(m.group(6)), blocks.get("window", 0))
+            self.assertEqual(m.group(7), "on")  # the default
+            self.assertTrue(info.prefix_caching)
 
     def test_sigterm_drains_running_streams(self):
         with h.Server(args=["--drain-timeout=60s"]) as server:
