@@ -45,6 +45,7 @@ ABSL_FLAG(int, max_num_seqs, 64, "EngineOptions::max_num_seqs");
 ABSL_FLAG(int, max_num_batched_tokens, 512, "EngineOptions::max_num_batched_tokens");
 ABSL_FLAG(int, max_prefill_chunk, 0, "EngineOptions::max_prefill_chunk_tokens");
 ABSL_FLAG(int64_t, kv_cache_mb, 0, "KV cache budget in MiB (0: the default fraction)");
+ABSL_FLAG(bool, prefix_caching, true, "EngineOptions::prefix_caching (--noprefix_caching: off)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the request lengths and prompts");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
 ABSL_FLAG(bool, profile, false,
@@ -209,6 +210,7 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   o.max_prefill_chunk_tokens = absl::GetFlag(FLAGS_max_prefill_chunk);
   o.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_mb)) << 20;
+  o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
   if (batched && absl::GetFlag(FLAGS_profile)) {
     rec->set_cpu(dynamic_cast<const CpuBackend*>(model->backend.get()));

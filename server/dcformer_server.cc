@@ -443,6 +443,7 @@ absl::Status DcformerServer::LoadModel() {
   info.kv_cache_bytes = stats.kv_cache_bytes;
   info.block_size = engine->options().block_size;
   info.kv_blocks_total = stats.kv_blocks_total;
+  info.prefix_caching = stats.prefix_caching;
   info.limits = engine->limits();
   metrics_.SetCacheConfig(info.block_size, info.kv_blocks_total[0]);
   state_->PublishEngine(engine, engine->limits(), std::move(info));
@@ -453,7 +454,8 @@ absl::Status DcformerServer::LoadModel() {
                 << stats.backend.device << ", " << ComputeDTypeName(stats.backend.dtype)
                 << ", KV cache " << stats.kv_cache_bytes / (1 << 20) << " MiB in "
                 << stats.kv_blocks_total[0] << " global + " << stats.kv_blocks_total[1]
-                << " window blocks) after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+                << " window blocks, prefix caching " << (stats.prefix_caching ? "on" : "off")
+                << ") after " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   return absl::OkStatus();
 }
 

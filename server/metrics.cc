@@ -127,6 +127,31 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                  "not finite (NaN or infinity): corrupt weights or an overflow")
                            .Register(r)
                            .Add({});
+  prefix_queries_ = &BuildCounter()
+                         .Name("dcformer_prefix_cache_queries_total")
+                         .Help("Tokens looked up in the prefix cache: the known tokens of each "
+                               "admitted sequence (readmissions after preemption included)")
+                         .Register(r)
+                         .Add({});
+  prefix_hits_ = &BuildCounter()
+                      .Name("dcformer_prefix_cache_hits_total")
+                      .Help("Tokens of those lookups found in the prefix cache (not computed)")
+                      .Register(r)
+                      .Add({});
+  prefix_blocks_ = &BuildGauge()
+                        .Name("dcformer_prefix_cache_blocks")
+                        .Help("KV-cache blocks that hold a cached prefix (in use or free; a "
+                              "free one is evicted when a new block is needed), per layer group")
+                        .Register(r);
+  prefix_evictions_ = &BuildCounter()
+                           .Name("dcformer_prefix_cache_evictions_total")
+                           .Help("Cached blocks evicted to make room for new ones, per layer "
+                                 "group")
+                           .Register(r);
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    prefix_blocks_->Add({{"layer_group", GroupLabel(g)}});
+    prefix_evictions_->Add({{"layer_group", GroupLabel(g)}});
+  }
   waiting_ = &BuildGauge()
                   .Name("dcformer_num_requests_waiting")
                   .Help("Requests queued and not yet scheduled")
@@ -260,6 +285,11 @@ void ServerMetrics::Refresh() {
     const double usage = total > 0 ? static_cast<double>(used) / total : 0.0;
     kv_usage_by_group_->Add(labels).Set(usage);
     worst = std::max(worst, usage);
+    prefix_blocks_->Add(labels).Set(stats->kv_blocks_cached[g]);
+    std::lock_guard<std::mutex> lock(refresh_mu_);
+    prometheus::Counter& evictions = prefix_evictions_->Add(labels);
+    const double delta = static_cast<double>(stats->prefix_cache_evictions[g]) - evictions.Value();
+    if (delta > 0) evictions.Increment(delta);
   }
   kv_usage_->Set(worst);
 }
@@ -274,6 +304,11 @@ void ServerMetrics::OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
 }
 void ServerMetrics::OnPreemption() {
   if (enabled_.load(std::memory_order_relaxed)) preemptions_->Increment();
+}
+void ServerMetrics::OnPrefixCacheQuery(int query_tokens, int hit_tokens) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  prefix_queries_->Increment(query_tokens);
+  prefix_hits_->Increment(hit_tokens);
 }
 void ServerMetrics::OnFirstToken(int origin, absl::Duration ttft) {
   if (!enabled_.load(std::memory_order_relaxed)) return;

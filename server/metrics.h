@@ -86,6 +86,7 @@ class ServerMetrics : public EngineObserver {
   void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
               absl::Duration step_time) override;
   void OnPreemption() override;
+  void OnPrefixCacheQuery(int query_tokens, int hit_tokens) override;
   void OnFirstToken(int origin, absl::Duration ttft) override;
   void OnInterTokenLatency(int origin, absl::Duration itl) override;
   void OnNonFiniteLogits() override;
@@ -111,6 +112,13 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* preemptions_;
   prometheus::Counter* steps_;
   prometheus::Counter* nonfinite_logits_;
+  prometheus::Counter* prefix_queries_;
+  prometheus::Counter* prefix_hits_;
+  prometheus::Family<prometheus::Gauge>* prefix_blocks_;
+  // Mirrors EngineStats::prefix_cache_evictions; refresh_mu_ keeps two scrapes from adding
+  // the same difference twice.
+  prometheus::Family<prometheus::Counter>* prefix_evictions_;
+  std::mutex refresh_mu_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* running_;
   prometheus::Gauge* kv_usage_;

@@ -21,6 +21,7 @@ void ToProtoModelInfo(const ModelConfig& config, const ServedModelInfo& info,
   out->set_dtype(ComputeDTypeName(info.backend.dtype));
   out->set_device(info.backend.device);
   out->set_kv_cache_bytes(static_cast<int64_t>(info.kv_cache_bytes));
+  out->set_prefix_caching(info.prefix_caching);
   for (LayerGroup group : {LayerGroup::kGlobal, LayerGroup::kWindow}) {
     if (config.NumLayersIn(group) == 0) continue;
     v1::LayerGroup* g = out->add_layer_groups();

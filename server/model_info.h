@@ -22,6 +22,7 @@ struct ServedModelInfo {
   size_t kv_cache_bytes = 0;
   int block_size = 0;
   std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
+  bool prefix_caching = false;
   // Engine::limits(): the EOS, the tokenizer, the prompt and new-token limits and default.
   RequestLimits limits;
 };

@@ -34,6 +34,7 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
                                                   const RequestLimits& limits) {
   GenerationRequest out;
   out.id = request.request_id();
+  out.cache_salt = request.cache_salt();
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
       absl::StatusOr<std::vector<int32_t>> ids =
@@ -112,6 +113,7 @@ void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id
   out->set_finish_reason(ToProtoFinishReason(chunk.finish_reason));
   out->mutable_usage()->set_prompt_tokens(chunk.usage.prompt_tokens);
   out->mutable_usage()->set_generated_tokens(chunk.usage.generated_tokens);
+  out->mutable_usage()->set_cached_tokens(chunk.usage.cached_tokens);
   ToProtoDuration(chunk.timing.queue_time, out->mutable_timing()->mutable_queue_time());
   ToProtoDuration(chunk.timing.time_to_first_token,
                   out->mutable_timing()->mutable_time_to_first_token());

@@ -30,6 +30,9 @@ ABSL_FLAG(double, kv_cache_fraction, 0.25,
           "KV-cache budget as a fraction of the memory left after weights and workspace: free "
           "device memory (cuda), or host memory within the container's limit (cpu)");
 ABSL_FLAG(int, block_size, 16, "tokens per KV-cache block");
+ABSL_FLAG(bool, prefix_caching, true,
+          "reuse the KV cache of prompt prefixes earlier requests computed (automatic prefix "
+          "caching; requests share only with the same cache_salt); --noprefix-caching: off");
 ABSL_FLAG(int, threads, 0,
           "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
           "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");
@@ -123,6 +126,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_bytes));
   o.engine.kv_cache_fraction = absl::GetFlag(FLAGS_kv_cache_fraction);
   o.engine.block_size = absl::GetFlag(FLAGS_block_size);
+  o.engine.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

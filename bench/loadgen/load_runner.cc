@@ -68,9 +68,13 @@ struct RunState {
 };
 
 bool MaybeSend(const std::shared_ptr<RunState>& state,
-               std::optional<Clock::time_point> scheduled = std::nullopt);
+               std::optional<Clock::time_point> scheduled = std::nullopt,
+               std::optional<PromptSpec> turn = std::nullopt);
+// `spec` and `output` (the call's prompt and the tokens it streamed) continue a chat; an HTTP
+// call passes neither (the loadgen refuses --chat-turns with --protocol openai).
 void FinishCall(const std::shared_ptr<RunState>& state, RequestRecord record,
-                StreamTiming timing, Clock::time_point end);
+                StreamTiming timing, Clock::time_point end, const PromptSpec* spec = nullptr,
+                const std::vector<int32_t>* output = nullptr);
 
 // The body of POST /v1/completions for `request` (prompt, sampling, stopping), streamed.
 std::string CompletionBody(const v1::GenerateRequest& request, const std::string& model) {
@@ -193,10 +197,12 @@ void RunHttpCall(std::shared_ptr<RunState> state, std::string body, RequestRecor
 // One streaming Generate call. Deletes itself in OnDone, after handing its record over.
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  GenerateCall(std::shared_ptr<RunState> state, v1::GenerateRequest request, RequestRecord record)
+  GenerateCall(std::shared_ptr<RunState> state, v1::GenerateRequest request, RequestRecord record,
+               PromptSpec spec)
       : state_(std::move(state)),
         request_(std::move(request)),
         record_(std::move(record)),
+        spec_(std::move(spec)),
         timing_(Clock::now()) {}
 
   void Start() {
@@ -213,10 +219,15 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
     if (!ok) return;  // end of stream: OnDone follows
     timing_.OnMessage(Clock::now(), response_.token_ids_size());
     if (!record_.warmup) state_->measured_tokens += response_.token_ids_size();
+    if (spec_.turn > 0) output_.insert(output_.end(), response_.token_ids().begin(),
+                                       response_.token_ids().end());
     if (response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       std::string reason = v1::FinishReason_Name(response_.finish_reason());
       record_.finish_reason = std::string(absl::StripPrefix(reason, "FINISH_REASON_"));
-      if (response_.has_usage()) record_.prompt_tokens = response_.usage().prompt_tokens();
+      if (response_.has_usage()) {
+        record_.prompt_tokens = response_.usage().prompt_tokens();
+        record_.cached_tokens = response_.usage().cached_tokens();
+      }
     }
     StartRead(&response_);
   }
@@ -229,13 +240,16 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
   v1::GenerateRequest request_;
   v1::GenerateResponse response_;
   RequestRecord record_;
+  PromptSpec spec_;
+  std::vector<int32_t> output_;  // chat turns: the tokens streamed, for the next turn
   StreamTiming timing_;
 };
 
 // Starts one call if the run may still send; returns whether it did. `scheduled` is the
-// open loop's arrival time (its lag is recorded).
+// open loop's arrival time (its lag is recorded). `turn`: a chat's next turn to send instead
+// of the workload's next request.
 bool MaybeSend(const std::shared_ptr<RunState>& state,
-               std::optional<Clock::time_point> scheduled) {
+               std::optional<Clock::time_point> scheduled, std::optional<PromptSpec> turn) {
   GenerateCall* call = nullptr;
   {
     absl::MutexLock lock(&state->mu);
@@ -253,7 +267,9 @@ bool MaybeSend(const std::shared_ptr<RunState>& state,
     RequestRecord record;
     record.warmup = index < state->limits.warmup_requests;
     if (!record.warmup && !state->measure_start.has_value()) state->measure_start = now;
-    PromptSpec spec = state->workload->Next();
+    PromptSpec spec = turn.has_value() ? *std::move(turn) : state->workload->Next();
+    record.turn = spec.turn;
+    record.prefix_group = spec.prefix_group;
     v1::GenerateRequest request = *state->request_template;
     request.set_request_id(absl::StrCat("loadgen-", index));
     if (spec.token_ids.empty()) {
@@ -270,15 +286,17 @@ bool MaybeSend(const std::shared_ptr<RunState>& state,
           .detach();  // holds `state`; Run returns once every call handed its record over
       return true;
     }
-    call = new GenerateCall(state, std::move(request), std::move(record));
+    call = new GenerateCall(state, std::move(request), std::move(record), std::move(spec));
   }
   call->Start();  // without the lock: gRPC may run reactions inline
   return true;
 }
 
-// Hands a finished call's record over; a closed loop starts the next call in its slot.
+// Hands a finished call's record over; a chat's next turn, or in a closed loop the next
+// request, starts in its slot.
 void FinishCall(const std::shared_ptr<RunState>& state, RequestRecord record,
-                StreamTiming timing, Clock::time_point end) {
+                StreamTiming timing, Clock::time_point end, const PromptSpec* spec,
+                const std::vector<int32_t>* output) {
   timing.OnEnd(end);
   record.end_ms = MsBetween(state->run_start, end);
   record.output_tokens = timing.tokens();
@@ -286,6 +304,8 @@ void FinishCall(const std::shared_ptr<RunState>& state, RequestRecord record,
   if (timing.tokens() >= 2) record.tpot_ms = timing.tpot_ms();
   record.e2e_ms = timing.e2e_ms();
   record.itl_ms = timing.itl_ms();
+  const bool ok = record.code == "OK";
+  std::optional<PromptSpec> next_turn;
   {
     absl::MutexLock lock(&state->mu);
     --state->in_flight;
@@ -294,8 +314,14 @@ void FinishCall(const std::shared_ptr<RunState>& state, RequestRecord record,
       if (record.code != "OK") ++state->measured_failed;
     }
     state->records.push_back(std::move(record));
+    // A chat goes on with its next turn at once (a failed turn ends the conversation).
+    if (ok && spec != nullptr) next_turn = state->workload->NextTurn(*spec, *output);
   }
-  if (state->load.mode == LoadSpec::Mode::kClosed) MaybeSend(state);
+  if (next_turn.has_value()) {
+    MaybeSend(state, std::nullopt, std::move(next_turn));
+  } else if (state->load.mode == LoadSpec::Mode::kClosed) {
+    MaybeSend(state);  // this call's slot starts the next request
+  }
 }
 
 void GenerateCall::OnDone(const grpc::Status& status) {
@@ -305,8 +331,10 @@ void GenerateCall::OnDone(const grpc::Status& status) {
   if (!status.ok()) record.error_message = status.error_message();
   StreamTiming timing = std::move(timing_);
   std::shared_ptr<RunState> state = std::move(state_);
+  const PromptSpec spec = std::move(spec_);
+  const std::vector<int32_t> output = std::move(output_);
   delete this;  // OnDone is the call's last reaction
-  FinishCall(state, std::move(record), std::move(timing), end);
+  FinishCall(state, std::move(record), std::move(timing), end, &spec, &output);
 }
 
 // Open loop: starts calls at Poisson arrival times (the first at once) until sending ends.

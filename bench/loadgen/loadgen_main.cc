@@ -13,6 +13,7 @@
 // 130 interrupted (Ctrl-C; the runs so far are still reported).
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -73,6 +74,14 @@ ABSL_FLAG(std::string, output_tokens, "64",
 ABSL_FLAG(std::string, prompts_file, "",
           "JSONL prompts, one object per line: {\"text\": ...} or {\"token_ids\": [...]}, "
           "optional \"max_new_tokens\"; used in order, cycling");
+ABSL_FLAG(int, shared_prefix_tokens, 0,
+          "random prompts start with one of --prefix-groups fixed random prefixes of this many "
+          "tokens (a shared system prompt), then --input-tokens random tokens");
+ABSL_FLAG(int, prefix_groups, 1, "how many different shared prefixes (--shared-prefix-tokens)");
+ABSL_FLAG(int, chat_turns, 0,
+          "multi-turn chat: conversations of this many turns, each resending the previous "
+          "prompt and its output plus --input-tokens new tokens; TTFT is reported per turn");
+ABSL_FLAG(std::string, cache_salt, "", "cache_salt of every request (prefix-cache isolation)");
 ABSL_FLAG(int, vocab_size, 0,
           "random prompt ids are drawn from [0, N); default: the model's (GetModelInfo)");
 ABSL_FLAG(uint64_t, workload_seed, 1, "seed of the random prompts, lengths and arrival times");
@@ -174,6 +183,7 @@ v1::GenerateRequest RequestTemplate(const absl::flat_hash_set<std::string>& give
   }
   if (given.contains("seed")) s->set_seed(absl::GetFlag(FLAGS_seed));
   r.mutable_stopping()->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  r.set_cache_salt(absl::GetFlag(FLAGS_cache_salt));
   if (given.contains("text")) r.mutable_output()->set_return_text(absl::GetFlag(FLAGS_text));
   return r;
 }
@@ -205,6 +215,9 @@ struct Config {
   dcf::loadgen::RunLimits limits;
   dcf::loadgen::LengthRange input;
   dcf::loadgen::LengthRange output;
+  int shared_prefix_tokens = 0;
+  int prefix_groups = 1;
+  int chat_turns = 0;
   std::string prompts_file;
   std::vector<dcf::loadgen::FilePrompt> file_prompts;  // empty: random prompts
   int vocab_size = 0;                                  // --vocab-size; 0: the model's
@@ -217,11 +230,36 @@ struct Config {
   double max_error_rate = 0;
 
   std::string WorkloadText() const {
-    return file_prompts.empty()
-               ? absl::StrCat("random prompts of ", input.ToString(), " tokens")
-               : absl::StrCat(
-                     dcf::loadgen::CountOf(static_cast<int64_t>(file_prompts.size()), "prompt"),
-                     " from ", prompts_file);
+    if (!file_prompts.empty()) {
+      return absl::StrCat(
+          dcf::loadgen::CountOf(static_cast<int64_t>(file_prompts.size()), "prompt"), " from ",
+          prompts_file);
+    }
+    std::string text = absl::StrCat("random prompts of ", input.ToString(), " tokens");
+    if (shared_prefix_tokens > 0) {
+      absl::StrAppend(&text, " after one of ", prefix_groups, " shared prefixes of ",
+                      shared_prefix_tokens, " tokens");
+    }
+    if (chat_turns > 0) {
+      absl::StrAppend(&text, ", in chats of ", chat_turns,
+                      " turns (each resends the conversation)");
+    }
+    return text;
+  }
+  // The longest prompt + output a request may reach.
+  int MaxRequestTokens() const {
+    const int turns = std::max(1, chat_turns);
+    return shared_prefix_tokens + turns * (input.max + output.max);
+  }
+  dcf::loadgen::RandomPromptOptions RandomOptions(int vocab) const {
+    dcf::loadgen::RandomPromptOptions o;
+    o.input = input;
+    o.output = output;
+    o.vocab_size = vocab;
+    o.shared_prefix_tokens = shared_prefix_tokens;
+    o.prefix_groups = prefix_groups;
+    o.chat_turns = chat_turns;
+    return o;
   }
 };
 
@@ -255,8 +293,20 @@ absl::StatusOr<Config> ParseConfig(const absl::flat_hash_set<std::string>& given
   ASSIGN_OR_RETURN(
       c.input, dcf::loadgen::ParseLengthRange("input-tokens", absl::GetFlag(FLAGS_input_tokens)));
   c.prompts_file = absl::GetFlag(FLAGS_prompts_file);
+  c.shared_prefix_tokens = absl::GetFlag(FLAGS_shared_prefix_tokens);
+  c.prefix_groups = absl::GetFlag(FLAGS_prefix_groups);
+  c.chat_turns = absl::GetFlag(FLAGS_chat_turns);
+  if (c.shared_prefix_tokens < 0) {
+    return absl::InvalidArgumentError("--shared-prefix-tokens must be >= 0");
+  }
+  if (c.prefix_groups < 1) return absl::InvalidArgumentError("--prefix-groups must be >= 1");
+  if (given.contains("prefix_groups") && c.shared_prefix_tokens == 0) {
+    return absl::InvalidArgumentError("--prefix-groups needs --shared-prefix-tokens");
+  }
+  if (c.chat_turns < 0) return absl::InvalidArgumentError("--chat-turns must be >= 0");
   if (!c.prompts_file.empty()) {
-    for (const char* flag : {"input_tokens", "vocab_size"}) {
+    for (const char* flag :
+         {"input_tokens", "vocab_size", "shared_prefix_tokens", "prefix_groups", "chat_turns"}) {
       if (given.contains(flag)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", absl::StrReplaceAll(flag, {{"_", "-"}}),
@@ -354,10 +404,10 @@ void PrintHeader(const Config& c, const std::optional<v1::GetModelInfoResponse>&
             << " after " << c.limits.warmup_requests << " warm-up\n\n"
             << std::flush;
   if (info.has_value() && c.file_prompts.empty() &&
-      c.input.max + c.output.max > info->context_length()) {
-    std::cerr << kProgram << ": warning: prompts of up to " << c.input.max << " tokens plus "
-              << c.output.max << " new tokens exceed the model context (" << info->context_length()
-              << "): such requests fail with OUT_OF_RANGE\n";
+      c.MaxRequestTokens() > info->context_length()) {
+    std::cerr << kProgram << ": warning: requests of up to " << c.MaxRequestTokens()
+              << " tokens (prompt and new tokens) exceed the model context ("
+              << info->context_length() << "): such requests fail with OUT_OF_RANGE\n";
   }
 }
 
@@ -376,6 +426,10 @@ nlohmann::ordered_json ReportJson(const Config& c,
   w["prompts"] = random ? "random" : "file";
   w["prompts_file"] = random ? Json(nullptr) : Json(c.prompts_file);
   w["input_tokens"] = random ? RangeJson(c.input) : Json(nullptr);
+  w["shared_prefix_tokens"] = c.shared_prefix_tokens;
+  w["prefix_groups"] = c.shared_prefix_tokens > 0 ? Json(c.prefix_groups) : Json(nullptr);
+  w["chat_turns"] = c.chat_turns > 0 ? Json(c.chat_turns) : Json(nullptr);
+  w["cache_salt"] = !c.request_template.cache_salt().empty();
   w["output_tokens"] = RangeJson(c.output);
   w["ignore_eos"] = c.request_template.stopping().ignore_eos();
   w["sampling"] = SamplingJson(c.request_template.sampling());
@@ -435,6 +489,10 @@ int main(int argc, char** argv) {
       return Usage("--protocol openai needs --http-target host:port");
     }
     http.host = target.substr(0, colon);
+    if (config->chat_turns > 0) {
+      // A turn resends the tokens streamed; the SSE events carry text, not token ids.
+      return Usage("--chat-turns needs --protocol grpc");
+    }
     if (!info->has_value()) return Fail("--protocol openai: GetModelInfo failed, no model name");
     http.model = (*info)->model_name();
     if (!config->channel.api_key_file.empty()) {
@@ -453,8 +511,8 @@ int main(int argc, char** argv) {
     // Every run starts from the same seed: the same prompts, the same arrival pattern.
     dcf::loadgen::Workload workload =
         config->file_prompts.empty()
-            ? dcf::loadgen::Workload::RandomTokens(config->input, config->output, vocab_size,
-                                                   config->workload_seed)
+            ? dcf::loadgen::Workload::Random(config->RandomOptions(vocab_size),
+                                             config->workload_seed)
             : dcf::loadgen::Workload::FromFile(config->file_prompts, config->output,
                                                config->workload_seed);
     const std::string label = load.Label();

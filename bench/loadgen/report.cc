@@ -1,5 +1,6 @@
 #include "bench/loadgen/report.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -48,10 +49,23 @@ void PrintRun(std::ostream& out, const RunResult& run) {
       run.requests_per_s, run.output_tokens_per_s, run.input_tokens_per_s);
   out << absl::StrFormat("  %-6s %10s %10s %10s %10s %10s %10s\n", "ms", "mean", "p50", "p90",
                          "p99", "max", "n");
-  out << LatencyRow("TTFT", run.ttft_ms) << LatencyRow("ITL", run.itl_ms)
-      << LatencyRow("TPOT", run.tpot_ms) << LatencyRow("E2E", run.e2e_ms);
-  out << absl::StrFormat("  tokens: %d input, %d output (%d requested)", run.input_tokens,
-                         run.output_tokens, run.requested_output_tokens);
+  out << LatencyRow("TTFT", run.ttft_ms);
+  if (run.ttft_hit_ms.count > 0) {
+    out << LatencyRow("  hit", run.ttft_hit_ms) << LatencyRow("  miss", run.ttft_miss_ms);
+  }
+  for (const auto& [turn, s] : run.ttft_ms_by_turn) {
+    out << LatencyRow(absl::StrCat("  t", turn).c_str(), s);
+  }
+  out << LatencyRow("ITL", run.itl_ms) << LatencyRow("TPOT", run.tpot_ms)
+      << LatencyRow("E2E", run.e2e_ms);
+  out << absl::StrFormat("  tokens: %d input", run.input_tokens);
+  if (run.cached_tokens > 0) {
+    out << absl::StrFormat(" (%d prefix-cached, %.1f%%)", run.cached_tokens,
+                           100.0 * static_cast<double>(run.cached_tokens) /
+                               static_cast<double>(std::max<int64_t>(1, run.input_tokens)));
+  }
+  out << absl::StrFormat(", %d output (%d requested)", run.output_tokens,
+                         run.requested_output_tokens);
   if (!run.finish_reasons.empty()) out << "; finish: " << CountsLine(run.finish_reasons);
   out << "\n";
   if (!run.errors.empty()) {
@@ -96,6 +110,7 @@ nlohmann::ordered_json RunToJson(const RunResult& run) {
   j["finish_reasons"] = nlohmann::ordered_json::object();
   for (const auto& [reason, n] : run.finish_reasons) j["finish_reasons"][reason] = n;
   j["tokens"] = {{"input", run.input_tokens},
+                 {"cached", run.cached_tokens},
                  {"output", run.output_tokens},
                  {"requested_output", run.requested_output_tokens}};
   j["throughput"] = {{"requests_per_s", run.requests_per_s},
@@ -108,7 +123,17 @@ nlohmann::ordered_json RunToJson(const RunResult& run) {
   j["latency_ms"] = {{"ttft", SummaryJson(run.ttft_ms)},
                      {"itl", SummaryJson(run.itl_ms)},
                      {"tpot", SummaryJson(run.tpot_ms)},
-                     {"e2e", SummaryJson(run.e2e_ms)}};
+                     {"e2e", SummaryJson(run.e2e_ms)},
+                     {"ttft_prefix_hit", SummaryJson(run.ttft_hit_ms)},
+                     {"ttft_prefix_miss", SummaryJson(run.ttft_miss_ms)}};
+  if (run.ttft_ms_by_turn.empty()) {
+    j["ttft_ms_by_turn"] = nullptr;
+  } else {
+    j["ttft_ms_by_turn"] = nlohmann::ordered_json::object();
+    for (const auto& [turn, s] : run.ttft_ms_by_turn) {
+      j["ttft_ms_by_turn"][std::to_string(turn)] = SummaryJson(s);
+    }
+  }
   return j;
 }
 

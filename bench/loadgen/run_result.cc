@@ -22,7 +22,8 @@ RunResult Aggregate(const LoadSpec& load, const std::vector<RequestRecord>& reco
   double first_start = std::numeric_limits<double>::infinity();
   double last_start = -std::numeric_limits<double>::infinity();
   double last_end = -std::numeric_limits<double>::infinity();
-  std::vector<double> ttft, itl, tpot, e2e;
+  std::vector<double> ttft, itl, tpot, e2e, ttft_hit, ttft_miss;
+  std::map<int, std::vector<double>> ttft_by_turn;
   for (const RequestRecord& q : records) {
     if (q.warmup) {
       ++r.warmup_requests;
@@ -40,9 +41,14 @@ RunResult Aggregate(const LoadSpec& load, const std::vector<RequestRecord>& reco
     ++r.ok;
     if (!q.finish_reason.empty()) ++r.finish_reasons[q.finish_reason];
     r.input_tokens += q.prompt_tokens;
+    r.cached_tokens += q.cached_tokens;
     r.output_tokens += q.output_tokens;
     r.requested_output_tokens += q.requested_output_tokens;
-    if (q.output_tokens >= 1) ttft.push_back(q.ttft_ms);
+    if (q.output_tokens >= 1) {
+      ttft.push_back(q.ttft_ms);
+      (q.cached_tokens > 0 ? ttft_hit : ttft_miss).push_back(q.ttft_ms);
+      if (q.turn > 0) ttft_by_turn[q.turn].push_back(q.ttft_ms);
+    }
     if (q.output_tokens >= 2) tpot.push_back(q.tpot_ms);
     e2e.push_back(q.e2e_ms);
     itl.insert(itl.end(), q.itl_ms.begin(), q.itl_ms.end());
@@ -63,6 +69,9 @@ RunResult Aggregate(const LoadSpec& load, const std::vector<RequestRecord>& reco
   r.itl_ms = Summarize(std::move(itl));
   r.tpot_ms = Summarize(std::move(tpot));
   r.e2e_ms = Summarize(std::move(e2e));
+  r.ttft_hit_ms = Summarize(std::move(ttft_hit));
+  r.ttft_miss_ms = Summarize(std::move(ttft_miss));
+  for (auto& [turn, samples] : ttft_by_turn) r.ttft_ms_by_turn[turn] = Summarize(std::move(samples));
   return r;
 }
 

@@ -32,6 +32,9 @@ struct RequestRecord {
   int output_tokens = 0;            // tokens streamed
   int requested_output_tokens = 0;  // max_new_tokens sent
   std::string finish_reason;        // e.g. "LENGTH"; empty when no final message arrived
+  int cached_tokens = 0;            // the server's usage.cached_tokens (prefix-cache hit)
+  int turn = 0;                     // chat workloads: the turn (1, 2, ...); 0 otherwise
+  int prefix_group = -1;            // the shared prefix it started with; -1: none
   double ttft_ms = 0;               // when output_tokens >= 1
   double tpot_ms = 0;               // when output_tokens >= 2
   double e2e_ms = 0;
@@ -51,8 +54,10 @@ struct RunResult {
   std::map<std::string, int64_t> finish_reasons;      // of OK requests, e.g. "LENGTH" -> n
   // Measured window: from the first measured request's start to the last one's end.
   double duration_s = 0;
-  // Of OK requests: prompt tokens (server-counted), tokens streamed, max_new_tokens asked.
+  // Of OK requests: prompt tokens (server-counted), those the server's prefix cache held,
+  // tokens streamed, max_new_tokens asked.
   int64_t input_tokens = 0;
+  int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
   int64_t requested_output_tokens = 0;
   double requests_per_s = 0;  // OK requests / duration_s
@@ -67,6 +72,11 @@ struct RunResult {
   LatencySummary itl_ms;     // every inter-token latency of OK requests
   LatencySummary tpot_ms;    // one sample per OK request with >= 2 tokens
   LatencySummary e2e_ms;     // one sample per OK request
+  // TTFT of OK requests whose prompt the prefix cache partly held (cached_tokens > 0), and
+  // of the others.
+  LatencySummary ttft_hit_ms;
+  LatencySummary ttft_miss_ms;
+  std::map<int, LatencySummary> ttft_ms_by_turn;  // chat workloads: turn -> TTFT
 };
 
 // A snapshot of a run in progress, for a progress display.

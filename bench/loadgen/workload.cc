@@ -118,23 +118,37 @@ absl::StatusOr<std::vector<FilePrompt>> LoadPromptsFile(const std::string& path)
   return ParsePromptsJsonl(path, s.str());
 }
 
-Workload::Workload(LengthRange input, LengthRange output, int vocab_size,
-                   std::vector<FilePrompt> prompts, uint64_t seed)
-    : input_(input),
-      output_(output),
-      vocab_size_(vocab_size),
-      prompts_(std::move(prompts)),
-      rng_(seed) {}
+Workload::Workload(RandomPromptOptions random, std::vector<FilePrompt> prompts, uint64_t seed)
+    : random_(random), prompts_(std::move(prompts)), rng_(seed) {
+  if (prompts_.empty()) {
+    DCF_CHECK(random_.vocab_size >= 1 && random_.prefix_groups >= 1 &&
+              random_.shared_prefix_tokens >= 0 && random_.chat_turns >= 0);
+    // Drawn first, so that the prefixes depend on the seed only.
+    if (random_.shared_prefix_tokens > 0) {
+      prefixes_.resize(random_.prefix_groups);
+      for (auto& p : prefixes_) AppendRandom(random_.shared_prefix_tokens, &p);
+    }
+  }
+}
 
 Workload Workload::RandomTokens(LengthRange input, LengthRange output, int vocab_size,
                                 uint64_t seed) {
-  DCF_CHECK(vocab_size >= 1);
-  return Workload(input, output, vocab_size, {}, seed);
+  RandomPromptOptions o;
+  o.input = input;
+  o.output = output;
+  o.vocab_size = vocab_size;
+  return Random(o, seed);
+}
+
+Workload Workload::Random(const RandomPromptOptions& options, uint64_t seed) {
+  return Workload(options, {}, seed);
 }
 
 Workload Workload::FromFile(std::vector<FilePrompt> prompts, LengthRange output, uint64_t seed) {
   DCF_CHECK(!prompts.empty());
-  return Workload(LengthRange{}, output, 0, std::move(prompts), seed);
+  RandomPromptOptions o;
+  o.output = output;
+  return Workload(o, std::move(prompts), seed);
 }
 
 int Workload::Uniform(LengthRange range) {
@@ -143,19 +157,40 @@ int Workload::Uniform(LengthRange range) {
   return range.min + static_cast<int>(rng_() % span);  // bias < span / 2^64: negligible
 }
 
+void Workload::AppendRandom(int n, std::vector<int32_t>* ids) {
+  for (int i = 0; i < n; ++i) ids->push_back(static_cast<int32_t>(rng_() % random_.vocab_size));
+}
+
 PromptSpec Workload::Next() {
   PromptSpec spec;
   if (prompts_.empty()) {
-    spec.token_ids.resize(Uniform(input_));
-    for (int32_t& id : spec.token_ids) id = static_cast<int32_t>(rng_() % vocab_size_);
-    spec.max_new_tokens = Uniform(output_);
+    if (!prefixes_.empty()) {
+      spec.prefix_group = static_cast<int>(rng_() % prefixes_.size());
+      spec.token_ids = prefixes_[spec.prefix_group];
+    }
+    AppendRandom(Uniform(random_.input), &spec.token_ids);
+    spec.max_new_tokens = Uniform(random_.output);
+    if (is_chat()) spec.turn = 1;
     return spec;
   }
   const FilePrompt& p = prompts_[next_prompt_];
   next_prompt_ = (next_prompt_ + 1) % prompts_.size();
   spec.text = p.text;
   spec.token_ids = p.token_ids;
-  spec.max_new_tokens = p.max_new_tokens > 0 ? p.max_new_tokens : Uniform(output_);
+  spec.max_new_tokens = p.max_new_tokens > 0 ? p.max_new_tokens : Uniform(random_.output);
+  return spec;
+}
+
+std::optional<PromptSpec> Workload::NextTurn(const PromptSpec& previous,
+                                             const std::vector<int32_t>& output) {
+  if (!is_chat() || previous.turn < 1 || previous.turn >= random_.chat_turns) return std::nullopt;
+  PromptSpec spec;
+  spec.prefix_group = previous.prefix_group;
+  spec.turn = previous.turn + 1;
+  spec.token_ids = previous.token_ids;
+  spec.token_ids.insert(spec.token_ids.end(), output.begin(), output.end());
+  AppendRandom(Uniform(random_.input), &spec.token_ids);
+  spec.max_new_tokens = Uniform(random_.output);
   return spec;
 }
 

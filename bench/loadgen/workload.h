@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,29 +46,54 @@ struct PromptSpec {
   std::string text;                // the prompt when token_ids is empty
   std::vector<int32_t> token_ids;  // [prompt_len] int32
   int max_new_tokens = 1;
+  int prefix_group = -1;           // which shared prefix it starts with; -1: none
+  int turn = 0;                    // chat workloads: 1 for a conversation's first request
 };
 
-// An endless, seeded sequence of PromptSpecs. Thread-compatible (callers serialise Next).
+// What random prompts look like, beyond their length.
+struct RandomPromptOptions {
+  LengthRange input;   // random tokens per prompt (per turn in a chat)
+  LengthRange output;  // max_new_tokens
+  int vocab_size = 1;  // ids uniform in [0, vocab_size)
+  // Every prompt starts with one of `prefix_groups` fixed random prefixes of this many
+  // tokens (chosen uniformly per prompt), then its random tokens: a system prompt or a
+  // few-shot header shared by many requests.
+  int shared_prefix_tokens = 0;
+  int prefix_groups = 1;
+  // >= 1: conversations of this many turns. Turn 1 is a prompt as above; turn k + 1 resends
+  // turn k's prompt and the tokens it generated, followed by `input` new random tokens.
+  int chat_turns = 0;
+};
+
+// An endless, seeded sequence of PromptSpecs. Thread-compatible (callers serialise Next and
+// NextTurn).
 class Workload {
  public:
   // Prompts of uniform length in `input` whose ids are uniform in [0, vocab_size)
   // (vocab_size >= 1); max_new_tokens uniform in `output`.
   static Workload RandomTokens(LengthRange input, LengthRange output, int vocab_size,
                                uint64_t seed);
+  // Random prompts with shared prefixes or as conversations (see RandomPromptOptions).
+  static Workload Random(const RandomPromptOptions& options, uint64_t seed);
   // `prompts` (non-empty) in file order, starting over after the last; max_new_tokens from the
   // prompt or, when it has none, uniform in `output`.
   static Workload FromFile(std::vector<FilePrompt> prompts, LengthRange output, uint64_t seed);
 
+  // The next independent request (a chat's first turn).
   PromptSpec Next();
+  // A chat's turn after `previous`, which generated `output`; nullopt after the last turn
+  // (or when the workload is not a chat).
+  std::optional<PromptSpec> NextTurn(const PromptSpec& previous,
+                                     const std::vector<int32_t>& output);
+  bool is_chat() const { return random_.chat_turns > 0; }
 
  private:
-  Workload(LengthRange input, LengthRange output, int vocab_size, std::vector<FilePrompt> prompts,
-           uint64_t seed);
+  Workload(RandomPromptOptions random, std::vector<FilePrompt> prompts, uint64_t seed);
   int Uniform(LengthRange range);
+  void AppendRandom(int n, std::vector<int32_t>* ids);
 
-  LengthRange input_;
-  LengthRange output_;
-  int vocab_size_;
+  RandomPromptOptions random_;
+  std::vector<std::vector<int32_t>> prefixes_;  // [prefix_groups][shared_prefix_tokens]
   std::vector<FilePrompt> prompts_;  // empty: random tokens
   size_t next_prompt_ = 0;
   std::mt19937_64 rng_;

@@ -36,16 +36,20 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
   const int B = in.cache.block_size;
   const int window = in.window;
 
-  // Keep the new rows future queries need, and describe every sequence's keys as segments.
+  // Store the new rows, and describe every sequence's keys as segments.
   std::vector<std::vector<KeySegment>> segments(in.num_seqs);
   for (int i = 0; i < in.num_seqs; ++i) {
     const PagedSequence& sp = in.seqs[i];
     const int n = sp.num_tokens;
     const int end = sp.start_pos + n;
     const int64_t t0i = sp.first_token;
-    for (int p = std::max(sp.start_pos, FirstKeptPosition(window, end)); p < end; ++p) {
-      std::memcpy(in.cache.Row(sp.table[p / B], p % B, row),
-                  &in.rows[(t0i + p - sp.start_pos) * row], sizeof(float) * row);
+    // Every new row goes into the block its table names; none where there is no block (a
+    // window position no later query reads, unless prefix caching keeps the whole block).
+    for (int p = sp.start_pos; p < end; ++p) {
+      const int32_t blk = sp.table[p / B];
+      if (blk == kNoBlock) continue;
+      std::memcpy(in.cache.Row(blk, p % B, row), &in.rows[(t0i + p - sp.start_pos) * row],
+                  sizeof(float) * row);
     }
     const int first = FirstKeptPosition(window, sp.start_pos);
     for (int p0 = first / B * B; p0 < sp.start_pos; p0 += B) {

@@ -8,11 +8,13 @@
 //
 // Window rule at this interface (engine/execution/step_batch.h): a sequence's new tokens are
 // [start, end); after the step a window layer keeps only positions >= FirstKeptPosition(W,
-// end) = max(0, end - W + 1), so LaunchKvCacheWrite writes only the new positions
-// p >= max(start, end - W + 1) of a window layer (all new positions of a global layer), and
-// LaunchDcmha takes keys p < start from the cache and keys p >= start from this step's fresh
-// inputs (qkv/dyn/gates), never from the cache: positions of a long prefill chunk below the
-// first kept position have no window block.
+// end) = max(0, end - W + 1). LaunchKvCacheWrite writes every new position whose block-table
+// entry is present (the KV manager gives a window layer blocks for the kept positions, and
+// with prefix caching for every new position), and LaunchDcmha takes keys p < start from
+// the cache and keys p >= start from this step's fresh inputs (qkv/dyn/gates), never from
+// the cache: positions of a long prefill chunk below the first kept position may have no
+// window block. `start` is any position: a prefill that resumes after a prefix-cache hit
+// reads the cached keys [FirstKeptPosition(W, start), start) like any later chunk.
 #pragma once
 
 #include <cstddef>
@@ -91,9 +93,9 @@ struct DcmhaLayerArgs {
 size_t DcmhaWorkspaceBytes(int n_head, int head_dim, int max_tokens, int max_seqs,
                            int max_keys);
 
-// Writes the kept new rows of every sequence (see the window rule above) into the cache,
-// converting to the cache dtype (round to nearest even). A kept position without a block
-// (block-table entry -1) is skipped. cudaErrorInvalidValue for inconsistent arguments
+// Writes the new rows of every sequence into the blocks their tables name (see the window
+// rule above), converting to the cache dtype (round to nearest even). A position without a
+// block (block-table entry -1) is skipped. cudaErrorInvalidValue for inconsistent arguments
 // (row_elems, layer_in_group); otherwise the launch's error.
 cudaError_t LaunchKvCacheWrite(const StepView& step, const DcmhaLayerArgs& args,
                                cudaStream_t stream);

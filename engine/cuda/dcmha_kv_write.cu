@@ -1,9 +1,9 @@
-// LaunchKvCacheWrite (dcmha_attention.h): the kept new rows of a step into the paged cache.
+// LaunchKvCacheWrite (dcmha_attention.h): the new rows of a step into the paged cache.
 //
 // Grid: one block per new token, 128 threads striding over the row (K | V | pre-key terms
 // | post-key terms, KvRowLayout), each element converted from the f32 inputs to the cache
-// dtype. A token whose position a window layer does not keep, or whose block-table entry
-// is missing, writes nothing.
+// dtype. A token whose block-table entry is missing (-1: a window position no block keeps)
+// writes nothing.
 #include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 #include "engine/cuda/dcmha_device.cuh"
@@ -14,12 +14,10 @@ namespace {
 
 struct KvWriteParams {
   const int32_t* positions;
-  const int32_t* seq_offsets;
   const int32_t* token_seq;
   int blocks_per_seq;
   int n_head;
   int head_dim;
-  int window;
   const float* qkv;
   int64_t qkv_stride;
   const float* dyn;
@@ -39,10 +37,7 @@ template <typename CT>
 __global__ void KvCacheWriteKernel(KvWriteParams p) {
   const int t = blockIdx.x;
   const int seq = p.token_seq[t];
-  const int tok0 = p.seq_offsets[seq];
-  const int end = p.positions[tok0] + (p.seq_offsets[seq + 1] - tok0);
   const int pos = p.positions[t];
-  if (p.window > 0 && pos < end - p.window + 1) return;  // below FirstKeptPosition(W, end)
   const int blk = p.block_table[static_cast<int64_t>(seq) * p.blocks_per_seq + pos / p.block_size];
   if (blk < 0 || blk >= p.num_blocks) return;
   CT* row = static_cast<CT*>(p.cache) + blk * p.block_elems + p.layer_offset +
@@ -81,12 +76,10 @@ cudaError_t LaunchKvCacheWrite(const StepView& step, const DcmhaLayerArgs& args,
   if (step.num_tokens == 0) return cudaSuccess;
   KvWriteParams p{};
   p.positions = step.positions;
-  p.seq_offsets = step.seq_offsets;
   p.token_seq = step.token_seq;
   p.blocks_per_seq = step.blocks_per_seq;
   p.n_head = args.n_head;
   p.head_dim = args.head_dim;
-  p.window = args.window;
   p.qkv = args.qkv;
   p.qkv_stride = args.qkv_stride;
   p.dyn = args.dyn;

@@ -107,7 +107,8 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
                                                        config.vocab_size, ")"));
       }
     }
-    // Every block read (cached keys) or written (kept new rows) must be present.
+    // Every block read (cached keys) or kept (new rows that stay) must be present; a new row
+    // that is not kept is written where its table names a block, which must be the pool's.
     for (int g = 0; g < kNumLayerGroups; ++g) {
       const LayerGroup group = static_cast<LayerGroup>(g);
       if (config.NumLayersIn(group) == 0) continue;
@@ -116,9 +117,11 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
       const int write_from = std::max(start, FirstKeptPosition(window, end));
       const int32_t* table = &b.block_tables[g][static_cast<size_t>(s) * b.blocks_per_seq];
       for (int p = std::min(read_from, write_from); p < end; ++p) {
-        if (p >= start && p < write_from) continue;  // new rows that are not kept
         const int blk = p / B;
-        if (blk >= b.blocks_per_seq || table[blk] < 0 || table[blk] >= cache.num_blocks[g]) {
+        const bool optional = p >= start && p < write_from;  // a new row that is not kept
+        const bool present = blk < b.blocks_per_seq && table[blk] != kNoBlock;
+        if (optional && !present) continue;
+        if (!present || table[blk] < 0 || table[blk] >= cache.num_blocks[g]) {
           return absl::FailedPreconditionError(
               absl::StrCat("sequence ", s, ": no KV block for position ", p, " in the ",
                            g == 0 ? "global" : "window", " group"));

@@ -8,11 +8,15 @@
 //
 // Window rule (DCFORMER.md section 5): a window layer of size W lets the query at t see keys
 // t - W < p <= t. After the step, the sequence keeps only positions
-// >= FirstKeptPosition(W, end) of a window layer (end = its new length), and only those new
-// rows are written to window blocks: positions of a long prefill chunk below that bound get
-// no window block. A backend must therefore take the keys of a chunk's own new tokens from
-// the step's freshly computed rows (not from the cache), and only keys before the chunk
-// from the cache. Global layers write and read every position.
+// >= FirstKeptPosition(W, end) of a window layer (end = its new length). A backend writes
+// each new row into the block its table names for that position, in every group, and
+// nothing where the entry is kNoBlock: the KV manager gives a window layer blocks for the
+// kept positions only, so positions of a long prefill chunk below that bound may get no
+// window block (with prefix caching every position gets one, so that whole blocks can be
+// reused: kv_cache_manager.h). A backend must therefore take the keys of a chunk's own new
+// tokens from the step's freshly computed rows (not from the cache), and only keys before
+// the chunk from the cache. Global layers write and read every position. A chunk may start
+// at any position (after a prefix-cache hit, the first one starts at the hit).
 //
 // Outputs: sequences with `sample` get one token drawn from their last row's logits with
 // their SamplingRow (the backend's sampler: host Sampler on the CPU, a device kernel on the
@@ -94,7 +98,7 @@ struct StepOutput {
 
 // Checks a batch against the model and the cache before a backend runs it: array sizes,
 // token ids, contiguous positions within the context, block tables covering every position
-// read and written (with the window rule above), sampling rows (ValidateSamplingParams,
+// read and kept (with the window rule above) and naming only blocks of the pool, sampling rows (ValidateSamplingParams,
 // penalty slots < `limits.num_penalty_slots`, top_logprobs) and the step limits.
 // InvalidArgument / OutOfRange / FailedPrecondition with a message naming the sequence.
 absl::Status ValidateStepBatch(const StepBatch& batch, const ModelConfig& config,

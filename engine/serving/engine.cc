@@ -28,6 +28,7 @@ struct ActiveRequest {
   std::shared_ptr<RequestStream> stream;
   uint64_t seed = 0;       // the request's random stream (its own, or drawn at Enqueue)
   int penalty_slot = -1;   // backend penalty state while running with penalties
+  int cached_tokens = 0;   // prompt tokens the prefix cache held at its first admission
   std::unique_ptr<OutputProcessor> output;  // tokens -> chunks, stop rules, usage
   absl::Time enqueue_time;
   std::optional<absl::Time> first_scheduled;
@@ -52,7 +53,7 @@ class EngineImpl {
         observer_(observer),
         config_(backend_->config()),
         kv_shape_(shape),
-        kv_(shape),
+        kv_(shape, options.prefix_caching),
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark},
                    &kv_),
@@ -72,6 +73,7 @@ class EngineImpl {
       }
     }
     stats_.loop_alive = true;
+    stats_.prefix_caching = options.prefix_caching;
     stats_.backend = backend_->info();
     stats_.last_progress = absl::Now();
   }
@@ -144,6 +146,8 @@ class EngineImpl {
   int64_t steps_ = 0;
   int64_t tokens_generated_ = 0;
   int64_t prompt_tokens_computed_ = 0;
+  int64_t prefix_cache_queries_ = 0;
+  int64_t prefix_cache_hits_ = 0;
   int queue_dequeued_requests_ = 0;      // leaving the queue counters since the last publish
   int64_t queue_dequeued_tokens_ = 0;
   std::thread thread_;
@@ -194,6 +198,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
                                                 limits_.eos_token_id,
                                                 tokenizer_, prompt_len, config_.max_positions);
   r->seq.tokens = request.prompt_tokens;
+  r->seq.kv.hash_root = SaltRoot(request.cache_salt);
   r->seq.prompt_len = prompt_len;
   r->seq.max_len = max_len;
   {
@@ -295,9 +300,19 @@ void EngineImpl::Step() {
   for (size_t i = 0; i < out.preempted.size(); ++i) {
     if (observer_ != nullptr) observer_->OnPreemption();
   }
-  for (Sequence* s : out.admitted) {
+  for (size_t i = 0; i < out.admitted.size(); ++i) {
+    Sequence* s = out.admitted[i];
     ActiveRequest* r = by_seq_.at(s);
-    if (!r->first_scheduled.has_value()) r->first_scheduled = t0;
+    if (options_.prefix_caching) {
+      const int query = static_cast<int>(s->tokens.size());
+      prefix_cache_queries_ += query;
+      prefix_cache_hits_ += out.cached_tokens[i];
+      if (observer_ != nullptr) observer_->OnPrefixCacheQuery(query, out.cached_tokens[i]);
+    }
+    if (!r->first_scheduled.has_value()) {
+      r->first_scheduled = t0;
+      r->cached_tokens = out.cached_tokens[i];
+    }
     if (r->in_queue_counters) {
       r->in_queue_counters = false;
       ++queue_dequeued_requests_;
@@ -436,6 +451,7 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
 void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status error,
                         GenerationChunk chunk) {
   r->output->Finish(reason, std::move(error), &chunk);
+  chunk.usage.cached_tokens = r->cached_tokens;
   scheduler_.Remove(&r->seq);
   ReleasePenaltySlot(r);
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
@@ -470,8 +486,13 @@ void EngineImpl::PublishAndFlush() {
     stats_.num_preemptions = scheduler_.num_preemptions();
     stats_.steps = steps_;
     for (int g = 0; g < kNumLayerGroups; ++g) {
-      stats_.kv_blocks_used[g] = kv_.num_used(static_cast<LayerGroup>(g));
+      const LayerGroup group = static_cast<LayerGroup>(g);
+      stats_.kv_blocks_used[g] = kv_.num_used(group);
+      stats_.kv_blocks_cached[g] = kv_.num_cached(group);
+      stats_.prefix_cache_evictions[g] = kv_.num_evictions(group);
     }
+    stats_.prefix_cache_queries = prefix_cache_queries_;
+    stats_.prefix_cache_hits = prefix_cache_hits_;
     stats_.last_progress = absl::Now();
     stats_.tokens_generated = tokens_generated_;
     stats_.prompt_tokens_computed = prompt_tokens_computed_;
@@ -575,7 +596,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
                 << (impl->Stats().kv_cache_bytes >> 20) << " MiB of " << (available >> 20)
                 << " MiB available: " << shape.num_blocks[0] << " global + "
                 << shape.num_blocks[1] << " window blocks of " << shape.block_size
-                << " tokens";
+                << " tokens; prefix caching " << (options.prefix_caching ? "on" : "off");
   impl->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -43,6 +43,9 @@ struct EngineOptions {
   int default_max_new_tokens = 256;    // requests that leave max_new_tokens unset (>= 1)
   double watermark = 0.01;             // fraction of blocks kept free when admitting
   int max_prefill_chunk_tokens = 0;    // tokens per prefill chunk; 0 = up to the step budget
+  // Automatic prefix caching (kv_cache_manager.h): full blocks are named by a hash of their
+  // tokens (and the request's cache_salt) and reused by later requests with that prefix.
+  bool prefix_caching = true;
   // Exact pool sizes per group (global, window), bypassing the budget (tests, benchmarks).
   // Both 0 (the default): size from kv_cache_bytes / kv_cache_fraction, see kv_cache_planner.h.
   std::array<int, kNumLayerGroups> kv_num_blocks{0, 0};
@@ -57,6 +60,14 @@ struct EngineStats {
   std::array<int, kNumLayerGroups> kv_blocks_total{0, 0};
   std::array<int, kNumLayerGroups> kv_blocks_used{0, 0};
   size_t kv_cache_bytes = 0;           // memory of the whole KV pool
+  bool prefix_caching = false;         // EngineOptions::prefix_caching
+  // Blocks that hold a cached prefix (in use or free), and cached blocks evicted so far.
+  std::array<int, kNumLayerGroups> kv_blocks_cached{0, 0};
+  std::array<int64_t, kNumLayerGroups> prefix_cache_evictions{0, 0};
+  // Admissions (readmissions after preemption included): tokens looked up in the prefix
+  // cache (each sequence's known tokens) and tokens found there.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
   bool loop_alive = false;
   absl::Time last_progress;            // last time the loop finished a step or idled
   int64_t tokens_generated = 0;        // sampled tokens, all requests
@@ -73,6 +84,9 @@ class EngineObserver {
   virtual void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
                       absl::Duration step_time) {}
   virtual void OnPreemption() {}
+  // A sequence was admitted with prefix caching on (again after a preemption too): it looked
+  // up `query_tokens` tokens and found `hit_tokens` of them cached.
+  virtual void OnPrefixCacheQuery(int query_tokens, int hit_tokens) {}
   // `origin` is the request's GenerationRequest::origin.
   virtual void OnFirstToken(int origin, absl::Duration ttft) {}
   virtual void OnInterTokenLatency(int origin, absl::Duration itl) {}

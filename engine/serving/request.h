@@ -34,6 +34,9 @@ struct GenerationRequest {
   // per-request hooks (the server's metrics label by it: gRPC or HTTP).
   int origin = 0;
   std::vector<int32_t> prompt_tokens;  // non-empty, ids < vocab size
+  // Prefix caching: requests share cached KV blocks only with requests of the same salt
+  // (empty: those that set none). At most kMaxCacheSaltBytes.
+  std::string cache_salt;
   SamplingParams sampling;
   StoppingCriteria stopping;
   OutputOptions output;
@@ -75,6 +78,9 @@ struct TokenOutput {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache when the request was first scheduled
+  // (they were not computed for it).
+  int32_t cached_tokens = 0;
 };
 
 struct Timing {

@@ -61,6 +61,9 @@ absl::Status ValidateRequest(const GenerationRequest& r, const RequestLimits& li
                      absl::StrCat("must be printable ASCII without spaces (byte ", i, ")"));
     }
   }
+  if (r.cache_salt.size() > static_cast<size_t>(kMaxCacheSaltBytes)) {
+    return Invalid("cache_salt", absl::StrCat("longer than ", kMaxCacheSaltBytes, " bytes"));
+  }
   if (r.prompt_tokens.empty()) return Invalid("prompt_tokens", "is empty");
   RETURN_IF_ERROR(ValidateTokenIds("prompt_tokens", r.prompt_tokens, lim.vocab_size));
   RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));

@@ -25,6 +25,7 @@ inline constexpr int kMaxRequestIdBytes = 128;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxStopTokenIds = 64;
+inline constexpr int kMaxCacheSaltBytes = 256;
 
 class Tokenizer;
 

@@ -42,7 +42,7 @@ int Scheduler::LargestFit(const Sequence& seq, int want) const {
 }
 
 int Scheduler::OutstandingBlocks(const Sequence& seq, LayerGroup g) const {
-  return kv_->BlocksNeeded(seq.kv, g, static_cast<int>(seq.tokens.size()));
+  return kv_->BlocksToHold(seq.kv, g, static_cast<int>(seq.tokens.size()));
 }
 
 void Scheduler::Preempt(Sequence* victim, SchedulerOutput* out, int* budget) {
@@ -55,7 +55,10 @@ void Scheduler::Preempt(Sequence* victim, SchedulerOutput* out, int* budget) {
     out->chunks.erase(it);
   }
   auto adm = std::find(out->admitted.begin(), out->admitted.end(), victim);
-  if (adm != out->admitted.end()) out->admitted.erase(adm);
+  if (adm != out->admitted.end()) {
+    out->cached_tokens.erase(out->cached_tokens.begin() + (adm - out->admitted.begin()));
+    out->admitted.erase(adm);
+  }
   kv_->Free(victim->kv);
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   SetState(*victim, RequestState::kPreempted);
@@ -120,24 +123,30 @@ SchedulerOutput Scheduler::Schedule() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs &&
          budget > 0) {
     Sequence* seq = waiting_.front();
+    const int len = static_cast<int>(seq->tokens.size());
+    // The longest cached prefix (empty without prefix caching); its blocks count as computed.
+    const PrefixHit hit = kv_->FindCachedPrefix(seq->kv, seq->tokens);
     if (!running_.empty()) {
+      const std::array<int, kNumLayerGroups> take = kv_->BlocksToAdmit(seq->kv, hit, len);
       bool fits = true;
       for (int g = 0; g < kNumLayerGroups; ++g) {
         const LayerGroup lg = static_cast<LayerGroup>(g);
-        if (OutstandingBlocks(*seq, lg) + outstanding[g] + watermark_blocks_[g] >
-            kv_->num_free(lg)) {
-          fits = false;
-        }
+        if (take[g] + outstanding[g] + watermark_blocks_[g] > kv_->num_free(lg)) fits = false;
       }
       if (!fits) break;
     }
+    kv_->AcquirePrefix(seq->kv, hit);
     const int want = std::min({seq->remaining(), budget, config_.max_prefill_chunk});
     const int n = LargestFit(*seq, want);
-    if (n == 0) break;
+    if (n == 0) {
+      kv_->Free(seq->kv);  // gives the hit back
+      break;
+    }
     waiting_.pop_front();
     SetState(*seq, RequestState::kPrefill);
     running_.push_back(seq);
     out.admitted.push_back(seq);
+    out.cached_tokens.push_back(hit.num_tokens);
     add_chunk(seq, n);
     for (int g = 0; g < kNumLayerGroups; ++g) {
       outstanding[g] += OutstandingBlocks(*seq, static_cast<LayerGroup>(g));
@@ -148,7 +157,7 @@ SchedulerOutput Scheduler::Schedule() {
 
 void Scheduler::Commit(const SchedulerOutput& out) {
   for (const ScheduledChunk& c : out.chunks) {
-    kv_->Commit(c.seq->kv, c.start + c.num_tokens);
+    kv_->Commit(c.seq->kv, c.start + c.num_tokens, c.seq->tokens);
     if (c.samples && c.seq->state == RequestState::kPrefill) {
       SetState(*c.seq, RequestState::kDecode);
     }

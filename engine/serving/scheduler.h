@@ -18,6 +18,13 @@
 //     (ceil(watermark * pool) blocks per group) minus what the prefills already running
 //     still need. With nothing running the watermark is ignored, so a request that fits the
 //     pool always runs eventually.
+// Prefix caching (kv_cache_manager.h): an admitted sequence starts at its longest cached
+// prefix (KvCacheManager::FindCachedPrefix), so its first chunk begins there and the cached
+// tokens cost no budget; the hit's blocks that are cached but free count among the blocks
+// it takes (KvCacheManager::BlocksToAdmit), and cached-but-free blocks count as free
+// everywhere else (admission, chunk fits, preemption). A sequence preempted by recompute
+// frees its blocks into the cache, and its readmission takes back whatever of them is still
+// cached.
 // max_num_seqs is clamped to max_num_batched_tokens so that every decoding sequence advances
 // every step.
 //
@@ -57,6 +64,7 @@ struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;  // the batch, in order
   std::vector<Sequence*> preempted;    // preempted in this step (now waiting)
   std::vector<Sequence*> admitted;     // moved from waiting to running in this step
+  std::vector<int> cached_tokens;      // [admitted] tokens each took from the prefix cache
   int num_tokens = 0;
   int num_prefill_tokens = 0;          // tokens of chunks of sequences in kPrefill
   bool empty() const { return chunks.empty(); }

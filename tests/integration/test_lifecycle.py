@@ -64,7 +64,8 @@ class LifecycleTest(unittest.TestCase):
                 info = h.pb_grpc.TextGenerationStub(ch).GetModelInfo(
                     h.pb.GetModelInfoRequest(), timeout=30)
             m = re.search(r"serving \S+ \(.*, backend (\S+) on (.+), (\w+), KV cache (\d+) MiB "
-                          r"in (\d+) global \+ (\d+) window blocks\)", server.read_log())
+                          r"in (\d+) global \+ (\d+) window blocks, prefix caching (on|off)\)",
+                          server.read_log())
             self.assertIsNotNone(m, server.read_log()[-2000:])
             self.assertEqual(m.group(1), "cpu")
             self.assertEqual(m.group(1), info.backend)
@@ -76,6 +77,8 @@ class LifecycleTest(unittest.TestCase):
             blocks = {g.name: g.kv_blocks_total for g in info.layer_groups}
             self.assertEqual(int(m.group(5)), blocks.get("global", 0))
             self.assertEqual(int(m.group(6)), blocks.get("window", 0))
+            self.assertEqual(m.group(7), "on")  # the default
+            self.assertTrue(info.prefix_caching)
 
     def test_kv_cache_budget_is_an_upper_bound_and_the_log_says_why(self):
         # Issue 24, the rule docs/API.md (--kv-cache-bytes) and deploy/README.md state: whole

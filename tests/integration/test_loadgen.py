@@ -47,7 +47,8 @@ class LoadgenTest(unittest.TestCase):
 
     def check_latencies(self, run, ok, tokens_per_request):
         lat = run["latency_ms"]
-        self.assertEqual(set(lat), {"ttft", "itl", "tpot", "e2e"})
+        self.assertEqual(set(lat), {"ttft", "itl", "tpot", "e2e", "ttft_prefix_hit",
+                                    "ttft_prefix_miss"})
         for name, summary in lat.items():
             self.assertEqual(set(summary), set(STATS), name)
             values = [summary[k] for k in ("min", "p50", "p90", "p99", "max")]
@@ -55,6 +56,11 @@ class LoadgenTest(unittest.TestCase):
             self.assertLessEqual(summary["min"], summary["mean"], name)
             self.assertLessEqual(summary["mean"], summary["max"], name)
         self.assertEqual(lat["ttft"]["count"], ok)
+        # Random prompts share no block with each other: every request missed the prefix cache.
+        self.assertEqual(lat["ttft_prefix_miss"]["count"], ok)
+        self.assertEqual(lat["ttft_prefix_hit"]["count"], 0)
+        self.assertEqual(run["tokens"]["cached"], 0)
+        self.assertIsNone(run["ttft_ms_by_turn"])
         self.assertEqual(lat["e2e"]["count"], ok)
         self.assertEqual(lat["tpot"]["count"], ok)
         # One inter-token latency per token after the first, however the server coalesced.
@@ -157,7 +163,7 @@ class LoadgenTest(unittest.TestCase):
                 self.assertEqual((run["mode"], run["rate"], run["concurrency"]),
                                  ("open", rate, None))
                 self.assertEqual(run["requests"], {"warmup": 0, "sent": 8, "ok": 8, "failed": 0})
-                self.assertEqual(run["tokens"], {"input": 8 * 16, "output": 8 * 4,
+                self.assertEqual(run["tokens"], {"input": 8 * 16, "cached": 0, "output": 8 * 4,
                                                  "requested_output": 8 * 4})
                 self.assertGreater(run["sent_per_s"], 0)
                 self.assertGreaterEqual(run["max_send_lag_ms"], 0)
@@ -167,6 +173,39 @@ class LoadgenTest(unittest.TestCase):
             data = f.read()
         self.assertTrue(data.startswith(b"\x89PNG\r\n\x1a\n"))
         self.assertGreater(len(data), 5000)
+
+    def test_shared_prefix_and_chat_workloads_hit_the_prefix_cache(self):
+        # One group of a 40-token shared prefix (2 full 16-token blocks): the first request
+        # misses, the other 5 (one at a time) take the 32 tokens of its 2 blocks.
+        doc, p = self.run_json("--concurrency=1", "--num-requests=6",
+                               "--shared-prefix-tokens=40", "--prefix-groups=1",
+                               "--input-tokens=4", "--output-tokens=3", "--temperature=0",
+                               "--cache-salt=loadgen-test-shared")
+        w = doc["workload"]
+        self.assertEqual((w["shared_prefix_tokens"], w["prefix_groups"], w["chat_turns"],
+                          w["cache_salt"]), (40, 1, None, True))
+        run = doc["runs"][0]
+        self.assertEqual(run["requests"]["ok"], 6)
+        self.assertEqual(run["tokens"]["input"], 6 * 44)
+        self.assertEqual(run["tokens"]["cached"], 5 * 32)
+        lat = run["latency_ms"]
+        self.assertEqual((lat["ttft_prefix_hit"]["count"], lat["ttft_prefix_miss"]["count"]),
+                         (5, 1))
+        self.assertIn("prefix-cached", p.stdout)
+        # Chats of 3 turns: turn k + 1 resends turn k's prompt and its 3 tokens, then 20 new
+        # ones. Turn 1 (20 tokens) holds no full block; turn 2 (43) reuses 1 block of turn 1's
+        # 23 computed tokens; turn 3 (66) the 2 full blocks of turn 2's 46.
+        doc, p = self.run_json("--concurrency=1", "--num-requests=3", "--chat-turns=3",
+                               "--input-tokens=20", "--output-tokens=3", "--temperature=0",
+                               "--cache-salt=loadgen-test-chat")
+        run = doc["runs"][0]
+        self.assertEqual(doc["workload"]["chat_turns"], 3)
+        self.assertEqual(run["requests"]["ok"], 3)
+        self.assertEqual(run["tokens"]["input"], 20 + 43 + 66)
+        self.assertEqual(run["tokens"]["cached"], 16 + 32)
+        self.assertEqual(sorted(run["ttft_ms_by_turn"]), ["1", "2", "3"])
+        for turn in ("1", "2", "3"):
+            self.assertEqual(run["ttft_ms_by_turn"][turn]["count"], 1, turn)
 
     def test_duration_bound_run(self):
         doc, _ = self.run_json("--concurrency=2", "--duration=1s", "--input-tokens=8",

@@ -5,6 +5,7 @@ import unittest
 import grpc
 
 import harness as h
+from harness import pb
 
 WORKLOAD = [([5, 6, 7], 4), ([8, 9, 10, 11, 12], 6), ([13, 14, 15, 16, 17, 18, 19], 8)]
 
@@ -49,6 +50,51 @@ class MetricsTest(unittest.TestCase):
             for group in ("global", "window"):
                 self.assertEqual(get("dcformer_kv_cache_blocks_used", layer_group=group), 0)
                 self.assertGreater(get("dcformer_kv_cache_blocks_total", layer_group=group), 0)
+
+
+class PrefixCacheTest(unittest.TestCase):
+    """Prefix caching seen from a client: usage.cached_tokens, the metrics, GetModelInfo,
+    the startup line, cache_salt isolation, and --noprefix-caching."""
+
+    PROMPT = [3 + (i * 37) % 250 for i in range(40)]  # 2 full blocks of 16 + 8 tokens
+
+    def run_three(self, server):
+        stub = server.stub()
+        results = []
+        for salt in ("", "", "tenant-x"):
+            tokens, final = h.collect(stub.Generate(
+                h.ids_request(self.PROMPT, 5, cache_salt=salt), timeout=60))
+            results.append((tokens, final.usage.cached_tokens))
+        return results
+
+    def test_repeated_prompt_hits_and_salts_isolate(self):
+        with h.Server() as server:
+            info = server.stub().GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+            self.assertTrue(info.prefix_caching)
+            (t1, c1), (t2, c2), (t3, c3) = self.run_three(server)
+            self.assertEqual((c1, c2, c3), (0, 32, 0))
+            self.assertEqual(t1, t2)
+            self.assertEqual(t1, t3)
+            m = server.metrics()
+            get = lambda name, **labels: m.get((name, frozenset(labels.items())))
+            self.assertEqual(get("dcformer_prefix_cache_queries_total"), 3 * len(self.PROMPT))
+            self.assertEqual(get("dcformer_prefix_cache_hits_total"), 32)
+            self.assertGreaterEqual(get("dcformer_prefix_cache_blocks", layer_group="global"), 4)
+            self.assertEqual(get("dcformer_prefix_cache_evictions_total", layer_group="global"), 0)
+            self.assertEqual(get("dcformer_kv_cache_blocks_used", layer_group="global"), 0)
+            self.assertIn("prefix caching on", server.read_log())
+
+    def test_noprefix_caching_turns_it_off(self):
+        with h.Server(args=["--noprefix-caching"]) as server:
+            info = server.stub().GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+            self.assertFalse(info.prefix_caching)
+            results = self.run_three(server)
+            self.assertEqual([c for _, c in results], [0, 0, 0])
+            m = server.metrics()
+            get = lambda name, **labels: m.get((name, frozenset(labels.items())))
+            self.assertEqual(get("dcformer_prefix_cache_queries_total"), 0)
+            self.assertEqual(get("dcformer_prefix_cache_blocks", layer_group="global"), 0)
+            self.assertIn("prefix caching off", server.read_log())
 
 
 class PrometheusScrapeTest(unittest.TestCase):

@@ -26,6 +26,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/weights/checkpoint.h"
 #include "gtest/gtest.h"
+#include "tests/testing/collected_stream.h"
 #include "tests/testing/forwarding_backend.h"
 #include "tests/testing/golden.h"
 #include "tests/testing/tiny_tokenizer.h"
@@ -107,46 +108,8 @@ GenerationRequest Greedy(const std::vector<int32_t>& prompt, int max_new) {
   return r;
 }
 
-// What one stream produced, accumulated over takes.
-struct Collected {
-  std::vector<TokenOutput> tokens;
-  std::string text;
-  GenerationChunk final_chunk;
-  bool finished = false;
-
-  std::vector<int32_t> ids() const {
-    std::vector<int32_t> v;
-    for (const auto& t : tokens) v.push_back(t.token);
-    return v;
-  }
-  // Blocks for the next chunk (at most 60 s so a bug fails instead of hanging).
-  void TakeOne(RequestStream& s) {
-    GenerationChunk c;
-    ASSERT_TRUE(s.WaitTake(&c, absl::Seconds(60))) << "no output from " << s.id();
-    for (auto& t : c.tokens) tokens.push_back(t);
-    text += c.text;
-    if (c.finished) {
-      finished = true;
-      final_chunk = c;
-    }
-  }
-  void Drain(RequestStream& s) {
-    while (!finished) {
-      TakeOne(s);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
-};
-
-// Enqueues `r` and collects its whole stream. An Enqueue error is a test failure and leaves
-// the result unfinished (finish_reason kUnspecified), so later expectations fail too.
-Collected RunToEnd(Engine& engine, const GenerationRequest& r) {
-  Collected c;
-  auto h = engine.Enqueue(r);
-  EXPECT_TRUE(h.ok()) << h.status();
-  if (h.ok()) c.Drain(h->stream());
-  return c;
-}
+using testing::Collected;
+using testing::RunToEnd;
 
 std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr,
                                    BackendKind kind = BackendKind::kCpu) {

@@ -104,7 +104,7 @@ class Scenario {
   static constexpr int kLayer = 1;  // the layer the step runs (the other must stay untouched)
 
   // `all_blocks`: give every logical block a physical one, also those a window layer does
-  // not keep (the KV write must still leave them alone).
+  // not keep, as prefix caching does (the KV write then stores those rows too).
   Scenario(const Shape& shape, std::vector<SeqSpec> seqs, uint32_t seed, bool all_blocks = false)
       : shape_(shape),
         seqs_(std::move(seqs)),

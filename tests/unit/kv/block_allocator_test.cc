@@ -1,5 +1,7 @@
 #include "engine/kv/block_allocator.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace dcf {
@@ -29,6 +31,56 @@ TEST(BlockAllocatorTest, ReferenceCountKeepsSharedBlocks) {
   a.Release(b);
   EXPECT_EQ(a.refcount(b), 0);
   EXPECT_EQ(a.num_free(), 2);
+}
+
+BlockHash H(uint64_t x) { return BlockHash{x, ~x}; }
+
+TEST(BlockAllocatorTest, FreeBlocksAreReusedLeastRecentlyReleasedFirst) {
+  BlockAllocator a(4);
+  std::vector<int32_t> b;
+  for (int i = 0; i < 4; ++i) b.push_back(*a.Allocate());
+  a.Release(b[2]);
+  a.Release(b[0]);
+  a.Release(b[3]);
+  EXPECT_EQ(*a.Allocate(), b[2]);
+  EXPECT_EQ(*a.Allocate(), b[0]);
+  EXPECT_EQ(*a.Allocate(), b[3]);
+  EXPECT_TRUE(a.Validate().ok()) << a.Validate();
+}
+
+TEST(BlockAllocatorTest, CachedFreeBlocksAreHitOrEvicted) {
+  BlockAllocator a(3);
+  const int32_t x = *a.Allocate(), y = *a.Allocate();
+  EXPECT_TRUE(a.Cache(x, H(1)));
+  EXPECT_TRUE(a.Cache(y, H(2)));
+  EXPECT_FALSE(a.Cache(*a.Allocate(), H(1)));  // one block per hash: the first stays
+  EXPECT_EQ(a.num_cached(), 2);
+  a.Release(x);
+  a.Release(y);
+  EXPECT_EQ(a.num_free(), 2);  // cached blocks count as free
+  EXPECT_EQ(a.num_used(), 1);
+  EXPECT_EQ(a.Lookup(H(1)), x);
+  EXPECT_TRUE(a.Validate().ok()) << a.Validate();
+  // A hit takes the free cached block back out of the queue.
+  a.AddRef(y);
+  EXPECT_EQ(a.refcount(y), 1);
+  EXPECT_EQ(a.num_free(), 1);
+  EXPECT_TRUE(a.Validate().ok()) << a.Validate();
+  // Allocate evicts x (released longest ago): its hash goes, the in-use y keeps its own.
+  EXPECT_EQ(*a.Allocate(), x);
+  EXPECT_EQ(a.num_evictions(), 1);
+  EXPECT_FALSE(a.Lookup(H(1)).has_value());
+  EXPECT_FALSE(a.is_cached(x));
+  EXPECT_EQ(a.Lookup(H(2)), y);
+  EXPECT_FALSE(a.Allocate().has_value());  // y is in use: never evicted
+  EXPECT_TRUE(a.Validate().ok()) << a.Validate();
+}
+
+TEST(BlockAllocatorDeathTest, AddRefOnAFreeUncachedBlockAborts) {
+  BlockAllocator a(1);
+  const int32_t b = *a.Allocate();
+  a.Release(b);
+  EXPECT_DEATH(a.AddRef(b), "not cached");
 }
 
 TEST(BlockAllocatorDeathTest, DoubleFreeAborts) {

@@ -46,7 +46,9 @@ TEST(ServerMetricsTest, HasTheGatewayNames) {
                         "dcformer_request_queue_time_seconds", "dcformer_prompt_tokens_total",
                         "dcformer_generation_tokens_total", "dcformer_batch_size",
                         "dcformer_num_preemptions_total", "dcformer_engine_step_duration_seconds",
-                        "dcformer_nonfinite_logits_total"}) {
+                        "dcformer_nonfinite_logits_total", "dcformer_prefix_cache_queries_total",
+                        "dcformer_prefix_cache_hits_total", "dcformer_prefix_cache_blocks",
+                        "dcformer_prefix_cache_evictions_total"}) {
     EXPECT_TRUE(names.count(n)) << n;
   }
 }
@@ -89,12 +91,26 @@ TEST(ServerMetricsTest, RefreshMirrorsEngineStats) {
   EXPECT_DOUBLE_EQ(Value(r, "dcformer_kv_cache_usage_perc"), 0.5);  // the fuller group
   EXPECT_EQ(Value(r, "dcformer_kv_cache_blocks_used", "global"), 25);
   EXPECT_EQ(Value(r, "dcformer_kv_cache_blocks_used", "window"), 5);
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_blocks", "global"), 0);
+  // Cached blocks are a gauge; evictions a counter that follows the engine's count.
+  stats.kv_blocks_cached = {40, 7};
+  stats.prefix_cache_evictions = {12, 3};
+  metrics.Refresh();
+  metrics.Refresh();  // a second scrape adds nothing
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_blocks", "global"), 40);
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_blocks", "window"), 7);
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_evictions_total", "global"), 12);
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_evictions_total", "window"), 3);
+  stats.prefix_cache_evictions = {20, 3};
+  metrics.Refresh();
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_evictions_total", "global"), 20);
 }
 
 TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   ServerMetrics metrics;
   metrics.OnFirstToken(0, absl::Milliseconds(3));  // warm-up: ignored
   metrics.OnNonFiniteLogits();                  // ignored too
+  metrics.OnPrefixCacheQuery(100, 100);         // ignored too
   metrics.SetEnabled(true);
   metrics.OnNonFiniteLogits();
   metrics.OnNonFiniteLogits();
@@ -103,6 +119,8 @@ TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   metrics.OnFirstToken(static_cast<int>(Protocol::kHttp), absl::Milliseconds(4));
   metrics.OnStep(4, 4, 0, absl::Milliseconds(1));
   metrics.OnPreemption();
+  metrics.OnPrefixCacheQuery(40, 32);
+  metrics.OnPrefixCacheQuery(10, 0);
   metrics.RecordRequest("length");
   metrics.AddGeneratedTokens(7);
   metrics.RecordRequest("length", Protocol::kHttp);
@@ -123,6 +141,8 @@ TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   EXPECT_EQ(Value(r, "dcformer_requests_total", "length"), 1);
   EXPECT_EQ(Value(r, "dcformer_generation_tokens_total"), 7);
   EXPECT_EQ(Value(r, "dcformer_nonfinite_logits_total"), 2);
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_queries_total"), 50);
+  EXPECT_EQ(Value(r, "dcformer_prefix_cache_hits_total"), 32);
 }
 
 }  // namespace

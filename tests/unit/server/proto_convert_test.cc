@@ -45,6 +45,7 @@ TEST(ToEngineRequestTest, UnsetFieldsTakeDefaultsAndZeroIsExplicit) {
   r.mutable_stopping()->set_max_new_tokens(7);
   r.mutable_output()->set_top_logprobs(3);
   r.set_request_id("abc-1");
+  r.set_cache_salt("tenant-7");
   out = ToEngineRequest(r, Limits());
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->sampling.temperature, 0.0f);
@@ -53,6 +54,7 @@ TEST(ToEngineRequestTest, UnsetFieldsTakeDefaultsAndZeroIsExplicit) {
   EXPECT_TRUE(out->output.logprobs);  // implied by top_logprobs
   EXPECT_EQ(out->output.top_logprobs, 3);
   EXPECT_EQ(out->id, "abc-1");
+  EXPECT_EQ(out->cache_salt, "tenant-7");
 }
 
 TEST(ToEngineRequestTest, DefaultMaxNewTokensFitsTheContext) {
@@ -156,7 +158,7 @@ TEST(ChunkToResponseTest, TokensLogprobsAndFinalFields) {
 
   chunk.finished = true;
   chunk.finish_reason = FinishReason::kStopToken;
-  chunk.usage = {5, 2};
+  chunk.usage = {5, 2, 4};
   chunk.timing.queue_time = absl::Microseconds(1500);
   chunk.timing.time_to_first_token = absl::Milliseconds(20);
   chunk.timing.total = absl::Seconds(2) + absl::Nanoseconds(5);
@@ -165,6 +167,7 @@ TEST(ChunkToResponseTest, TokensLogprobsAndFinalFields) {
   EXPECT_EQ(out.finish_reason(), v1::FINISH_REASON_STOP_TOKEN);
   EXPECT_EQ(out.usage().prompt_tokens(), 5);
   EXPECT_EQ(out.usage().generated_tokens(), 2);
+  EXPECT_EQ(out.usage().cached_tokens(), 4);
   EXPECT_EQ(out.timing().queue_time().nanos(), 1'500'000);
   EXPECT_EQ(out.timing().total().seconds(), 2);
   EXPECT_EQ(out.timing().total().nanos(), 5);
@@ -211,6 +214,10 @@ TEST(ModelInfoTest, LayerGroupsAndLimits) {
   EXPECT_EQ(out.max_prompt_tokens(), 256);
   EXPECT_EQ(out.max_new_tokens(), 40);
   EXPECT_EQ(out.default_max_new_tokens(), 100);
+  EXPECT_FALSE(out.prefix_caching());
+  info.prefix_caching = true;
+  ToProtoModelInfo(config, info, &out);
+  EXPECT_TRUE(out.prefix_caching());
   // No EOS resolved (a model without a tokenizer): none is reported, whatever config.json
   // says (the engine would never stop at it).
   info.limits.eos_token_id.reset();

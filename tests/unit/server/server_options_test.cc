@@ -24,6 +24,7 @@ TEST(ServerOptionsTest, FlagsParseWithDefaults) {
   EXPECT_EQ(o->port, 50051);
   EXPECT_EQ(o->metrics_host, "127.0.0.1");
   EXPECT_NE(o->model_dir.find("models/dcformer-kjv"), std::string::npos);
+  EXPECT_TRUE(o->engine.prefix_caching);  // on by default
 }
 
 TEST(ServerOptionsTest, QueueLimitsOfOneAreAccepted) {

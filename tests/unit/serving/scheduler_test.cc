@@ -1,6 +1,7 @@
 // Scheduler tests without a model: a fake step "samples" a deterministic token per sequence.
 #include "engine/serving/scheduler.h"
 
+#include <map>
 #include <memory>
 
 #include "gtest/gtest.h"
@@ -17,8 +18,8 @@ using testing::Shape;
 int32_t FakeToken(int64_t seq_id, int pos) { return static_cast<int32_t>((seq_id * 31 + pos) % 97); }
 
 struct Harness {
-  Harness(const KvCacheShape& shape, const SchedulerConfig& config)
-      : kv(shape), sched(config, &kv) {}
+  Harness(const KvCacheShape& shape, const SchedulerConfig& config, bool prefix_caching = false)
+      : kv(shape, prefix_caching), sched(config, &kv) {}
 
   Sequence* Add(int prompt_len, int max_new) {
     auto s = std::make_unique<Sequence>();
@@ -36,6 +37,10 @@ struct Harness {
     SchedulerOutput out = sched.Schedule();
     EXPECT_LE(out.num_tokens, sched.config().max_num_batched_tokens);
     sched.Commit(out);
+    last_cached.clear();
+    for (size_t i = 0; i < out.admitted.size(); ++i) {
+      last_cached[out.admitted[i]] = out.cached_tokens[i];
+    }
     for (const ScheduledChunk& c : out.chunks) {
       EXPECT_LE(c.num_tokens, sched.config().max_prefill_chunk);
       if (!c.samples) continue;
@@ -62,6 +67,7 @@ struct Harness {
   KvCacheManager kv;
   Scheduler sched;
   std::vector<std::unique_ptr<Sequence>> seqs;
+  std::map<const Sequence*, int> last_cached;  // admitted in the last step -> its hit
 };
 
 TEST(SchedulerTest, CompletesEverythingAndFreesEveryBlock) {
@@ -236,6 +242,82 @@ TEST(SchedulerTest, ChunkTakesTheLargestFit) {
   ASSERT_EQ(out.chunks.size(), 1u);
   EXPECT_EQ(out.chunks[0].num_tokens, 12);  // halving from 20 would have stopped at 10
   h.sched.Remove(s);
+}
+
+
+// --- Prefix caching ---
+
+TEST(SchedulerPrefixTest, AHitStartsPrefillAfterItAndCostsNoBudget) {
+  Harness h(Shape(64, 64, /*window=*/6), {4, /*max_num_batched_tokens=*/8, 0, 0.0}, true);
+  Sequence* a = h.Add(30, 2);  // tokens i % 50: every prompt of this harness shares them
+  h.RunToCompletion();
+  ASSERT_EQ(a->state, RequestState::kFinished);
+  EXPECT_EQ(h.kv.num_used(kG), 0);
+  EXPECT_GT(h.kv.num_cached(kG), 0);
+  Sequence* b = h.Add(34, 2);
+  const SchedulerOutput out = h.Step();
+  ASSERT_EQ(out.chunks.size(), 1u);
+  // 30 shared tokens: 7 full blocks of 4; the window needs [23, 28): cached.
+  EXPECT_EQ(h.last_cached[b], 28);
+  EXPECT_EQ(out.chunks[0].start, 28);
+  EXPECT_EQ(out.chunks[0].num_tokens, 6);  // the rest of the prompt, within the budget of 8
+  EXPECT_TRUE(out.chunks[0].samples);
+  h.RunToCompletion();
+  EXPECT_EQ(h.kv.num_used(kG), 0);
+  EXPECT_EQ(h.kv.num_used(kW), 0);
+}
+
+TEST(SchedulerPrefixTest, WithoutCachingNothingIsReused) {
+  Harness h(Shape(64, 64, 6), {4, 8, 0, 0.0});
+  h.Add(30, 2);
+  h.RunToCompletion();
+  Sequence* b = h.Add(34, 2);
+  const SchedulerOutput out = h.Step();
+  EXPECT_EQ(h.last_cached[b], 0);
+  EXPECT_EQ(out.chunks[0].start, 0);
+  EXPECT_EQ(h.kv.num_cached(kG), 0);
+}
+
+TEST(SchedulerPrefixTest, RecomputeAfterPreemptionReusesWhatIsStillCached) {
+  // As RecomputeFeedsPromptAndGeneratedTokens: s1 is preempted once the pool runs out.
+  Harness h(Shape(5, 32, 0), {8, 64, 0, 0.0}, true);
+  h.Add(9, 8);
+  Sequence* s1 = h.Add(9, 8);  // the same 9 prompt tokens
+  int readmitted_at = -1;
+  for (int step = 0; step < 100 && h.sched.HasWork(); ++step) {
+    h.Step();
+    if (s1->num_preemptions > 0 && readmitted_at < 0 && h.last_cached.count(s1) != 0) {
+      readmitted_at = h.last_cached[s1];
+    }
+  }
+  ASSERT_EQ(s1->num_preemptions, 1);
+  // Its blocks went back to the cache when it was preempted; its readmission took back at
+  // least the prompt blocks its twin s0 holds (2 full blocks of 4).
+  EXPECT_GE(readmitted_at, 8);
+  EXPECT_EQ(s1->state, RequestState::kFinished);
+  EXPECT_EQ(h.kv.num_used(kG), 0);
+}
+
+TEST(SchedulerPrefixTest, CachedButFreeBlocksCountAsFree) {
+  Harness h(Shape(8, 32, 0), {8, 64, 0, 0.0}, true);
+  h.Add(28, 4);  // 8 blocks at the end, the whole pool: 7 full ones cached when it is done
+  h.RunToCompletion();
+  EXPECT_EQ(h.kv.num_free(kG), 8);
+  EXPECT_EQ(h.kv.num_cached(kG), 7);
+  // An unrelated prompt of the same size is admitted at once and evicts them.
+  auto s = std::make_unique<Sequence>();
+  s->seq_id = 99;
+  for (int i = 0; i < 28; ++i) s->tokens.push_back(60 + i % 30);
+  s->prompt_len = 28;
+  s->max_len = 32;
+  h.sched.Add(s.get());
+  const SchedulerOutput out = h.Step();
+  ASSERT_EQ(out.admitted.size(), 1u);
+  EXPECT_EQ(h.last_cached[s.get()], 0);
+  h.RunToCompletion();
+  EXPECT_EQ(s->state, RequestState::kFinished);
+  EXPECT_EQ(h.kv.num_evictions(kG), 7);  // it needed all 8 blocks
+  EXPECT_EQ(h.kv.num_used(kG), 0);
 }
 
 }  // namespace

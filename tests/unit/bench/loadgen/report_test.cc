@@ -47,6 +47,10 @@ TEST(ReportTest, RunJsonHasTheDocumentedFields) {
     }
   }
   EXPECT_EQ(closed["latency_ms"]["ttft"]["p50"], 2.0);
+  EXPECT_TRUE(closed["latency_ms"].contains("ttft_prefix_hit"));
+  EXPECT_TRUE(closed["latency_ms"].contains("ttft_prefix_miss"));
+  EXPECT_TRUE(closed["tokens"].contains("cached"));
+  EXPECT_TRUE(closed["ttft_ms_by_turn"].is_null());
   const nlohmann::ordered_json open = RunToJson(SomeRun(LoadSpec::Mode::kOpen));
   EXPECT_EQ(open["mode"], "open");
   EXPECT_EQ(open["rate"], 2.5);
@@ -73,6 +77,26 @@ TEST(ReportTest, CountsAreSingularForOne) {
   PrintRun(out, one);
   EXPECT_NE(out.str().find("closed loop, concurrency 8: 1 request ("), std::string::npos)
       << out.str();
+}
+
+TEST(ReportTest, PrefixHitsAndTurnsGetTheirOwnRows) {
+  RunResult run = SomeRun(LoadSpec::Mode::kClosed);
+  run.input_tokens = 1000;
+  run.cached_tokens = 250;
+  run.ttft_hit_ms = Summarize({1, 1});
+  run.ttft_miss_ms = Summarize({30});
+  run.ttft_ms_by_turn[1] = Summarize({30});
+  run.ttft_ms_by_turn[2] = Summarize({1, 1});
+  std::ostringstream out;
+  PrintRun(out, run);
+  for (const char* needle : {"\n    hit ", "\n    miss ", "\n    t1 ", "\n    t2 ",
+                             "1000 input (250 prefix-cached, 25.0%)"}) {
+    EXPECT_NE(out.str().find(needle), std::string::npos) << needle << " in\n" << out.str();
+  }
+  const nlohmann::ordered_json j = RunToJson(run);
+  EXPECT_EQ(j["tokens"]["cached"], 250);
+  EXPECT_EQ(j["latency_ms"]["ttft_prefix_miss"]["p50"], 30.0);
+  EXPECT_EQ(j["ttft_ms_by_turn"]["2"]["count"], 2);
 }
 
 TEST(ReportTest, ProgressLineFillsWithFinishedRequestsOrTime) {

@@ -82,6 +82,27 @@ TEST(AggregateTest, OpenLoopAchievedSendRate) {
   EXPECT_EQ(load.Label(), "4/s");
 }
 
+TEST(AggregateTest, SplitsTtftByPrefixHitAndTurn) {
+  std::vector<RequestRecord> records;
+  for (int i = 0; i < 6; ++i) {
+    RequestRecord r = Ok(100.0 * i, 100.0 * i + 50, 100, 4);
+    r.ttft_ms = i < 2 ? 40 + i : 4 + i;  // two misses, four hits
+    r.cached_tokens = i < 2 ? 0 : 96;
+    r.turn = 1 + i % 3;
+    records.push_back(r);
+  }
+  const RunResult r = Aggregate(LoadSpec{}, records, 0, false);
+  EXPECT_EQ(r.cached_tokens, 4 * 96);
+  EXPECT_EQ(r.ttft_miss_ms.count, 2);
+  EXPECT_DOUBLE_EQ(r.ttft_miss_ms.p50, 40.5);
+  EXPECT_EQ(r.ttft_hit_ms.count, 4);
+  EXPECT_DOUBLE_EQ(r.ttft_hit_ms.max, 9);
+  ASSERT_EQ(r.ttft_ms_by_turn.size(), 3u);
+  EXPECT_EQ(r.ttft_ms_by_turn.at(1).count, 2);  // requests 0 and 3
+  EXPECT_DOUBLE_EQ(r.ttft_ms_by_turn.at(1).min, 7);
+  EXPECT_DOUBLE_EQ(r.ttft_ms_by_turn.at(1).max, 40);
+}
+
 TEST(AggregateTest, NothingMeasured) {
   const RunResult r = Aggregate(LoadSpec{}, {}, 0, true);
   EXPECT_EQ(r.requests, 0);

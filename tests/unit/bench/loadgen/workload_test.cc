@@ -1,5 +1,9 @@
 #include "bench/loadgen/workload.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "gtest/gtest.h"
 
 namespace dcf::loadgen {
@@ -85,6 +89,67 @@ TEST(WorkloadTest, RandomTokensStayInRangesAndFollowTheSeed) {
     EXPECT_LE(x.max_new_tokens, 3);
   }
   EXPECT_TRUE(saw_min && saw_max);
+}
+
+TEST(WorkloadTest, SharedPrefixesStartEveryPrompt) {
+  RandomPromptOptions o;
+  o.input = {3, 3};
+  o.output = {2, 2};
+  o.vocab_size = 1000;
+  o.shared_prefix_tokens = 20;
+  o.prefix_groups = 3;
+  Workload w = Workload::Random(o, 9);
+  std::map<int, std::vector<int32_t>> prefix_of;
+  std::set<std::vector<int32_t>> suffixes;
+  for (int i = 0; i < 300; ++i) {
+    const PromptSpec p = w.Next();
+    ASSERT_EQ(p.token_ids.size(), 23u);
+    ASSERT_GE(p.prefix_group, 0);
+    ASSERT_LT(p.prefix_group, 3);
+    const std::vector<int32_t> prefix(p.token_ids.begin(), p.token_ids.begin() + 20);
+    auto [it, fresh] = prefix_of.emplace(p.prefix_group, prefix);
+    EXPECT_EQ(it->second, prefix) << "group " << p.prefix_group << " changed its prefix";
+    suffixes.insert(std::vector<int32_t>(p.token_ids.begin() + 20, p.token_ids.end()));
+    EXPECT_EQ(p.turn, 0);
+  }
+  ASSERT_EQ(prefix_of.size(), 3u);
+  EXPECT_NE(prefix_of[0], prefix_of[1]);
+  EXPECT_NE(prefix_of[1], prefix_of[2]);
+  EXPECT_GT(suffixes.size(), 290u);  // the suffixes are random
+  // The same seed gives the same prefixes; without a chat there is no next turn.
+  Workload again = Workload::Random(o, 9);
+  const PromptSpec first = again.Next();
+  EXPECT_EQ(std::vector<int32_t>(first.token_ids.begin(), first.token_ids.begin() + 20),
+            prefix_of[first.prefix_group]);
+  EXPECT_FALSE(again.NextTurn(first, {1, 2}).has_value());
+}
+
+TEST(WorkloadTest, ChatTurnsResendTheConversation) {
+  RandomPromptOptions o;
+  o.input = {4, 4};
+  o.output = {5, 5};
+  o.vocab_size = 100;
+  o.shared_prefix_tokens = 6;
+  o.chat_turns = 3;
+  Workload w = Workload::Random(o, 2);
+  ASSERT_TRUE(w.is_chat());
+  PromptSpec t1 = w.Next();
+  EXPECT_EQ(t1.turn, 1);
+  EXPECT_EQ(t1.token_ids.size(), 10u);
+  const std::vector<int32_t> out1 = {91, 92, 93, 94, 95};
+  const std::optional<PromptSpec> t2 = w.NextTurn(t1, out1);
+  ASSERT_TRUE(t2.has_value());
+  EXPECT_EQ(t2->turn, 2);
+  EXPECT_EQ(t2->prefix_group, t1.prefix_group);
+  ASSERT_EQ(t2->token_ids.size(), 10u + 5u + 4u);
+  EXPECT_TRUE(std::equal(t1.token_ids.begin(), t1.token_ids.end(), t2->token_ids.begin()));
+  EXPECT_TRUE(std::equal(out1.begin(), out1.end(), t2->token_ids.begin() + 10));
+  const std::optional<PromptSpec> t3 = w.NextTurn(*t2, {1, 2, 3, 4, 5});
+  ASSERT_TRUE(t3.has_value());
+  EXPECT_EQ(t3->turn, 3);
+  EXPECT_EQ(t3->token_ids.size(), 19u + 5u + 4u);
+  EXPECT_FALSE(w.NextTurn(*t3, {1}).has_value()) << "3 turns, not more";
+  EXPECT_EQ(w.Next().turn, 1);  // a new conversation
 }
 
 TEST(WorkloadTest, FilePromptsCycleInOrder) {
