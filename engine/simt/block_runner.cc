@@ -25,33 +25,7 @@ std::string Format(const char* format, ...) {
   return text;
 }
 
-// "file:line" with the path normalised: a .cu file compiled through its generated wrapper
-// is named "<wrapper dir>/../../<path>"; "dir/.." pairs and leading "../" are dropped, and so
-// is the source root, so that messages name files as the repository does.
-std::string Site(const std::source_location& where) {
-  std::vector<std::string> parts;
-  const std::string path = where.file_name();
-  const bool absolute = !path.empty() && path[0] == '/';
-  size_t begin = 0;
-  while (begin <= path.size()) {
-    size_t end = path.find('/', begin);
-    if (end == std::string::npos) end = path.size();
-    const std::string part = path.substr(begin, end - begin);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    begin = end + 1;
-  }
-  std::string normalised = absolute ? "/" : "";
-  for (size_t i = 0; i < parts.size(); ++i) normalised += (i ? "/" : "") + parts[i];
-#ifdef DCF_SIMT_SOURCE_ROOT
-  const std::string root = DCF_SIMT_SOURCE_ROOT;
-  if (normalised.compare(0, root.size(), root) == 0) normalised.erase(0, root.size());
-#endif
-  return Format("%s:%u", normalised.c_str(), static_cast<unsigned>(where.line()));
-}
+std::string Site(const std::source_location& where) { return SourceSite(where); }
 
 bool SameSite(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && a.column() == b.column() &&
@@ -78,7 +52,8 @@ BlockRunner& BlockRunner::ForThisThread() {
 
 BlockRunner* BlockRunner::Active() { return active_runner; }
 
-bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, uint3 block_idx) {
+bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, uint3 block_idx,
+                      uint64_t schedule_seed) {
   const dim3 block = request.block;
   num_threads_ = static_cast<int>(block.x * block.y * block.z);
   request_ = &request;
@@ -89,6 +64,9 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
   ready_.assign(num_threads_, 0);
   ready_head_ = 0;
   ready_count_ = 0;
+  schedule_ = CurrentSchedule();
+  rng_ = ScheduleRng(schedule_seed);
+  release_.clear();
   for (int i = 0; i < num_threads_; ++i) {
     Thread& t = threads_[i];
     const auto id = static_cast<unsigned int>(i);
@@ -96,8 +74,9 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
     t.id = i;
     t.state = State::kReady;
     t.context.Prepare(kind, stacks_.stack(i), stacks_.stack_bytes(), &BlockRunner::FiberMain, &t);
-    PushReady(i);
+    release_.push_back(i);
   }
+  Release(release_);
   warp_waiting_.assign((num_threads_ + kWarpSize - 1) / kWarpSize, 0);
   warp_blocked_.assign(warp_waiting_.size(), 0);
   exited_ = 0;
@@ -163,6 +142,19 @@ void BlockRunner::SwitchAway(Thread& self) {
   }
 }
 
+void BlockRunner::YieldReleased(Thread& self) {
+  // `self` is in the ready queue with the threads it released: they all resume in the
+  // schedule's order, `self` included.
+  const int next = PopReady();
+  if (next == self.id) {
+    self.state = State::kRunning;
+    current_ = &self;
+    current_thread_idx = &self.thread_idx;
+    return;
+  }
+  Enter(self.context, threads_[next]);
+}
+
 void BlockRunner::Enter(FiberContext& from, Thread& next) {
   next.state = State::kRunning;
   current_ = &next;
@@ -173,6 +165,21 @@ void BlockRunner::Enter(FiberContext& from, Thread& next) {
 void BlockRunner::PushReady(int id) {
   ready_[(ready_head_ + ready_count_) % num_threads_] = id;
   ++ready_count_;
+}
+
+void BlockRunner::Release(std::vector<int>& ids) {
+  switch (schedule_.kind) {
+    case ScheduleKind::kLinear:
+      for (int id : ids) PushReady(id);
+      break;
+    case ScheduleKind::kReverse:
+      for (auto it = ids.rbegin(); it != ids.rend(); ++it) PushReady(*it);
+      break;
+    case ScheduleKind::kRandom:
+      for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng_.Below(i)]);
+      for (int id : ids) PushReady(id);
+      break;
+  }
 }
 
 int BlockRunner::PopReady() {
@@ -223,13 +230,14 @@ void BlockRunner::SyncThreads(const std::source_location& where) {
     // The last thread releases the others (in linear order) and carries on itself.
     // Nobody has exited (checked above), so no lane is blocked any more.
     at_barrier_ = 0;
+    release_.clear();
     for (int i = 0; i < num_threads_; ++i) {
-      if (i != self.id) {
-        threads_[i].state = State::kReady;
-        PushReady(i);
-      }
+      threads_[i].state = State::kReady;
+      release_.push_back(i);
     }
     std::fill(warp_blocked_.begin(), warp_blocked_.end(), 0);
+    Release(release_);
+    YieldReleased(self);
     return;
   }
   self.state = State::kAtBarrier;
@@ -308,17 +316,17 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
                name, Site(where).c_str(), bad_lane, Describe(threads_[base + bad_lane]).c_str(),
                bad_source, mask));
   }
+  release_.clear();
   for (int l = 0; l < lanes_in_warp; ++l) {
     if (!(mask >> l & 1u)) continue;
     Thread& o = threads_[base + l];
     o.result = results[l];
     --warp_waiting_[warp];
-    if (l != lane) {
-      o.state = State::kReady;
-      PushReady(o.id);
-    }
+    o.state = State::kReady;
+    release_.push_back(o.id);
   }
-  self.state = State::kRunning;
+  Release(release_);
+  YieldReleased(self);
   return results[lane];
 }
 

@@ -132,12 +132,14 @@ cudaError_t LaunchViolation(Violation v, int* out) {
       DCF_LAUNCH(WarpKernel, 1, 32, 0, nullptr, v, out);
       break;
   }
-  return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();  // a fault is reported by the call that waits for the kernel
 }
 
 cudaError_t LaunchStackOverflow(int* out) {
   DCF_LAUNCH(StackOverflowKernel, 1, 2, 0, nullptr, out, 100000);
-  return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();
 }
 
 cudaError_t LaunchIota(int* out, int threads, size_t dynamic_bytes) {

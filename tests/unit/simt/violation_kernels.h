@@ -24,13 +24,15 @@ enum class Violation {
 };
 
 // Runs the violating kernel on `block` threads (one block) writing to out[block] (host or
-// device memory: the emulator does not tell them apart).
+// device memory: the emulator does not tell them apart) and waits for it
+// (cudaDeviceSynchronize): returns the launch's or the wait's error.
 cudaError_t LaunchViolation(Violation v, int* out);
 
-// A kernel whose threads recurse far past their fiber stack.
+// A kernel whose threads recurse far past their fiber stack, waited for.
 cudaError_t LaunchStackOverflow(int* out);
 
-// A correct kernel: out[i] = i for one block of `threads` threads.
+// A correct kernel: out[i] = i for one block of `threads` threads; queued only (the caller
+// waits before reading `out`).
 cudaError_t LaunchIota(int* out, int threads, size_t dynamic_bytes);
 
 extern const int kPartialBarrierLine;

@@ -136,6 +136,7 @@ TEST_F(ViolationTest, ClearErrorsRecovers) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<int> out(64, -1);
   ASSERT_TRUE(CudaOk(LaunchIota(out.data(), 64, 0)));
+  ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
   for (int i = 0; i < 64; ++i) EXPECT_EQ(out[i], i);
   EXPECT_EQ(simt::LastErrorMessage(), "");
 }
