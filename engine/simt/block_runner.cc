@@ -83,12 +83,18 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
   first_exited_ = -1;
   at_barrier_ = 0;
   barrier_first_ = -1;
+  barrier_released_ = false;
   faulted_ = false;
   shared_.Reset(request.dynamic_shared_bytes, shared_limit_bytes);
+  racecheck_ = GetConfig().racecheck;
+  if (racecheck_) {
+    race_.BeginBlock(shared_.base(), SharedArena::capacity(), (num_threads_ + kWarpSize - 1) / kWarpSize);
+  }
 
   active_runner = this;
   current_block = &coords_;
   FiberStacks::SetActive(&stacks_, request.kernel_name);
+  racecheck_active = racecheck_;
   while (!faulted_) {
     const int next = PopReady();
     if (next < 0) {
@@ -97,6 +103,7 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
     }
     Enter(scheduler_, threads_[next]);
   }
+  racecheck_active = false;
   current_ = nullptr;
   current_thread_idx = nullptr;
   current_block = nullptr;
@@ -105,13 +112,41 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
   return !faulted_;
 }
 
+namespace {
+// Thrown by Fault: unwinds the faulting fiber's frames (their destructors run, so what they
+// own is freed, as LeakSanitizer requires) up to FiberMain.
+struct FiberFault {};
+}  // namespace
+
 void BlockRunner::FiberMain(void* thread) {
   BlockRunner& runner = *active_runner;
-  runner.request_->body(runner.request_->args);
-  runner.Exit(*static_cast<Thread*>(thread));
+  Thread& self = *static_cast<Thread*>(thread);
+  try {
+    runner.request_->body(runner.request_->args);
+    runner.Exit(self);  // switches away for good
+  } catch (const FiberFault&) {
+  }
+  FiberContext::Switch(self.context, runner.scheduler_, /*from_ends=*/true);
+  std::fprintf(stderr, "dcf simt: a faulted fiber was resumed\n");
+  std::abort();
+}
+
+void BlockRunner::EndSegment(Thread& self) {
+  if (!racecheck_) return;
+  RaceCheck::Hazard h;
+  if (race_.EndSegment(self.id, self.id / kWarpSize, &h)) return;
+  const std::string since =
+      barrier_released_ ? "the __syncthreads at " + Site(last_barrier_site_) : "the block's start";
+  Fault(Format("racecheck: %s hazard on shared array '%s' element %lld: %s %s it and %s %s it "
+               "with no barrier between (since %s)%s",
+               h.kind, h.name, h.index, Describe(threads_[h.other_thread]).c_str(),
+               h.other_wrote ? "wrote" : "read", Describe(self).c_str(),
+               h.kind[0] == 'R' ? "reads" : "writes", since.c_str(),
+               h.other_thread / kWarpSize == self.id / kWarpSize ? ", nor a warp collective" : ""));
 }
 
 void BlockRunner::Exit(Thread& self) {
+  EndSegment(self);
   self.state = State::kExited;
   ++exited_;
   ++warp_blocked_[self.id / kWarpSize];
@@ -127,18 +162,18 @@ void BlockRunner::Exit(Thread& self) {
                  waiter->id % kWarpSize, Describe(*waiter).c_str(), WarpOpName(waiter->request.op),
                  Site(waiter->where).c_str(), waiter->request.mask));
   }
-  SwitchAway(self);
+  SwitchAway(self, /*self_ends=*/true);
   std::fprintf(stderr, "dcf simt: an exited fiber was resumed\n");
   std::abort();
 }
 
-void BlockRunner::SwitchAway(Thread& self) {
+void BlockRunner::SwitchAway(Thread& self, bool self_ends) {
   const int next = PopReady();
   if (next >= 0) {
-    Enter(self.context, threads_[next]);
+    Enter(self.context, threads_[next], self_ends);
   } else {
     current_ = nullptr;
-    FiberContext::Switch(self.context, scheduler_);
+    FiberContext::Switch(self.context, scheduler_, self_ends);
   }
 }
 
@@ -155,11 +190,11 @@ void BlockRunner::YieldReleased(Thread& self) {
   Enter(self.context, threads_[next]);
 }
 
-void BlockRunner::Enter(FiberContext& from, Thread& next) {
+void BlockRunner::Enter(FiberContext& from, Thread& next, bool from_ends) {
   next.state = State::kRunning;
   current_ = &next;
   current_thread_idx = &next.thread_idx;
-  FiberContext::Switch(from, next.context);
+  FiberContext::Switch(from, next.context, from_ends);
 }
 
 void BlockRunner::PushReady(int id) {
@@ -222,11 +257,15 @@ void BlockRunner::SyncThreads(const std::source_location& where) {
                Site(where).c_str(), waiter->id % kWarpSize, Describe(*waiter).c_str(),
                WarpOpName(waiter->request.op), Site(waiter->where).c_str(), waiter->request.mask));
   }
+  EndSegment(self);
   if (at_barrier_ == 0) {
     barrier_site_ = where;
     barrier_first_ = self.id;
   }
   if (++at_barrier_ == num_threads_) {
+    if (racecheck_) race_.BarrierReleased();
+    barrier_released_ = true;
+    last_barrier_site_ = barrier_site_;
     // The last thread releases the others (in linear order) and carries on itself.
     // Nobody has exited (checked above), so no lane is blocked any more.
     at_barrier_ = 0;
@@ -286,6 +325,7 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
                  name, Site(where).c_str(), mask, l, Describe(o).c_str(), Site(o.where).c_str()));
     }
   }
+  EndSegment(self);
   self.request = LaneRequest{op, mask, arg, width, value};
   self.where = where;
   self.state = State::kAtWarpOp;
@@ -325,6 +365,7 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
     o.state = State::kReady;
     release_.push_back(o.id);
   }
+  if (racecheck_) race_.WarpReleased(warp);
   Release(release_);
   YieldReleased(self);
   return results[lane];
@@ -346,9 +387,7 @@ void BlockRunner::Fault(const std::string& what) {
   ReportViolation(Prefix(self) + what);
   faulted_ = true;
   current_ = nullptr;
-  FiberContext::Switch(self.context, scheduler_);
-  std::fprintf(stderr, "dcf simt: a faulted fiber was resumed\n");
-  std::abort();
+  throw FiberFault{};  // caught in FiberMain, which leaves the fiber for good
 }
 
 void BlockRunner::DiagnoseDeadlock() {
