@@ -27,11 +27,31 @@ function(dcf_cuda_sim_sources out_var target)
   set(${out_var} ${result} PARENT_SCOPE)
 endfunction()
 
+# nvcc contracts a * b + c into fused multiply-adds by default (--fmad=true); the host
+# compiler does not (ISO C++ mode, and x86-64's baseline has no FMA). DCFORMER_SIM_FMA
+# compiles the emulator builds' kernels with -ffp-contract=fast -mfma so that cuda-sim rounds
+# as the GPU build does, the 16-bit agreement and golden cuda-sim tests included. On by
+# default where the configuring machine has FMA (x86-64 with the fma flag); the resulting
+# *_sim binaries then need an FMA CPU (every x86-64 CPU since 2013; the release server links
+# no emulator).
+set(_dcf_sim_fma_default OFF)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND EXISTS /proc/cpuinfo)
+  file(STRINGS /proc/cpuinfo _dcf_fma_flags REGEX "^flags.* fma( |$)" LIMIT_COUNT 1)
+  if(_dcf_fma_flags)
+    set(_dcf_sim_fma_default ON)
+  endif()
+endif()
+option(DCFORMER_SIM_FMA "Contract a*b+c into FMAs in cuda-sim builds, as nvcc does"
+       ${_dcf_sim_fma_default})
+
 # Compile settings of an emulator build. -fno-strict-aliasing: kernels reinterpret buffers
 # (float4 loads, one dynamic shared area viewed as several types) as nvcc allows.
 function(dcf_cuda_use_sim target)
   target_compile_definitions(${target} PUBLIC DCF_CUDA_SIM)
   target_compile_options(${target} PRIVATE -fno-strict-aliasing)
+  if(DCFORMER_SIM_FMA)
+    target_compile_options(${target} PRIVATE -ffp-contract=fast -mfma)
+  endif()
   target_link_libraries(${target} PUBLIC dcformer_simt)
 endfunction()
 

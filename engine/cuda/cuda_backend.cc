@@ -323,6 +323,7 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
   if (launched_) return absl::FailedPreconditionError("Launch while a step is in flight");
   if (!prepared_) return absl::FailedPreconditionError("Launch before Prepare");
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
+  DCF_TRACE_STEP(batch.num_tokens(), batch.num_seqs());
   ASSIGN_OR_RETURN(DevicePlan plan, Plan(batch));
   ASSIGN_OR_RETURN(const StepArrays d, Upload(batch, plan));
   if (absl::Status st = Forward(d, plan); !st.ok()) return Fail(st);

@@ -1,14 +1,16 @@
-// Gemm on the SIMT emulator: OpenBLAS on the emulated device memory. The emulator runs all
-// stream work synchronously, so computing at the call keeps stream order.
+// Gemm on the SIMT emulator: OpenBLAS on the emulated device memory, queued on the stream
+// like the library's kernels (engine/simt/library_work.h: stream order, graph capture, trace).
 #include "engine/cuda/gemm.h"
 
 #if defined(DCF_CUDA_SIM)
 
 #include <cblas.h>
 
+#include <memory>
 #include <vector>
 
 #include "engine/cuda/cuda_status.h"
+#include "engine/simt/library_work.h"
 #include "engine/weights/dtype.h"
 
 namespace dcf::cuda {
@@ -34,7 +36,11 @@ const float* AsF32(const void* src, ElemType type, int64_t rows, int64_t cols, i
 }  // namespace
 
 struct Gemm::Impl {
-  std::vector<float> x_buf, w_buf;  // converted 16-bit inputs
+  struct Buffers {
+    std::vector<float> x, w;  // converted 16-bit inputs
+  };
+  // Shared with queued and captured GEMMs, which may run after the Gemm is gone.
+  std::shared_ptr<Buffers> buffers = std::make_shared<Buffers>();
 };
 
 Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -48,22 +54,22 @@ size_t Gemm::workspace_bytes() const { return 0; }
 
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
-  // A real library call fails after a sticky device error; so does this one.
-  const cudaError_t e = cudaStreamQuery(stream);
-  if (e != cudaSuccess && e != cudaErrorNotReady) return CudaStatus(e, "GEMM");
   if (a.m == 0) return absl::OkStatus();
-  int64_t ldx = 0, ldw = 0;
-  const float* x = AsF32(a.x, a.dtype, a.m, a.k, a.ldx, impl_->x_buf, &ldx);
-  const float* w = AsF32(a.w, a.dtype, a.n, a.k, a.k, impl_->w_buf, &ldw);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.m, a.n, a.k, 1.0f, x, ldx, w, ldw,
-              a.accumulate ? 1.0f : 0.0f, a.y, a.ldy);
-  if (a.bias != nullptr) {
-    for (int r = 0; r < a.m; ++r) {
-      float* row = a.y + r * a.ldy;
-      for (int c = 0; c < a.n; ++c) row[c] += a.bias[c];
-    }
-  }
-  return absl::OkStatus();
+  // Fails after a sticky device error, as a real library call does.
+  return CudaStatus(simt::EnqueueGemm(stream, a.m, a.n, a.k, [a, buf = impl_->buffers] {
+                      int64_t ldx = 0, ldw = 0;
+                      const float* x = AsF32(a.x, a.dtype, a.m, a.k, a.ldx, buf->x, &ldx);
+                      const float* w = AsF32(a.w, a.dtype, a.n, a.k, a.k, buf->w, &ldw);
+                      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.m, a.n, a.k, 1.0f,
+                                  x, ldx, w, ldw, a.accumulate ? 1.0f : 0.0f, a.y, a.ldy);
+                      if (a.bias != nullptr) {
+                        for (int r = 0; r < a.m; ++r) {
+                          float* row = a.y + r * a.ldy;
+                          for (int c = 0; c < a.n; ++c) row[c] += a.bias[c];
+                        }
+                      }
+                    }),
+                    "GEMM");
 }
 
 }  // namespace DCF_CUDA_NS

@@ -22,9 +22,11 @@ constexpr int kUBin = kUHist + kHistGroups * kBins;  // [kBins] counts of the le
 constexpr int kUWarp = kUBin + kBins;                // [32] warp totals (scans)
 constexpr int kUBcast = kUWarp + 32;                 // [4] broadcast
 constexpr int kUSize = kUBcast + 4;
+// unsigned long long:
+constexpr int kQHist = 0;  // [kHistGroups][kBins] masses in fixed point (MassFixed)
+constexpr int kQSize = kHistGroups * kBins;
 // double:
-constexpr int kDHist = 0;                            // [kHistGroups][kBins] masses
-constexpr int kDBin = kDHist + kHistGroups * kBins;  // [kBins] weights of the level
+constexpr int kDBin = 0;                             // [kBins] weights of the level
 constexpr int kDWarp = kDBin + kBins;                // [32] reductions and scans
 constexpr int kDBcast = kDWarp + 32;                 // [4]
 constexpr int kDSize = kDBcast + 4;
@@ -39,16 +41,29 @@ constexpr int kICount = kICand + kSampleMaxTop;  // [1] candidates gathered
 constexpr int kIBcast = kICount + 1;             // [2]
 constexpr int kISize = kIBcast + 2;
 
-template <typename SU, typename SD, typename SF, typename SI>
+template <typename SU, typename SQ, typename SD, typename SF, typename SI>
 struct Smem {
   SU& u;
+  SQ& q;
   SD& d;
   SF& f;
   SI& i;
 };
-template <typename SU, typename SD, typename SF, typename SI>
-__device__ Smem<SU, SD, SF, SI> MakeSmem(SU& u, SD& d, SF& f, SI& i) {
-  return Smem<SU, SD, SF, SI>{u, d, f, i};
+template <typename SU, typename SQ, typename SD, typename SF, typename SI>
+__device__ Smem<SU, SQ, SD, SF, SI> MakeSmem(SU& u, SQ& q, SD& d, SF& f, SI& i) {
+  return Smem<SU, SQ, SD, SF, SI>{u, q, d, f, i};
+}
+
+// The radix histograms' masses are sums of p = exp(v - max) in [0, 1] accumulated with
+// atomics by whichever threads get there first. In floating point the order of those adds
+// changes the last bits of a bucket's mass, and with it, at a top-p or sampling boundary, the
+// token: seeded sampling would not repeat on a GPU. So the histograms add p in 40-bit fixed
+// point with integer atomics (associative: the same sums in any order, and a native shared
+// u64 add instead of a double add), exact for vocabularies below 2^23 (the sum stays below
+// 2^63); a mass below 2^-41 counts as 0 there (its element is still counted and kept).
+constexpr double kMassScale = 1099511627776.0;  // 2^40
+__device__ __forceinline__ unsigned long long MassFixed(float p) {
+  return static_cast<unsigned long long>(static_cast<double>(p) * kMassScale + 0.5);
 }
 
 // Order-preserving key: larger float -> larger key. -0 and +0 (equal values) share a key.
@@ -239,7 +254,7 @@ __device__ Found RadixSelect(const float* values, int V, const Filter& f, float 
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < kHistGroups * kBins; b += blockDim.x) {
       s.u[kUHist + b] = 0u;
-      if (kMass) s.d[kDHist + b] = 0.0;
+      if (kMass) s.q[kQHist + b] = 0ull;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
@@ -250,18 +265,18 @@ __device__ Found RadixSelect(const float* values, int V, const Filter& f, float 
       if (!f.Keep(key, i, p)) continue;
       const int bin = (key >> shift) & (kBins - 1);
       atomicAdd(&s.u[kUHist + group * kBins + bin], 1u);
-      if (kMass) atomicAdd(&s.d[kDHist + group * kBins + bin], static_cast<double>(p));
+      if (kMass) atomicAdd(&s.q[kQHist + group * kBins + bin], MassFixed(p));
     }
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
       unsigned c = 0;
-      double m = 0;
+      unsigned long long m = 0;
       for (int g = 0; g < kHistGroups; ++g) {
         c += s.u[kUHist + g * kBins + b];
-        if (kMass) m += s.d[kDHist + g * kBins + b];
+        if (kMass) m += s.q[kQHist + g * kBins + b];
       }
       s.u[kUBin + b] = c;
-      s.d[kDBin + b] = kMass ? m : static_cast<double>(c);
+      s.d[kDBin + b] = kMass ? static_cast<double>(m) / kMassScale : static_cast<double>(c);
     }
     __syncthreads();
     if (warp == 0) {
@@ -403,10 +418,11 @@ __device__ int DrawInIdOrder(const float* values, int V, const Filter& f, float 
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   DCF_SHARED(unsigned, su, kUSize);
+  DCF_SHARED(unsigned long long, sq, kQSize);
   DCF_SHARED(double, sd, kDSize);
   DCF_SHARED(float, sf, kFSize);
   DCF_SHARED(int, si, kISize);
-  auto s = MakeSmem(su, sd, sf, si);
+  auto s = MakeSmem(su, sq, sd, sf, si);
   const DeviceSamplingRow row = p.rows[blockIdx.x];
   const int V = p.vocab;
   const float* raw = p.logits + static_cast<int64_t>(row.logit_row) * V;
@@ -555,7 +571,7 @@ __global__ void RecordSampledKernel(RecordSampledParams p) {
 
 cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream) {
   if (p.num_rows <= 0) return cudaSuccess;
-  if (p.vocab <= 0 || p.logits == nullptr || p.rows == nullptr || p.work == nullptr ||
+  if (p.vocab <= 0 || p.vocab >= (1 << 23) || p.logits == nullptr || p.rows == nullptr || p.work == nullptr ||
       p.results == nullptr) {
     return cudaErrorInvalidValue;
   }

@@ -11,24 +11,36 @@
 
 #include <atomic>
 
+#include "engine/simt/racecheck.h"
+
 namespace dcf::simt {
 
 namespace detail {
+// Tells the racecheck (racecheck.h) that the shared-memory access just made through
+// `&smem[i]` is this atomic's, exempt from it.
+template <typename T>
+inline void MarkAtomic(T* address) {
+  if (racecheck_active) [[unlikely]] RaceAtomic(address);
+}
 template <typename T>
 inline T AtomicAdd(T* address, T value) {
+  MarkAtomic(address);
   return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
 }
 template <typename T>
 inline T AtomicExch(T* address, T value) {
+  MarkAtomic(address);
   return std::atomic_ref<T>(*address).exchange(value, std::memory_order_relaxed);
 }
 template <typename T>
 inline T AtomicCas(T* address, T compare, T value) {
+  MarkAtomic(address);
   std::atomic_ref<T>(*address).compare_exchange_strong(compare, value, std::memory_order_relaxed);
   return compare;  // the old value, whether or not it matched
 }
 template <typename T, typename Better>
 inline T AtomicUpdateIf(T* address, T value, Better better) {
+  MarkAtomic(address);
   std::atomic_ref<T> ref(*address);
   T old = ref.load(std::memory_order_relaxed);
   while (better(value, old) && !ref.compare_exchange_weak(old, value, std::memory_order_relaxed)) {

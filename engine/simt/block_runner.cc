@@ -25,33 +25,7 @@ std::string Format(const char* format, ...) {
   return text;
 }
 
-// "file:line" with the path normalised: a .cu file compiled through its generated wrapper
-// is named "<wrapper dir>/../../<path>"; "dir/.." pairs and leading "../" are dropped, and so
-// is the source root, so that messages name files as the repository does.
-std::string Site(const std::source_location& where) {
-  std::vector<std::string> parts;
-  const std::string path = where.file_name();
-  const bool absolute = !path.empty() && path[0] == '/';
-  size_t begin = 0;
-  while (begin <= path.size()) {
-    size_t end = path.find('/', begin);
-    if (end == std::string::npos) end = path.size();
-    const std::string part = path.substr(begin, end - begin);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    begin = end + 1;
-  }
-  std::string normalised = absolute ? "/" : "";
-  for (size_t i = 0; i < parts.size(); ++i) normalised += (i ? "/" : "") + parts[i];
-#ifdef DCF_SIMT_SOURCE_ROOT
-  const std::string root = DCF_SIMT_SOURCE_ROOT;
-  if (normalised.compare(0, root.size(), root) == 0) normalised.erase(0, root.size());
-#endif
-  return Format("%s:%u", normalised.c_str(), static_cast<unsigned>(where.line()));
-}
+std::string Site(const std::source_location& where) { return SourceSite(where); }
 
 bool SameSite(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && a.column() == b.column() &&
@@ -78,7 +52,8 @@ BlockRunner& BlockRunner::ForThisThread() {
 
 BlockRunner* BlockRunner::Active() { return active_runner; }
 
-bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, uint3 block_idx) {
+bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, uint3 block_idx,
+                      uint64_t schedule_seed) {
   const dim3 block = request.block;
   num_threads_ = static_cast<int>(block.x * block.y * block.z);
   request_ = &request;
@@ -89,6 +64,9 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
   ready_.assign(num_threads_, 0);
   ready_head_ = 0;
   ready_count_ = 0;
+  schedule_ = CurrentSchedule();
+  rng_ = ScheduleRng(schedule_seed);
+  release_.clear();
   for (int i = 0; i < num_threads_; ++i) {
     Thread& t = threads_[i];
     const auto id = static_cast<unsigned int>(i);
@@ -96,20 +74,27 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
     t.id = i;
     t.state = State::kReady;
     t.context.Prepare(kind, stacks_.stack(i), stacks_.stack_bytes(), &BlockRunner::FiberMain, &t);
-    PushReady(i);
+    release_.push_back(i);
   }
+  Release(release_);
   warp_waiting_.assign((num_threads_ + kWarpSize - 1) / kWarpSize, 0);
   warp_blocked_.assign(warp_waiting_.size(), 0);
   exited_ = 0;
   first_exited_ = -1;
   at_barrier_ = 0;
   barrier_first_ = -1;
+  barrier_released_ = false;
   faulted_ = false;
   shared_.Reset(request.dynamic_shared_bytes, shared_limit_bytes);
+  racecheck_ = GetConfig().racecheck;
+  if (racecheck_) {
+    race_.BeginBlock(shared_.base(), SharedArena::capacity(), (num_threads_ + kWarpSize - 1) / kWarpSize);
+  }
 
   active_runner = this;
   current_block = &coords_;
   FiberStacks::SetActive(&stacks_, request.kernel_name);
+  racecheck_active = racecheck_;
   while (!faulted_) {
     const int next = PopReady();
     if (next < 0) {
@@ -118,6 +103,7 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
     }
     Enter(scheduler_, threads_[next]);
   }
+  racecheck_active = false;
   current_ = nullptr;
   current_thread_idx = nullptr;
   current_block = nullptr;
@@ -126,13 +112,41 @@ bool BlockRunner::Run(const LaunchRequest& request, size_t shared_limit_bytes, u
   return !faulted_;
 }
 
+namespace {
+// Thrown by Fault: unwinds the faulting fiber's frames (their destructors run, so what they
+// own is freed, as LeakSanitizer requires) up to FiberMain.
+struct FiberFault {};
+}  // namespace
+
 void BlockRunner::FiberMain(void* thread) {
   BlockRunner& runner = *active_runner;
-  runner.request_->body(runner.request_->args);
-  runner.Exit(*static_cast<Thread*>(thread));
+  Thread& self = *static_cast<Thread*>(thread);
+  try {
+    runner.request_->body(runner.request_->args);
+    runner.Exit(self);  // switches away for good
+  } catch (const FiberFault&) {
+  }
+  FiberContext::Switch(self.context, runner.scheduler_, /*from_ends=*/true);
+  std::fprintf(stderr, "dcf simt: a faulted fiber was resumed\n");
+  std::abort();
+}
+
+void BlockRunner::EndSegment(Thread& self) {
+  if (!racecheck_) return;
+  RaceCheck::Hazard h;
+  if (race_.EndSegment(self.id, self.id / kWarpSize, &h)) return;
+  const std::string since =
+      barrier_released_ ? "the __syncthreads at " + Site(last_barrier_site_) : "the block's start";
+  Fault(Format("racecheck: %s hazard on shared array '%s' element %lld: %s %s it and %s %s it "
+               "with no barrier between (since %s)%s",
+               h.kind, h.name, h.index, Describe(threads_[h.other_thread]).c_str(),
+               h.other_wrote ? "wrote" : "read", Describe(self).c_str(),
+               h.kind[0] == 'R' ? "reads" : "writes", since.c_str(),
+               h.other_thread / kWarpSize == self.id / kWarpSize ? ", nor a warp collective" : ""));
 }
 
 void BlockRunner::Exit(Thread& self) {
+  EndSegment(self);
   self.state = State::kExited;
   ++exited_;
   ++warp_blocked_[self.id / kWarpSize];
@@ -148,31 +162,59 @@ void BlockRunner::Exit(Thread& self) {
                  waiter->id % kWarpSize, Describe(*waiter).c_str(), WarpOpName(waiter->request.op),
                  Site(waiter->where).c_str(), waiter->request.mask));
   }
-  SwitchAway(self);
+  SwitchAway(self, /*self_ends=*/true);
   std::fprintf(stderr, "dcf simt: an exited fiber was resumed\n");
   std::abort();
 }
 
-void BlockRunner::SwitchAway(Thread& self) {
+void BlockRunner::SwitchAway(Thread& self, bool self_ends) {
   const int next = PopReady();
   if (next >= 0) {
-    Enter(self.context, threads_[next]);
+    Enter(self.context, threads_[next], self_ends);
   } else {
     current_ = nullptr;
-    FiberContext::Switch(self.context, scheduler_);
+    FiberContext::Switch(self.context, scheduler_, self_ends);
   }
 }
 
-void BlockRunner::Enter(FiberContext& from, Thread& next) {
+void BlockRunner::YieldReleased(Thread& self) {
+  // `self` is in the ready queue with the threads it released: they all resume in the
+  // schedule's order, `self` included.
+  const int next = PopReady();
+  if (next == self.id) {
+    self.state = State::kRunning;
+    current_ = &self;
+    current_thread_idx = &self.thread_idx;
+    return;
+  }
+  Enter(self.context, threads_[next]);
+}
+
+void BlockRunner::Enter(FiberContext& from, Thread& next, bool from_ends) {
   next.state = State::kRunning;
   current_ = &next;
   current_thread_idx = &next.thread_idx;
-  FiberContext::Switch(from, next.context);
+  FiberContext::Switch(from, next.context, from_ends);
 }
 
 void BlockRunner::PushReady(int id) {
   ready_[(ready_head_ + ready_count_) % num_threads_] = id;
   ++ready_count_;
+}
+
+void BlockRunner::Release(std::vector<int>& ids) {
+  switch (schedule_.kind) {
+    case ScheduleKind::kLinear:
+      for (int id : ids) PushReady(id);
+      break;
+    case ScheduleKind::kReverse:
+      for (auto it = ids.rbegin(); it != ids.rend(); ++it) PushReady(*it);
+      break;
+    case ScheduleKind::kRandom:
+      for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng_.Below(i)]);
+      for (int id : ids) PushReady(id);
+      break;
+  }
 }
 
 int BlockRunner::PopReady() {
@@ -215,21 +257,26 @@ void BlockRunner::SyncThreads(const std::source_location& where) {
                Site(where).c_str(), waiter->id % kWarpSize, Describe(*waiter).c_str(),
                WarpOpName(waiter->request.op), Site(waiter->where).c_str(), waiter->request.mask));
   }
+  EndSegment(self);
   if (at_barrier_ == 0) {
     barrier_site_ = where;
     barrier_first_ = self.id;
   }
   if (++at_barrier_ == num_threads_) {
+    if (racecheck_) race_.BarrierReleased();
+    barrier_released_ = true;
+    last_barrier_site_ = barrier_site_;
     // The last thread releases the others (in linear order) and carries on itself.
     // Nobody has exited (checked above), so no lane is blocked any more.
     at_barrier_ = 0;
+    release_.clear();
     for (int i = 0; i < num_threads_; ++i) {
-      if (i != self.id) {
-        threads_[i].state = State::kReady;
-        PushReady(i);
-      }
+      threads_[i].state = State::kReady;
+      release_.push_back(i);
     }
     std::fill(warp_blocked_.begin(), warp_blocked_.end(), 0);
+    Release(release_);
+    YieldReleased(self);
     return;
   }
   self.state = State::kAtBarrier;
@@ -278,6 +325,7 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
                  name, Site(where).c_str(), mask, l, Describe(o).c_str(), Site(o.where).c_str()));
     }
   }
+  EndSegment(self);
   self.request = LaneRequest{op, mask, arg, width, value};
   self.where = where;
   self.state = State::kAtWarpOp;
@@ -308,17 +356,18 @@ uint64_t BlockRunner::WarpCollective(WarpOp op, unsigned int mask, uint64_t valu
                name, Site(where).c_str(), bad_lane, Describe(threads_[base + bad_lane]).c_str(),
                bad_source, mask));
   }
+  release_.clear();
   for (int l = 0; l < lanes_in_warp; ++l) {
     if (!(mask >> l & 1u)) continue;
     Thread& o = threads_[base + l];
     o.result = results[l];
     --warp_waiting_[warp];
-    if (l != lane) {
-      o.state = State::kReady;
-      PushReady(o.id);
-    }
+    o.state = State::kReady;
+    release_.push_back(o.id);
   }
-  self.state = State::kRunning;
+  if (racecheck_) race_.WarpReleased(warp);
+  Release(release_);
+  YieldReleased(self);
   return results[lane];
 }
 
@@ -338,9 +387,7 @@ void BlockRunner::Fault(const std::string& what) {
   ReportViolation(Prefix(self) + what);
   faulted_ = true;
   current_ = nullptr;
-  FiberContext::Switch(self.context, scheduler_);
-  std::fprintf(stderr, "dcf simt: a faulted fiber was resumed\n");
-  std::abort();
+  throw FiberFault{};  // caught in FiberMain, which leaves the fiber for good
 }
 
 void BlockRunner::DiagnoseDeadlock() {

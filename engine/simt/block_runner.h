@@ -1,7 +1,8 @@
 // Runs one thread block of a kernel in the SIMT emulator: every thread of the block is a
 // fiber on the calling OS thread, and fibers switch only where CUDA threads synchronise
-// (__syncthreads, warp collectives) or exit. The schedule is deterministic: threads start in
-// linear order, each runs until it blocks, and released threads resume in linear order.
+// (__syncthreads, warp collectives) or exit. The schedule (schedule.h) is deterministic:
+// threads start in its order (linear by default), each runs until it blocks, and released
+// threads resume in its order.
 //
 // The runner enforces the programming model and stops the block at the first violation
 // (the faulting fiber never resumes; neither does any other fiber of the block):
@@ -27,6 +28,8 @@
 #include "engine/simt/fiber_context.h"
 #include "engine/simt/fiber_stacks.h"
 #include "engine/simt/launch.h"
+#include "engine/simt/racecheck.h"
+#include "engine/simt/schedule.h"
 #include "engine/simt/shared_arena.h"
 #include "engine/simt/shared_memory.h"
 #include "engine/simt/warp_collective.h"
@@ -48,7 +51,11 @@ class BlockRunner {
   // Runs block `block_idx` of `request` to completion. `shared_limit_bytes` bounds static
   // plus dynamic shared memory. Returns false when a violation stopped the block (already
   // reported).
-  bool Run(const LaunchRequest& request, size_t shared_limit_bytes, uint3 block_idx);
+  // `schedule_seed` feeds the random schedule's choices for this block.
+  bool Run(const LaunchRequest& request, size_t shared_limit_bytes, uint3 block_idx,
+           uint64_t schedule_seed);
+
+  RaceCheck& race_check() { return race_; }
 
   // Entry points for the running kernel (through the front-ends in warp_ops.h and
   // shared_memory.h).
@@ -76,9 +83,15 @@ class BlockRunner {
   [[noreturn]] void Exit(Thread& self);
   // Leaves `self` (already marked waiting or exited) for the next ready fiber, or for the
   // scheduler when none is ready. Returns when `self` is resumed.
-  void SwitchAway(Thread& self);
-  void Enter(FiberContext& from, Thread& next);
+  // `self_ends` / `from_ends`: the fiber switched away from never resumes (it exited).
+  void SwitchAway(Thread& self, bool self_ends = false);
+  void Enter(FiberContext& from, Thread& next, bool from_ends = false);
+  // The last thread to reach a barrier or collective, having made every participant (itself
+  // included) ready: runs the first ready thread, returning when `self` is resumed.
+  void YieldReleased(Thread& self);
   void PushReady(int id);
+  // Makes ready, in the schedule's order, the threads in ids (given in linear order).
+  void Release(std::vector<int>& ids);
   int PopReady();  // -1 when empty
   // A lane of `t`'s warp that waits at a collective whose mask names `t`, or nullptr.
   const Thread* WarpWaiterFor(const Thread& t) const;
@@ -104,7 +117,17 @@ class BlockRunner {
   int at_barrier_ = 0;
   int barrier_first_ = -1;  // the first thread waiting at the current barrier
   std::source_location barrier_site_;
+  bool barrier_released_ = false;  // a __syncthreads completed in this block
+  std::source_location last_barrier_site_;  // the last one that did
   bool faulted_ = false;
+  // Ends the running segment of `self` for the racecheck; a hazard is a violation.
+  void EndSegment(Thread& self);
+
+  RaceCheck race_;
+  bool racecheck_ = false;
+  Schedule schedule_;
+  ScheduleRng rng_{0};
+  std::vector<int> release_;  // scratch of Release
 };
 
 }  // namespace dcf::simt::detail

@@ -66,6 +66,19 @@ Config ReadConfig() {
                AssemblyContextAvailable() ? "asm or ucontext" : "ucontext (no asm switch here)");
     }
   }
+  if (const char* v = std::getenv("DCF_SIMT_SCHEDULE")) {
+    if (!ParseSchedule(v, &config.schedule)) {
+      BadValue("DCF_SIMT_SCHEDULE", v, "linear, reverse or random:SEED (SEED a decimal integer)");
+    }
+  }
+  if (const char* v = std::getenv("DCF_SIMT_TRACE")) config.trace_path = v;
+  if (const char* v = std::getenv("DCF_SIMT_RACECHECK")) {
+    if (std::strcmp(v, "0") == 0) {
+      config.racecheck = false;
+    } else if (std::strcmp(v, "1") != 0) {
+      BadValue("DCF_SIMT_RACECHECK", v, "0 or 1");
+    }
+  }
   return config;
 }
 

@@ -6,11 +6,17 @@
 //                              (read at each violation, so a death test can set it)
 //   DCF_SIMT_CONTEXT=asm|ucontext  fiber switch implementation (default asm on x86-64,
 //                              ucontext elsewhere)
+//   DCF_SIMT_SCHEDULE=linear|reverse|random:SEED  the order of open choices (schedule.h)
+//   DCF_SIMT_TRACE=FILE        append one JSON line per device operation to FILE (trace.h)
+//   DCF_SIMT_RACECHECK=0|1     shared-memory race detection (default 1; block_runner.h)
 // A malformed value is a fatal error naming the variable: a typo must not silently test
 // something else.
 #pragma once
 
 #include <cstddef>
+#include <string>
+
+#include "engine/simt/schedule.h"
 
 namespace dcf::simt::detail {
 
@@ -21,6 +27,9 @@ struct Config {
   size_t stack_bytes = 64 * 1024;
   size_t device_memory_bytes = size_t{8} << 30;
   ContextKind context_kind = ContextKind::kAssembly;
+  Schedule schedule;
+  std::string trace_path;  // empty: no trace
+  bool racecheck = true;
 };
 
 // Parsed on first use; thread-safe.

@@ -70,7 +70,15 @@
 //   cudaGetDeviceProperties (cudaDeviceProp: name, totalGlobalMem, sharedMemPerBlock,
 //   sharedMemPerBlockOptin, multiProcessorCount, major, minor, warpSize,
 //   maxThreadsPerBlock, maxThreadsDim, maxGridSize ...), cudaMemGetInfo,
-//   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+//   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+//   graphs: cudaStreamBeginCapture/EndCapture/IsCapturing (cudaStreamCaptureMode...,
+//   cudaStreamCaptureStatus...), cudaGraph_t, cudaGraphExec_t, cudaGraphNode_t,
+//   cudaGraphInstantiate(exec, graph, 0), cudaGraphLaunch, cudaGraphExecUpdate
+//   (cudaGraphExecUpdateResultInfo), cudaGraphGetNodes, cudaGraphDestroy, cudaGraphExecDestroy.
+//   Work is asynchronous in both builds: results are visible to the host only after a
+//   synchronising call, kernel faults are reported by the call that waits.
+// Trace hook (host code): DCF_TRACE_STEP(tokens, seqs) marks the start of a backend step in
+//   the emulator's trace (engine/simt/trace.h); it compiles to nothing in a real build.
 //
 // Symbols: code in engine/cuda goes inside `namespace dcf::cuda { inline namespace
 // DCF_CUDA_NS { ... } }` (kernels may also sit in an anonymous namespace). DCF_CUDA_NS is
@@ -120,6 +128,7 @@
   T* const name = reinterpret_cast<T*>(dcf_dynamic_shared_bytes)
 #define DCF_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
   kernel<<<grid, block, smem_bytes, stream>>>(__VA_ARGS__)
+#define DCF_TRACE_STEP(tokens, seqs) ((void)(tokens), (void)(seqs))
 
 #elif defined(DCF_CUDA_SIM)
 // ------------------------------------ Emulator ------------------------------------------
@@ -139,6 +148,7 @@
   const ::dcf::simt::DynamicSharedArray<T> name(::dcf::simt::detail::DynamicShared(), #name)
 #define DCF_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
   ::dcf::simt::Launch(#kernel, kernel, grid, block, smem_bytes, stream __VA_OPT__(, ) __VA_ARGS__)
+#define DCF_TRACE_STEP(tokens, seqs) ::dcf::simt::TraceStep(tokens, seqs)
 
 #else
 // dcf_add_cuda_library / dcf_add_cuda_test (cmake/Cuda.cmake) define one of them.

@@ -64,8 +64,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return detail::StickyError(); }
-
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   if (cudaError_t e = detail::StickyError(); e != cudaSuccess) return e;
   if (func == nullptr) return detail::Fail(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute");

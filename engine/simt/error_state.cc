@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/simt/config.h"
 #include "engine/simt/runtime.h"
@@ -34,6 +35,37 @@ void SetMessage(std::string message) {
 }
 
 }  // namespace
+
+// "file:line" with the path normalised: a .cu file compiled through its generated wrapper
+// is named "<wrapper dir>/../../<path>"; "dir/.." pairs and leading "../" are dropped, and so
+// is the source root, so that messages name files as the repository does.
+std::string SourceSite(const std::source_location& where) {
+  std::vector<std::string> parts;
+  const std::string path = where.file_name();
+  const bool absolute = !path.empty() && path[0] == '/';
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t end = path.find('/', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(begin, end - begin);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    begin = end + 1;
+  }
+  std::string normalised = absolute ? "/" : "";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) normalised += '/';
+    normalised += parts[i];
+  }
+#ifdef DCF_SIMT_SOURCE_ROOT
+  const std::string root = DCF_SIMT_SOURCE_ROOT;
+  if (normalised.compare(0, root.size(), root) == 0) normalised.erase(0, root.size());
+#endif
+  return normalised + ":" + std::to_string(where.line());
+}
 
 cudaError_t StickyError() { return State().sticky.load(std::memory_order_acquire); }
 
@@ -77,12 +109,22 @@ const char* cudaGetErrorName(cudaError_t error) {
     DCF_SIMT_ERROR_NAME(cudaErrorNoDevice)
     DCF_SIMT_ERROR_NAME(cudaErrorInvalidDevice)
     DCF_SIMT_ERROR_NAME(cudaErrorInvalidResourceHandle)
+    DCF_SIMT_ERROR_NAME(cudaErrorIllegalState)
     DCF_SIMT_ERROR_NAME(cudaErrorNotReady)
     DCF_SIMT_ERROR_NAME(cudaErrorIllegalAddress)
     DCF_SIMT_ERROR_NAME(cudaErrorLaunchOutOfResources)
     DCF_SIMT_ERROR_NAME(cudaErrorAssert)
     DCF_SIMT_ERROR_NAME(cudaErrorLaunchFailure)
     DCF_SIMT_ERROR_NAME(cudaErrorNotSupported)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureUnsupported)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureInvalidated)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureUnmatched)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureUnjoined)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureIsolation)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureImplicit)
+    DCF_SIMT_ERROR_NAME(cudaErrorCapturedEvent)
+    DCF_SIMT_ERROR_NAME(cudaErrorStreamCaptureWrongThread)
+    DCF_SIMT_ERROR_NAME(cudaErrorGraphExecUpdateFailure)
     DCF_SIMT_ERROR_NAME(cudaErrorUnknown)
 #undef DCF_SIMT_ERROR_NAME
   }
@@ -116,6 +158,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle:
       return "invalid resource handle";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
     case cudaErrorNotReady:
       return "device not ready";
     case cudaErrorIllegalAddress:
@@ -128,6 +172,25 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "unspecified launch failure";
     case cudaErrorNotSupported:
       return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorGraphExecUpdateFailure:
+      return "the graph update was not performed because it included changes which violated "
+             "constraints specific to instantiated graph update";
     case cudaErrorUnknown:
       return "unknown error";
   }

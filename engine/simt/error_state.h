@@ -7,11 +7,16 @@
 // Thread-safe.
 #pragma once
 
+#include <source_location>
 #include <string>
 
 #include "engine/simt/runtime_types.h"
 
 namespace dcf::simt::detail {
+
+// "file:line" of `where`, the path relative to the repository (a .cu file compiled through
+// its generated wrapper is named by its own path).
+std::string SourceSite(const std::source_location& where);
 
 // The sticky error, or cudaSuccess. Runtime calls start with
 //   if (cudaError_t e = StickyError(); e != cudaSuccess) return e;

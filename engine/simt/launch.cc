@@ -6,14 +6,20 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/simt/block_runner.h"
 #include "engine/simt/config.h"
+#include "engine/simt/device_queue.h"
 #include "engine/simt/error_state.h"
 #include "engine/simt/kernel_attributes.h"
+#include "engine/simt/library_work.h"
 #include "engine/simt/runtime.h"
+#include "engine/simt/schedule.h"
 #include "engine/simt/simt_testing.h"
 #include "engine/simt/stream_registry.h"
+#include "engine/simt/trace.h"
 #include "engine/simt/worker_pool.h"
 
 namespace dcf::simt {
@@ -67,6 +73,52 @@ uint3 BlockIndex(uint64_t linear, dim3 grid) {
                static_cast<unsigned int>(linear / (uint64_t{grid.x} * grid.y))};
 }
 
+// Runs every block of the grid (the queued work of a launch).
+void RunGrid(const LaunchRequest& request) {
+  const size_t shared_limit =
+      HasDynamicSharedOptIn(request.kernel) ? kMaxSharedPerBlockOptin : kDefaultSharedPerBlock;
+  const uint64_t num_blocks = uint64_t{request.grid.x} * request.grid.y * request.grid.z;
+  const Schedule schedule = CurrentSchedule();
+  const uint64_t serial = NextScheduleSerial();
+  // The schedule's block order: a permutation of the linear block indices.
+  std::vector<uint32_t> order;
+  if (schedule.kind == ScheduleKind::kRandom) {
+    order.resize(num_blocks);
+    for (uint64_t b = 0; b < num_blocks; ++b) order[b] = static_cast<uint32_t>(b);
+    ScheduleRng rng(ScheduleSeed(schedule.seed, serial, 0));
+    for (uint64_t i = num_blocks; i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
+  }
+  const auto block_at = [&](uint64_t i) -> uint64_t {
+    switch (schedule.kind) {
+      case ScheduleKind::kLinear:
+        return i;
+      case ScheduleKind::kReverse:
+        return num_blocks - 1 - i;
+      case ScheduleKind::kRandom:
+        return order[i];
+    }
+    return i;
+  };
+
+  std::atomic<uint64_t> next_block{0};
+  std::atomic<bool> failed{false};
+  const std::function<void()> work = [&] {
+    BlockRunner& runner = BlockRunner::ForThisThread();
+    while (!failed.load(std::memory_order_relaxed)) {
+      const uint64_t i = next_block.fetch_add(1, std::memory_order_relaxed);
+      if (i >= num_blocks) break;
+      const uint64_t b = block_at(i);
+      if (!runner.Run(request, shared_limit, BlockIndex(b, request.grid),
+                      ScheduleSeed(schedule.seed, serial, b + 1))) {
+        failed.store(true, std::memory_order_relaxed);
+      }
+    }
+  };
+  const int threads = WorkerThreads();
+  WorkerPool::Get().Run(
+      static_cast<int>(num_blocks < static_cast<uint64_t>(threads) ? num_blocks : threads), work);
+}
+
 }  // namespace
 
 void RunLaunch(const LaunchRequest& request) {
@@ -82,28 +134,41 @@ void RunLaunch(const LaunchRequest& request) {
          /*print=*/true);
     return;
   }
-  const size_t shared_limit =
-      HasDynamicSharedOptIn(request.kernel) ? kMaxSharedPerBlockOptin : kDefaultSharedPerBlock;
-  const uint64_t num_blocks = uint64_t{request.grid.x} * request.grid.y * request.grid.z;
-
-  std::atomic<uint64_t> next_block{0};
-  std::atomic<bool> failed{false};
-  const std::function<void()> work = [&] {
-    BlockRunner& runner = BlockRunner::ForThisThread();
-    while (!failed.load(std::memory_order_relaxed)) {
-      const uint64_t b = next_block.fetch_add(1, std::memory_order_relaxed);
-      if (b >= num_blocks) break;
-      if (!runner.Run(request, shared_limit, BlockIndex(b, request.grid))) {
-        failed.store(true, std::memory_order_relaxed);
-      }
-    }
-  };
-  const int threads = WorkerThreads();
-  WorkerPool::Get().Run(
-      static_cast<int>(num_blocks < static_cast<uint64_t>(threads) ? num_blocks : threads), work);
+  Work w;
+  w.kind = Work::Kind::kKernel;
+  w.name = request.kernel_name;
+  w.function = request.kernel;
+  w.grid = request.grid;
+  w.block = request.block;
+  w.smem = request.dynamic_shared_bytes;
+  auto queued = std::make_shared<const LaunchRequest>(request);
+  w.run = [queued] { RunGrid(*queued); };
+  TraceWork(w, /*async=*/true);
+  if (const cudaError_t e = Submit(request.stream, std::move(w)); e != cudaSuccess) {
+    Fail(e, std::string("launch of kernel '") + request.kernel_name +
+                "': the legacy stream while a blocking stream is being captured");
+  }
 }
 
 }  // namespace detail
+
+cudaError_t EnqueueGemm(cudaStream_t stream, int m, int n, int k, std::function<void()> work) {
+  if (const cudaError_t e = detail::StickyError(); e != cudaSuccess) return e;
+  if (!detail::IsLiveStream(stream)) {
+    return detail::Fail(cudaErrorInvalidResourceHandle, "GEMM: the stream is not live");
+  }
+  detail::Work w;
+  w.kind = detail::Work::Kind::kGemm;
+  w.m = m;
+  w.n = n;
+  w.k = k;
+  w.run = std::move(work);
+  detail::TraceWork(w, /*async=*/true);
+  if (const cudaError_t e = detail::Submit(stream, std::move(w)); e != cudaSuccess) {
+    return detail::Fail(e, "GEMM: the legacy stream while a blocking stream is being captured");
+  }
+  return cudaSuccess;
+}
 
 void SetWorkerThreads(int threads) { detail::worker_threads.store(threads < 1 ? 1 : threads); }
 

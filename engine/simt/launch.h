@@ -1,10 +1,10 @@
 // Kernel launches in the SIMT emulator: what DCF_LAUNCH (cuda_compat.h) expands to.
 //
 // Launch() converts the arguments to the kernel's parameter types once (as a CUDA launch
-// copies them), checks the configuration the way the CUDA runtime does, then runs every block
-// of the grid before returning (stream order is trivially kept: all work is synchronous).
-// Configuration errors set the calling thread's last error, print one line to stderr and run
-// nothing:
+// copies them), checks the configuration the way the CUDA runtime does, then queues the grid
+// on its stream (device_queue.h; or records it in the stream's capture). The grid runs when
+// the host waits for it. Configuration errors are reported at the launch: they set the
+// calling thread's last error, print one line to stderr and queue nothing:
 //   - an empty grid or block, more than 1024 threads per block, block.z > 64, grid.y or
 //     grid.z > 65535: cudaErrorInvalidConfiguration;
 //   - dynamic shared memory above the kernel's limit (48 KiB unless raised with
@@ -13,12 +13,14 @@
 //   - a stream handle that is not live: cudaErrorInvalidResourceHandle.
 // With a sticky error pending the launch runs nothing (cudaGetLastError reports the error).
 //
-// Blocks run one after the other in linear order (x fastest) on the calling thread, or on a
-// pool of worker threads when DCF_SIMT_THREADS > 1 (or SetWorkerThreads). A block's threads
-// run as fibers on one OS thread (block_runner.h).
+// When the grid runs, its blocks run one after the other in the schedule's order (linear: x
+// fastest; schedule.h) on the thread that waits, or on a pool of worker threads when
+// DCF_SIMT_THREADS > 1 (or SetWorkerThreads). A block's threads run as fibers on one OS
+// thread (block_runner.h).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -36,6 +38,7 @@ struct LaunchRequest {
   const void* kernel;       // the kernel's address: the key of its attributes
   void (*body)(const void* args);
   const void* args;
+  std::shared_ptr<const void> keep;  // owns `args` while the launch is queued or in a graph
   dim3 grid;
   dim3 block;
   size_t dynamic_shared_bytes;
@@ -67,10 +70,11 @@ void Launch(const char* kernel_name, void (*kernel)(Params...), dim3 grid, dim3 
   auto pack = [](std::decay_t<Params>... converted) {
     return std::tuple<std::decay_t<Params>...>(std::move(converted)...);
   };
-  const Call call{kernel, pack(std::forward<Args>(args)...)};
+  auto call = std::make_shared<const Call>(Call{kernel, pack(std::forward<Args>(args)...)});
+  const void* raw = call.get();
   detail::RunLaunch(detail::LaunchRequest{kernel_name, reinterpret_cast<const void*>(kernel),
-                                          &Call::Run, &call, grid, block, dynamic_shared_bytes,
-                                          stream});
+                                          &Call::Run, raw, std::move(call), grid, block,
+                                          dynamic_shared_bytes, stream});
 }
 
 }  // namespace dcf::simt

@@ -22,12 +22,22 @@ enum cudaError {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorAssert = 710,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
+  cudaErrorGraphExecUpdateFailure = 910,
   cudaErrorUnknown = 999,
 };
 using cudaError_t = cudaError;
@@ -44,12 +54,48 @@ enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
 };
 
-// Opaque handles. Streams execute their work at the call (the emulator is synchronous);
-// events record the host time.
+// Opaque handles. Streams are queues of device work, run when the host waits (runtime.h);
+// events mark a point in a stream and record the host time when the work reaches it.
+// Graphs hold captured work (cudaStreamBeginCapture ... cudaStreamEndCapture), executable
+// graphs an instantiated copy, nodes one piece of it.
 struct Stream;
 struct Event;
+struct Graph;
+struct GraphExec;
+struct GraphNode;
 using cudaStream_t = Stream*;
 using cudaEvent_t = Event*;
+using cudaGraph_t = Graph*;
+using cudaGraphExec_t = GraphExec*;
+using cudaGraphNode_t = GraphNode*;
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+
+enum cudaGraphExecUpdateResult {
+  cudaGraphExecUpdateSuccess = 0x0,
+  cudaGraphExecUpdateError = 0x1,
+  cudaGraphExecUpdateErrorTopologyChanged = 0x2,
+  cudaGraphExecUpdateErrorNodeTypeChanged = 0x3,
+  cudaGraphExecUpdateErrorFunctionChanged = 0x4,
+  cudaGraphExecUpdateErrorParametersChanged = 0x5,
+  cudaGraphExecUpdateErrorNotSupported = 0x6,
+};
+
+struct cudaGraphExecUpdateResultInfo {
+  cudaGraphExecUpdateResult result;
+  cudaGraphNode_t errorNode;
+  cudaGraphNode_t errorFromNode;
+};
 
 inline constexpr unsigned int cudaStreamDefault = 0x00;
 inline constexpr unsigned int cudaStreamNonBlocking = 0x01;
@@ -87,6 +133,13 @@ using dcf::simt::cudaDeviceProp;
 using dcf::simt::cudaError;
 using dcf::simt::cudaError_t;
 using dcf::simt::cudaEvent_t;
+using dcf::simt::cudaGraph_t;
+using dcf::simt::cudaGraphExec_t;
+using dcf::simt::cudaGraphExecUpdateResult;
+using dcf::simt::cudaGraphExecUpdateResultInfo;
+using dcf::simt::cudaGraphNode_t;
+using dcf::simt::cudaStreamCaptureMode;
+using dcf::simt::cudaStreamCaptureStatus;
 using dcf::simt::cudaEventBlockingSync;
 using dcf::simt::cudaEventDefault;
 using dcf::simt::cudaEventDisableTiming;
@@ -106,6 +159,7 @@ using dcf::simt::cudaErrorInvalidDeviceFunction;
 using dcf::simt::cudaErrorInvalidDevicePointer;
 using dcf::simt::cudaErrorInvalidMemcpyDirection;
 using dcf::simt::cudaErrorInvalidResourceHandle;
+using dcf::simt::cudaErrorIllegalState;
 using dcf::simt::cudaErrorInvalidValue;
 using dcf::simt::cudaErrorLaunchFailure;
 using dcf::simt::cudaErrorLaunchOutOfResources;
@@ -114,6 +168,28 @@ using dcf::simt::cudaErrorNoDevice;
 using dcf::simt::cudaErrorNotReady;
 using dcf::simt::cudaErrorNotSupported;
 using dcf::simt::cudaErrorUnknown;
+using dcf::simt::cudaErrorCapturedEvent;
+using dcf::simt::cudaErrorGraphExecUpdateFailure;
+using dcf::simt::cudaErrorStreamCaptureImplicit;
+using dcf::simt::cudaErrorStreamCaptureInvalidated;
+using dcf::simt::cudaErrorStreamCaptureIsolation;
+using dcf::simt::cudaErrorStreamCaptureUnjoined;
+using dcf::simt::cudaErrorStreamCaptureUnmatched;
+using dcf::simt::cudaErrorStreamCaptureUnsupported;
+using dcf::simt::cudaErrorStreamCaptureWrongThread;
+using dcf::simt::cudaGraphExecUpdateError;
+using dcf::simt::cudaGraphExecUpdateErrorFunctionChanged;
+using dcf::simt::cudaGraphExecUpdateErrorNodeTypeChanged;
+using dcf::simt::cudaGraphExecUpdateErrorNotSupported;
+using dcf::simt::cudaGraphExecUpdateErrorParametersChanged;
+using dcf::simt::cudaGraphExecUpdateErrorTopologyChanged;
+using dcf::simt::cudaGraphExecUpdateSuccess;
+using dcf::simt::cudaStreamCaptureModeGlobal;
+using dcf::simt::cudaStreamCaptureModeRelaxed;
+using dcf::simt::cudaStreamCaptureModeThreadLocal;
+using dcf::simt::cudaStreamCaptureStatusActive;
+using dcf::simt::cudaStreamCaptureStatusInvalidated;
+using dcf::simt::cudaStreamCaptureStatusNone;
 using dcf::simt::cudaFuncAttributeMaxDynamicSharedMemorySize;
 using dcf::simt::cudaMemcpyDefault;
 using dcf::simt::cudaMemcpyDeviceToDevice;

@@ -18,6 +18,8 @@ SharedArena::SharedArena() : storage_(new unsigned char[kCapacity + kBaseAlign])
   base_ = reinterpret_cast<unsigned char*>((raw + kBaseAlign - 1) & ~(kBaseAlign - 1));
 }
 
+size_t SharedArena::capacity() { return kCapacity; }
+
 void SharedArena::Reset(size_t dynamic_bytes, size_t limit_bytes) {
   dynamic_bytes_ = dynamic_bytes;
   limit_bytes_ = limit_bytes;

@@ -21,7 +21,10 @@ class SharedArena {
   // plus dynamic together. Fills the dynamic area with the poison byte.
   void Reset(size_t dynamic_bytes, size_t limit_bytes);
 
-  void* dynamic_data() { return storage_.get(); }
+  void* dynamic_data() { return base_; }
+  // All of the storage a block may use (dynamic and static arrays lie inside it).
+  const unsigned char* base() const { return base_; }
+  static size_t capacity();
   size_t dynamic_bytes() const { return dynamic_bytes_; }
 
   // The storage of the static array declared at `key`, allocated (and poisoned) on first

@@ -5,12 +5,16 @@
 // bounds; otherwise it returns T& into the block's storage. Kernels never hold raw pointers
 // into shared memory: the only pointer use is `&name[i]` as an atomic's operand.
 //
+// With the racecheck on (racecheck.h) every access is recorded for it.
+//
 // Fresh shared memory is filled with 0xFF bytes (NaN for floats, -1 for ints) at the start
 // of every block, so a read before the first write shows up in results deterministically.
 #pragma once
 
 #include <cstddef>
 #include <type_traits>
+
+#include "engine/simt/racecheck.h"
 
 namespace dcf::simt {
 namespace detail {
@@ -56,6 +60,9 @@ class SharedArray {
   template <typename I>
   T& operator[](I i) const {
     detail::CheckSharedIndex(name_, i, N);
+    if (detail::racecheck_active) [[unlikely]] {
+      detail::RaceTouch(&data_[i], sizeof(T), name_, static_cast<long long>(i));
+    }
     return data_[i];
   }
   static constexpr size_t size() { return N; }
@@ -77,6 +84,9 @@ class DynamicSharedArray {
   template <typename I>
   T& operator[](I i) const {
     detail::CheckSharedIndex(name_, i, size_);
+    if (detail::racecheck_active) [[unlikely]] {
+      detail::RaceTouch(&data_[i], sizeof(T), name_, static_cast<long long>(i));
+    }
     return data_[i];
   }
   size_t size() const { return size_; }

@@ -12,5 +12,6 @@
 #include "engine/simt/runtime.h"
 #include "engine/simt/runtime_types.h"
 #include "engine/simt/shared_memory.h"
+#include "engine/simt/trace.h"
 #include "engine/simt/vector_types.h"
 #include "engine/simt/warp_ops.h"

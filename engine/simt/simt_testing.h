@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "engine/simt/runtime_types.h"
+#include "engine/simt/schedule.h"
 
 namespace dcf::simt {
 
@@ -37,5 +38,18 @@ size_t DeviceMemoryUsedBytes();
 // OS threads that run a grid's blocks (>= 1). Initially DCF_SIMT_THREADS or 1.
 void SetWorkerThreads(int threads);
 int WorkerThreads();
+
+// The schedule (schedule.h): initially DCF_SIMT_SCHEDULE or linear. Takes effect at the next
+// grid, block or wait.
+void SetSchedule(const Schedule& schedule);
+Schedule GetSchedule();
+
+// Writes the trace (trace.h) to `path` from now on (appending), instead of DCF_SIMT_TRACE;
+// "" stops tracing.
+void SetTraceFile(const std::string& path);
+
+// cudaMemcpyAsync calls so far whose host memory was pageable (each also warns once per call
+// site).
+size_t PageableAsyncCopies();
 
 }  // namespace dcf::simt

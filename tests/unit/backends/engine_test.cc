@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -971,6 +973,65 @@ TEST(EngineTest, StickyDeviceFaultOnCudaSimIsFatalAndReported) {
   EXPECT_EQ(backend->health().code(), absl::StatusCode::kInternal);
   auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// The emulator's trace (DCF_SIMT_TRACE, engine/simt/trace.h) marks every step of the CUDA
+// backend and holds what the step issued: its kernels and GEMMs, one upload of the step
+// arrays from page-locked memory, the logits download and one wait.
+TEST(EngineTest, CudaSimTraceMarksEveryBackendStep) {
+  std::unique_ptr<Backend> backend = LoadBackend(BackendKind::kCudaSim);
+  const int n_layer = backend->config().n_layer;
+  auto runner = SequenceRunner::Create(backend.get(), 16);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const std::string path = ::testing::TempDir() + "/engine_test_trace.jsonl";
+  std::remove(path.c_str());
+  dcf::simt::SetTraceFile(path);
+  std::vector<float> logits;
+  const absl::Status st = (*runner)->Append(RandomPrompt(10, 5), 4, &logits);
+  dcf::simt::SetTraceFile("");
+  ASSERT_TRUE(st.ok()) << st;
+  std::ifstream in(path);
+  struct Step {
+    int kernels = 0, gemms = 0, uploads = 0, downloads = 0, waits = 0, others = 0;
+    std::string header;
+  };
+  std::vector<Step> steps;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "\"kind\":\"step\"")) {
+      steps.emplace_back();
+      steps.back().header = line;
+      continue;
+    }
+    ASSERT_FALSE(steps.empty()) << "before the first step: " << line;
+    Step& s = steps.back();
+    if (absl::StrContains(line, "\"kind\":\"kernel\"")) {
+      ++s.kernels;
+    } else if (absl::StrContains(line, "\"kind\":\"gemm\"")) {
+      ++s.gemms;
+    } else if (absl::StrContains(line, "\"dir\":\"h2d\",") &&
+               absl::StrContains(line, "\"async\":true,\"pinned\":true")) {
+      ++s.uploads;
+    } else if (absl::StrContains(line, "\"dir\":\"d2h\"")) {
+      ++s.downloads;
+    } else if (absl::StrContains(line, "cudaEventSynchronize")) {
+      ++s.waits;
+    } else if (!absl::StrContains(line, "\"kind\":\"event\"")) {
+      ++s.others;
+      ADD_FAILURE() << "unexpected: " << line;
+    }
+  }
+  std::remove(path.c_str());
+  ASSERT_EQ(steps.size(), 3u);  // chunks of 4, 4 and 2 tokens
+  const int tokens[] = {4, 4, 2};
+  for (int i = 0; i < 3; ++i) {
+    const Step& s = steps[i];
+    EXPECT_EQ(s.header, absl::StrCat("{\"kind\":\"step\",\"tokens\":", tokens[i], ",\"seqs\":1}"));
+    EXPECT_GE(s.kernels, 5 * n_layer) << "step " << i;  // norms, RoPE, dyn weights, KV, DCMHA
+    EXPECT_EQ(s.gemms, 4 * n_layer + 1) << "step " << i;  // in, out, up, down; the logits
+    EXPECT_EQ(s.uploads, 1) << "step " << i;
+    EXPECT_EQ(s.downloads, 1) << "step " << i;  // the logits the runner asked for
+    EXPECT_EQ(s.waits, 1) << "step " << i;
+  }
 }
 
 // A checkpoint with NaN in its weights (every 7th entry of one wo) on each backend's sampler:

@@ -9,6 +9,9 @@
 
 #include "engine/sampling/token_sampler.h"
 #include "gtest/gtest.h"
+#if defined(DCF_CUDA_SIM)
+#include "engine/simt/simt_testing.h"
+#endif
 #include "tests/unit/cuda/kernel_test_util.h"
 
 namespace dcf::cuda_test {
@@ -97,9 +100,8 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-// Runs `cases` (one row each, over `logits` rows) with draw `step`, checks against the host.
-void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& logits, int V,
-                      uint64_t step, const std::vector<PenaltyState>& slots) {
+// The device rows of `cases` for draw `step`.
+std::vector<cuda::DeviceSamplingRow> DeviceRows(const std::vector<Case>& cases, uint64_t step) {
   const int R = cases.size();
   std::vector<cuda::DeviceSamplingRow> rows(R);
   for (int r = 0; r < R; ++r) {
@@ -120,6 +122,14 @@ void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& 
     d.seed = 1000 + r;
     d.step = step;
   }
+  return rows;
+}
+
+// Runs `rows` over `logits` on the device; returns the SampleResult bytes.
+std::vector<uint8_t> RunDevice(const std::vector<cuda::DeviceSamplingRow>& rows,
+                               const std::vector<float>& logits, int V,
+                               const std::vector<PenaltyState>& slots) {
+  const int R = rows.size();
   std::vector<uint8_t> seen(slots.size() * V);
   std::vector<int32_t> counts(slots.size() * V);
   for (size_t s = 0; s < slots.size(); ++s) {
@@ -144,8 +154,17 @@ void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& 
   sp.counts = dcounts.get();
   sp.work = work.get();
   sp.results = reinterpret_cast<cuda::SampleResult*>(dres.get());
-  ASSERT_TRUE(CudaOk(cuda::LaunchSample(sp, nullptr)));
-  const std::vector<uint8_t> res_bytes = dres.ToHost();
+  EXPECT_TRUE(CudaOk(cuda::LaunchSample(sp, nullptr)));
+  return dres.ToHost();
+}
+
+// Runs `cases` (one row each, over `logits` rows) with draw `step`, checks against the host.
+void CheckAgainstHost(const std::vector<Case>& cases, const std::vector<float>& logits, int V,
+                      uint64_t step, const std::vector<PenaltyState>& slots) {
+  const int R = cases.size();
+  const std::vector<cuda::DeviceSamplingRow> rows = DeviceRows(cases, step);
+  const std::vector<uint8_t> res_bytes = RunDevice(rows, logits, V, slots);
+  ASSERT_EQ(res_bytes.size(), sizeof(cuda::SampleResult) * R);
   const auto* res = reinterpret_cast<const cuda::SampleResult*>(res_bytes.data());
 
   SamplerScratch scratch;
@@ -193,6 +212,36 @@ TEST(DeviceSamplerTest, MatchesHostOnRandomLogits) {
     CheckAgainstHost(cases, logits, V, step, slots);
   }
 }
+
+#if defined(DCF_CUDA_SIM)
+// Seeded sampling repeats whatever order the GPU runs the threads in: the same results, bit
+// for bit (tokens, logprobs, alternatives), under every emulator schedule. The radix
+// histograms' masses add in fixed point (sampling.cu, MassFixed): with floating-point
+// atomics their order changed a bucket's mass in the last bits.
+TEST(DeviceSamplerTest, SameResultsUnderEverySchedule) {
+  const int V = 3000;
+  const std::vector<Case> cases = Cases();
+  const std::vector<PenaltyState> slots = MakeSlots(V);
+  const simt::Schedule saved = simt::GetSchedule();
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<float> logits = RandomVector(cases.size() * V, 500 + step, -6, 6);
+    const std::vector<cuda::DeviceSamplingRow> rows = DeviceRows(cases, step);
+    std::vector<uint8_t> first;
+    for (const char* name : {"linear", "reverse", "random:1", "random:2"}) {
+      simt::Schedule schedule;
+      ASSERT_TRUE(simt::ParseSchedule(name, &schedule));
+      simt::SetSchedule(schedule);
+      const std::vector<uint8_t> got = RunDevice(rows, logits, V, slots);
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_TRUE(got == first) << name << " step " << step;
+      }
+    }
+  }
+  simt::SetSchedule(saved);
+}
+#endif
 
 TEST(DeviceSamplerTest, ResolvesExactTiesByLowestId) {
   const int V = 700;

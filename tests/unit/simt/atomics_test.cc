@@ -83,6 +83,7 @@ TEST(AtomicsTest, SeveralWorkerThreads) {
   // Host memory is device memory to the emulator.
   const HistogramOut out{hist.data(), &total, &max_value, &min_value, &umax, &fsum};
   ASSERT_TRUE(CudaOk(LaunchHistogram(values.data(), n, 64, out, 40, 64, nullptr)));
+  ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
   std::vector<int> want(64, 0);
   for (int v : values) ++want[v];
   EXPECT_EQ(hist, want);

@@ -30,6 +30,7 @@ TEST_F(RuntimeTest, BlockOver1024ThreadsIsAConfigurationError) {
   // Not sticky: cudaGetLastError cleared it, the next launch works.
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_TRUE(CudaOk(LaunchIota(out.data(), 1024, 0)));
+  EXPECT_TRUE(CudaOk(cudaDeviceSynchronize()));  // the launch was queued
   EXPECT_EQ(out[1023], 1023);
 }
 
@@ -48,6 +49,7 @@ TEST_F(RuntimeTest, DynamicSharedMemoryOverTheDefaultLimit) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the launcher's cudaGetLastError cleared it";
   EXPECT_EQ(out[0], -1) << "the kernel must not run";
   EXPECT_TRUE(CudaOk(LaunchIota(out.data(), 32, 48 * 1024)));
+  EXPECT_TRUE(CudaOk(cudaDeviceSynchronize()));
   EXPECT_EQ(out[31], 31);
 }
 
@@ -88,6 +90,7 @@ TEST_F(RuntimeTest, InjectedStickyErrorIsReportedUntilCleared) {
   EXPECT_TRUE(CudaOk(cudaMalloc(&p, 64)));
   EXPECT_TRUE(CudaOk(cudaFree(p)));
   EXPECT_TRUE(CudaOk(LaunchIota(out.data(), 32, 0)));
+  EXPECT_TRUE(CudaOk(cudaDeviceSynchronize()));
   EXPECT_EQ(out[5], 5);
 }
 

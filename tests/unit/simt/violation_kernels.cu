@@ -93,6 +93,50 @@ __global__ void WarpKernel(Violation v, int* out) {
   out[threadIdx.x] = value;
 }
 
+__global__ void RaceKernel(Violation v, int* out) {
+  DCF_SHARED(int, s, 64);
+  const int t = threadIdx.x;
+  int value = 0;
+  switch (v) {
+    case Violation::kRaceAcrossWarps:
+      s[t] = t;
+      value = s[(t + 32) % 64];
+      break;
+    case Violation::kRaceWriteWrite:
+      s[0] = t;
+      break;
+    case Violation::kRaceInWarp:
+      s[t] = t;
+      value = s[t ^ 1];
+      break;
+    default:
+      break;
+  }
+  out[t] = value;
+}
+
+__global__ void DynamicRaceKernel(int* out) {
+  DCF_DYNAMIC_SHARED(int, d);
+  const int t = threadIdx.x;
+  d[t] = t;
+  out[t] = d[(t + 32) % 64];
+}
+
+__global__ void RaceFreeKernel(int* out) {
+  DCF_SHARED(int, s, 64);
+  DCF_SHARED(int, counter, 1);
+  const int t = threadIdx.x;
+  if (t == 0) counter[0] = 0;
+  s[t] = t;
+  __syncwarp();
+  int value = s[t ^ 1];
+  __syncthreads();
+  value += s[(t + 32) % 64];
+  atomicAdd(&counter[0], 1);
+  __syncthreads();
+  out[t] = value + counter[0];
+}
+
 __global__ void IotaKernel(int* out) { out[threadIdx.x] = threadIdx.x; }
 
 __device__ int Deep(int depth) {
@@ -128,16 +172,32 @@ cudaError_t LaunchViolation(Violation v, int* out) {
     case Violation::kMaskNamesMissingLanes:
       DCF_LAUNCH(WarpKernel, 1, 40, 0, nullptr, v, out);
       break;
+    case Violation::kRaceAcrossWarps:
+    case Violation::kRaceWriteWrite:
+    case Violation::kRaceInWarp:
+      DCF_LAUNCH(RaceKernel, 1, 64, 0, nullptr, v, out);
+      break;
+    case Violation::kRaceDynamic:
+      DCF_LAUNCH(DynamicRaceKernel, 1, 64, 64 * sizeof(int), nullptr, out);
+      break;
     default:
       DCF_LAUNCH(WarpKernel, 1, 32, 0, nullptr, v, out);
       break;
   }
-  return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();  // a fault is reported by the call that waits for the kernel
+}
+
+cudaError_t LaunchRaceFree(int* out) {
+  DCF_LAUNCH(RaceFreeKernel, 1, 64, 0, nullptr, out);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();
 }
 
 cudaError_t LaunchStackOverflow(int* out) {
   DCF_LAUNCH(StackOverflowKernel, 1, 2, 0, nullptr, out, 100000);
-  return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();
 }
 
 cudaError_t LaunchIota(int* out, int threads, size_t dynamic_bytes) {

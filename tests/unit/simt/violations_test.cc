@@ -136,6 +136,7 @@ TEST_F(ViolationTest, ClearErrorsRecovers) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<int> out(64, -1);
   ASSERT_TRUE(CudaOk(LaunchIota(out.data(), 64, 0)));
+  ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
   for (int i = 0; i < 64; ++i) EXPECT_EQ(out[i], i);
   EXPECT_EQ(simt::LastErrorMessage(), "");
 }
@@ -147,6 +148,49 @@ TEST_F(ViolationTest, AbortModeAbortsWithTheMessage) {
   EXPECT_DEATH(LaunchViolation(Violation::kSharedIndexTooLarge, out.data()),
                "aborting \\(DCF_SIMT_ABORT=1\\)");
   unsetenv("DCF_SIMT_ABORT");
+}
+
+// The racecheck (engine/simt/racecheck.h): a planted race is caught under every schedule,
+// whichever thread of the pair runs first; race-free exchanges are accepted.
+TEST_F(ViolationTest, RacecheckCatchesPlantedRacesUnderEverySchedule) {
+  const simt::Schedule saved = simt::GetSchedule();
+  for (const char* name : {"linear", "reverse", "random:7"}) {
+    simt::Schedule schedule;
+    ASSERT_TRUE(simt::ParseSchedule(name, &schedule));
+    simt::SetSchedule(schedule);
+    SCOPED_TRACE(name);
+    EXPECT_THAT(Run(Violation::kRaceAcrossWarps),
+                AllOf(HasSubstr("kernel 'RaceKernel' block (0,0,0)"),
+                      HasSubstr("hazard on shared array 's' element"),
+                      HasSubstr("with no barrier between (since the block's start)")));
+    simt::ClearErrors();
+    EXPECT_THAT(Run(Violation::kRaceWriteWrite),
+                HasSubstr("racecheck: Write-after-Write hazard on shared array 's' element 0"));
+    simt::ClearErrors();
+    EXPECT_THAT(Run(Violation::kRaceDynamic),
+                AllOf(HasSubstr("kernel 'DynamicRaceKernel'"),
+                      HasSubstr("hazard on shared array 'd' element")));
+    simt::ClearErrors();
+    EXPECT_THAT(Run(Violation::kRaceInWarp),
+                AllOf(HasSubstr("hazard on shared array 's' element"),
+                      HasSubstr(", nor a warp collective")));
+    simt::ClearErrors();
+    std::vector<int> out(64, -1);
+    ASSERT_EQ(LaunchRaceFree(out.data()), cudaSuccess) << simt::LastErrorMessage();
+    for (int t = 0; t < 64; ++t) EXPECT_EQ(out[t], (t ^ 1) + (t + 32) % 64 + 64) << t;
+  }
+  simt::SetSchedule(saved);
+}
+
+// Under the linear schedule the reader of the pair runs first: thread 0 reads s[32] before
+// thread 32 writes it.
+TEST_F(ViolationTest, RacecheckNamesBothThreadsOfTheHazard) {
+  const simt::Schedule saved = simt::GetSchedule();
+  simt::SetSchedule(simt::Schedule{});
+  EXPECT_THAT(Run(Violation::kRaceAcrossWarps),
+              HasSubstr("thread (32,0,0): racecheck: Write-after-Read hazard on shared array 's' "
+                        "element 32: thread (0,0,0) read it and thread (32,0,0) writes it"));
+  simt::SetSchedule(saved);
 }
 
 TEST_F(ViolationTest, StackOverflowIsReportedByName) {
