@@ -228,6 +228,10 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(step_host_, PinnedBuffer::Allocate(step_bytes, "step staging"));
   ASSIGN_OR_RETURN(results_host_,
                    PinnedBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
+  DCF_CUDA_RETURN_IF_ERROR(
+      DcmhaInitWorkspace(attn_workspace_.get(), attn_workspace_.bytes(), stream_),
+      "attention workspace reset");
+  DCF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "attention workspace reset");
   if (slots > 0) {
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(seen_.get(), 0, seen_.bytes()), "penalty state reset");
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(counts_.get(), 0, counts_.bytes()), "penalty state reset");
