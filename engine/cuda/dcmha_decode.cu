@@ -79,6 +79,39 @@ __device__ __forceinline__ void LoadRowPart(const Params& p, long long off, int 
   }
 }
 
+// One thread's slice of a cached K row as loaded, converted to floats only when used, so
+// that a tile's loads are all in flight in few registers (16-bit vectors stay a uint4).
+template <typename CT, int VEC>
+struct RawSlice {
+  float f[VEC];
+  __device__ __forceinline__ void Load(const CT* src) { LoadVec<CT, VEC>(src, f); }
+  __device__ __forceinline__ void Zero() {
+    DCMHA_UNROLL
+    for (int i = 0; i < VEC; ++i) f[i] = 0.0f;
+  }
+  __device__ __forceinline__ void Unpack(float (&v)[VEC]) const {
+    DCMHA_UNROLL
+    for (int i = 0; i < VEC; ++i) v[i] = f[i];
+  }
+};
+template <typename CT>
+struct RawSlice16 {
+  uint4 u;
+  __device__ __forceinline__ void Load(const CT* src) { u = *reinterpret_cast<const uint4*>(src); }
+  __device__ __forceinline__ void Zero() { u = make_uint4(0u, 0u, 0u, 0u); }
+  __device__ __forceinline__ void Unpack(float (&v)[kVec]) const {
+    CT* tag = nullptr;
+    Unpack2(tag, u.x, v[0], v[1]);
+    Unpack2(tag, u.y, v[2], v[3]);
+    Unpack2(tag, u.z, v[4], v[5]);
+    Unpack2(tag, u.w, v[6], v[7]);
+  }
+};
+template <>
+struct RawSlice<__nv_bfloat16, kVec> : RawSlice16<__nv_bfloat16> {};
+template <>
+struct RawSlice<__half, kVec> : RawSlice16<__half> {};
+
 template <typename CT>
 __device__ __forceinline__ KeyRow<CT> RowAt(const Params& p, long long off, int t) {
   if (off >= 0) return KeyRow<CT>{static_cast<const CT*>(p.cache) + off, -1};
@@ -95,7 +128,8 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
   DCF_DYNAMIC_SHARED(float, smem);
   DCF_SHARED(long long, row_off, kDecodeScoreTile);
   DCF_SHARED(int, is_last, 1);
-  constexpr int KT = kDecodeScoreTile;
+  // The same bytes in flight per thread for every cache dtype (f32 slices are twice as big).
+  constexpr int KT = sizeof(CT) == 4 ? kDecodeScoreTile / 2 : kDecodeScoreTile;
   const int t = blockIdx.y;
   const int seq = p.token_seq[t];
   const int pos = p.positions[t];
@@ -146,24 +180,31 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
     if (warp == 0) TileRowOffsets(p, seq, pos, k0, kn, row_off);
     __syncthreads();
 
-    // A. Every key's slice first, then the dot products.
+    // A. Every cached key's slice first, then the dot products (the fresh key, at most the
+    // tile's last, is read from the step's inputs when its turn comes).
     if (has_slot) {
-      float k[KT][VEC];
+      RawSlice<CT, VEC> raw[KT];
       DCMHA_UNROLL
       for (int kk = 0; kk < KT; ++kk) {
-        if (kk < kn) {
-          LoadRowPart<CT, VEC>(p, row_off[kk], t, 0, tid * VEC, k[kk]);
+        const long long off = kk < kn ? row_off[kk] : kMissingRow;
+        if (off >= 0) {
+          raw[kk].Load(static_cast<const CT*>(p.cache) + off + tid * VEC);
         } else {
-          DCMHA_UNROLL
-          for (int e = 0; e < VEC; ++e) k[kk][e] = 0.0f;
+          raw[kk].Zero();
         }
       }
       DCMHA_UNROLL
       for (int kk = 0; kk < KT; ++kk) {
         if (kk < kn) {
+          float k[VEC];
+          if (row_off[kk] == kFreshRow) {
+            LoadRowPart<CT, VEC>(p, kFreshRow, t, 0, tid * VEC, k);
+          } else {
+            raw[kk].Unpack(k);
+          }
           float dot = 0.0f;
           DCMHA_UNROLL
-          for (int e = 0; e < VEC; ++e) dot += q[e] * k[kk][e];
+          for (int e = 0; e < VEC; ++e) dot += q[e] * k[e];
           smem[part0 + kk * nvec + tid] = dot;
         }
       }
