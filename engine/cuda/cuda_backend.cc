@@ -7,11 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/cuda/activation.h"
+#include "engine/cuda/attention_input.h"
 #include "engine/cuda/cuda_status.h"
-#include "engine/cuda/dyn_weights.h"
 #include "engine/cuda/embedding.h"
 #include "engine/cuda/norm.h"
-#include "engine/cuda/qk_rope.h"
 #include "engine/execution/step_plan.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/token_sampler.h"
@@ -533,7 +532,10 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
   RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
 
-  QkRopeParams qp;
+  const LayerGroup group = config_.GroupOf(layer);
+  // qk-norm + RoPE, the dynamic-weight tail and the KV-cache row write: one kernel.
+  AttentionInputParams ip;
+  QkRopeParams& qp = ip.rope;
   qp.num_tokens = T;
   qp.n_head = static_cast<int>(N);
   qp.head_dim = config_.head_dim;
@@ -547,21 +549,23 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   qp.positions = d.positions;
   qp.cos_table = rope_cos_.as<float>();
   qp.sin_table = rope_sin_.as<float>();
-  RETURN_IF_ERROR(CudaStatus(LaunchQkRope(qp, stream_), "qk-norm and RoPE"));
-
-  DynWeightsParams dp;
+  DynWeightsParams& dp = ip.dyn;
   dp.num_tokens = T;
   dp.n_head = static_cast<int>(N);
   dp.proj = proj_.as<float>();
   dp.stride = P;
   dp.u_offset = 3 * E;
   dp.g_offset = 3 * E + C * K;
-  dp.qkw = L.qkw.as<float>();
+  dp.qkw = L.qkw.get();
+  dp.qkw_type = dtype_;
   dp.dyn = dyn_.as<float>();
   dp.dyn_stride = dyn_stride;
-  RETURN_IF_ERROR(CudaStatus(LaunchDynWeights(dp, stream_), "dynamic weights"));
+  ip.step = sv;
+  ip.cache = CacheFor(group, d.tables[static_cast<int>(group)]);
+  ip.window = group == LayerGroup::kWindow ? config_.window_size : 0;
+  ip.layer_in_group = config_.IndexInGroup(layer);
+  RETURN_IF_ERROR(CudaStatus(LaunchAttentionInput(ip, stream_), "attention input"));
 
-  const LayerGroup group = config_.GroupOf(layer);
   DcmhaLayerArgs args;
   args.n_head = static_cast<int>(N);
   args.head_dim = config_.head_dim;
@@ -579,7 +583,6 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   args.out_dtype = dtype_;
   args.workspace = attn_workspace_.get();
   args.workspace_bytes = attn_workspace_.bytes();
-  RETURN_IF_ERROR(CudaStatus(LaunchKvCacheWrite(sv, args, stream_), "KV cache write"));
   RETURN_IF_ERROR(CudaStatus(LaunchDcmha(sv, args, stream_), "DCMHA attention"));
   // x += attention . Wo^T (+ b)
   return Linear(T, attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true);

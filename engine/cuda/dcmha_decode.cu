@@ -74,7 +74,7 @@ __device__ __forceinline__ void LoadRowPart(const Params& p, long long off, int 
   } else if (off == kFreshRow) {
     LoadFresh<VEC>(p.qkv + t * p.qkv_stride + (1 + part) * nhd + e, p.fresh_vec_ok, v);
   } else {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < VEC; ++i) v[i] = 0.0f;
   }
 }
@@ -86,11 +86,11 @@ struct RawSlice {
   float f[VEC];
   __device__ __forceinline__ void Load(const CT* src) { LoadVec<CT, VEC>(src, f); }
   __device__ __forceinline__ void Zero() {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < VEC; ++i) f[i] = 0.0f;
   }
   __device__ __forceinline__ void Unpack(float (&v)[VEC]) const {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < VEC; ++i) v[i] = f[i];
   }
 };
@@ -162,11 +162,11 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
 
   const bool has_slot = tid < nvec;
   float q[VEC];
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int e = 0; e < VEC; ++e) q[e] = 0.0f;
   if (has_slot) {
     LoadFresh<VEC>(p.qkv + t * p.qkv_stride + tid * VEC, p.fresh_vec_ok, q);
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int e = 0; e < VEC; ++e) q[e] *= p.scale;
   }
   if (p.compose) LoadQueryTerms(p, t, 0, smem, qt0);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
     // tile's last, is read from the step's inputs when its turn comes).
     if (has_slot) {
       RawSlice<CT, VEC> raw[KT];
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int kk = 0; kk < KT; ++kk) {
         const long long off = kk < kn ? row_off[kk] : kMissingRow;
         if (off >= 0) {
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
           raw[kk].Zero();
         }
       }
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int kk = 0; kk < KT; ++kk) {
         if (kk < kn) {
           float k[VEC];
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
             raw[kk].Unpack(k);
           }
           float dot = 0.0f;
-          DCMHA_UNROLL
+          DCF_UNROLL
           for (int e = 0; e < VEC; ++e) dot += q[e] * k[e];
           smem[part0 + kk * nvec + tid] = dot;
         }
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
       const int kk = base + pair_slot;
       const bool used = kk < kn;
       float s[kMaxHeadsPerLane];
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         s[j] = 0.0f;
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
       }
       if (!used) continue;
       float* dst = p.scores + t * p.ld_scores + static_cast<int64_t>(k0 + kk - lo) * N;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         if (m < N) {
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
   }
   if (p.compose) LoadQueryTerms(p, t, 2, smem, qt0);
   float acc[VEC];
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
 
   for (int k0 = key_begin; k0 < key_end; k0 += KT) {
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
       const bool used = kk < kn;
       const float* src = p.scores + t * p.ld_scores + static_cast<int64_t>(used ? k0 + kk - lo : 0) * N;
       float s[kMaxHeadsPerLane];
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         s[j] = used && m < N ? expf(src[m] - smem[max0 + m]) * smem[inv0 + m] : 0.0f;
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
         ComposeGroup(N, sub, width, smem, qt0, KeyTerms<CT>(p, row, 1), s);
       }
       if (!used) continue;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         if (m >= g0 && m < g0 + G) smem[tile0 + kk * G + (m - g0)] = s[j];
@@ -396,22 +396,22 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
     if (active) {
       for (int kb = lane_k; kb < kn; kb += kInFlight * key_lanes) {
         float v[kInFlight][VEC];
-        DCMHA_UNROLL
+        DCF_UNROLL
         for (int u = 0; u < kInFlight; ++u) {
           const int kk = kb + u * key_lanes;
           if (kk < kn) {
             LoadRowPart<CT, VEC>(p, row_off[kk], t, 1, elem, v[u]);
           } else {
-            DCMHA_UNROLL
+            DCF_UNROLL
             for (int e = 0; e < VEC; ++e) v[u][e] = 0.0f;
           }
         }
-        DCMHA_UNROLL
+        DCF_UNROLL
         for (int u = 0; u < kInFlight; ++u) {
           const int kk = kb + u * key_lanes;
           if (kk < kn) {
             const float w = smem[tile0 + kk * G + head_in_group];
-            DCMHA_UNROLL
+            DCF_UNROLL
             for (int e = 0; e < VEC; ++e) acc[e] += w * v[u][e];
           }
         }
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
 
   // The key lanes' sums, added in lane order.
   if (active) {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int e = 0; e < VEC; ++e) smem[tile0 + (lane_k * group_slots + slot) * VEC + e] = acc[e];
   }
   __syncthreads();
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
       p.partial2 + ((static_cast<int64_t>(t) * p.num_head_groups + hg) * p.max_splits2 + split) *
                        group_elems;
   if (tid < group_slots) {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int e = 0; e < VEC; ++e) {
       float r = 0.0f;
       for (int l = 0; l < key_lanes; ++l) r += smem[tile0 + (l * group_slots + tid) * VEC + e];

@@ -8,13 +8,6 @@
 #include "engine/cuda/dcmha_plan.h"
 #include "engine/cuda/device_util.cuh"
 
-// Loop unrolling in both builds (g++ would warn about nvcc's plain `#pragma unroll`).
-#if defined(__CUDACC__)
-#define DCMHA_UNROLL _Pragma("unroll")
-#else
-#define DCMHA_UNROLL _Pragma("GCC unroll 16")
-#endif
-
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace dcmha {
@@ -85,7 +78,7 @@ __device__ __forceinline__ void LoadFresh(const float* __restrict__ src, bool al
                                           float (&v)[VEC]) {
   if constexpr (VEC % 4 == 0) {
     if (aligned) {
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int e = 0; e < VEC; e += 4) {
         const float4 x = *reinterpret_cast<const float4*>(src + e);
         v[e] = x.x;
@@ -96,7 +89,7 @@ __device__ __forceinline__ void LoadFresh(const float* __restrict__ src, bool al
       return;
     }
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int e = 0; e < VEC; ++e) v[e] = src[e];
 }
 
@@ -135,7 +128,7 @@ __device__ __forceinline__ void LoadKv(const Params& p, const KeyRow<CT>& r, int
   } else if (r.cache_row != nullptr) {
     LoadVec<CT, VEC>(r.cache_row + part * nhd + e, v);
   } else {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < VEC; ++i) v[i] = 0.0f;
   }
 }
@@ -207,32 +200,32 @@ template <typename CT, typename Smem>
 __device__ __forceinline__ void ComposeGroup(int N, int sub, int width, Smem& smem, int qoff,
                                              const KeyTerms<CT>& k, float (&s)[kMaxHeadsPerLane]) {
   float qa[kRank], ka[kRank];
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int i = 0; i < kRank; ++i) {
     qa[i] = 0.0f;
     ka[i] = 0.0f;
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int j = 0; j < kMaxHeadsPerLane; ++j) {
     const int m = sub + width * j;
     if (m >= N) break;
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < kRank; ++i) {
       qa[i] += smem[qoff + i * N + m] * s[j];
       ka[i] += k.w1(i, m) * s[j];
     }
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int i = 0; i < kRank; ++i) {
     qa[i] = GroupSum(qa[i], width);
     ka[i] = GroupSum(ka[i], width);
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int j = 0; j < kMaxHeadsPerLane; ++j) {
     const int m = sub + width * j;
     if (m >= N) break;
     float v = s[j] * (1.0f + smem[qoff + 2 * kRank * N + m] + k.g(m));
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < kRank; ++i) {
       v += smem[qoff + (kRank + i) * N + m] * qa[i] + k.w2(i, m) * ka[i];
     }

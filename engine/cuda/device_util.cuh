@@ -8,6 +8,13 @@
 #include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
 
+// Loop unrolling in both builds (g++ would warn about nvcc's plain `#pragma unroll`).
+#if defined(__CUDACC__)
+#define DCF_UNROLL _Pragma("unroll")
+#else
+#define DCF_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace dev {
@@ -31,6 +38,11 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
 template <>
 __device__ __forceinline__ __half FromFloat<__half>(float x) {
   return __float2half_rn(x);
+}
+
+// GELU with erf, as the reference (and cpu::GeluErf) computes it.
+__device__ __forceinline__ float GeluErf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
 }
 
 template <typename T>
