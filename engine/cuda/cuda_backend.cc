@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
@@ -10,6 +12,7 @@
 #include "engine/cuda/attention_input.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/embedding.h"
+#include "engine/cuda/gemv.h"
 #include "engine/cuda/norm.h"
 #include "engine/execution/step_plan.h"
 #include "engine/sampling/sampling_params.h"
@@ -122,6 +125,10 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
                            "cudaEventCreate");
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
+#if defined(DCF_CUDA_SIM)
+  const char* sim_gemv = std::getenv("DCF_SIM_GEMV");
+  use_gemv_ = sim_gemv != nullptr && std::string_view(sim_gemv) == "1";
+#endif
   ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_));
 
   // RoPE angles of every position (RopeAngles, as the CPU backend computes them per token),
@@ -459,6 +466,15 @@ CacheView CudaBackend::CacheFor(LayerGroup g, const int32_t* table) const {
 
 absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
                                  const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) {
+  const GemmArgs g = LinearArgs(rows, in, k, w, bias, y, n, accumulate);
+  // Decode-sized batches stream each weight row once (gemv.h); larger ones go to the library.
+  if (use_gemv_ && GemvHandles(g)) return CudaStatus(LaunchGemv(g, stream_), "GEMV");
+  return gemm_->Linear(g, stream_);
+}
+
+GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+                                 const DeviceBuffer& bias, float* y, int64_t n,
+                                 bool accumulate) const {
   GemmArgs g;
   g.m = rows;
   g.n = static_cast<int>(n);
@@ -471,7 +487,7 @@ absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const Devi
   g.y = y;
   g.ldy = n;
   g.accumulate = accumulate;
-  return gemm_->Linear(g, stream_);
+  return g;
 }
 
 NormParams CudaBackend::Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b,
@@ -608,9 +624,21 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   ap.out_type = dtype_;
   ap.kind = pythia ? Activation::kGelu : Activation::kSwiGlu;
   // dcpythia: up = w1 h; dcformer: up = [w1 h | w3 h].
-  RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
-                         false));
-  RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
+  const GemmArgs up =
+      LinearArgs(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F, false);
+  if (!pythia && use_gemv_ && GemvHandles(up)) {
+    // SwiGLU in the GEMV's epilogue: act straight from the two accumulators.
+    GemvOut out;
+    out.epilogue = GemvEpilogue::kSwiGlu;
+    out.act = act_.get();
+    out.act_type = dtype_;
+    out.act_ld = F;
+    RETURN_IF_ERROR(CudaStatus(LaunchGemv(up, out, stream_), "MLP GEMV + SwiGLU"));
+  } else {
+    RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
+                           false));
+    RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
+  }
   // x += act . W2^T (+ b)
   return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
 }

@@ -79,38 +79,7 @@ __device__ __forceinline__ void LoadRowPart(const Params& p, long long off, int 
   }
 }
 
-// One thread's slice of a cached K row as loaded, converted to floats only when used, so
-// that a tile's loads are all in flight in few registers (16-bit vectors stay a uint4).
-template <typename CT, int VEC>
-struct RawSlice {
-  float f[VEC];
-  __device__ __forceinline__ void Load(const CT* src) { LoadVec<CT, VEC>(src, f); }
-  __device__ __forceinline__ void Zero() {
-    DCF_UNROLL
-    for (int i = 0; i < VEC; ++i) f[i] = 0.0f;
-  }
-  __device__ __forceinline__ void Unpack(float (&v)[VEC]) const {
-    DCF_UNROLL
-    for (int i = 0; i < VEC; ++i) v[i] = f[i];
-  }
-};
-template <typename CT>
-struct RawSlice16 {
-  uint4 u;
-  __device__ __forceinline__ void Load(const CT* src) { u = *reinterpret_cast<const uint4*>(src); }
-  __device__ __forceinline__ void Zero() { u = make_uint4(0u, 0u, 0u, 0u); }
-  __device__ __forceinline__ void Unpack(float (&v)[kVec]) const {
-    CT* tag = nullptr;
-    Unpack2(tag, u.x, v[0], v[1]);
-    Unpack2(tag, u.y, v[2], v[3]);
-    Unpack2(tag, u.z, v[4], v[5]);
-    Unpack2(tag, u.w, v[6], v[7]);
-  }
-};
-template <>
-struct RawSlice<__nv_bfloat16, kVec> : RawSlice16<__nv_bfloat16> {};
-template <>
-struct RawSlice<__half, kVec> : RawSlice16<__half> {};
+using dev::RawSlice;  // a K slice as loaded (device_util.cuh)
 
 template <typename CT>
 __device__ __forceinline__ KeyRow<CT> RowAt(const Params& p, long long off, int t) {
