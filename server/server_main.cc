@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <openssl/ssl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +44,9 @@ void OnSignal(int sig) {
 namespace dcf::server {
 
 int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
+  // No OpenSSL atexit cleanup: it would free OpenSSL's global state under a gRPC or HTTPS
+  // thread still handshaking at exit (grpc/grpc#38539; client/client_channel.cc does the same).
+  OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, nullptr);
   absl::SetProgramUsageMessage(
       "serves a DCFormer model over gRPC\n  dcformer-server [--model DIR] [--port 50051] ...");
   std::vector<std::string> arg_storage;
