@@ -2,12 +2,12 @@
 // KV-row write in one launch of single-warp blocks.
 #include "engine/cuda/attention_input.h"
 #include "engine/cuda/device_util.cuh"
+#include "engine/cuda/qk_rope.cuh"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace {
 
-constexpr float kQkNormEps = 1e-6f;   // qk_rope.cu: fixed by the reference
 constexpr float kDynNormEps = 1e-6f;  // dyn_weights.cu
 constexpr int kStage = 1024;          // floats: one head (hd <= 256) or u of a branch (K = 4N <= 1024)
 
@@ -49,29 +49,7 @@ __global__ void __launch_bounds__(32) AttentionInputKernel(AttentionInputParams 
     const float* cs = r.cos_table + static_cast<int64_t>(pos) * half;
     const float* sn = r.sin_table + static_cast<int64_t>(pos) * half;
     float* x = row + (is_k ? nhd : 0) + h * hd;
-    if (r.q_norm != nullptr) {
-      const float* scale = is_k ? r.k_norm : r.q_norm;
-      float ss = 0;
-      for (int d = lane; d < hd; d += 32) ss += x[d] * x[d];
-      ss = dev::WarpSum(ss);
-      const float inv = 1.0f / sqrtf(ss / hd + kQkNormEps);
-      for (int d = lane; d < hd; d += 32) buf[d] = x[d] * inv * scale[d];
-    } else {
-      for (int d = lane; d < hd; d += 32) buf[d] = x[d];
-    }
-    __syncwarp();
-    for (int d = lane; d < hd; d += 32) {
-      if (d < half) {
-        const float a = buf[d], c = buf[d + half];
-        x[d] = a * cs[d] - c * sn[d];
-      } else if (d < 2 * half) {
-        const int j = d - half;
-        const float a = buf[j], c = buf[d];
-        x[d] = c * cs[j] + a * sn[j];
-      } else {
-        x[d] = buf[d];
-      }
-    }
+    dev::QkNormRopeHead(r, is_k, x, cs, sn, buf, 0, lane);
     if (!is_k) return;
     CT* cache_row = KeptRow<CT>(p, t);
     if (cache_row == nullptr) return;

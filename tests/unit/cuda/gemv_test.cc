@@ -56,18 +56,9 @@ TEST_P(GemvTest, MatchesGemmLinearAndTheReference) {
     const std::vector<float> w = RandomVector(static_cast<size_t>(s.n) * s.k, 52);
     const std::vector<float> bias = RandomVector(s.n, 53);
     const std::vector<float> y0 = RandomVector(s.m * s.ldy, 54);
-    const std::vector<float> xr = RoundTo(x, type), wr = RoundTo(w, type);
-    std::vector<float> xp(s.m * s.k), ref(s.m * s.n);
-    for (int r = 0; r < s.m; ++r) {
-      for (int c = 0; c < s.k; ++c) xp[r * s.k + c] = xr[r * s.ldx + c];
-    }
-    RefLinear(xp.data(), wr.data(), s.bias ? bias.data() : nullptr, s.m, s.k, s.n, ref.data());
-    std::vector<float> want = y0;
-    for (int r = 0; r < s.m; ++r) {
-      for (int c = 0; c < s.n; ++c) {
-        want[r * s.ldy + c] = ref[r * s.n + c] + (s.accumulate ? y0[r * s.ldy + c] : 0.0f);
-      }
-    }
+    const std::vector<float> want =
+        LinearWant(RoundTo(x, type), RoundTo(w, type), s.bias ? bias.data() : nullptr, y0, s.m, s.n,
+                   s.k, s.ldx, s.ldy, s.accumulate);
     TypedBuffer dx(x, type), dw(w, type);
     DeviceBuffer<float> db(bias), dy_gemv(y0), dy_gemm(y0);
     const cuda::GemmArgs a = Args(s, dx.get(), dw.get(), type, db.get(), dy_gemv.get());
