@@ -56,7 +56,7 @@ fi
 if [[ "${WHICH}" == all || "${WHICH}" == tsan ]]; then
   start=$(date +%s)
   configure build-tsan thread
-  TSAN_TARGETS=(serving_unit_test serving_engine_test server_unit_test)
+  TSAN_TARGETS=(serving_unit_test backends_engine_test server_unit_test)
   cmake --build build-tsan -j"${JOBS}" --target "${TSAN_TARGETS[@]}"
   built=$(date +%s)
   for t in "${TSAN_TARGETS[@]}"; do

@@ -3,6 +3,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
 #include "engine/common/file_util.h"
 
@@ -19,26 +21,39 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-absl::StatusOr<ApiKeyChecker::Keys> ApiKeyChecker::ReadKeys(const std::string& path) {
+absl::StatusOr<ApiKeyChecker::Parsed> ApiKeyChecker::ReadKeys(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
                         absl::StrCat("--api-key-file: ", text.status().message()));
   }
-  Keys keys;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+  absl::string_view rest = *text;
+  absl::ConsumePrefix(&rest, "\xEF\xBB\xBF");  // a UTF-8 byte-order mark, as editors write it
+  Parsed parsed;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(rest, '\n')) {
+    ++number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || absl::StartsWith(line, "#")) continue;
-    keys.emplace_back(line);
+    Keys one = {std::string(line)};
+    if (ValidateKeys(one).ok()) {
+      parsed.keys.push_back(std::move(one[0]));
+    } else {
+      parsed.bad_lines.push_back(number);
+    }
   }
-  if (keys.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--api-key-file: '", path, "' contains no key"));
+  if (parsed.keys.empty()) {
+    std::string why = absl::StrCat("--api-key-file: '", path, "' contains no valid key");
+    if (!parsed.bad_lines.empty()) absl::StrAppend(&why, " (", BadLinesText(parsed.bad_lines), ")");
+    return absl::InvalidArgumentError(why);
   }
-  if (absl::Status s = ValidateKeys(keys); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--api-key-file: '", path, "': ", s.message()));
-  }
-  return keys;
+  return parsed;
+}
+
+std::string ApiKeyChecker::BadLinesText(const std::vector<int>& lines) {
+  return absl::StrCat(lines.size() == 1 ? "line " : "lines ", absl::StrJoin(lines, ", "),
+                      lines.size() == 1 ? " is" : " are",
+                      " not a key (keys are printable ASCII without spaces)");
 }
 
 absl::Status ApiKeyChecker::ValidateKeys(const Keys& keys) {
@@ -54,9 +69,13 @@ absl::Status ApiKeyChecker::ValidateKeys(const Keys& keys) {
 }
 
 absl::StatusOr<std::unique_ptr<ApiKeyChecker>> ApiKeyChecker::FromFile(const std::string& path) {
-  absl::StatusOr<Keys> keys = ReadKeys(path);
-  if (!keys.ok()) return keys.status();
-  return std::unique_ptr<ApiKeyChecker>(new ApiKeyChecker(path, *std::move(keys)));
+  absl::StatusOr<Parsed> parsed = ReadKeys(path);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->bad_lines.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api-key-file: '", path, "': ", BadLinesText(parsed->bad_lines)));
+  }
+  return std::unique_ptr<ApiKeyChecker>(new ApiKeyChecker(path, std::move(parsed->keys)));
 }
 
 absl::StatusOr<std::unique_ptr<ApiKeyChecker>> ApiKeyChecker::FromKeys(Keys keys) {
@@ -64,14 +83,19 @@ absl::StatusOr<std::unique_ptr<ApiKeyChecker>> ApiKeyChecker::FromKeys(Keys keys
   return std::unique_ptr<ApiKeyChecker>(new ApiKeyChecker("", std::move(keys)));
 }
 
-absl::StatusOr<bool> ApiKeyChecker::Reload() {
+absl::StatusOr<ApiKeyChecker::Reloaded> ApiKeyChecker::Reload() {
   if (path_.empty()) return absl::FailedPreconditionError("api keys were not read from a file");
-  absl::StatusOr<Keys> keys = ReadKeys(path_);
-  if (!keys.ok()) return keys.status();
+  absl::StatusOr<Parsed> parsed = ReadKeys(path_);
+  if (!parsed.ok()) return parsed.status();
+  Reloaded result;
+  if (!parsed->bad_lines.empty()) {
+    result.bad_lines = absl::StrCat("--api-key-file: '", path_, "': ",
+                                    BadLinesText(parsed->bad_lines), ", skipped");
+  }
   absl::MutexLock lock(&mu_);
-  if (*keys == *keys_) return false;
-  keys_ = std::make_shared<const Keys>(*std::move(keys));
-  return true;
+  result.changed = parsed->keys != *keys_;
+  if (result.changed) keys_ = std::make_shared<const Keys>(std::move(parsed->keys));
+  return result;
 }
 
 std::shared_ptr<const ApiKeyChecker::Keys> ApiKeyChecker::keys() const {

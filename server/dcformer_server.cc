@@ -48,9 +48,11 @@ const std::string& ServiceName() {
   return *name;
 }
 
-// Health Watch streams: at most this many open, this many from one peer (health_service.h).
+// Health Watch streams: at most this many open, this many from one client address
+// (health_service.h: when full, the oldest of the heaviest address makes room). One costs
+// ~17 KiB. Behind a proxy every client's streams come from the proxy's address.
 constexpr int kMaxHealthWatchers = 4096;
-constexpr int kMaxHealthWatchersPerPeer = 16;
+constexpr int kMaxHealthWatchersPerPeer = 1024;
 // Threads of gRPC's synchronous server (only the reflection service, with --reflection, runs
 // there: one thread per open stream, which is why it is capped). The callback services use
 // none of these.
@@ -144,10 +146,11 @@ absl::Status DcformerServer::Start() {
   builder.AddListeningPort(address, credentials, &bound_port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
-  // Twice the flag: a message up to that reaches the service, which answers
+  // The flag plus a small margin: a message up to that reaches the service, which answers
   // RESOURCE_EXHAUSTED and counts it (ServingState::CheckRequestSize); gRPC refuses larger
-  // ones itself, before any service sees them.
-  builder.SetMaxReceiveMessageSize(2 * options_.max_receive_message_bytes);
+  // ones itself, before any service sees them (but only once they are in: what bounds the
+  // memory of messages still arriving is the resource quota below).
+  builder.SetMaxReceiveMessageSize(GrpcReceiveLimit(options_));
   builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
   // No compressed requests: gRPC 1.51 inflates a message completely before it checks its
   // size (a 1 MB gzip bomb became 1 GB before any limit or API key was looked at). With only
@@ -156,6 +159,14 @@ absl::Status DcformerServer::Start() {
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   grpc::ResourceQuota quota("dcformer-server");
   quota.SetMaxThreads(kMaxSyncServerThreads);
+  // gRPC 1.51 buffers a request message in full before it checks its size (at the message's
+  // end) or any service sees it (so before the API key is checked), and grants a stream the
+  // flow-control window for whatever length the message declares: without this bound one
+  // unauthenticated client made it hold 8 GiB (docs/API.md, "Security"). Past it gRPC cancels
+  // streams ("Buffers full") until its memory is back under the limit.
+  if (options_.grpc_memory_limit_bytes > 0) {
+    quota.Resize(static_cast<size_t>(options_.grpc_memory_limit_bytes));
+  }
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port is an error
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
@@ -275,7 +286,24 @@ bool DcformerServer::NoteReload(const char* file, const absl::StatusOr<bool>& re
 
 void DcformerServer::ReloadApiKeys() {
   const std::string in_force = absl::StrCat("the last good ", auth_->num_keys(), " key(s)");
-  if (NoteReload("api_keys", auth_->Reload(), in_force, &last_api_key_error_)) {
+  absl::StatusOr<ApiKeyChecker::Reloaded> reloaded = auth_->Reload();
+  if (reloaded.ok() && !reloaded->bad_lines.empty()) {
+    // The valid keys apply (a revoked key must not outlive the reload), but the file is not
+    // what the operator meant: counted and logged as a failed reload.
+    metrics_.RecordCredentialReload("api_keys", false);
+    if (reloaded->bad_lines != last_api_key_error_) {
+      DCF_LOG(Error) << "api_keys reloaded with errors, " << auth_->num_keys()
+                     << " valid key(s) in force: " << reloaded->bad_lines;
+    }
+    last_api_key_error_ = reloaded->bad_lines;
+    if (reloaded->changed) {
+      DCF_LOG(Info) << "api keys reloaded: " << auth_->num_keys() << " key(s)";
+    }
+    return;
+  }
+  const absl::StatusOr<bool> changed =
+      reloaded.ok() ? absl::StatusOr<bool>(reloaded->changed) : reloaded.status();
+  if (NoteReload("api_keys", changed, in_force, &last_api_key_error_)) {
     DCF_LOG(Info) << "api keys reloaded: " << auth_->num_keys() << " key(s)";
   }
 }
@@ -364,12 +392,22 @@ absl::Status DcformerServer::Watch(absl::Notification* stop) {
       std::min(kSelfCheckTimeout, options_.self_check_interval);
   absl::Time next_self_check = absl::Now() + options_.self_check_interval;
   int self_check_failures = 0;
+  bool self_check_fallback_logged = false;
   while (!stop->WaitForNotificationWithTimeout(options_.health_poll_interval)) {
     if (engine_ == nullptr) continue;
-    state_->EndStalledStreams(absl::Now());
+    state_->EndStalledStreams(SteadyNowNanos());
     if (options_.self_check_interval > absl::ZeroDuration() && absl::Now() >= next_self_check) {
-      const absl::Status probe = ProbeListener(self_check_host, bound_port_, self_check_timeout);
+      bool queue_visible = true;
+      const absl::Status probe =
+          ProbeListener(self_check_host, bound_port_, self_check_timeout, &queue_visible);
       next_self_check = absl::Now() + options_.self_check_interval;
+      if (!queue_visible && !self_check_fallback_logged) {
+        self_check_fallback_logged = true;
+        DCF_LOG(Warning) << "self-check: /proc/self/net/tcp{,6} shows no listener on port "
+                         << bound_port_ << " (a sandboxed runtime?): checking only that a "
+                            "connect completes, which notices a listener that stopped "
+                            "accepting only once its accept queue is full";
+      }
       if (probe.ok()) {
         if (self_check_failures > 0) DCF_LOG(Info) << "self-check: the gRPC port answers again";
         self_check_failures = 0;

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
+#include "server/peer_address.h"
 
 namespace dcf::server {
 
@@ -25,24 +27,33 @@ class HealthService::WatchReactor : public grpc::ServerWriteReactor<HealthCheckR
   WatchReactor(HealthService* service, grpc::CallbackServerContext* context,
                const std::string& name)
       : service_(service),
+        context_(context),
         known_(name.empty() || service->services_.count(name) > 0),
-        peer_(context->peer()),
         link_(std::make_shared<WatchLink>()) {
     {
       absl::MutexLock lock(&link_->mu);
       link_->reactor = this;
     }
-    registered_ = service_->AddWatcher(link_, peer_);
-    if (!registered_) {
-      {
-        absl::MutexLock lock(&link_->mu);
-        finish_called_ = true;
-      }
-      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "too many health Watch streams are open"));
-      return;
-    }
+    id_ = service_->AddWatcher(link_, PeerAddress(context->peer()));
     Notify(link_);
+  }
+
+  // Closes the stream for a newer one (watch_slots.h): the call is cancelled with
+  // UNIMPLEMENTED, which also completes a write that a client that does not read holds.
+  static void Evict(const std::shared_ptr<WatchLink>& link, int max_total, int max_per_peer) {
+    grpc_call* call;
+    {
+      absl::MutexLock lock(&link->mu);
+      if (link->reactor == nullptr) return;  // done already
+      call = link->reactor->context_->c_call();
+      grpc_call_ref(call);
+    }
+    const std::string message = absl::StrCat(
+        "too many health Watch streams (at most ", max_per_peer, " from one address, ",
+        max_total, " in all): this one, the oldest of the address with the most, was closed "
+        "for a newer one; health Check still answers");
+    grpc_call_cancel_with_status(call, GRPC_STATUS_UNIMPLEMENTED, message.c_str(), nullptr);
+    grpc_call_unref(call);
   }
 
   // Writes the current status if it changed since the last write (or finishes a cancelled
@@ -85,7 +96,7 @@ class HealthService::WatchReactor : public grpc::ServerWriteReactor<HealthCheckR
       absl::MutexLock lock(&link_->mu);
       link_->reactor = nullptr;
     }
-    if (registered_) service_->RemoveWatcher(link_, peer_);
+    service_->RemoveWatcher(id_);
     delete this;
   }
 
@@ -117,10 +128,10 @@ class HealthService::WatchReactor : public grpc::ServerWriteReactor<HealthCheckR
   }
 
   HealthService* const service_;
+  grpc::CallbackServerContext* const context_;
   const bool known_;
-  const std::string peer_;
   const std::shared_ptr<WatchLink> link_;
-  bool registered_ = false;  // set in the constructor, read in OnDone
+  uint64_t id_ = 0;  // set in the constructor, read in OnDone
   HealthCheckResponse response_ ABSL_GUARDED_BY(link_->mu);  // the write in flight
   HealthCheckResponse::ServingStatus sent_ ABSL_GUARDED_BY(link_->mu) =
       HealthCheckResponse::UNKNOWN;
@@ -133,7 +144,8 @@ HealthService::HealthService(std::vector<std::string> services, int max_watchers
                              int max_watchers_per_peer)
     : services_(services.begin(), services.end()),
       max_watchers_(max_watchers),
-      max_watchers_per_peer_(max_watchers_per_peer) {}
+      max_watchers_per_peer_(max_watchers_per_peer),
+      slots_(max_watchers, max_watchers_per_peer) {}
 
 HealthService::~HealthService() = default;
 
@@ -143,7 +155,7 @@ void HealthService::SetServing(bool serving) {
     absl::MutexLock lock(&mu_);
     if (serving_ == serving) return;
     serving_ = serving;
-    watchers.assign(watchers_.begin(), watchers_.end());
+    for (const auto& [id, link] : watchers_) watchers.push_back(link);
   }
   for (const std::shared_ptr<WatchLink>& link : watchers) WatchReactor::Notify(link);
 }
@@ -158,24 +170,31 @@ int HealthService::open_watchers() const {
   return static_cast<int>(watchers_.size());
 }
 
-bool HealthService::AddWatcher(const std::shared_ptr<WatchLink>& link, const std::string& peer) {
-  absl::MutexLock lock(&mu_);
-  int& from_peer = per_peer_[peer];
-  if (static_cast<int>(watchers_.size()) >= max_watchers_ || from_peer >= max_watchers_per_peer_) {
-    if (from_peer == 0) per_peer_.erase(peer);
-    return false;
+uint64_t HealthService::AddWatcher(const std::shared_ptr<WatchLink>& link,
+                                   const std::string& peer) {
+  std::shared_ptr<WatchLink> evicted;
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_id_++;
+    if (std::optional<uint64_t> victim = slots_.Add(id, peer); victim.has_value()) {
+      auto it = watchers_.find(*victim);
+      if (it != watchers_.end()) {
+        evicted = std::move(it->second);
+        watchers_.erase(it);
+      }
+    }
+    watchers_[id] = link;
   }
-  ++from_peer;
-  watchers_.insert(link);
-  return true;
+  // Without the lock: the cancel may run the evicted stream's reactions on this thread.
+  if (evicted != nullptr) WatchReactor::Evict(evicted, max_watchers_, max_watchers_per_peer_);
+  return id;
 }
 
-void HealthService::RemoveWatcher(const std::shared_ptr<WatchLink>& link,
-                                  const std::string& peer) {
+void HealthService::RemoveWatcher(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  watchers_.erase(link);
-  auto it = per_peer_.find(peer);
-  if (it != per_peer_.end() && --it->second <= 0) per_peer_.erase(it);
+  watchers_.erase(id);
+  slots_.Remove(id);
 }
 
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,

@@ -36,10 +36,10 @@ int PollMs(absl::Time deadline) {
   return static_cast<int>(ms < 0 ? 0 : (ms > 60'000 ? 60'000 : ms));
 }
 
-// The accept queue of the listener on `port` in either table; nullopt when neither has one.
-std::optional<int> QueueNow(int port) {
+// The accept queue of the listener on `port` in any table; nullopt when none has one.
+std::optional<int> QueueNow(int port, const std::vector<std::string>& tables) {
   std::optional<int> total;
-  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+  for (const std::string& table : tables) {
     absl::StatusOr<std::string> text = ReadFileToString(table);
     if (!text.ok()) continue;
     if (std::optional<int> q = ListenQueueLength(*text, port); q.has_value()) {
@@ -76,7 +76,15 @@ std::optional<int> ListenQueueLength(absl::string_view proc_net_tcp, int port) {
   return std::nullopt;
 }
 
-absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout) {
+const std::vector<std::string>& ProcNetTcpTables() {
+  static const auto* const tables =
+      new std::vector<std::string>{"/proc/self/net/tcp", "/proc/self/net/tcp6"};
+  return *tables;
+}
+
+absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout,
+                           bool* queue_visible, const std::vector<std::string>& tables) {
+  if (queue_visible != nullptr) *queue_visible = true;
   const absl::Time deadline = absl::Now() + timeout;
   addrinfo hints = {};
   hints.ai_socktype = SOCK_STREAM;
@@ -108,8 +116,14 @@ absl::Status ProbeListener(const std::string& host, int port, absl::Duration tim
   // Connected: the kernel queued the connection; a live listener takes it off the queue.
   int waiting = 0;
   while (true) {
-    const std::optional<int> queue = QueueNow(port);
-    if (!queue.has_value()) return absl::UnavailableError("no socket listens on the port");
+    const std::optional<int> queue = QueueNow(port, tables);
+    if (!queue.has_value()) {
+      // Connected, yet no listener in procfs: a runtime whose procfs does not show this
+      // network namespace (gVisor and the like). The completed connect is all there is to go
+      // on: a listener that stopped accepting fails it only once its queue is full.
+      if (queue_visible != nullptr) *queue_visible = false;
+      return absl::OkStatus();
+    }
     if (*queue == 0) return absl::OkStatus();
     waiting = *queue;
     if (absl::Now() >= deadline) break;

@@ -6,13 +6,15 @@
 //
 // The probe connects and watches the listener's accept queue (/proc/self/net/tcp{,6}) drain,
 // then closes without sending a byte: the same for a plaintext and a TLS port, and nothing
-// for gRPC to log.
+// for gRPC to log. Where procfs does not show the listener, the probe falls back to checking
+// that the connect completes (ProbeListener).
 //
 // Pure functions over sockets and procfs (Linux), thread-safe.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -30,10 +32,18 @@ std::string SelfCheckHost(const std::string& host);
 // there is no such socket.
 std::optional<int> ListenQueueLength(absl::string_view proc_net_tcp, int port);
 
+// /proc/self/net/tcp and /proc/self/net/tcp6.
+const std::vector<std::string>& ProcNetTcpTables();
+
 // Connects to host:port and waits up to `timeout` for the listener to accept the connection
-// (its accept queue empty). OK when it did; DeadlineExceeded when the connection was made but
-// stayed in the queue; Unavailable when no connection could be made (refused, or no file
-// descriptor left) or no listener on `port` shows in procfs.
-absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout);
+// (its accept queue, read from `tables`, empty). OK when it did; DeadlineExceeded when the
+// connection was made but stayed in the queue, or the connect did not complete (the queue is
+// full); Unavailable when no connection could be made (refused, or no file descriptor left).
+// When the connection was made but no listener on `port` shows in `tables` (a runtime whose
+// procfs does not show the network namespace), OK with *queue_visible false: only the connect
+// was checked, which notices a listener that stopped accepting once its queue is full.
+absl::Status ProbeListener(const std::string& host, int port, absl::Duration timeout,
+                           bool* queue_visible = nullptr,
+                           const std::vector<std::string>& tables = ProcNetTcpTables());
 
 }  // namespace dcf::server

@@ -37,15 +37,27 @@ ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that lea
 ABSL_FLAG(bool, warmup, true, "run one tiny request before reporting SERVING");
 ABSL_FLAG(int, max_receive_message_bytes, 1 << 20, "largest accepted request message");
 ABSL_FLAG(int, max_send_message_bytes, 4 << 20, "largest response message");
+ABSL_FLAG(int64_t, grpc_memory_limit_bytes, int64_t{512} << 20,
+          "memory gRPC may hold for connections and calls (its resource quota): past it, it "
+          "cancels streams until it is back under; what bounds request messages that are still "
+          "arriving (gRPC holds each in full before any check, API key included); 0 = no limit");
 ABSL_FLAG(int, max_stream_buffer_bytes, 1 << 20,
           "a Generate stream whose unsent output grows past this (the client stopped reading) "
           "is cancelled with RESOURCE_EXHAUSTED; at most half of --max-send-message-bytes");
 ABSL_FLAG(absl::Duration, write_stall_timeout, absl::Seconds(30),
-          "a Generate stream whose write in flight makes no progress this long (the client does "
-          "not read) ends with RESOURCE_EXHAUSTED");
+          "a Generate stream whose message (at most 16 KiB) is not sent within this (the client "
+          "reads less than 16 KiB per this time, or nothing) ends with RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, first_write_timeout, absl::Seconds(5),
+          "a Generate stream whose first message is not sent within this (the client never "
+          "opened its flow-control window) ends with RESOURCE_EXHAUSTED; --write-stall-timeout "
+          "when that is shorter");
 ABSL_FLAG(int, max_open_streams, 1024,
           "Generate calls open at once (queued, running or still writing); beyond, new ones get "
           "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(int, max_open_streams_per_peer, 256,
+          "Generate calls open at once from one client address (IP, any port); beyond, its new "
+          "ones get RESOURCE_EXHAUSTED. Behind a proxy every call comes from the proxy's "
+          "address: raise it or set 0 (no limit) there");
 ABSL_FLAG(int, max_concurrent_streams, 256,
           "concurrent calls per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS); 0 = gRPC's "
           "default, unlimited");
@@ -110,9 +122,12 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
   o.max_send_message_bytes = absl::GetFlag(FLAGS_max_send_message_bytes);
+  o.grpc_memory_limit_bytes = absl::GetFlag(FLAGS_grpc_memory_limit_bytes);
   o.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   o.write_stall_timeout = absl::GetFlag(FLAGS_write_stall_timeout);
+  o.first_write_timeout = absl::GetFlag(FLAGS_first_write_timeout);
   o.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  o.max_open_streams_per_peer = absl::GetFlag(FLAGS_max_open_streams_per_peer);
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   o.reflection = absl::GetFlag(FLAGS_reflection);
   o.self_check_interval = absl::GetFlag(FLAGS_self_check_interval);
@@ -162,11 +177,17 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   if (o.engine.default_max_new_tokens < 1) {
     return bad("default-max-new-tokens", "must be >= 1");
   }
-  // gRPC's own limit is twice this (dcformer_server.cc): it must stay an int.
+  // gRPC's own limit is kReceiveLimitMargin more (GrpcReceiveLimit): it must stay an int.
   if (o.max_receive_message_bytes < 1024 || o.max_receive_message_bytes > (1 << 30)) {
     return bad("max-receive-message-bytes", "must be in [1024, 2^30]");
   }
   if (o.max_send_message_bytes < 1024) return bad("max-send-message-bytes", "must be >= 1024");
+  // Below a few messages' worth gRPC would cancel ordinary calls.
+  if (o.grpc_memory_limit_bytes != 0 &&
+      o.grpc_memory_limit_bytes < 4 * int64_t{GrpcReceiveLimit(o)}) {
+    return bad("grpc-memory-limit-bytes",
+               "must be 0 (no limit) or at least 4 x (--max-receive-message-bytes + 64 KiB)");
+  }
   // Output coalesces into one message while a write is in flight: it must stay sendable.
   if (o.max_stream_buffer_bytes < 1024 || o.max_stream_buffer_bytes > o.max_send_message_bytes / 2) {
     return bad("max-stream-buffer-bytes", "must be in [1024, --max-send-message-bytes / 2]");
@@ -174,7 +195,11 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   if (o.write_stall_timeout <= absl::ZeroDuration()) {
     return bad("write-stall-timeout", "must be > 0");
   }
+  if (o.first_write_timeout <= absl::ZeroDuration()) {
+    return bad("first-write-timeout", "must be > 0");
+  }
   if (o.max_open_streams < 0) return bad("max-open-streams", "must be >= 0");
+  if (o.max_open_streams_per_peer < 0) return bad("max-open-streams-per-peer", "must be >= 0");
   if (o.max_concurrent_streams < 0) return bad("max-concurrent-streams", "must be >= 0");
   if (o.self_check_interval < absl::ZeroDuration()) {
     return bad("self-check-interval", "must be >= 0");

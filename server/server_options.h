@@ -1,6 +1,7 @@
 // Everything dcformer-server can be configured with, and its command-line flags.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,10 +24,14 @@ struct ServerOptions {
   bool warmup = true;                 // run one tiny request before reporting SERVING
 
   int max_receive_message_bytes = 1 << 20;
+  int64_t grpc_memory_limit_bytes = 512 << 20;  // gRPC's resource quota; 0 = none
   int max_send_message_bytes = 4 << 20;
   int max_stream_buffer_bytes = 1 << 20;  // output waiting for a client that does not read
-  absl::Duration write_stall_timeout = absl::Seconds(30);  // a write without progress ends
+  absl::Duration write_stall_timeout = absl::Seconds(30);  // a message not sent by then ends
+  absl::Duration first_write_timeout = absl::Seconds(5);   // ...the first message by then (or
+                                                           // write_stall_timeout if shorter)
   int max_open_streams = 1024;        // Generate calls open at once; 0 = no limit
+  int max_open_streams_per_peer = 256;  // ...from one client address; 0 = no limit
   int max_concurrent_streams = 256;   // per HTTP/2 connection; 0 = gRPC default (unlimited)
   int keepalive_time_ms = 60'000;     // server pings idle connections this often
   int keepalive_timeout_ms = 20'000;  // ...and closes them if the ack takes longer
@@ -49,6 +54,15 @@ struct ServerOptions {
   absl::Duration engine_stall_timeout = absl::Seconds(30);
   absl::Duration health_poll_interval = absl::Milliseconds(200);
 };
+
+// How far past --max-receive-message-bytes gRPC's own receive limit is set: a request up to
+// that reaches the service, which refuses it RESOURCE_EXHAUSTED and counts and logs it
+// (ServingState::CheckRequestSize); gRPC refuses a larger one itself, unseen. What one stream
+// can make gRPC hold before the API key is checked (docs/API.md, "Security").
+constexpr int kReceiveLimitMargin = 64 << 10;
+inline int GrpcReceiveLimit(const ServerOptions& o) {
+  return o.max_receive_message_bytes + kReceiveLimitMargin;
+}
 
 // Reads the absl flags defined in server_options.cc (after absl::ParseCommandLine) and
 // validates them. InvalidArgument naming the flag.

@@ -1,5 +1,6 @@
 #include "server/serving_state.h"
 
+#include <chrono>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -8,9 +9,16 @@
 
 namespace dcf::server {
 
-grpc::Status ServingState::Admit(const grpc::CallbackServerContext& context) const {
+int64_t SteadyNowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+grpc::Status ServingState::Admit(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
   if (auth_ != nullptr) {
-    if (absl::Status s = auth_->Check(context.client_metadata()); !s.ok()) {
+    if (absl::Status s = auth_->Check(metadata); !s.ok()) {
       return ToGrpcStatus(s);
     }
   }
@@ -32,18 +40,45 @@ grpc::Status ServingState::CheckRequestSize(const grpc::ByteBuffer& request) con
                                    " bytes, more than --max-receive-message-bytes (", limit, ")"));
 }
 
-int ServingState::EndStalledStreams(absl::Time now) {
-  const absl::Time cutoff = now - options_->write_stall_timeout;
-  const int64_t cutoff_ns = absl::ToUnixNanos(cutoff);
+grpc::Status ServingState::RegisterStream(std::shared_ptr<OpenStream> stream) {
+  const int max_open = options_->max_open_streams;
+  const int max_per_peer = options_->max_open_streams_per_peer;
+  absl::MutexLock lock(&mu_);
+  const int open = static_cast<int>(streams_.size());
+  if (max_open > 0 && open >= max_open) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(open, " Generate streams are open, the most this server "
+                                     "keeps (--max-open-streams); retry with backoff"));
+  }
+  auto [it, inserted] = streams_per_peer_.try_emplace(stream->peer, 0);
+  if (max_per_peer > 0 && it->second >= max_per_peer) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(it->second, " Generate streams from this client address are "
+                                     "open, the most one address may hold "
+                                     "(--max-open-streams-per-peer); retry with backoff"));
+  }
+  ++it->second;
+  streams_.insert(std::move(stream));
+  return grpc::Status::OK;
+}
+
+void ServingState::StreamDone(const std::shared_ptr<OpenStream>& stream) {
+  absl::MutexLock lock(&mu_);
+  if (streams_.erase(stream) == 0) return;
+  auto it = streams_per_peer_.find(stream->peer);
+  if (it != streams_per_peer_.end() && --it->second <= 0) streams_per_peer_.erase(it);
+}
+
+int ServingState::EndStalledStreams(int64_t now_ns) {
   std::vector<std::shared_ptr<OpenStream>> stalled;
   {
     absl::MutexLock lock(&mu_);
     for (const std::shared_ptr<OpenStream>& s : streams_) {
-      if (s->write_started_ns.load(std::memory_order_relaxed) < cutoff_ns) stalled.push_back(s);
+      if (s->write_deadline_ns.load(std::memory_order_relaxed) < now_ns) stalled.push_back(s);
     }
   }
   // Without the lock: ending a call may run its reactions (and StreamDone) on this thread.
-  for (const std::shared_ptr<OpenStream>& s : stalled) s->EndIfStalled(cutoff);
+  for (const std::shared_ptr<OpenStream>& s : stalled) s->EndIfStalled(now_ns);
   return static_cast<int>(stalled.size());
 }
 

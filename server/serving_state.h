@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -18,6 +20,7 @@
 #include "engine/serving/engine.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/string_ref.h"
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/model_info.h"
@@ -27,19 +30,26 @@
 
 namespace dcf::server {
 
-// What ServingState keeps of an open Generate stream (GenerateReactor's link to its reactor,
-// which outlives it): the drain waits for them, the write-stall watchdog checks them.
+// Now on a monotonic clock, in nanoseconds: what write deadlines are measured in (the wall
+// clock may jump).
+int64_t SteadyNowNanos();
+
+// What ServingState keeps of an open Generate stream (GenerateStream's link to its stream,
+// which outlives it): the drain waits for them, the write-stall watchdog checks them, the
+// per-address share of --max-open-streams counts them.
 class OpenStream {
  public:
   virtual ~OpenStream() = default;
-  // Ends the call (RESOURCE_EXHAUSTED) if its write in flight started before `cutoff` and has
-  // not completed. Called without ServingState's lock.
-  virtual void EndIfStalled(absl::Time cutoff) = 0;
+  // Ends the call (RESOURCE_EXHAUSTED) if its write in flight is still in flight at `now_ns`
+  // (SteadyNowNanos) past its deadline. Called without ServingState's lock.
+  virtual void EndIfStalled(int64_t now_ns) = 0;
 
   static constexpr int64_t kNoWrite = INT64_MAX;
-  // absl::ToUnixNanos of when the write in flight started; kNoWrite when none is. Written
-  // under the stream's own lock, read lock-free by the watchdog's scan.
-  std::atomic<int64_t> write_started_ns{kNoWrite};
+  // SteadyNowNanos by which the write in flight must complete; kNoWrite when none is in
+  // flight. Written under the stream's own lock, read lock-free by the watchdog's scan.
+  std::atomic<int64_t> write_deadline_ns{kNoWrite};
+  // The client's address (PeerAddress), set before the stream is registered.
+  std::string peer;
 };
 
 class ServingState {
@@ -69,24 +79,24 @@ class ServingState {
 
   // Checks the API key, then that the engine is up and not draining. OK or the status to
   // fail the call with (UNAUTHENTICATED / UNAVAILABLE).
-  grpc::Status Admit(const grpc::CallbackServerContext& context) const;
+  grpc::Status Admit(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
+  grpc::Status Admit(const grpc::CallbackServerContext& context) const {
+    return Admit(context.client_metadata());
+  }
   // RESOURCE_EXHAUSTED when a request message is over --max-receive-message-bytes. gRPC's
-  // own limit is set higher (dcformer_server.cc), so that such calls reach the service and
-  // are answered, counted and logged like any other; only messages past gRPC's limit are
-  // refused by gRPC itself, unseen.
+  // own limit is kReceiveLimitMargin higher (GrpcReceiveLimit), so that such calls reach the
+  // service and are answered, counted and logged like any other; only messages past gRPC's
+  // limit are refused by gRPC itself, unseen.
   grpc::Status CheckRequestSize(const grpc::ByteBuffer& request) const;
 
-  // Bookkeeping of Generate streams, so that draining can wait for them and the watchdog
-  // can end the stalled ones. StreamStarted returns how many are open, this one included.
-  int StreamStarted(std::shared_ptr<OpenStream> stream) {
-    absl::MutexLock lock(&mu_);
-    streams_.insert(std::move(stream));
-    return static_cast<int>(streams_.size());
-  }
-  void StreamDone(const std::shared_ptr<OpenStream>& stream) {
-    absl::MutexLock lock(&mu_);
-    streams_.erase(stream);
-  }
+  // Bookkeeping of Generate streams, so that draining can wait for them, the watchdog can
+  // end the stalled ones and --max-open-streams (in all) and --max-open-streams-per-peer (from
+  // one client address, stream->peer) bound them. OK and registered, or RESOURCE_EXHAUSTED
+  // (nothing registered) when a bound is reached. Only admitted calls get this far: a call
+  // refused for its key or its request takes no slot.
+  grpc::Status RegisterStream(std::shared_ptr<OpenStream> stream);
+  // Unregisters a stream RegisterStream registered (others are ignored).
+  void StreamDone(const std::shared_ptr<OpenStream>& stream);
   int active_streams() const {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(streams_.size());
@@ -97,9 +107,10 @@ class ServingState {
     auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
     return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
   }
-  // Ends every stream whose write in flight started more than --write-stall-timeout before
-  // `now` (the client does not read, or reads nothing for that long). Returns how many.
-  int EndStalledStreams(absl::Time now);
+  // Ends every stream whose write in flight is past its deadline at `now_ns` (SteadyNowNanos):
+  // --first-write-timeout for a call's first message, --write-stall-timeout for the others
+  // (the client does not read, or reads too little). Returns how many.
+  int EndStalledStreams(int64_t now_ns);
 
  private:
   // One thread builds the first write of each burst; later writes of busy streams start on
@@ -115,6 +126,7 @@ class ServingState {
   std::atomic<bool> draining_{false};
   mutable absl::Mutex mu_;
   std::set<std::shared_ptr<OpenStream>> streams_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> streams_per_peer_ ABSL_GUARDED_BY(mu_);
   StreamWriterPool writers_;  // last: its threads stop before the rest is destroyed
 };
 

@@ -112,6 +112,10 @@ absl::Status ReplaceMemoryFile(const char* name, std::string_view content, int* 
   return absl::OkStatus();
 }
 
+bool ValidAt(const CertificateInfo& cert, absl::Time t) {
+  return cert.not_before <= t && t <= cert.not_after;
+}
+
 }  // namespace
 
 absl::StatusOr<CertificateInfo> ValidateKeyCertPair(std::string_view key_pem,
@@ -199,6 +203,17 @@ absl::StatusOr<bool> TlsFiles::Reload() {
   if (!key.ok()) return key.status();
   absl::StatusOr<CertificateInfo> info = ValidateKeyCertPair(*key, *cert);
   if (!info.ok()) return info.status();
+  // Never an expired or not-yet-valid certificate over one that is valid now: every client
+  // would refuse it. (At startup, or when the one in force is outside its period too, the new
+  // one is taken: it cannot be worse, and the server logs its period.)
+  const absl::Time now = absl::Now();
+  if (!identity_pem_.empty() && ValidAt(certificate_, now) && !ValidAt(*info, now)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--tls-cert: certificate '", info->subject, "' is ",
+        info->not_after < now ? "expired since " : "valid only from ",
+        absl::FormatTime(info->not_after < now ? info->not_after : info->not_before,
+                         absl::UTCTimeZone())));
+  }
   std::string ca;
   if (!paths_.client_ca.empty()) {
     absl::StatusOr<std::string> read = ReadFlagFile("tls-client-ca", paths_.client_ca);

@@ -8,7 +8,8 @@
 // holds certificates), and hands gRPC copies that hold only validated material: memory files
 // (memfd) named /proc/self/fd/N, the key and its certificate chain in one file, so that a
 // rotation replaces both at once. A reload that finds bad material keeps the last good copy
-// in force (the caller logs and counts it).
+// in force (the caller logs and counts it); so does one whose certificate is expired or not
+// yet valid while the one in force is valid now.
 //
 // Thread-safety: Reload and the accessors are for one thread (the server's reload thread
 // and, before that, Start).
@@ -56,7 +57,9 @@ class TlsFiles {
   const CertificateInfo& certificate() const { return certificate_; }
 
   // Re-reads the files. True when they changed and the copies now hold the new material,
-  // false when nothing changed; an error when the files are bad (the last good copies stay).
+  // false when nothing changed; an error when the files are bad (the last good copies stay):
+  // FailedPrecondition ("--tls-cert: certificate '...' is expired since ..." / "is valid only
+  // from ...") for a certificate outside its validity period replacing one inside it.
   absl::StatusOr<bool> Reload();
 
  private:

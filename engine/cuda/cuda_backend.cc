@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -94,9 +95,19 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                                options.device, " is not visible (", count,
                                                " devices)"));
   }
-  std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
-  RETURN_IF_ERROR(b->Init(std::move(weights)));
-  return b;
+  if (config.max_positions <= 0 || config.max_positions > ModelConfig::kMaxPositions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", kBackendName, " backend serves contexts of 1 to ", ModelConfig::kMaxPositions,
+        " positions (model: ", config.max_positions, ")"));
+  }
+  try {  // a host allocation failure becomes a Status, never an exception out of the backend
+    std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
+    RETURN_IF_ERROR(b->Init(std::move(weights)));
+    return b;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory creating the ", kBackendName, " backend"));
+  }
 }
 
 CudaBackend::CudaBackend(const ModelConfig& config, const BackendOptions& options)
@@ -129,25 +140,35 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   const char* sim_gemv = std::getenv("DCF_SIM_GEMV");
   use_gemv_ = sim_gemv != nullptr && std::string_view(sim_gemv) == "1";
 #endif
-  ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_));
+  ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_,
+                                             options_.check_weights));
 
   // RoPE angles of every position (RopeAngles, as the CPU backend computes them per token),
-  // so both backends rotate by bit-identical cos/sin.
+  // so both backends rotate by bit-identical cos/sin. The device tables come first
+  // (ResourceExhausted when the device has no room for them), then are filled a bounded run
+  // of positions at a time: host memory does not grow with the context.
   const int half = config_.rotary_dim / 2;
   if (half > 0) {
     const int64_t n = static_cast<int64_t>(config_.max_positions) * half;
-    std::vector<float> cs(n), sn(n);
-    for (int64_t pos = 0; pos < config_.max_positions; ++pos) {
-      RopeAngles(pos, config_.rotary_dim, config_.rope_base, &cs[pos * half], &sn[pos * half]);
-    }
     ASSIGN_OR_RETURN(rope_cos_, DeviceBuffer::Allocate(n * sizeof(float), "RoPE table"));
     ASSIGN_OR_RETURN(rope_sin_, DeviceBuffer::Allocate(n * sizeof(float), "RoPE table"));
-    DCF_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(rope_cos_.get(), cs.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-        "RoPE table upload");
-    DCF_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(rope_sin_.get(), sn.data(), n * sizeof(float), cudaMemcpyHostToDevice),
-        "RoPE table upload");
+    constexpr int64_t kPositionsPerUpload = 4096;
+    const int64_t run = std::min<int64_t>(kPositionsPerUpload, config_.max_positions);
+    std::vector<float> cs(run * half), sn(run * half);
+    for (int64_t first = 0; first < config_.max_positions; first += run) {
+      const int64_t count = std::min<int64_t>(run, config_.max_positions - first);
+      for (int64_t p = 0; p < count; ++p) {
+        RopeAngles(first + p, config_.rotary_dim, config_.rope_base, &cs[p * half],
+                   &sn[p * half]);
+      }
+      const size_t bytes = count * half * sizeof(float);
+      DCF_CUDA_RETURN_IF_ERROR(cudaMemcpy(rope_cos_.as<float>() + first * half, cs.data(),
+                                          bytes, cudaMemcpyHostToDevice),
+                               "RoPE table upload");
+      DCF_CUDA_RETURN_IF_ERROR(cudaMemcpy(rope_sin_.as<float>() + first * half, sn.data(),
+                                          bytes, cudaMemcpyHostToDevice),
+                               "RoPE table upload");
+    }
   }
   // Copies and memsets on the legacy default stream are not ordered with stream_ (created
   // non-blocking): finish them before any step can run.

@@ -33,8 +33,11 @@ DType ToDType(ElemType t) {
 // device. Synchronous (loading is not on the serving path).
 class Uploader {
  public:
-  static absl::StatusOr<Uploader> Create() {
+  // With `check_finite` (--check-weights) every converted chunk is scanned: a value the
+  // compute dtype cannot hold (F32 -> F16 beyond 65504) fails naming the tensor.
+  static absl::StatusOr<Uploader> Create(bool check_finite) {
     Uploader u;
+    u.check_finite_ = check_finite;
     ASSIGN_OR_RETURN(u.staging_,
                      PinnedBuffer::Allocate(kChunkElems * sizeof(float), "weight upload staging"));
     return u;
@@ -42,13 +45,20 @@ class Uploader {
 
   // Copies `count` elements of `from` at `src` to `dst` (device) + `dst_offset` elements of
   // `to`.
+  // `count` elements of `from` at `src` to `dst` (device) + `dst_offset` elements of `to`;
+  // `what` names them in errors.
   absl::Status Copy(const void* src, DType from, int64_t count, void* dst, int64_t dst_offset,
-                    ElemType to) {
+                    ElemType to, const std::string& what) {
     const DType t = ToDType(to);
     const int size = DTypeSize(t), src_size = DTypeSize(from);
     for (int64_t done = 0; done < count; done += kChunkElems) {
       const int64_t n = std::min(kChunkElems, count - done);
       ConvertDType(from, static_cast<const uint8_t*>(src) + done * src_size, n, t, staging_.get());
+      if (check_finite_ && CountNonFinite(t, staging_.get(), n, nullptr) > 0) {
+        RETURN_IF_ERROR(CheckFiniteConversion(what, from, src, count, t));
+        return absl::InternalError(absl::StrCat(what, ": converting ", DTypeName(from), " to ",
+                                                DTypeName(t), " gave non-finite values"));
+      }
       DCF_CUDA_RETURN_IF_ERROR(cudaMemcpy(static_cast<uint8_t*>(dst) + (dst_offset + done) * size,
                                           staging_.get(), n * size, cudaMemcpyHostToDevice),
                                "weight upload");
@@ -58,6 +68,7 @@ class Uploader {
 
  private:
   PinnedBuffer staging_;
+  bool check_finite_ = false;
 };
 
 class Loader {
@@ -71,7 +82,7 @@ class Loader {
     ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::Allocate(elems * ElemBytes(type), what));
     int64_t offset = 0;
     for (Tensor* t : parts) {
-      RETURN_IF_ERROR(up_.Copy(t->data(), t->dtype(), t->numel(), buf.get(), offset, type));
+      RETURN_IF_ERROR(up_.Copy(t->data(), t->dtype(), t->numel(), buf.get(), offset, type, what));
       offset += t->numel();
       *t = Tensor();
     }
@@ -160,8 +171,8 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
 }  // namespace
 
 absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config, ModelWeights weights,
-                                            ElemType dtype) {
-  ASSIGN_OR_RETURN(Uploader uploader, Uploader::Create());
+                                            ElemType dtype, bool check_finite) {
+  ASSIGN_OR_RETURN(Uploader uploader, Uploader::Create(check_finite));
   Loader ld(dtype, std::move(uploader));
   DeviceWeights d;
   ASSIGN_OR_RETURN(d.embed, ld.Matrix(weights.tok_embeddings, "tok_embeddings.weight"));

@@ -48,9 +48,11 @@ struct DeviceWeights {
 
 // Uploads `weights` (validated against `config` by LoadModelWeights, any stored dtype) in
 // `dtype`, releasing each host tensor once it is on the device. ResourceExhausted when the
-// device memory runs out (naming the tensor), Internal on other CUDA errors.
+// device memory runs out (naming the tensor), Internal on other CUDA errors. With
+// `check_finite` (--check-weights) the converted values are scanned too: InvalidArgument
+// naming the tensor when `dtype` cannot hold one (F32 -> F16 beyond 65504).
 absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config, ModelWeights weights,
-                                            ElemType dtype);
+                                            ElemType dtype, bool check_finite);
 
 }  // namespace DCF_CUDA_NS
 }  // namespace dcf::cuda

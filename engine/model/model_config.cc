@@ -109,6 +109,10 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text) 
   ASSIGN_OR_RETURN(c.intermediate_size, RequiredPositiveInt(j, "intermediate_size"));
   ASSIGN_OR_RETURN(c.vocab_size, RequiredPositiveInt(j, "vocab_size"));
   ASSIGN_OR_RETURN(c.max_positions, RequiredPositiveInt(j, "block_size"));
+  if (c.max_positions > kMaxPositions) {
+    return KeyError("block_size", absl::StrCat("is ", c.max_positions, ", more than the ",
+                                               kMaxPositions, " positions this engine serves"));
+  }
   if (c.dim % c.n_head != 0) {
     return KeyError("dim", absl::StrCat(c.dim, " is not divisible by n_head ", c.n_head));
   }

@@ -32,7 +32,7 @@ struct ModelConfig {
   int head_dim = 0;           // dim / n_head (the file's head_dim is ignored)
   int intermediate_size = 0;  // F
   int vocab_size = 0;         // rows of tok_embeddings / output
-  int max_positions = 0;      // block_size
+  int max_positions = 0;      // block_size, at most kMaxPositions
   double rope_base = 10000.0;
   double norm_eps = 1e-6;
   bool use_qk_norm = false;
@@ -44,6 +44,12 @@ struct ModelConfig {
   std::optional<int> bos_token_id;
   std::optional<int> eos_token_id;
   std::string torch_dtype;  // informational: the file's dtypes are what is loaded
+
+  // The longest context (block_size) a config may name: 2^20 positions. Backends size
+  // per-position tables by it (CUDA's RoPE tables: 2 x block_size x rotary_dim/2 floats), so
+  // an absurd value must fail here, not as an allocation; published DCFormer checkpoints use
+  // 2048 to 8192.
+  static constexpr int kMaxPositions = 1 << 20;
 
   // DCMHA constants (fixed by the architecture).
   static constexpr int kComposeBranches = 4;  // C: pre-q, pre-k, post-q, post-k

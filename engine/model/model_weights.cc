@@ -1,13 +1,12 @@
 #include "engine/model/model_weights.h"
 
-#include <algorithm>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <map>
 #include <new>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -28,19 +27,26 @@ bool IsIgnoredTensor(absl::string_view name) {
   return absl::StrContains(name, ".attention.kv_cache.");
 }
 
-// Layers the checkpoint holds: one more than the largest l of its "layers.<l>." tensors.
+// Layers the checkpoint holds: the count of layers 0, 1, 2, ... that have at least one
+// "layers.<l>." tensor, up to the first missing index. Bounded by the number of tensors in
+// the files, whatever indices they name: one tiny tensor "layers.9999999.x" adds one index,
+// not ten million layers.
 int LayersHeld(const CheckpointReader& reader) {
-  int held = 0;
+  absl::flat_hash_set<int> indices;
   for (const TensorInfo& t : reader.tensors()) {
     absl::string_view rest = t.name;
     if (!absl::ConsumePrefix(&rest, "layers.")) continue;
     int l = 0;
-    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &l) && l >= 0 &&
-        l < std::numeric_limits<int>::max()) {
-      held = std::max(held, l + 1);
-    }
+    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &l) && l >= 0) indices.insert(l);
   }
+  int held = 0;
+  while (indices.contains(held)) ++held;
   return held;
+}
+
+absl::Status OutOfHostMemory() {
+  return absl::ResourceExhaustedError(
+      "out of host memory while loading the weights (the model is too large)");
 }
 
 // One expected tensor: its name, the shape the file must have, and where it goes.
@@ -169,8 +175,8 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
   absl::flat_hash_map<std::string, const TensorInfo*> present;
   for (const TensorInfo& t : reader.tensors()) present[t.name] = &t;
   // The layers the files hold bound everything built per layer below: a config.json that
-  // claims more (n_layer 10000000 beside a 4-layer checkpoint) must fail here, not after
-  // allocating for every claimed layer.
+  // claims more (n_layer 10000000 beside a 4-layer checkpoint, with or without a tensor of
+  // layer 9999999) must fail here, not after allocating for every claimed layer.
   const int held = LayersHeld(reader);
   if (c.n_layer > held) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -184,7 +190,13 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
   }
   ModelWeights w;
   std::vector<SplitQkv> split;
-  ASSIGN_OR_RETURN(std::vector<Expected> expected, BuildExpected(c, w, split_layers, split));
+  absl::StatusOr<std::vector<Expected>> built;
+  try {
+    built = BuildExpected(c, w, split_layers, split);
+  } catch (const std::bad_alloc&) {
+    return OutOfHostMemory();
+  }
+  ASSIGN_OR_RETURN(std::vector<Expected> expected, std::move(built));
   // Validate everything before reading anything.
   absl::flat_hash_map<std::string, const Expected*> by_name;
   for (const Expected& e : expected) by_name[e.name] = &e;
@@ -216,14 +228,20 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       const DType dtype = options.dtype.value_or(stored.at(e.name));
       *e.dst = Tensor(dtype, e.shape);
       RETURN_IF_ERROR(reader.Read(e.name, dtype, e.dst->data(), e.dst->numel()));
-      if (options.check_finite) {
-        int64_t first = -1;
-        const int64_t bad = CountNonFinite(dtype, e.dst->data(), e.dst->numel(), &first);
-        if (bad > 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor '", e.name, "' holds ", bad, " non-finite values (NaN or infinity), the "
-              "first at flat index ", first, ": the checkpoint is corrupt"));
+      // The scan reads what was loaded; only when it finds something are the stored values
+      // read again, to tell a corrupt checkpoint from a conversion out of range (F32 -> F16).
+      if (options.check_finite &&
+          CountNonFinite(dtype, e.dst->data(), e.dst->numel(), nullptr) > 0) {
+        const DType from = stored.at(e.name);
+        if (from == dtype) {
+          return CheckFiniteConversion(e.name, from, e.dst->data(), e.dst->numel(), dtype);
         }
+        Tensor raw(from, e.shape);
+        RETURN_IF_ERROR(reader.Read(e.name, from, raw.data(), raw.numel()));
+        RETURN_IF_ERROR(CheckFiniteConversion(e.name, from, raw.data(), raw.numel(), dtype));
+        return absl::InternalError(absl::StrCat(
+            "tensor '", e.name, "' loaded non-finite values that neither its stored ",
+            DTypeName(from), " values nor their conversion to ", DTypeName(dtype), " hold"));
       }
     }
     for (int l = 0; l < c.n_layer; ++l) {
@@ -244,8 +262,7 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       }
     }
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        "out of host memory while loading the weights (the model is too large)");
+    return OutOfHostMemory();
   }
   return w;
 }

@@ -58,7 +58,8 @@ struct WeightLoadOptions {
   // Convert every tensor to this dtype while reading; nullopt keeps the checkpoint's dtype.
   std::optional<DType> dtype = DType::kF32;
   // Scan every tensor for NaN and infinity after reading it (one pass over the weights):
-  // InvalidArgument naming the first tensor that holds any. Off by default; a model with
+  // InvalidArgument naming the first tensor that holds any, as corrupt when the stored values
+  // do, else as out of `dtype`'s range (CheckFiniteConversion). Off by default; a model with
   // such weights otherwise loads, and the engine ends each request whose logits come out
   // non-finite.
   bool check_finite = false;
@@ -75,9 +76,10 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 // Validates the checkpoint's names, shapes and dtypes against `config` (derived/dead keys
 // listed in DCFORMER.md are ignored; any other missing, extra or misshapen tensor is an
 // InvalidArgument naming it), then reads everything (see WeightLoadOptions). The layer count
-// is checked against the layers the checkpoint holds before anything is built per layer, so
-// a config that names more layers than the files hold fails at once (InvalidArgument naming
-// n_layer), whatever it claims. ResourceExhausted when host memory runs out.
+// is checked against the layers the checkpoint holds (0, 1, 2, ... up to the first index
+// with no tensor) before anything is built per layer, so a config that names more layers
+// than the files hold fails at once (InvalidArgument naming n_layer), whatever it claims and
+// whatever far layer index a stray tensor names. ResourceExhausted when host memory runs out.
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, CheckpointReader& reader,
                                               const WeightLoadOptions& options = {});
 

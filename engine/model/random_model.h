@@ -1,6 +1,7 @@
 // Writes a random-weight model directory (config.json + model.safetensors) for a given
 // config: benchmarks at realistic shapes, tests that need models of their own, and
-// models/dcformer-tiny (the default model, models/dcformer-kjv, is trained instead). Deterministic for a given seed on one standard library.
+// models/dcformer-tiny (the default model, models/dcformer-kjv, is trained instead).
+// Deterministic for a given seed on one standard library.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "engine/serving/request_stream.h"
 
+#include <iterator>
+#include <limits>
 #include <utility>
 
 namespace dcf {
@@ -28,25 +30,50 @@ void Merge(GenerationChunk&& src, GenerationChunk* dst) {
 
 }  // namespace
 
-bool RequestStream::TryTake(GenerationChunk* out) {
-  absl::MutexLock lock(&mu_);
-  if (!has_pending_) return false;
+void RequestStream::TakeAllLocked(GenerationChunk* out) {
   *out = std::move(pending_);
   pending_ = GenerationChunk();
   has_pending_ = false;
   pending_bytes_ = 0;
+  pieces_.clear();
   if (out->finished) final_taken_ = true;
+}
+
+bool RequestStream::TryTake(GenerationChunk* out) {
+  return TryTake(out, std::numeric_limits<size_t>::max());
+}
+
+bool RequestStream::TryTake(GenerationChunk* out, size_t max_bytes) {
+  absl::MutexLock lock(&mu_);
+  if (!has_pending_) return false;
+  size_t pieces = 0, tokens = 0, text_bytes = 0, bytes = 0;
+  for (const Piece& p : pieces_) {
+    if (pieces > 0 && bytes + p.bytes > max_bytes) break;
+    ++pieces;
+    tokens += p.tokens;
+    text_bytes += p.text_bytes;
+    bytes += p.bytes;
+  }
+  if (pieces == pieces_.size()) {
+    TakeAllLocked(out);
+    return true;
+  }
+  // A prefix of the pushes; the final chunk, if pushed, is in the rest.
+  *out = GenerationChunk();
+  auto first = pending_.tokens.begin();
+  out->tokens.assign(std::make_move_iterator(first), std::make_move_iterator(first + tokens));
+  pending_.tokens.erase(first, first + tokens);
+  out->text = pending_.text.substr(0, text_bytes);
+  pending_.text.erase(0, text_bytes);
+  pieces_.erase(pieces_.begin(), pieces_.begin() + pieces);
+  pending_bytes_ -= bytes;
   return true;
 }
 
 bool RequestStream::WaitTake(GenerationChunk* out, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   if (!mu_.AwaitWithTimeout(absl::Condition(&has_pending_), timeout)) return false;
-  *out = std::move(pending_);
-  pending_ = GenerationChunk();
-  has_pending_ = false;
-  pending_bytes_ = 0;
-  if (out->finished) final_taken_ = true;
+  TakeAllLocked(out);
   return true;
 }
 
@@ -74,7 +101,10 @@ void RequestStream::Push(GenerationChunk chunk) {
   std::function<void()> callback;
   {
     absl::MutexLock lock(&mu_);
-    pending_bytes_ += ApproxBytes(chunk);
+    const size_t bytes = ApproxBytes(chunk);
+    pending_bytes_ += bytes;
+    pieces_.push_back({static_cast<uint32_t>(chunk.tokens.size()),
+                       static_cast<uint32_t>(chunk.text.size()), static_cast<uint32_t>(bytes)});
     Merge(std::move(chunk), &pending_);
     has_pending_ = true;
     callback = on_ready_;

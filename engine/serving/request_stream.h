@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,6 +36,11 @@ class RequestStream {
   // final chunk is pending it is merged in and `out->finished` is set). Returns false and
   // leaves `out` untouched when nothing is pending. Never blocks on the engine.
   bool TryTake(GenerationChunk* out);
+  // The same, but stops after about `max_bytes` (pending_bytes() counts): whole pushes of the
+  // engine in order, at least one, so that tokens and their text stay together. What is left
+  // stays pending (the final chunk's fields come with the last push). A consumer that writes
+  // each take as one message bounds its messages this way.
+  bool TryTake(GenerationChunk* out, size_t max_bytes);
 
   // Blocks until something is pending (or `timeout` passes; returns false then) and takes it.
   bool WaitTake(GenerationChunk* out, absl::Duration timeout = absl::InfiniteDuration());
@@ -57,12 +63,21 @@ class RequestStream {
   void Push(GenerationChunk chunk);
 
  private:
+  void TakeAllLocked(GenerationChunk* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string id_;
   const uint64_t key_;
   mutable absl::Mutex mu_;
   GenerationChunk pending_ ABSL_GUARDED_BY(mu_);
   bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
   size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Where each Push of `pending_` begins and ends, oldest first (what a bounded take splits at).
+  struct Piece {
+    uint32_t tokens;
+    uint32_t text_bytes;
+    uint32_t bytes;  // ApproxBytes
+  };
+  std::deque<Piece> pieces_ ABSL_GUARDED_BY(mu_);
   bool final_taken_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);
 };

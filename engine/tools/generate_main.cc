@@ -82,7 +82,8 @@ int Tokenize() {
 // token). The ids are cut into consecutive windows of the model context; each window starts
 // from an empty cache and every token after its first is predicted from the tokens before it
 // in the window. Prints {"tokens", "predicted", "windows", "mean_nll", "perplexity"}
-// (natural log). models/train/train.py computes its held-out loss the same way.
+// (natural log); logits that are not finite fail INTERNAL (exit 1), naming the token.
+// models/train/train.py computes its held-out loss the same way.
 int Score(const std::string& model_dir, const std::string& path, const dcf::Tokenizer* tok) {
   if (tok == nullptr) {
     return Fail(2, absl::StrCat("--score needs a tokenizer: ", model_dir,
@@ -115,8 +116,16 @@ int Score(const std::string& model_dir, const std::string& path, const dcf::Toke
     auto st = (*runner)->Append(piece, static_cast<int>(piece.size()), &logits);
     if (!st.ok()) return Fail(1, st.ToString());
     for (size_t t = 0; t + 1 < piece.size(); ++t) {
-      nll -= dcf::ComputeLogprobs(absl::MakeConstSpan(logits).subspan(t * V, V), piece[t + 1], 0,
-                                  nullptr);
+      const float lp = dcf::ComputeLogprobs(absl::MakeConstSpan(logits).subspan(t * V, V),
+                                            piece[t + 1], 0, nullptr);
+      if (!std::isfinite(lp)) {  // NaN or infinite logits: no perplexity to report
+        return Fail(1, absl::InternalError(absl::StrCat(
+                           "--score: the model's logits are not finite (NaN or infinity) at "
+                           "token ", start + t, " of ", path,
+                           ": its weights may be corrupt (--check-weights scans them at load)"))
+                           .ToString());
+      }
+      nll -= lp;
     }
     predicted += piece.size() - 1;
     ++windows;

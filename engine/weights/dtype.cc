@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -171,6 +172,36 @@ int64_t CountNonFinite(DType dtype, const void* data, int64_t count, int64_t* fi
   }
   if (first != nullptr) *first = at;
   return n;
+}
+
+absl::Status CheckFiniteConversion(absl::string_view tensor, DType from, const void* stored,
+                                   int64_t count, DType to) {
+  int64_t first = -1;
+  const int64_t bad = CountNonFinite(from, stored, count, &first);
+  if (bad > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "' holds ", bad, " non-finite values (NaN or infinity), the first at "
+        "flat index ", first, ": the checkpoint is corrupt"));
+  }
+  if (from == to) return absl::OkStatus();
+  constexpr int64_t kChunk = 1 << 14;
+  std::vector<uint8_t> converted(kChunk * DTypeSize(to));
+  const auto* src = static_cast<const uint8_t*>(stored);
+  int64_t over = 0;
+  for (int64_t done = 0; done < count; done += kChunk) {
+    const int64_t n = std::min(kChunk, count - done);
+    ConvertDType(from, src + done * DTypeSize(from), n, to, converted.data());
+    int64_t at = -1;
+    over += CountNonFinite(to, converted.data(), n, &at);
+    if (first < 0 && at >= 0) first = done + at;
+  }
+  if (over == 0) return absl::OkStatus();
+  float value = 0;
+  ConvertToF32(from, src + first * DTypeSize(from), 1, &value);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor '", tensor, "' holds ", over, " values beyond the range of ", DTypeName(to),
+      ", the first at flat index ", first, " (", value, "): converted from the checkpoint's ",
+      DTypeName(from), " they would be infinite; load it in a wider dtype"));
 }
 
 }  // namespace dcf

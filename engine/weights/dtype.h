@@ -79,4 +79,14 @@ void ConvertDType(DType from, const void* src, int64_t count, DType to, void* ds
 // all ones), and the index of the first one in `first` (when not null; -1 when none).
 int64_t CountNonFinite(DType dtype, const void* data, int64_t count, int64_t* first);
 
+// The --check-weights verdict on one tensor named `tensor`: its `count` values at `stored` (as
+// the checkpoint holds them, dtype `from`) are converted to `to` for serving. InvalidArgument
+// "... the checkpoint is corrupt" when a stored value is NaN or infinite; InvalidArgument
+// naming the conversion when every stored value is finite but some lie beyond `to`'s range
+// (F32 -> F16 beyond 65504: they would serve as infinity); OK otherwise. Converts a chunk at a
+// time into its own buffer: callers scan what they converted (CountNonFinite) and call this
+// only when that found something, so a clean load pays nothing for it.
+absl::Status CheckFiniteConversion(absl::string_view tensor, DType from, const void* stored,
+                                   int64_t count, DType to);
+
 }  // namespace dcf

@@ -11,6 +11,7 @@ import zlib
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -51,7 +52,19 @@ class Call:
         self.headers = None  # response headers (a trailers-only response has grpc-status here)
         self.trailers = None
         self.data = 0  # DATA bytes received
+        self.body = bytearray()  # ...and the bytes themselves
         self.reset = None  # RST_STREAM error code
+
+    def messages(self):
+        """The complete gRPC messages received so far (payloads, uncompressed)."""
+        out, i = [], 0
+        while i + 5 <= len(self.body):
+            n = struct.unpack(">I", bytes(self.body[i + 1:i + 5]))[0]
+            if i + 5 + n > len(self.body):
+                break
+            out.append(bytes(self.body[i + 5:i + 5 + n]))
+            i += 5 + n
+        return out
 
     @property
     def status(self):
@@ -80,8 +93,11 @@ class H2Client:
     send no DATA until the client opens the window, which `read_data=False` never does)."""
 
     def __init__(self, port, host="127.0.0.1", initial_window=None, read_data=True,
-                 timeout=30):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+                 timeout=30, source=None):
+        # source: the client's own address, e.g. "127.0.0.2" (any 127/8 address is loopback):
+        # a second client address for the per-address bounds.
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.conn = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.conn.initiate_connection()
@@ -183,6 +199,7 @@ class H2Client:
                 call.trailers = dict(e.headers)
             elif isinstance(e, h2.events.DataReceived) and call:
                 call.data += len(e.data)
+                call.body += e.data
                 if self.read_data:
                     self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
             elif isinstance(e, h2.events.StreamReset) and call:
@@ -193,6 +210,38 @@ class H2Client:
             self.flush()
         except OSError:
             self.closed = True
+
+    def reset(self, sid):
+        """Cancels stream `sid` the way a client's cancel does (RST_STREAM CANCEL)."""
+        try:
+            self.conn.reset_stream(sid, error_code=h2.errors.ErrorCodes.CANCEL)
+        except h2.exceptions.StreamClosedError:
+            return
+        self.flush()
+
+    def send_while_allowed(self, sid, body):
+        """Sends as much of `body` on stream `sid` as the flow-control windows allow now,
+        without waiting for more. Returns how many bytes went out."""
+        sent = 0
+        while sent < len(body) and not self.calls[sid].ended and not self.closed:
+            try:
+                window = min(self.conn.local_flow_control_window(sid),
+                             self.conn.max_outbound_frame_size)
+            except (h2.exceptions.StreamClosedError, KeyError):
+                break
+            if window <= 0:
+                break
+            n = min(window, len(body) - sent)
+            try:
+                self.conn.send_data(sid, body[sent:sent + n])
+            except h2.exceptions.StreamClosedError:
+                break
+            sent += n
+        try:
+            self.flush()
+        except OSError:
+            self.closed = True
+        return sent
 
     def pump_until(self, predicate, timeout, what="condition"):
         deadline = time.monotonic() + timeout

@@ -175,6 +175,18 @@ WATCH = "/grpc.health.v1.Health/Watch"
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 KJV = os.path.join(h.SOURCE_DIR, "models", "dcformer-kjv")
 GRPC_UNIMPLEMENTED, GRPC_RESOURCE_EXHAUSTED = 12, 8
+# The health service's Watch bounds (server/dcformer_server.cc).
+MAX_WATCHERS, MAX_WATCHERS_PER_ADDRESS = 4096, 1024
+
+
+def pump_all_until(clients, predicate, timeout, what):
+    """Reads what arrives on every connection until `predicate()` holds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        for c in clients:
+            c.pump(0.01)
 
 
 def generate_body(ids, n, **kw):
@@ -345,20 +357,70 @@ class StreamBoundsTest(unittest.TestCase):
                 for c in clients:
                     for _ in range(200):
                         c.start_call(WATCH, hp.grpc_message(b""))
-                settled = lambda: all(x.ended or x.headers is not None
-                                      for c in clients for x in c.calls.values())
-                deadline = time.monotonic() + 60
-                while not settled() and time.monotonic() < deadline:
-                    for c in clients:
-                        c.pump(0.05)
-                for c in clients:
-                    calls = list(c.calls.values())
-                    still_open = [x for x in calls if not x.ended]
-                    self.assertEqual(len(still_open), 16)  # per connection (per peer)
-                    self.assertTrue(all(x.status == GRPC_RESOURCE_EXHAUSTED
-                                        for x in calls if x.ended))
+                calls = [x for c in clients for x in c.calls.values()]
+                # 2,000 streams from one address: at most 1024 stay open; each newer one
+                # closed the address's oldest, with UNIMPLEMENTED (client-side health checking
+                # reads that as "treat the server as healthy").
+                pump_all_until(clients, lambda: sum(x.ended for x in calls) >= 2000 - 1024
+                               and all(x.ended or x.headers for x in calls),
+                               60, "the oldest Watch streams closed")
+                still_open = [x for x in calls if not x.ended]
+                self.assertEqual(len(still_open), MAX_WATCHERS_PER_ADDRESS)
+                for x in calls:
+                    if x.ended:
+                        self.assertEqual(x.status, GRPC_UNIMPLEMENTED, x.message)
+                        self.assertIn("health Check still answers", x.message)
                 self.assertLess(h.rss_mib(pid) - rss_before, 64 + h.RSS_SLACK_MIB)
                 self.assertEqual(server.check_health(), h.SERVING)
+            finally:
+                for c in clients:
+                    c.close()
+
+    def test_one_connection_keeps_all_its_watch_streams(self):
+        # Behind a proxy many clients share one upstream connection (the old bound, 16 per
+        # connection, refused the 17th client's health check): a connection's 256 streams
+        # (--max-concurrent-streams) are all served.
+        with h.Server() as server, hp.H2Client(server.port) as client:
+            for _ in range(256):
+                client.start_call(WATCH, hp.grpc_message(b""))
+            client.pump_until(lambda: all(x.headers for x in client.calls.values()), 60,
+                              "every Watch stream answered")
+            client.pump(0.2)
+            self.assertEqual([x.status for x in client.calls.values() if x.ended], [])
+            self.assertEqual(sum(x.data > 0 for x in client.calls.values()), 256)
+
+    def test_watch_flood_does_not_fail_client_health_checks(self):
+        # 260 connections from five addresses, 16 Watch streams each: more than the 4096 the
+        # server keeps. A client with the documented service config (round_robin +
+        # healthCheckConfig) then connects: its health check stream gets in (the heaviest
+        # address made room), so its calls go through instead of failing UNAVAILABLE "health
+        # check call failed" (as with the old bound, which refused the newcomer).
+        with open(os.path.join(h.SOURCE_DIR, "deploy", "client", "service-config.json")) as f:
+            config = f.read()
+        with h.Server() as server:
+            clients = [hp.H2Client(server.port, source=f"127.0.0.{1 + i % 5}")
+                       for i in range(260)]
+            try:
+                for c in clients:
+                    for _ in range(16):
+                        c.start_call(WATCH, hp.grpc_message(b""))
+                calls = [x for c in clients for x in c.calls.values()]
+                pump_all_until(clients, lambda: all(x.ended or x.headers for x in calls)
+                               and sum(x.ended for x in calls) >= len(calls) - MAX_WATCHERS,
+                               120, "the flood trimmed to the bound")
+                with grpc.insecure_channel(server.target, options=[
+                        ("grpc.service_config", config)] + OWN_CONNECTION) as ch:
+                    stub = h.pb_grpc.TextGenerationStub(ch)
+                    for _ in range(3):
+                        tokens, _ = h.collect(stub.Generate(h.ids_request(PROMPT, 4),
+                                                            timeout=30))
+                        self.assertEqual(len(tokens), 4)
+                    # Its stream took the place of the oldest of one flooding address.
+                    pump_all_until(clients,
+                                   lambda: sum(not x.ended for x in calls) <= MAX_WATCHERS - 1,
+                                   30, "a flood stream closed for the client's")
+                    self.assertEqual(sum(not x.ended for x in calls), MAX_WATCHERS - 1)
+                self.assertTrue(all(x.status == GRPC_UNIMPLEMENTED for x in calls if x.ended))
             finally:
                 for c in clients:
                     c.close()
@@ -541,6 +603,247 @@ class NeverReadingClientTest(unittest.TestCase):
                     self.assertIn("--max-open-streams", call.message)
 
 
+class StreamShareTest(unittest.TestCase):
+    """Review finding 6: streams of clients that never open their window cannot lock others
+    out: one address holds at most --max-open-streams-per-peer (256) of --max-open-streams
+    (1024), a stream whose first message cannot leave ends after --first-write-timeout (5 s),
+    and only admitted calls take a slot."""
+
+    def test_one_address_cannot_take_every_stream(self):
+        with h.Server(args=["--max-queued-requests=2048"]) as server:
+            attackers = [hp.H2Client(server.port, initial_window=0, read_data=False)
+                         for _ in range(5)]
+            try:
+                for c in attackers:
+                    for _ in range(256):
+                        c.start_call(GENERATE, generate_body(PROMPT, 1))
+                calls = [x for c in attackers for x in c.calls.values()]
+                pump_all_until(attackers, lambda: sum(x.ended for x in calls) >= 1280 - 256, 60,
+                               "the streams past the address's share refused")
+                refused = [x for x in calls if x.ended]
+                self.assertEqual(len(refused), 1280 - 256)
+                for x in refused:
+                    self.assertEqual(x.status, GRPC_RESOURCE_EXHAUSTED, x.message)
+                    self.assertIn("--max-open-streams-per-peer", x.message)
+                # Another address is served meanwhile.
+                with hp.H2Client(server.port, source="127.0.0.2") as client:
+                    for _ in range(10):
+                        client.start_call(GENERATE, generate_body(PROMPT, 4))
+                    client.pump_until(client.all_ended, 60, "the other address's calls")
+                    for x in client.calls.values():
+                        self.assertEqual(x.status, 0, x.message)
+                        self.assertEqual(response_tokens(x), self.expected4)
+                # The address's own streams end once their first message could not leave.
+                admitted = [x for x in calls if not x.ended]
+                pump_all_until(attackers, lambda: all(x.ended for x in admitted), 60,
+                               "the never-reading streams ended")
+                for x in admitted:
+                    self.assertEqual(x.status, GRPC_RESOURCE_EXHAUSTED, x.message)
+                    self.assertIn("its first message was not sent within 5s "
+                                  "(--first-write-timeout)", x.message)
+            finally:
+                for c in attackers:
+                    c.close()
+
+    def test_streams_at_the_cap_free_their_slots_soon(self):
+        # Five addresses fill --max-open-streams (1024) with never-reading streams: new calls
+        # are refused while it is full, but only until the first-write timeout ends them
+        # (the old server kept the slots for --write-stall-timeout, 30 s).
+        with h.Server(args=["--max-queued-requests=2048"]) as server:
+            attackers = [hp.H2Client(server.port, initial_window=0, read_data=False,
+                                     source=f"127.0.0.{1 + i}") for i in range(5)]
+            try:
+                for c in attackers:
+                    for _ in range(256):
+                        c.start_call(GENERATE, generate_body(PROMPT, 1))
+                calls = [x for c in attackers for x in c.calls.values()]
+                pump_all_until(attackers, lambda: sum(x.ended for x in calls) >= 1280 - 1024,
+                               60, "the streams past the cap refused")
+                for x in calls:
+                    if x.ended:
+                        self.assertEqual(x.status, GRPC_RESOURCE_EXHAUSTED, x.message)
+                        self.assertIn("1024 Generate streams are open", x.message)
+                admitted = [x for x in calls if not x.ended]
+                pump_all_until(attackers, lambda: all(x.ended for x in calls), 60,
+                               "the never-reading streams ended")
+                for x in admitted:
+                    self.assertIn("(--first-write-timeout)", x.message)
+                stub = server.stub(options=OWN_CONNECTION)
+                tokens, _ = h.collect(stub.Generate(h.ids_request(PROMPT, 4), timeout=30))
+                self.assertEqual(tokens, self.expected4)
+                h.wait_until(lambda: server.metric("dcformer_requests_total",
+                                                   outcome="resource_exhausted") == 1280, 30,
+                             "every refused and ended stream counted")
+            finally:
+                for c in attackers:
+                    c.close()
+
+    @classmethod
+    def setUpClass(cls):
+        with h.Server() as server:
+            cls.expected4 = h.collect(server.stub().Generate(h.ids_request(PROMPT, 4),
+                                                             timeout=60))[0]
+
+
+def response_tokens(call):
+    """The token ids of every complete GenerateResponse a raw call received."""
+    out = []
+    for m in call.messages():
+        out.extend(h.pb.GenerateResponse.FromString(m).token_ids)
+    return out
+
+
+def log_line(server, request_id):
+    lines = [x for x in server.read_log().splitlines() if f"request id={request_id} " in x]
+    return lines[-1] if lines else None
+
+
+class SlowReaderTest(unittest.TestCase):
+    """Review findings 7 and 8: --write-stall-timeout is a minimum reading rate (messages are
+    at most 16 KiB), tokens count when the client was sent them, and a call the client
+    cancels while its final message waits is counted as cancelled."""
+
+    def read_paced(self, client, sid, rate, stop_after=None, timeout=120):
+        """Acknowledges what arrives on `sid` at `rate` bytes/s (in 50 ms steps) until the
+        call ends; with `stop_after`, stops acknowledging after that many bytes."""
+        call = client.calls[sid]
+        acked = 0
+        step = rate // 20
+        next_ack = time.monotonic()
+        deadline = next_ack + timeout
+        while not call.ended:
+            self.assertLess(time.monotonic(), deadline, "the paced call never ended")
+            client.pump(0.01)
+            if time.monotonic() < next_ack:
+                continue
+            next_ack += 0.05  # the client's pace, not synchronisation
+            n = min(step, call.data - acked)
+            if stop_after is not None:
+                n = min(n, stop_after - acked)
+            if n > 0:
+                try:
+                    client.conn.acknowledge_received_data(n, sid)
+                    client.flush()
+                except Exception:  # the stream closed meanwhile
+                    pass
+                acked += n
+        return call
+
+    def test_a_slow_steady_reader_is_served_in_full(self):
+        # 200 tokens with 20 alternatives each (~50 KB) to a client that takes 8 KB/s, with a
+        # 3 s stall bound: each message (<= 16 KiB) leaves within it. The old server put
+        # everything generated meanwhile into its second message (~50 KB, 6 s at that rate)
+        # and cut the client off.
+        with h.Server(args=["--write-stall-timeout=3s"]) as server:
+            request = h.ids_request(PROMPT, 200, request_id="steady")
+            request.output.top_logprobs = 20
+            with hp.H2Client(server.port, initial_window=4096, read_data=False) as client:
+                sid = client.start_call(GENERATE, hp.grpc_message(request.SerializeToString()))
+                call = self.read_paced(client, sid, rate=8000)
+            self.assertEqual(call.status, 0, call.message)
+            messages = call.messages()
+            self.assertEqual(len(response_tokens(call)), 200)
+            self.assertLessEqual(max(len(m) for m in messages), 16384 + 512)
+            h.wait_until(lambda: log_line(server, "steady"), 30, "the call's log line")
+            self.assertIn("outcome=length", log_line(server, "steady"))
+            self.assertIn("generated_tokens=200 ", log_line(server, "steady"))
+
+    def test_tokens_count_when_the_client_was_sent_them(self):
+        # The client reads 20 KB and then stops: the call ends at the stall bound, and the
+        # tokens it counts and logs are the ones of the messages that reached the client.
+        with h.Server(args=["--write-stall-timeout=2s"]) as server:
+            request = h.ids_request(PROMPT, 200, request_id="stopped")
+            request.output.top_logprobs = 20
+            with hp.H2Client(server.port, initial_window=4096, read_data=False) as client:
+                sid = client.start_call(GENERATE, hp.grpc_message(request.SerializeToString()))
+                call = self.read_paced(client, sid, rate=20000, stop_after=20000)
+            self.assertEqual(call.status, GRPC_RESOURCE_EXHAUSTED, call.message)
+            received = len(response_tokens(call))
+            self.assertGreater(received, 0)
+            self.assertLess(received, 200)
+            h.wait_until(lambda: log_line(server, "stopped"), 30, "the call's log line")
+            self.assertIn(f"generated_tokens={received} ", log_line(server, "stopped"))
+            self.assertEqual(server.metric("dcformer_generation_tokens_total"), received)
+
+    def test_cancel_while_the_final_message_waits_counts_as_cancelled(self):
+        # One-token calls whose only (final) message waits for a window the client never
+        # opens; the client cancels them. They count as cancelled with 0 tokens sent, not as
+        # finished (the old server counted each as outcome="length").
+        with h.Server(args=["--write-stall-timeout=600s"]) as server:
+            with hp.H2Client(server.port, initial_window=0, read_data=False) as client:
+                sids = [client.start_call(GENERATE,
+                                          generate_body(PROMPT, 1, request_id=f"final-{i}"))
+                        for i in range(10)]
+                # The final message's write has started once the response headers arrive:
+                # HEADERS are not flow-controlled, its DATA waits for the window.
+                client.pump_until(lambda: all(client.calls[s].headers for s in sids), 60,
+                                  "the final writes started")
+                self.assertEqual(sum(client.calls[s].data for s in sids), 0)
+                for s in sids:
+                    client.reset(s)
+                h.wait_until(lambda: server.metric("dcformer_requests_total",
+                                                   outcome="cancelled") == 10, 30,
+                             "the cancelled calls counted")
+            self.assertEqual(server.metric("dcformer_requests_total", outcome="length"), 0)
+            self.assertEqual(server.metric("dcformer_generation_tokens_total"), 0)
+            for i in range(10):
+                line = log_line(server, f"final-{i}")
+                self.assertIn("outcome=cancelled", line)
+                self.assertIn("generated_tokens=0 ", line)
+
+
+class UnauthenticatedMessageTest(unittest.TestCase):
+    """Review finding 2: gRPC 1.51 holds a request message in full before any check (the API
+    key's included), whatever length it declares: --grpc-memory-limit-bytes (gRPC's resource
+    quota) bounds what unauthenticated clients can make it hold."""
+
+    def test_messages_that_never_end_are_bounded(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        key_file = os.path.join(tmp, "keys")
+        with open(key_file, "w") as f:
+            f.write("the-key\n")
+        limit_mib = 128
+        with h.Server(args=[f"--api-key-file={key_file}",
+                            f"--grpc-memory-limit-bytes={limit_mib << 20}"]) as server:
+            pid = server.proc.pid
+            peak_before = h.rss_mib(pid, peak=True)
+            declared = 16 << 20
+            body = hp.grpc_message(bytes(declared))[:-1]  # all of it but the last byte
+            clients = [hp.H2Client(server.port) for _ in range(4)]
+            try:
+                streams = []
+                for c in clients:
+                    for _ in range(16):
+                        streams.append([c, c.start_call(GENERATE, b"", end_stream=False), 0])
+                # 1 GiB declared, no key: send what the server's windows allow until it takes
+                # no more for 2 s.
+                last_progress = time.monotonic()
+                while time.monotonic() - last_progress < 2:
+                    for st in streams:
+                        n = st[0].send_while_allowed(st[1], body[st[2]:st[2] + (1 << 20)])
+                        st[2] += n
+                        if n:
+                            last_progress = time.monotonic()
+                    for c in clients:
+                        c.pump(0.005)
+                grown = h.rss_mib(pid, peak=True) - peak_before
+                # Measured: about 1.6 times the limit at most (the quota is enforced by
+                # cancelling streams, which lags the reads). The old server held all of it.
+                self.assertLess(grown, 2 * limit_mib + 64 + h.RSS_SLACK_MIB)
+                self.assertGreater(sum(st[0].calls[st[1]].ended for st in streams), 0)
+                self.assertGreater(sum(st[2] for st in streams), 2 * (limit_mib << 20))
+                # Calls with the key are served meanwhile.
+                stub = server.stub(options=OWN_CONNECTION)
+                tokens, _ = h.collect(stub.Generate(h.ids_request(PROMPT, 4), timeout=30,
+                                                    metadata=[("authorization",
+                                                               "Bearer the-key")]))
+                self.assertEqual(len(tokens), 4)
+            finally:
+                for c in clients:
+                    c.close()
+
+
 class TextPromptTest(unittest.TestCase):
     """Item 9: a text prompt far over the prompt limit is refused without being encoded."""
 
@@ -583,8 +886,11 @@ class CountsTest(unittest.TestCase):
                                            outcome="resource_exhausted"), 1)
             self.assertEqual(server.metric("dcformer_unary_requests_total", method="Detokenize",
                                            outcome="ok"), 0)
-            big = h.ids_request([300] * 600_000, 1)
+            # Just over the 1 MiB limit (within gRPC's 64 KiB margin): the service refuses,
+            # counts and logs it.
+            big = h.ids_request([300] * 530_000, 1)
             self.assertGreater(big.ByteSize(), 1_048_576)
+            self.assertLess(big.ByteSize(), 1_048_576 + 65_536)
             with self.assertRaises(grpc.RpcError) as ctx:
                 h.collect(stub.Generate(big, timeout=30))
             self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
@@ -593,6 +899,11 @@ class CountsTest(unittest.TestCase):
                                                outcome="resource_exhausted") == 1,
                          what="the oversized request counted")
             self.assertIn("outcome=resource_exhausted", server.read_log())
+            # Past the margin gRPC refuses it itself (it never holds more than limit + 64 KiB
+            # of one message), unseen by the service.
+            with self.assertRaises(grpc.RpcError) as ctx:
+                h.collect(stub.Generate(h.ids_request([300] * 600_000, 1), timeout=30))
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 class QueuedPromptTokensTest(unittest.TestCase):

@@ -54,7 +54,7 @@ class PromtoolTest(unittest.TestCase):
                               os.path.join(DEPLOY, "prometheus", "prometheus.yml")],
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertIn("9 rules found", out.stdout + out.stderr)
+        self.assertIn("12 rules found", out.stdout + out.stderr)
 
     def test_alert_rules_unit_tests(self):
         out = subprocess.run([promtool(), "test", "rules",

@@ -413,6 +413,40 @@ class ApiKeyReloadTest(unittest.TestCase):
             self.assertIn("api_keys not reloaded, the last good 1 key(s) kept in force", log)
             self.assertNotIn("new-key", log)
 
+    def test_a_bad_line_does_not_keep_a_revoked_key(self):
+        """Review probe-1 finding 10: a file with one bad line was refused whole, so the key it
+        revoked stayed valid. Now the valid lines apply; the bad one is named by number only."""
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        key_file = os.path.join(tmp, "keys")
+        write(key_file, "old-key\nnew-key\n")
+        with h.Server(args=[f"--api-key-file={key_file}", "--api-key-reload-interval=1s"]) \
+                as server:
+            stub = server.stub()
+
+            def generate(key):
+                try:
+                    h.collect(stub.Generate(h.ids_request(PROMPT, 2), timeout=30,
+                                            metadata=[("authorization", f"Bearer {key}")]))
+                    return None
+                except grpc.RpcError as e:
+                    return e.code()
+
+            self.assertIsNone(generate("old-key"))
+            before = server.metric("dcformer_credential_reload_failures_total", file="api_keys")
+            # Revoke old-key; a BOM and a key pasted with a space come with the edit.
+            write(key_file, "\ufeff# old-key revoked\nnew-key\nsecret pasted-with-space\n".encode())
+            h.wait_until(lambda: generate("old-key") == grpc.StatusCode.UNAUTHENTICATED,
+                         timeout=30, what="the revoked key refused")
+            self.assertIsNone(generate("new-key"))
+            h.wait_until(lambda: server.metric("dcformer_credential_reload_failures_total",
+                                               file="api_keys") >= before + 1,
+                         timeout=30, what="the bad line counted as a failed reload")
+            log = server.read_log()
+            self.assertIn("line 3 is not a key", log)
+            self.assertNotIn("pasted-with-space", log)
+            self.assertNotIn("new-key", log)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -85,6 +85,10 @@ TEST(ModelConfigTest, RefusesUnsupportedValuesNamingTheKey) {
       {"window_type", "GL", "window_type"},
       {"window_size", -3, "window_size"},
       {"window_size", 4294967297LL, "window_size"},  // must not wrap to 1
+      // The context sizes per-position tables (CUDA's RoPE tables took 12.5 GB for 10^8).
+      {"block_size", 100000000, "'block_size' is 100000000, more than the 1048576 positions"},
+      {"block_size", 1 << 30, "'block_size' is 1073741824, more than the 1048576 positions"},
+      {"block_size", (1 << 20) + 1, "more than the 1048576 positions"},
       {"eos_token_id", 99999999999LL, "eos_token_id"},
       {"bos_token_id", -1, "bos_token_id"},
       {"use_qk_norm", "yes", "use_qk_norm"},
@@ -107,6 +111,9 @@ TEST(ModelConfigTest, RefusesUnsupportedValuesNamingTheKey) {
     EXPECT_NE(std::string(st.message()).find(bc.message_part), std::string::npos)
         << bc.key << ": " << st.message();
   }
+  Json longest = BaseConfig();
+  longest["block_size"] = ModelConfig::kMaxPositions;  // the cap itself is served
+  EXPECT_TRUE(ModelConfig::FromJson(longest.dump()).ok());
   EXPECT_FALSE(ModelConfig::FromJson("{not json").ok());
   EXPECT_EQ(ModelConfig::FromFile("/nonexistent/config.json").status().code(),
             absl::StatusCode::kNotFound);

@@ -6,12 +6,13 @@
 #include <fstream>
 #include <limits>
 
-#include "absl/time/clock.h"
+#include "engine/common/memory_info.h"
 #include "engine/model/random_model.h"
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "tests/testing/model_files.h"
+#include "tests/testing/peak_memory.h"
 #include "tests/testing/temp_dir.h"
 
 namespace dcf {
@@ -58,21 +59,43 @@ TEST_F(ModelWeightsTest, ExtraTensorIsNamedButDerivedKeysAreIgnored) {
 
 // A config.json that claims far more layers than the checkpoint holds is refused at once,
 // naming n_layer, before anything is built per claimed layer (10^7 layers took ~24 GB and the
-// OOM killer before this check; under the sanitizers such an allocation would fail the test).
+// OOM killer before the check). The layers counted are those the files hold from 0 up: one
+// tiny tensor of a far layer (layers.9999999.*, 4 bytes) must not stretch the count to
+// n_layer (it took 8.4 GB and a std::bad_alloc abort). The load's peak memory stays small.
 TEST_F(ModelWeightsTest, MoreLayersThanTheCheckpointHoldsFailsAtOnce) {
-  for (int n_layer : {10000000, 3}) {
+  const auto refused_in_small_memory = [&](int n_layer) {
     config_.n_layer = n_layer;
-    const absl::Time start = absl::Now();
+    const bool reset = testing::ResetPeakResident();
+    const size_t before = ProcessResidentBytes();
     const absl::Status st = LoadStatus();
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << n_layer;
     EXPECT_NE(std::string(st.message()).find("n_layer is " + std::to_string(n_layer) +
-                                             " but the checkpoint holds 2 layer(s)"),
+                                             " but the checkpoint holds 2 layer(s) (no tensor "
+                                             "'layers.2.*')"),
               std::string::npos)
         << st;
-    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the check must come first";
-  }
+    if (reset) {  // nothing per claimed layer was built (8.6 GB for 10^7 layers)
+      EXPECT_LT(testing::PeakResidentBytes(), before + (64u << 20)) << n_layer;
+    }
+  };
+  for (int n_layer : {10000000, 3}) refused_in_small_memory(n_layer);
+  names_.push_back("layers.9999999.attention.wo.weight");  // the spoof: 4 bytes
+  shapes_.push_back({1});
+  data_.push_back({0.5f});
+  Rewrite();
+  for (int n_layer : {10000000, 3}) refused_in_small_memory(n_layer);
+  config_.n_layer = 2;  // the right count: the far layer's tensor is named
+  absl::Status st = LoadStatus();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("unexpected tensor 'layers.9999999.attention.wo"),
+            std::string::npos)
+      << st;
+  names_.pop_back();
+  shapes_.pop_back();
+  data_.pop_back();
+  Rewrite();
   config_.n_layer = 1;  // fewer: the extra layer's tensors are named
-  const absl::Status st = LoadStatus();
+  st = LoadStatus();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(st.message()).find("unexpected tensor 'layers.1."), std::string::npos)
       << st;
@@ -110,6 +133,42 @@ TEST_F(ModelWeightsTest, OptInScanRefusesNonFiniteWeights) {
   data_[i][6] = 0.5f;
   Rewrite();
   EXPECT_TRUE(LoadStatus(scan).ok());
+}
+
+// The scan judges the stored values: a finite F32 value beyond F16's range (65504) loaded as
+// F16 is reported as what it is, not as a corrupt checkpoint (it was, before); a NaN stored
+// in F32 is corrupt whatever the load converts to, counted as stored.
+TEST_F(ModelWeightsTest, OptInScanTellsAConversionOutOfRangeFromCorruption) {
+  const size_t i = Index("layers.1.attention.wo.weight");
+  data_[i][6] = 1e5f;
+  data_[i][20] = -7e4f;
+  Rewrite();
+  WeightLoadOptions scan;
+  scan.check_finite = true;
+  scan.dtype = DType::kF16;
+  absl::Status st = LoadStatus(scan);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("tensor 'layers.1.attention.wo.weight' holds 2 values "
+                                           "beyond the range of F16, the first at flat index 6 "
+                                           "(100000): converted from the checkpoint's F32"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(std::string(st.message()).find("corrupt"), std::string::npos) << st;
+  for (DType wide : {DType::kF32, DType::kBF16}) {
+    scan.dtype = wide;
+    EXPECT_TRUE(LoadStatus(scan).ok()) << DTypeName(wide) << ": " << LoadStatus(scan);
+  }
+  scan.dtype = std::nullopt;
+  EXPECT_TRUE(LoadStatus(scan).ok()) << LoadStatus(scan);
+
+  data_[i][13] = NAN;
+  Rewrite();
+  scan.dtype = DType::kF16;
+  st = LoadStatus(scan);
+  EXPECT_NE(std::string(st.message()).find("holds 1 non-finite values (NaN or infinity), the "
+                                           "first at flat index 13: the checkpoint is corrupt"),
+            std::string::npos)
+      << st;
 }
 
 TEST(CountNonFiniteTest, EveryDType) {

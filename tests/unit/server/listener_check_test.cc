@@ -61,5 +61,31 @@ TEST(ListenerCheckTest, ProbeSeesWhetherTheListenerAccepts) {
             absl::StatusCode::kUnavailable);  // refused: nothing listens any more
 }
 
+// Where procfs does not show the listener (gVisor-like runtimes), a completed connect passes:
+// before, the probe said Unavailable and the server exited every three intervals.
+TEST(ListenerCheckTest, ProbeFallsBackToTheConnectWhereProcfsShowsNoListener) {
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(listener, 16), 0);
+  socklen_t len = sizeof(a);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  bool visible = true;
+  const absl::Status probe = ProbeListener("127.0.0.1", port, absl::Seconds(5), &visible,
+                                           {"/nonexistent/net/tcp", "/dev/null"});
+  EXPECT_TRUE(probe.ok()) << probe;
+  EXPECT_FALSE(visible);
+  // With the real tables the queue shows, and the same listener (which never accepts) fails.
+  const absl::Status real = ProbeListener("127.0.0.1", port, absl::Milliseconds(300), &visible);
+  EXPECT_EQ(real.code(), absl::StatusCode::kDeadlineExceeded) << real;
+  EXPECT_TRUE(visible);
+  close(listener);
+  EXPECT_EQ(ProbeListener("127.0.0.1", port, absl::Seconds(5), &visible, {"/dev/null"}).code(),
+            absl::StatusCode::kUnavailable);  // refused: nothing listens any more
+}
+
 }  // namespace
 }  // namespace dcf::server

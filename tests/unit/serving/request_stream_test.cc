@@ -1,6 +1,8 @@
 #include "engine/serving/request_stream.h"
 
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -34,6 +36,63 @@ TEST(RequestStreamTest, TakeMergesPendingChunksInOrder) {
   EXPECT_EQ(out.usage.generated_tokens, 4);
   EXPECT_TRUE(s.done());
   EXPECT_FALSE(s.TryTake(&out));
+}
+
+// A bounded take splits only between pushes: each push's tokens keep their text, the final
+// chunk's fields come with the last take, and pending_bytes() shrinks by what was taken.
+TEST(RequestStreamTest, BoundedTakeSplitsBetweenPushes) {
+  RequestStream s("r4", 4);
+  for (int i = 0; i < 10; ++i) s.Push(Tokens({i, 100 + i}, std::string(3, static_cast<char>('a' + i))));
+  GenerationChunk fin = Tokens({10}, "k");
+  fin.finished = true;
+  fin.finish_reason = FinishReason::kEos;
+  s.Push(fin);
+  // Each push of two tokens and 3 bytes of text counts 2 * 16 + 3 = 35 bytes.
+  EXPECT_EQ(s.pending_bytes(), 10u * 35 + 17);
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<size_t> sizes;
+  GenerationChunk out;
+  while (s.TryTake(&out, 100)) {
+    sizes.push_back(out.tokens.size());
+    for (const TokenOutput& t : out.tokens) ids.push_back(t.token);
+    text += out.text;
+    // The text of a take is exactly the text of its pushes.
+    for (size_t i = 0; i + 1 < out.tokens.size(); i += 2) {
+      if (out.tokens[i].token >= 10) continue;
+      EXPECT_EQ(out.tokens[i + 1].token, 100 + out.tokens[i].token);
+    }
+    if (out.finished) break;
+    EXPECT_EQ(out.finish_reason, FinishReason::kUnspecified);
+  }
+  EXPECT_TRUE(out.finished);
+  EXPECT_EQ(out.finish_reason, FinishReason::kEos);
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.pending_bytes(), 0u);
+  // 100 bytes hold two pushes (70); the last take has pushes 8 and 9 and the final one (87).
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 4, 4, 4, 5}));
+  std::vector<int32_t> want;
+  for (int i = 0; i < 10; ++i) {
+    want.push_back(i);
+    want.push_back(100 + i);
+  }
+  want.push_back(10);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(text, "aaabbbcccdddeeefffggghhhiiijjjk");
+}
+
+TEST(RequestStreamTest, BoundedTakeTakesAnOversizedPushWhole) {
+  RequestStream s("r5", 5);
+  s.Push(Tokens({1, 2, 3}, std::string(1000, 'x')));
+  s.Push(Tokens({4}, "y"));
+  GenerationChunk out;
+  ASSERT_TRUE(s.TryTake(&out, 10));
+  EXPECT_EQ(out.tokens.size(), 3u);
+  EXPECT_EQ(out.text.size(), 1000u);
+  EXPECT_EQ(s.pending_bytes(), 17u);
+  ASSERT_TRUE(s.TryTake(&out, 10));
+  EXPECT_EQ(out.text, "y");
+  EXPECT_FALSE(s.TryTake(&out, 10));
 }
 
 TEST(RequestStreamTest, OnReadyRunsForPendingOutputAndEachPush) {

@@ -2,6 +2,7 @@
 // --tokenize, and clean failures.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -186,6 +187,45 @@ TEST_F(GenerateCorruptModelTest, NonFiniteWeightsFailWithAMessage) {
   r = testing::RunCommand(cmd + " --check-weights");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.err.find("tensor 'layers.1.attention.wo.weight' holds"), std::string::npos) << r.err;
+}
+
+// --score on a checkpoint with NaN in one wo fails INTERNAL naming the token (it printed
+// {"mean_nll":null,"perplexity":null} and exit 0); the same model before the edit scores.
+TEST_F(GenerateCorruptModelTest, ScoreOfNonFiniteLogitsFails) {
+  // A byte-level BPE over "a".."z" (ids 0..25, inside the model's 64), no merges.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int c = 0; c < 26; ++c) vocab[std::string(1, static_cast<char>('a' + c))] = c;
+  nlohmann::json tok;
+  tok["version"] = "1.0";
+  tok["added_tokens"] = nlohmann::json::array();
+  tok["normalizer"] = nullptr;
+  tok["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  tok["post_processor"] = nullptr;
+  tok["decoder"] = {{"type", "ByteLevel"}};
+  tok["model"] = {{"type", "BPE"},         {"dropout", nullptr},
+                  {"unk_token", nullptr},  {"vocab", vocab},
+                  {"merges", nlohmann::json::array()}};
+  std::ofstream(dir_.File("tokenizer.json")) << tok.dump();
+  std::ofstream(dir_.File("text.txt")) << "thequickbrownfoxjumpsoverthelazydog";
+  const std::string cmd =
+      kGenerate + " --model " + dir_.path() + " --score " + dir_.File("text.txt");
+  auto r = testing::RunCommand(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("predicted"), 34);
+  EXPECT_TRUE(j.at("mean_nll").is_number_float() && std::isfinite(j.at("mean_nll").get<double>()))
+      << r.out;
+
+  const size_t i = Index("layers.1.attention.wo.weight");
+  for (size_t k = 6; k < data_[i].size(); k += 7) data_[i][k] = NAN;
+  Rewrite();
+  r = testing::RunCommand(cmd);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("INTERNAL: --score: the model's logits are not finite (NaN or infinity) "
+                       "at token 0 of " + dir_.File("text.txt")),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 }  // namespace

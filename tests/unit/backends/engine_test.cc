@@ -1,7 +1,8 @@
 // Engine tests on the small golden models (CPU; the batching, preemption, penalised sampling
 // and failure tests also on cuda-sim, the CUDA backend's kernels on the SIMT emulator, in
 // float32). The reference for every greedy output is SequenceRunner::Greedy on the same
-// backend: one request, alone.
+// backend: one request, alone. They live with the backends' tests because they name concrete
+// backends, which serving never does (tests/unit/serving runs on fakes).
 #include "engine/serving/engine.h"
 
 #include <algorithm>
