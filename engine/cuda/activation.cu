@@ -26,7 +26,7 @@ __global__ void GeluKernel(int rows, int width, const float* __restrict__ in, T*
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float x = in[i];
-    out[i] = dev::FromFloat<T>(0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)));
+    out[i] = dev::FromFloat<T>(dev::GeluErf(x));
   }
 }
 

@@ -2,17 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
 #include "engine/cuda/activation.h"
+#include "engine/cuda/attention_input.h"
 #include "engine/cuda/cuda_status.h"
-#include "engine/cuda/dyn_weights.h"
 #include "engine/cuda/embedding.h"
+#include "engine/cuda/gemv.h"
 #include "engine/cuda/norm.h"
-#include "engine/cuda/qk_rope.h"
 #include "engine/execution/step_plan.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/token_sampler.h"
@@ -134,6 +136,10 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
                            "cudaEventCreate");
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
+#if defined(DCF_CUDA_SIM)
+  const char* sim_gemv = std::getenv("DCF_SIM_GEMV");
+  use_gemv_ = sim_gemv != nullptr && std::string_view(sim_gemv) == "1";
+#endif
   ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_,
                                              options_.check_weights));
 
@@ -249,6 +255,10 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(step_host_, PinnedBuffer::Allocate(step_bytes, "step staging"));
   ASSIGN_OR_RETURN(results_host_,
                    PinnedBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
+  DCF_CUDA_RETURN_IF_ERROR(
+      DcmhaInitWorkspace(attn_workspace_.get(), attn_workspace_.bytes(), stream_),
+      "attention workspace reset");
+  DCF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "attention workspace reset");
   if (slots > 0) {
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(seen_.get(), 0, seen_.bytes()), "penalty state reset");
     DCF_CUDA_RETURN_IF_ERROR(cudaMemset(counts_.get(), 0, counts_.bytes()), "penalty state reset");
@@ -478,6 +488,15 @@ CacheView CudaBackend::CacheFor(LayerGroup g, const int32_t* table) const {
 
 absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
                                  const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) {
+  const GemmArgs g = LinearArgs(rows, in, k, w, bias, y, n, accumulate);
+  // Decode-sized batches stream each weight row once (gemv.h); larger ones go to the library.
+  if (use_gemv_ && GemvHandles(g)) return CudaStatus(LaunchGemv(g, stream_), "GEMV");
+  return gemm_->Linear(g, stream_);
+}
+
+GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+                                 const DeviceBuffer& bias, float* y, int64_t n,
+                                 bool accumulate) const {
   GemmArgs g;
   g.m = rows;
   g.n = static_cast<int>(n);
@@ -490,7 +509,7 @@ absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const Devi
   g.y = y;
   g.ldy = n;
   g.accumulate = accumulate;
-  return gemm_->Linear(g, stream_);
+  return g;
 }
 
 NormParams CudaBackend::Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b,
@@ -551,7 +570,10 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
   RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
 
-  QkRopeParams qp;
+  const LayerGroup group = config_.GroupOf(layer);
+  // qk-norm + RoPE, the dynamic-weight tail and the KV-cache row write: one kernel.
+  AttentionInputParams ip;
+  QkRopeParams& qp = ip.rope;
   qp.num_tokens = T;
   qp.n_head = static_cast<int>(N);
   qp.head_dim = config_.head_dim;
@@ -565,21 +587,23 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   qp.positions = d.positions;
   qp.cos_table = rope_cos_.as<float>();
   qp.sin_table = rope_sin_.as<float>();
-  RETURN_IF_ERROR(CudaStatus(LaunchQkRope(qp, stream_), "qk-norm and RoPE"));
-
-  DynWeightsParams dp;
+  DynWeightsParams& dp = ip.dyn;
   dp.num_tokens = T;
   dp.n_head = static_cast<int>(N);
   dp.proj = proj_.as<float>();
   dp.stride = P;
   dp.u_offset = 3 * E;
   dp.g_offset = 3 * E + C * K;
-  dp.qkw = L.qkw.as<float>();
+  dp.qkw = L.qkw.get();
+  dp.qkw_type = dtype_;
   dp.dyn = dyn_.as<float>();
   dp.dyn_stride = dyn_stride;
-  RETURN_IF_ERROR(CudaStatus(LaunchDynWeights(dp, stream_), "dynamic weights"));
+  ip.step = sv;
+  ip.cache = CacheFor(group, d.tables[static_cast<int>(group)]);
+  ip.window = group == LayerGroup::kWindow ? config_.window_size : 0;
+  ip.layer_in_group = config_.IndexInGroup(layer);
+  RETURN_IF_ERROR(CudaStatus(LaunchAttentionInput(ip, stream_), "attention input"));
 
-  const LayerGroup group = config_.GroupOf(layer);
   DcmhaLayerArgs args;
   args.n_head = static_cast<int>(N);
   args.head_dim = config_.head_dim;
@@ -597,7 +621,6 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   args.out_dtype = dtype_;
   args.workspace = attn_workspace_.get();
   args.workspace_bytes = attn_workspace_.bytes();
-  RETURN_IF_ERROR(CudaStatus(LaunchKvCacheWrite(sv, args, stream_), "KV cache write"));
   RETURN_IF_ERROR(CudaStatus(LaunchDcmha(sv, args, stream_), "DCMHA attention"));
   // x += attention . Wo^T (+ b)
   return Linear(T, attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true);
@@ -623,9 +646,21 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   ap.out_type = dtype_;
   ap.kind = pythia ? Activation::kGelu : Activation::kSwiGlu;
   // dcpythia: up = w1 h; dcformer: up = [w1 h | w3 h].
-  RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
-                         false));
-  RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
+  const GemmArgs up =
+      LinearArgs(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F, false);
+  if (!pythia && use_gemv_ && GemvHandles(up)) {
+    // SwiGLU in the GEMV's epilogue: act straight from the two accumulators.
+    GemvOut out;
+    out.epilogue = GemvEpilogue::kSwiGlu;
+    out.act = act_.get();
+    out.act_type = dtype_;
+    out.act_ld = F;
+    RETURN_IF_ERROR(CudaStatus(LaunchGemv(up, out, stream_), "MLP GEMV + SwiGLU"));
+  } else {
+    RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
+                           false));
+    RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
+  }
   // x += act . W2^T (+ b)
   return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
 }

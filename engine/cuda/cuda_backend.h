@@ -115,6 +115,8 @@ class CudaBackend final : public Backend {
   // y[rows, n] (+)= in[rows, k] . w^T (+ bias), in the compute dtype with f32 accumulation.
   absl::Status Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
+  GemmArgs LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+                      const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) const;
   // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
   // empty) into `out` (compute dtype).
   NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;
@@ -131,6 +133,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
+  // Products of <= kGemvMaxRows rows go to LaunchGemv (gemv.h): always on a GPU; on cuda-sim
+  // only with DCF_SIM_GEMV=1 (its grid, sized for 132 SMs, costs the emulator a fiber per
+  // thread, ~100x OpenBLAS's time; gemv_test checks it against the library GEMM instead).
+  bool use_gemv_ = true;
   DeviceWeights weights_;
   DeviceBuffer rope_cos_, rope_sin_;  // [max_positions, r/2] f32
 

@@ -29,13 +29,15 @@ struct Layout {
   int64_t partial_rows = 0;
 };
 
+// Both layouts start after the decode kernels' counters (dcmha::kCounterBytes), which no
+// other area overlaps.
 Layout MakeLayout(int n_head, int head_dim, int64_t tw, int64_t keys) {
   Layout l;
   const int64_t stat_rows = std::max<int64_t>(tw, dcmha::kMaxSplitRows);
   const int64_t splits_possible = CeilDiv(keys + kChunkQueries - 1, dcmha::kMinSplitKeys);
   l.partial_rows =
       splits_possible > 1 ? std::min<int64_t>(dcmha::kMaxSplitRows, tw * splits_possible) : 0;
-  size_t at = 0;
+  size_t at = dcmha::kCounterBytes;
   auto take = [&at](size_t bytes) {
     const size_t here = at;
     at += AlignUp(bytes);
@@ -50,6 +52,53 @@ Layout MakeLayout(int n_head, int head_dim, int64_t tw, int64_t keys) {
   l.chunks = take(sizeof(int32_t) * (1 + 2 * tw));  // runs of >= 1 token: at most tw
   l.total = at;
   return l;
+}
+
+// How the decode kernels split a step of `tokens` decode tokens that see up to `keys` keys
+// (dcmha_plan.h, "Decode steps"), and where their workspace areas lie.
+struct DecodePlan {
+  int split_target = 1, min_split_keys = 1, max_splits = 1;
+  int split_target2 = 1, min_split_keys2 = 1, max_splits2 = 1;
+  int group_heads = 1, num_head_groups = 1;
+  size_t scores = 0, stat_max = 0, stat_sum = 0, final_max = 0, final_inv = 0, partial2 = 0,
+         total = 0;
+};
+
+DecodePlan MakeDecodePlan(int n_head, int head_dim, int vec, int elem_bytes, int64_t tokens,
+                          int64_t keys, int sms) {
+  DecodePlan d;
+  const int64_t target = static_cast<int64_t>(dcmha::kDecodeWaves) * std::max(sms, 1);
+  const int64_t row_bytes = static_cast<int64_t>(n_head) * head_dim * elem_bytes;
+  d.split_target = static_cast<int>(CeilDiv(target, tokens));
+  d.min_split_keys = static_cast<int>(std::max<int64_t>(1, CeilDiv(dcmha::kMinSplitBytes, row_bytes)));
+  d.max_splits = dcmha::MaxSplits(static_cast<int>(keys), d.split_target, d.min_split_keys);
+  d.group_heads = dcmha::DecodeGroupHeads(n_head, head_dim, vec);
+  d.num_head_groups = n_head / d.group_heads;
+  const int64_t group_bytes = static_cast<int64_t>(d.group_heads) * head_dim * elem_bytes;
+  d.split_target2 = static_cast<int>(CeilDiv(target, tokens * d.num_head_groups));
+  d.min_split_keys2 =
+      static_cast<int>(std::max<int64_t>(1, CeilDiv(dcmha::kMinSplitBytes, group_bytes)));
+  d.max_splits2 = dcmha::MaxSplits(static_cast<int>(keys), d.split_target2, d.min_split_keys2);
+  size_t at = dcmha::kCounterBytes;
+  auto take = [&at](size_t bytes) {
+    const size_t here = at;
+    at += AlignUp(bytes);
+    return here;
+  };
+  d.scores = take(sizeof(float) * tokens * keys * n_head);
+  d.stat_max = take(sizeof(float) * tokens * d.max_splits * n_head);
+  d.stat_sum = take(sizeof(float) * tokens * d.max_splits * n_head);
+  d.final_max = take(sizeof(float) * tokens * n_head);
+  d.final_inv = take(sizeof(float) * tokens * n_head);
+  d.partial2 = take(sizeof(float) * tokens * d.max_splits2 * n_head * head_dim);
+  d.total = at;
+  return d;
+}
+
+// Whether a decode step of `tokens` tokens can take the decode kernels at all.
+bool DecodeFits(const DecodePlan& d, int64_t tokens) {
+  return tokens <= 65535 && tokens * (1 + d.num_head_groups) <= dcmha::kDecodeCounters &&
+         d.max_splits2 <= 65535;
 }
 
 // Streaming multiprocessors of the current device (cached per device).
@@ -169,7 +218,46 @@ size_t DcmhaWorkspaceBytes(int n_head, int head_dim, int max_tokens, int max_seq
   const int64_t per_token = static_cast<int64_t>(sizeof(float)) * keys * n_head;
   int64_t tw = std::max<int64_t>(max_seqs, dcmha::kScoreBudgetBytes / per_token);
   tw = std::max<int64_t>(1, std::min<int64_t>(tw, std::max(max_tokens, 1)));
-  return MakeLayout(n_head, head_dim, tw, keys).total;
+  size_t bytes = MakeLayout(n_head, head_dim, tw, keys).total;
+  // Decode steps of up to max_seqs tokens, for any cache dtype and vector width.
+  const int sms = SmCount();
+  const int64_t decode_tokens = std::min(std::max(max_seqs, 1), std::max(max_tokens, 1));
+  for (int64_t t = 1; t <= decode_tokens; ++t) {
+    for (int vec : {1, dcmha::kVec}) {
+      if (head_dim % vec != 0) continue;
+      for (int elem : {2, 4}) {
+        const DecodePlan d = MakeDecodePlan(n_head, head_dim, vec, elem, t, keys, sms);
+        if (DecodeFits(d, t)) bytes = std::max(bytes, d.total);
+      }
+    }
+  }
+  return bytes;
+}
+
+DcmhaDecodeGrids DescribeDcmhaDecode(int n_head, int head_dim, ElemType cache_dtype,
+                                     int num_tokens, int max_keys) {
+  DcmhaDecodeGrids g;
+  if (n_head <= 0 || head_dim <= 0 || num_tokens <= 0 || max_keys <= 0) return g;
+  const int row_elems = 2 * n_head * head_dim + 2 * (2 * kRank + 1) * n_head;
+  const int vec = head_dim % dcmha::kVec == 0 && row_elems % dcmha::kVec == 0 ? dcmha::kVec : 1;
+  const DecodePlan d = MakeDecodePlan(n_head, head_dim, vec, ElemBytes(cache_dtype), num_tokens,
+                                      max_keys, SmCount());
+  if (!DecodeFits(d, num_tokens)) return g;
+  g.scores_blocks = d.max_splits * num_tokens;
+  g.output_blocks = d.max_splits2 * d.num_head_groups * num_tokens;
+  g.head_groups = d.num_head_groups;
+  g.scores_busy = dcmha::NumSplits(max_keys, dcmha::SplitKeys(max_keys, d.split_target,
+                                                               d.min_split_keys)) *
+                  num_tokens;
+  g.output_busy = dcmha::NumSplits(max_keys, dcmha::SplitKeys(max_keys, d.split_target2,
+                                                               d.min_split_keys2)) *
+                  d.num_head_groups * num_tokens;
+  return g;
+}
+
+cudaError_t DcmhaInitWorkspace(void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (workspace == nullptr || workspace_bytes < dcmha::kCounterBytes) return cudaErrorInvalidValue;
+  return cudaMemsetAsync(workspace, 0, dcmha::kCounterBytes, stream);
 }
 
 cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaStream_t stream) {
@@ -257,6 +345,35 @@ cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaSt
   p.nvec = nvec;
   int32_t* singles = reinterpret_cast<int32_t*>(ws + layout.singles);  // [1 + 2 * tw]
   int32_t* chunks = reinterpret_cast<int32_t*>(ws + layout.chunks);    // [1 + 2 * tw]
+
+  if (!has_chunks && args.split_decode) {
+    // Decode step: the decode kernels, when the workspace holds their layout.
+    const DecodePlan d = MakeDecodePlan(N, hd, vec, ElemBytes(c.dtype), T, keys, SmCount());
+    if (DecodeFits(d, T) && d.total <= args.workspace_bytes) {
+      dcmha::Params dp = p;
+      dp.tw0 = 0;
+      dp.tw1 = T;
+      dp.groups = nullptr;
+      dp.max_splits = d.max_splits;
+      dp.split_target = d.split_target;
+      dp.min_split_keys = d.min_split_keys;
+      dp.split_target2 = d.split_target2;
+      dp.min_split_keys2 = d.min_split_keys2;
+      dp.max_splits2 = d.max_splits2;
+      dp.group_heads = d.group_heads;
+      dp.num_head_groups = d.num_head_groups;
+      dp.scores = reinterpret_cast<float*>(ws + d.scores);
+      dp.stat_max = reinterpret_cast<float*>(ws + d.stat_max);
+      dp.stat_sum = reinterpret_cast<float*>(ws + d.stat_sum);
+      dp.final_max = reinterpret_cast<float*>(ws + d.final_max);
+      dp.final_inv = reinterpret_cast<float*>(ws + d.final_inv);
+      dp.partial2 = reinterpret_cast<float*>(ws + d.partial2);
+      dp.counters = reinterpret_cast<int32_t*>(ws);
+      cudaError_t e = dcmha::LaunchDecodeScores(dp, c.dtype, T, stream);
+      if (e == cudaSuccess) e = dcmha::LaunchDecodeOutput(dp, c.dtype, T, stream);
+      return e;
+    }
+  }
 
   const int target_blocks = std::min(dcmha::kMaxSplitRows, dcmha::kBlocksPerSm * SmCount());
   const int64_t group_keys = keys + max_qb - 1;  // keys of one group's union range

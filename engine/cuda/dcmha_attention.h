@@ -84,14 +84,22 @@ struct DcmhaLayerArgs {
   CacheView cache;
   void* out = nullptr;  // [T, N * hd] attention output (before Wo), of out_dtype
   ElemType out_dtype = ElemType::kF32;
-  void* workspace = nullptr;  // DcmhaWorkspaceBytes bytes of device memory
+  void* workspace = nullptr;  // DcmhaWorkspaceBytes bytes of device memory, DcmhaInitWorkspace'd
   size_t workspace_bytes = 0;
+  // Decode steps (one new token per sequence) take the decode kernels (dcmha_plan.h); false:
+  // the kernels of prefill steps, the plain path they replace (tests compare the two).
+  bool split_decode = true;
 };
 
 // Device workspace LaunchDcmha needs for any step within these bounds (tokens and sequences
 // per step, largest number of keys one query sees).
 size_t DcmhaWorkspaceBytes(int n_head, int head_dim, int max_tokens, int max_seqs,
                            int max_keys);
+
+// Zeroes the counters at the start of a new workspace (asynchronously on `stream`), once
+// before its first LaunchDcmha: the decode kernels leave them zero after every launch.
+// cudaErrorInvalidValue for a workspace smaller than DcmhaWorkspaceBytes can return.
+cudaError_t DcmhaInitWorkspace(void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Writes the new rows of every sequence into the blocks their tables name (see the window
 // rule above), converting to the cache dtype (round to nearest even). A position without a
@@ -108,6 +116,21 @@ cudaError_t LaunchKvCacheWrite(const StepView& step, const DcmhaLayerArgs& args,
 // cudaErrorInvalidValue otherwise, and for a workspace smaller than one token's needs or
 // inconsistent arguments. Kernel design: dcmha_plan.h.
 cudaError_t LaunchDcmha(const StepView& step, const DcmhaLayerArgs& args, cudaStream_t stream);
+
+// The grids LaunchDcmha gives a decode step of `num_tokens` tokens (one per sequence) that
+// see up to `max_keys` keys, on the current device, with a cache from cudaMalloc: the blocks
+// of its two decode kernels (dcmha_plan.h), or zeros where such a step takes the prefill
+// kernels. For tests and benchmarks.
+struct DcmhaDecodeGrids {
+  int scores_blocks = 0;  // pass 1 grid: splits x tokens
+  int output_blocks = 0;  // pass 2 grid: splits x head groups x tokens
+  int head_groups = 0;
+  // Of these, the blocks that do work when every token sees max_keys keys (the others exit).
+  int scores_busy = 0;
+  int output_busy = 0;
+};
+DcmhaDecodeGrids DescribeDcmhaDecode(int n_head, int head_dim, ElemType cache_dtype,
+                                     int num_tokens, int max_keys);
 
 // Whether LaunchDcmha supports a model with `n_head` heads of `head_dim` (the limits above,
 // for a cache allocated with cudaMalloc and steps with prefill chunks): checked when a

@@ -163,6 +163,8 @@ std::string RunAttentionBench(const AttentionBenchCase& c, AttentionBenchResult*
   step(cudaMemcpy(d_dyn, dyn.data(), dyn.size() * 4, h2d), "cudaMemcpy");
   step(cudaMemcpy(d_gates, gates.data(), gates.size() * 4, h2d), "cudaMemcpy");
   step(cudaMemcpy(d_cache, cache_bytes.data(), cache_bytes.size(), h2d), "cudaMemcpy");
+  step(DcmhaInitWorkspace(d_ws, ws_bytes, nullptr), "DcmhaInitWorkspace");
+  step(cudaDeviceSynchronize(), "DcmhaInitWorkspace");
   if (failed != nullptr) return CudaError(failed, e);
 
   StepView sv;

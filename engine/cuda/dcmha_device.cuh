@@ -8,13 +8,6 @@
 #include "engine/cuda/dcmha_plan.h"
 #include "engine/cuda/device_util.cuh"
 
-// Loop unrolling in both builds (g++ would warn about nvcc's plain `#pragma unroll`).
-#if defined(__CUDACC__)
-#define DCMHA_UNROLL _Pragma("unroll")
-#else
-#define DCMHA_UNROLL _Pragma("GCC unroll 16")
-#endif
-
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace dcmha {
@@ -39,45 +32,9 @@ __device__ __forceinline__ void StoreAs(ElemType type, void* base, int64_t i, fl
   }
 }
 
-// ---------------------------------------------------------------------------------------
-// Vector loads: VEC (kVec or 1) consecutive elements as floats.
-
-// Two 16-bit values packed in a 32-bit word (little-endian: element 0 in the low half).
-__device__ __forceinline__ void Unpack2(__nv_bfloat16*, unsigned w, float& lo, float& hi) {
-  lo = __uint_as_float(w << 16);
-  hi = __uint_as_float(w & 0xffff0000u);
-}
-__device__ __forceinline__ void Unpack2(__half*, unsigned w, float& lo, float& hi) {
-  lo = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
-  hi = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void LoadVec(const T* __restrict__ src, float (&v)[VEC]) {
-  if constexpr (VEC == 1) {
-    v[0] = ToFloat(src[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    static_assert(VEC == 8, "f32 vectors are two float4");
-    const float4 x = *reinterpret_cast<const float4*>(src);
-    const float4 y = *reinterpret_cast<const float4*>(src + 4);
-    v[0] = x.x;
-    v[1] = x.y;
-    v[2] = x.z;
-    v[3] = x.w;
-    v[4] = y.x;
-    v[5] = y.y;
-    v[6] = y.z;
-    v[7] = y.w;
-  } else {
-    static_assert(VEC == 8, "16-bit vectors are 8 elements (uint4)");
-    const uint4 x = *reinterpret_cast<const uint4*>(src);
-    T* tag = nullptr;
-    Unpack2(tag, x.x, v[0], v[1]);
-    Unpack2(tag, x.y, v[2], v[3]);
-    Unpack2(tag, x.z, v[4], v[5]);
-    Unpack2(tag, x.w, v[6], v[7]);
-  }
-}
+// Vector loads (device_util.cuh).
+using dev::LoadVec;
+using dev::Unpack2;
 
 // VEC floats of a fresh (f32) input; 16-byte loads when `aligned`.
 template <int VEC>
@@ -85,7 +42,7 @@ __device__ __forceinline__ void LoadFresh(const float* __restrict__ src, bool al
                                           float (&v)[VEC]) {
   if constexpr (VEC % 4 == 0) {
     if (aligned) {
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int e = 0; e < VEC; e += 4) {
         const float4 x = *reinterpret_cast<const float4*>(src + e);
         v[e] = x.x;
@@ -96,7 +53,7 @@ __device__ __forceinline__ void LoadFresh(const float* __restrict__ src, bool al
       return;
     }
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int e = 0; e < VEC; ++e) v[e] = src[e];
 }
 
@@ -135,7 +92,7 @@ __device__ __forceinline__ void LoadKv(const Params& p, const KeyRow<CT>& r, int
   } else if (r.cache_row != nullptr) {
     LoadVec<CT, VEC>(r.cache_row + part * nhd + e, v);
   } else {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < VEC; ++i) v[i] = 0.0f;
   }
 }
@@ -207,32 +164,32 @@ template <typename CT, typename Smem>
 __device__ __forceinline__ void ComposeGroup(int N, int sub, int width, Smem& smem, int qoff,
                                              const KeyTerms<CT>& k, float (&s)[kMaxHeadsPerLane]) {
   float qa[kRank], ka[kRank];
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int i = 0; i < kRank; ++i) {
     qa[i] = 0.0f;
     ka[i] = 0.0f;
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int j = 0; j < kMaxHeadsPerLane; ++j) {
     const int m = sub + width * j;
     if (m >= N) break;
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < kRank; ++i) {
       qa[i] += smem[qoff + i * N + m] * s[j];
       ka[i] += k.w1(i, m) * s[j];
     }
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int i = 0; i < kRank; ++i) {
     qa[i] = GroupSum(qa[i], width);
     ka[i] = GroupSum(ka[i], width);
   }
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int j = 0; j < kMaxHeadsPerLane; ++j) {
     const int m = sub + width * j;
     if (m >= N) break;
     float v = s[j] * (1.0f + smem[qoff + 2 * kRank * N + m] + k.g(m));
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int i = 0; i < kRank; ++i) {
       v += smem[qoff + (kRank + i) * N + m] * qa[i] + k.w2(i, m) * ka[i];
     }

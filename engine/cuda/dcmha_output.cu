@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
   const bool has_slot = tid < p.nvec;
   const int head = tid / slots_per_head;
   float acc[QB][VEC];
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int qi = 0; qi < QB; ++qi) {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int e = 0; e < VEC; ++e) acc[qi][e] = 0.0f;
   }
   __syncthreads();
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
       const float* src =
           p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(visible ? key - lo : 0) * N;
       float s[kMaxHeadsPerLane];
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         s[j] = visible && m < N ? expf(src[m] - smem[max0 + qi * N + m]) * smem[inv0 + qi * N + m]
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
       }
       if (!used) continue;
       const int pbase = pp0 + (qi * KT + kk) * N;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         if (m < N) smem[pbase + m] = visible ? s[j] : 0.0f;
@@ -135,11 +135,11 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
         const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, k0 + kk);
         float v[VEC];
         LoadKv<CT, VEC>(p, row, 1, tid * VEC, v);
-        DCMHA_UNROLL
+        DCF_UNROLL
         for (int qi = 0; qi < QB; ++qi) {
           if (qi < nq) {
             const float w = smem[pp0 + (qi * KT + kk) * N + head];
-            DCMHA_UNROLL
+            DCF_UNROLL
             for (int e = 0; e < VEC; ++e) acc[qi][e] += w * v[e];
           }
         }
@@ -149,17 +149,17 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaOutputKernel(Params p) {
   }
 
   if (!has_slot) return;
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int qi = 0; qi < QB; ++qi) {
     if (qi >= nq) break;
     if (num_splits == 1) {
       const int64_t at = static_cast<int64_t>(t0 + qi) * nhd + tid * VEC;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int e = 0; e < VEC; ++e) StoreAs(p.out_dtype, p.out, at + e, acc[qi][e]);
     } else {
       float* dst =
           p.partial + (static_cast<int64_t>(tl0 + qi) * p.max_splits + split) * nhd + tid * VEC;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int e = 0; e < VEC; ++e) dst[e] = acc[qi][e];
     }
   }

@@ -22,6 +22,21 @@
 // Storing S' costs N floats written and read per (query, key) against re-reading N * hd K
 // elements and redoing the dot products (N = 32, hd = 80: 256 bytes against 5120 in bf16).
 //
+// Decode steps (every sequence has one new token: no prefill chunk) take their own two
+// kernels (dcmha_decode.cu), built for memory-level parallelism at batch 1:
+//   1. DcmhaDecodeScores (split, token): as pass 1, over splits sized on the device per token
+//      (SplitKeys: enough splits that the step's tokens fill kDecodeWaves waves of the SMs,
+//      none smaller than kMinSplitBytes of K), KT keys per tile with every key's K slice in
+//      registers before the first is used, the block table read once per cache block. The
+//      last split of a token to finish (a counter) merges every split's (m, sum) into the
+//      token's softmax statistics M and 1 / Z.
+//   2. DcmhaDecodeOutput (split, head group, token): P = exp(S' - M) / Z and post-compose for
+//      all heads at each key (compose mixes them), P' V only for the block's G heads, several
+//      keys per thread in flight. The last split of a (token, head group) adds the splits'
+//      partial rows in split order and writes `out`: the split reduction is inside pass 2.
+// Both orders of summation are fixed (no float atomics), so results do not depend on which
+// block finishes last.
+//
 // Waves. S' needs max_keys * N floats per token; LaunchDcmha runs the tokens of a step in
 // waves of as many tokens as the workspace holds (a decode step is one wave when the
 // workspace was sized by DcmhaWorkspaceBytes for max_seqs).
@@ -117,7 +132,89 @@ struct Params {
   // Kernel geometry.
   int vec;   // elements per vector slot: kVec or 1
   int nvec;  // N * hd / vec
+
+  // Decode path only (dcmha_decode.cu); the token is blockIdx.y (pass 1) / blockIdx.z (pass 2)
+  // and scores/stat_max/stat_sum are indexed by step token.
+  int split_target;     // pass 1: splits wanted per token (SplitKeys)
+  int min_split_keys;   // pass 1: fewest keys per split
+  int split_target2;    // pass 2: splits wanted per (token, head group)
+  int min_split_keys2;  // pass 2: fewest keys per split
+  int max_splits2;      // pass 2: grid.x and the partial layout's splits per (token, group)
+  int group_heads;      // G: heads whose P'V one pass-2 block accumulates
+  int num_head_groups;  // N / G
+  float* final_max;     // [T][N] softmax max M of each (token, head)
+  float* final_inv;     // [T][N] 1 / Z
+  float* partial2;      // [T][num_head_groups][max_splits2][G * hd] pass-2 partial rows
+  int32_t* counters;    // [T] pass 1 then [T][num_head_groups] pass 2: splits done; the last
+                        // one resets its counter to 0 (DcmhaInitWorkspace zeroes them once)
 };
+
+// ---------------------------------------------------------------------------------------
+// Decode path (dcmha_decode.cu).
+
+// Waves of the SMs a decode step's blocks aim at, per pass.
+inline constexpr int kDecodeWaves = 2;
+// Fewest bytes of K (pass 1) or of one head group's V (pass 2) a split reads.
+inline constexpr int kMinSplitBytes = 4096;
+// Keys per tile: pass 1 keeps each key's K slice in registers (KT * VEC floats per thread),
+// pass 2 composes a tile's probabilities at once.
+inline constexpr int kDecodeScoreTile = 8;
+inline constexpr int kDecodeOutputTile = 16;
+// Largest vector slots of one pass-2 head group (G * hd / vec), and the block size of pass 2.
+inline constexpr int kGroupSlots = 64;
+inline constexpr int kDecodeOutputThreads = 128;
+// Counters at the start of the workspace (ints): tokens * (1 + head groups) must fit.
+inline constexpr int kDecodeCounters = 16384;
+inline constexpr size_t kCounterBytes = sizeof(int32_t) * kDecodeCounters;
+
+// Keys per split of a token that sees `keys` keys: as many splits as `target` (or more, up
+// to 2 * target - 1), none below `min_keys`.
+__host__ __device__ inline int SplitKeys(int keys, int target, int min_keys) {
+  const int k = keys / (target > 0 ? target : 1);
+  return k > min_keys ? k : (min_keys > 0 ? min_keys : 1);
+}
+__host__ __device__ inline int NumSplits(int keys, int split_keys) {
+  return (keys + split_keys - 1) / split_keys;
+}
+// The most splits SplitKeys gives any token with 1..max_keys keys (the grid's x).
+inline int MaxSplits(int max_keys, int target, int min_keys) {
+  const int by_min = (max_keys + min_keys - 1) / min_keys;
+  const int by_target = 2 * target - 1;
+  const int m = by_min < by_target ? by_min : by_target;
+  return m > 1 ? m : 1;
+}
+
+// Heads per pass-2 head group: the largest divisor G of N with G * hd / vec <= kGroupSlots
+// (1 when one head alone has more slots).
+inline int DecodeGroupHeads(int n_head, int head_dim, int vec) {
+  const int slots_per_head = head_dim / vec;
+  int best = 1;
+  for (int g = 1; g <= n_head; ++g) {
+    if (n_head % g == 0 && g * slots_per_head <= kGroupSlots) best = g;
+  }
+  return best;
+}
+// Threads of a pass-2 block for G heads: kDecodeOutputThreads, or more for a head group
+// with more slots (one thread per slot at least).
+inline int DecodeOutputThreads(int group_slots) {
+  const int t = (group_slots + 31) / 32 * 32;
+  return t > kDecodeOutputThreads ? t : kDecodeOutputThreads;
+}
+inline int DecodeScoresSmemFloats(int nvec, int n_head) {
+  return kDecodeScoreTile * (nvec + n_head) + (2 * kRank + 1) * n_head + 2 * n_head;
+}
+inline int DecodeOutputSmemFloats(int n_head, int group_heads, int group_slots, int vec,
+                                  int threads) {
+  const int key_lanes = threads / group_slots;
+  const int red = key_lanes * group_slots * vec;
+  const int tile = kDecodeOutputTile * group_heads;
+  return 2 * n_head + (2 * kRank + 1) * n_head + (tile > red ? tile : red);
+}
+
+cudaError_t LaunchDecodeScores(const Params& p, ElemType cache_dtype, int num_tokens,
+                               cudaStream_t stream);
+cudaError_t LaunchDecodeOutput(const Params& p, ElemType cache_dtype, int num_tokens,
+                               cudaStream_t stream);
 
 // Launches pass 1 or 2 for groups of up to `qb` tokens (1 or kChunkQueries) over
 // `num_groups` slots of p.groups (blockIdx.y) and p.max_splits splits (blockIdx.x); slots

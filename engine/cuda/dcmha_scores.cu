@@ -61,13 +61,13 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
   // This thread's slice of each query, pre-scaled by 1/sqrt(hd).
   const bool has_slot = tid < nvec;
   float q[QB][VEC];
-  DCMHA_UNROLL
+  DCF_UNROLL
   for (int qi = 0; qi < QB; ++qi) {
-    DCMHA_UNROLL
+    DCF_UNROLL
     for (int e = 0; e < VEC; ++e) q[qi][e] = 0.0f;
     if (has_slot && qi < nq) {
       LoadFresh<VEC>(p.qkv + (t0 + qi) * p.qkv_stride + tid * VEC, p.fresh_vec_ok, q[qi]);
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int e = 0; e < VEC; ++e) q[qi][e] *= p.scale;
     }
   }
@@ -88,11 +88,11 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
         const KeyRow<CT> row = FindKeyRow<CT>(p, seq, start, tok0, k0 + kk);
         float k[VEC];
         LoadKv<CT, VEC>(p, row, 0, tid * VEC, k);
-        DCMHA_UNROLL
+        DCF_UNROLL
         for (int qi = 0; qi < QB; ++qi) {
           if (qi < nq) {
             float dot = 0.0f;
-            DCMHA_UNROLL
+            DCF_UNROLL
             for (int e = 0; e < VEC; ++e) dot += q[qi][e] * k[e];
             smem[part0 + (qi * KT + kk) * nvec + tid] = dot;
           }
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
       const bool visible = used && key >= lo && key <= pos0 + qi;
       float s[kMaxHeadsPerLane];
       const int pbase = part0 + (qi * KT + kk) * nvec;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         s[j] = 0.0f;
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaScoresKernel(Params p) {
       const int sbase = sc0 + (qi * KT + kk) * N;
       float* dst =
           p.scores + (tl0 + qi) * p.ld_scores + static_cast<int64_t>(visible ? key - lo : 0) * N;
-      DCMHA_UNROLL
+      DCF_UNROLL
       for (int j = 0; j < kMaxHeadsPerLane; ++j) {
         const int m = sub + width * j;
         if (m < N) {

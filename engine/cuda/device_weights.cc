@@ -151,7 +151,7 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
   }
   ASSIGN_OR_RETURN(d->q_norm, ld.F32(L.q_norm, p + "attention.q_norm.scale"));
   ASSIGN_OR_RETURN(d->k_norm, ld.F32(L.k_norm, p + "attention.k_norm.scale"));
-  ASSIGN_OR_RETURN(d->qkw, ld.F32(L.qkw, p + "attention.dyn_w_proj.qkw"));
+  ASSIGN_OR_RETURN(d->qkw, ld.Matrix(L.qkw, p + "attention.dyn_w_proj.qkw"));
   ASSIGN_OR_RETURN(d->wo, ld.Matrix(L.wo_w, p + "attention.wo.weight"));
   ASSIGN_OR_RETURN(d->wo_b, ld.F32(L.wo_b, p + "attention.wo.bias"));
   ASSIGN_OR_RETURN(d->ffn_norm_w, ld.F32(L.ffn_norm_w, p + "ffn_norm.weight"));

@@ -1,7 +1,8 @@
 // The model's weights on the device, laid out for the CUDA backend's layer loop: matrices in
 // the compute dtype, converted tensor by tensor from the checkpoint's stored dtype while
-// uploading (the host never holds a converted copy of the whole model); norms, biases,
-// qk-norm scales and the small qkw tensor in f32.
+// uploading (the host never holds a converted copy of the whole model), qkw too (read by
+// every decode token of every layer: 16 bits halve its traffic); norms, biases and qk-norm
+// scales in f32.
 //
 // Fusions made at load (DCFORMER.md section 2):
 //   w_in  = [ wqkv (3E rows) | dw1^T (C*K rows) | dd^T (C*N rows) ]  [3E + C*K + C*N, E]
@@ -27,7 +28,7 @@ struct DeviceLayerWeights {
   DeviceBuffer w_in;                      // [3E + C*K + C*N, E] dtype (see above)
   DeviceBuffer b_in;                      // [3E + C*K + C*N] f32: wqkv bias then zeros; or empty
   DeviceBuffer q_norm, k_norm;            // [hd] f32, empty without qk-norm
-  DeviceBuffer qkw;                       // [C, K, 2I*N] f32
+  DeviceBuffer qkw;                       // [C, K, 2I*N] dtype
   DeviceBuffer wo;                        // [E, E] dtype
   DeviceBuffer wo_b;                      // [E] f32 or empty
   DeviceBuffer ffn_norm_w, ffn_norm_b;    // [E] f32

@@ -10,11 +10,8 @@ constexpr int kThreads = 256;
 constexpr int kTokens = 4;  // tokens per block (each qkw element is read once per block)
 constexpr float kDynNormEps = 1e-6f;
 
-__device__ __forceinline__ float GeluErf(float x) {
-  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
-}
-
 // grid (ceil(T / kTokens), C); dynamic shared memory: u [kTokens][K] | w [kTokens][2I*N].
+template <typename QT>
 __global__ void DynWeightsKernel(DynWeightsParams p) {
   DCF_DYNAMIC_SHARED(float, smem);
   const int N = p.n_head, K = 4 * N, W = 2 * kRank * N;
@@ -26,15 +23,15 @@ __global__ void DynWeightsKernel(DynWeightsParams p) {
   for (int i = threadIdx.x; i < kTokens * K; i += blockDim.x) {
     const int tt = i / K, k = i % K;
     smem[u_base + i] =
-        tt < nt ? GeluErf(p.proj[(t0 + tt) * p.stride + p.u_offset + c * K + k]) : 0.0f;
+        tt < nt ? dev::GeluErf(p.proj[(t0 + tt) * p.stride + p.u_offset + c * K + k]) : 0.0f;
   }
   __syncthreads();
-  const float* qkw = p.qkw + static_cast<int64_t>(c) * K * W;
+  const QT* qkw = static_cast<const QT*>(p.qkw) + static_cast<int64_t>(c) * K * W;
   for (int j = threadIdx.x; j < W; j += blockDim.x) {
     float acc[kTokens];
     for (int tt = 0; tt < kTokens; ++tt) acc[tt] = 0.0f;
     for (int k = 0; k < K; ++k) {
-      const float w = qkw[static_cast<int64_t>(k) * W + j];
+      const float w = dev::ToFloat(qkw[static_cast<int64_t>(k) * W + j]);
       for (int tt = 0; tt < kTokens; ++tt) acc[tt] += smem[u_base + tt * K + k] * w;
     }
     for (int tt = 0; tt < kTokens; ++tt) smem[w_base + tt * W + j] = acc[tt];
@@ -64,6 +61,17 @@ __global__ void DynWeightsKernel(DynWeightsParams p) {
   }
 }
 
+struct Launch {
+  template <typename QT>
+  static cudaError_t Run(const DynWeightsParams& p, cudaStream_t stream) {
+    const int K = 4 * p.n_head, W = 2 * kRank * p.n_head;
+    const size_t smem = sizeof(float) * kTokens * (K + W);
+    const dim3 grid((p.num_tokens + kTokens - 1) / kTokens, kBranches);
+    DCF_LAUNCH(DynWeightsKernel<QT>, grid, kThreads, smem, stream, p);
+    return cudaGetLastError();
+  }
+};
+
 }  // namespace
 
 cudaError_t LaunchDynWeights(const DynWeightsParams& p, cudaStream_t stream) {
@@ -72,11 +80,7 @@ cudaError_t LaunchDynWeights(const DynWeightsParams& p, cudaStream_t stream) {
       p.dyn == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const int K = 4 * p.n_head, W = 2 * kRank * p.n_head;
-  const size_t smem = sizeof(float) * kTokens * (K + W);
-  const dim3 grid((p.num_tokens + kTokens - 1) / kTokens, kBranches);
-  DCF_LAUNCH(DynWeightsKernel, grid, kThreads, smem, stream, p);
-  return cudaGetLastError();
+  return dev::DispatchElem<Launch>(p.qkw_type, p, stream);
 }
 
 }  // namespace DCF_CUDA_NS

@@ -8,12 +8,15 @@
 //
 // The qkw product ([K] x [K, 2I*N] per token and branch, 64K MACs per token for N = 32) is
 // a small kernel rather than a batched GEMM: it fuses the GELU before and the normalisation
-// after, and one block reuses each qkw column for several tokens.
+// after, and one block reuses each qkw column for several tokens. The backend's layer loop
+// runs the fused LaunchAttentionInput (attention_input.h) instead; this kernel is the plain
+// path that one is tested against.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/simt/cuda_compat.h"
+#include "engine/cuda/dcmha_attention.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -28,7 +31,8 @@ struct DynWeightsParams {
   int64_t stride = 0;     //   [u_offset, +C*K): a . dw1, read
   int64_t u_offset = 0;   //   [g_offset, +C*N): a . dd, replaced by tanh(a . dd)
   int64_t g_offset = 0;
-  const float* qkw = nullptr;  // [C, K, 2I*N] f32
+  const void* qkw = nullptr;  // [C, K, 2I*N] of qkw_type
+  ElemType qkw_type = ElemType::kF32;
   float* dyn = nullptr;        // row t at dyn + t * dyn_stride: [C, 2I, N] f32
   int64_t dyn_stride = 0;
 };

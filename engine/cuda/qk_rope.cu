@@ -1,12 +1,11 @@
-#include "engine/cuda/device_util.cuh"
 #include "engine/cuda/qk_rope.h"
+#include "engine/cuda/qk_rope.cuh"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr float kQkNormEps = 1e-6f;  // fixed by the reference, independent of norm_eps
 
 // One block per token; each warp handles one (q or k, head) vector at a time.
 __global__ void QkRopeKernel(QkRopeParams p) {
@@ -22,29 +21,7 @@ __global__ void QkRopeKernel(QkRopeParams p) {
   for (int item = warp; item < 2 * N; item += kWarps) {
     const bool is_k = item >= N;
     float* x = row + (is_k ? N * hd : 0) + (item % N) * hd;
-    if (p.q_norm != nullptr) {
-      const float* scale = is_k ? p.k_norm : p.q_norm;
-      float ss = 0;
-      for (int d = lane; d < hd; d += 32) ss += x[d] * x[d];
-      ss = dev::WarpSum(ss);
-      const float inv = 1.0f / sqrtf(ss / hd + kQkNormEps);
-      for (int d = lane; d < hd; d += 32) buf[base + d] = x[d] * inv * scale[d];
-    } else {
-      for (int d = lane; d < hd; d += 32) buf[base + d] = x[d];
-    }
-    __syncwarp();
-    for (int d = lane; d < hd; d += 32) {
-      if (d < half) {
-        const float a = buf[base + d], b = buf[base + d + half];
-        x[d] = a * cs[d] - b * sn[d];
-      } else if (d < 2 * half) {
-        const int j = d - half;
-        const float a = buf[base + j], b = buf[base + d];
-        x[d] = b * cs[j] + a * sn[j];
-      } else {
-        x[d] = buf[base + d];
-      }
-    }
+    dev::QkNormRopeHead(p, is_k, x, cs, sn, buf, base, lane);
     __syncwarp();
   }
 }

@@ -259,7 +259,10 @@ class Scenario {
                    DeviceBuffer<float>(gates_),
                    DeviceBuffer<uint8_t>(cache_),
                    DeviceBuffer<uint8_t>(std::vector<uint8_t>(out_bytes, 0xFF)),
-                   DeviceBuffer<uint8_t>(std::max<size_t>(workspace_bytes, 1)),
+                   // NaN everywhere but the counters (DcmhaInitWorkspace): a read of
+                   // workspace no kernel wrote shows.
+                   DeviceBuffer<uint8_t>(
+                       std::vector<uint8_t>(std::max<size_t>(workspace_bytes, 1), 0xFF)),
                    {},
                    {}});
     StepView& st = d->step;
@@ -294,6 +297,10 @@ class Scenario {
     a.out_dtype = shape_.out_dtype;
     a.workspace = d->workspace.get();
     a.workspace_bytes = workspace_bytes;
+    // A workspace too small for the counters is refused by LaunchDcmha (tests check that).
+    if (cuda::DcmhaInitWorkspace(a.workspace, workspace_bytes, nullptr) == cudaSuccess) {
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
     return d;
   }
 

@@ -29,21 +29,9 @@ TEST_P(GemmTest, LinearMatchesCpu) {
     const std::vector<float> w = RandomVector(s.n * s.k, 42);
     const std::vector<float> bias = RandomVector(s.n, 43);
     const std::vector<float> y0 = RandomVector(std::max(1, s.m) * s.ldy, 44);
-    const std::vector<float> xr = RoundTo(x, type), wr = RoundTo(w, type);
-    // Reference on the rounded inputs, packed rows.
-    std::vector<float> xp(s.m * s.k), ref(s.m * s.n);
-    for (int r = 0; r < s.m; ++r) {
-      for (int c = 0; c < s.k; ++c) xp[r * s.k + c] = xr[r * s.ldx + c];
-    }
-    if (s.m > 0) {
-      RefLinear(xp.data(), wr.data(), s.bias ? bias.data() : nullptr, s.m, s.k, s.n, ref.data());
-    }
-    std::vector<float> want = y0;
-    for (int r = 0; r < s.m; ++r) {
-      for (int c = 0; c < s.n; ++c) {
-        want[r * s.ldy + c] = ref[r * s.n + c] + (s.accumulate ? y0[r * s.ldy + c] : 0.0f);
-      }
-    }
+    const std::vector<float> want =
+        LinearWant(RoundTo(x, type), RoundTo(w, type), s.bias ? bias.data() : nullptr, y0, s.m, s.n,
+                   s.k, s.ldx, s.ldy, s.accumulate);
     TypedBuffer dx(x, type), dw(w, type);
     DeviceBuffer<float> db(bias), dy(y0);
     cuda::GemmArgs a;

@@ -37,6 +37,24 @@ inline void RefLinear(const float* x, const float* w, const float* b, int64_t T,
   }
 }
 
+// What a Linear writes into y0 (rows ldy apart): x[m, k] (rows ldx apart) . w[n, k]^T
+// (+ bias) (+ y0 when accumulating), in double, on inputs already rounded to the dtype.
+inline std::vector<float> LinearWant(const std::vector<float>& xr, const std::vector<float>& wr,
+                                     const float* bias, std::vector<float> y0, int m, int n, int k,
+                                     int64_t ldx, int64_t ldy, bool accumulate) {
+  std::vector<float> xp(static_cast<size_t>(m) * k), ref(static_cast<size_t>(m) * n);
+  for (int r = 0; r < m; ++r) {
+    for (int c = 0; c < k; ++c) xp[r * k + c] = xr[r * ldx + c];
+  }
+  if (m > 0) RefLinear(xp.data(), wr.data(), bias, m, k, n, ref.data());
+  for (int r = 0; r < m; ++r) {
+    for (int c = 0; c < n; ++c) {
+      y0[r * ldy + c] = ref[r * n + c] + (accumulate ? y0[r * ldy + c] : 0.0f);
+    }
+  }
+  return y0;
+}
+
 // y[T, n] = x[T, k] * w[k, n] with row strides lda, ldb, ldc.
 inline void RefMatMul(const float* x, int64_t lda, const float* w, int64_t ldb, int64_t T,
                       int64_t k, int64_t n, float* y, int64_t ldc) {

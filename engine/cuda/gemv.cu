@@ -1,0 +1,186 @@
+// LaunchGemv (gemv.h): weights streamed once per batch of <= 16 rows.
+#include "engine/cuda/gemv.h"
+
+#include "engine/cuda/device_util.cuh"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kVecElems = 8;        // 16 bytes of 16-bit values, 32 of f32 (two float4)
+constexpr int kTargetBlocks = 264;  // two waves of 132 SMs
+
+struct Params {
+  GemmArgs a;
+  GemvOut o;
+  int features;  // outputs per row: n, or n / 2 for kSwiGlu
+  int per_block;  // features per block
+};
+
+// Row `row` of x or w as VEC-element slices; P weight rows per feature (2 for SwiGLU).
+template <typename T, int VEC, int MT, int P>
+__global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
+  DCF_SHARED(float, red, kWarps * 2 * kGemvMaxRows);  // [warp][P][MT] partial sums
+  const GemmArgs& a = p.a;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int team_warps = kWarps / p.per_block;  // warps sharing a feature's K
+  const int slot = warp / team_warps, slice = warp % team_warps;
+  const int j = blockIdx.x * p.per_block + slot;
+  const bool live = j < p.features;  // uniform across the warp
+  const int M = a.m;
+  const int64_t K = a.k;
+  const T* x = static_cast<const T*>(a.x);
+  const T* w[P];
+  DCF_UNROLL
+  for (int q = 0; q < P; ++q) {
+    w[q] = static_cast<const T*>(a.w) + (live ? j + static_cast<int64_t>(q) * p.features : 0) * K;
+  }
+  float acc[P][MT];
+  DCF_UNROLL
+  for (int q = 0; q < P; ++q) {
+    DCF_UNROLL
+    for (int mm = 0; mm < MT; ++mm) acc[q][mm] = 0.0f;
+  }
+  const int64_t step = static_cast<int64_t>(team_warps) * 32 * VEC;
+  if (live) {
+    for (int64_t k0 = (static_cast<int64_t>(slice) * 32 + lane) * VEC; k0 < K;
+         k0 += step * kGemvUnroll) {
+      // kGemvUnroll slices of each weight row in flight before any is used.
+      dev::RawSlice<T, VEC> wv[kGemvUnroll][P];
+      DCF_UNROLL
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t kk = k0 + u * step;
+        DCF_UNROLL
+        for (int q = 0; q < P; ++q) {
+          if (kk < K) {
+            wv[u][q].Load(w[q] + kk);
+          } else {
+            wv[u][q].Zero();
+          }
+        }
+      }
+      DCF_UNROLL
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t kk = k0 + u * step;
+        if (kk >= K) break;
+        float wf[P][VEC];
+        DCF_UNROLL
+        for (int q = 0; q < P; ++q) wv[u][q].Unpack(wf[q]);
+        DCF_UNROLL
+        for (int mm = 0; mm < MT; ++mm) {
+          if (mm < M) {
+            float xv[VEC];
+            dev::LoadVec<T, VEC>(x + mm * a.ldx + kk, xv);
+            DCF_UNROLL
+            for (int q = 0; q < P; ++q) {
+              DCF_UNROLL
+              for (int e = 0; e < VEC; ++e) acc[q][mm] += wf[q][e] * xv[e];
+            }
+          }
+        }
+      }
+    }
+  }
+  // Lanes by a butterfly, then the team's warps in warp order.
+  DCF_UNROLL
+  for (int q = 0; q < P; ++q) {
+    DCF_UNROLL
+    for (int mm = 0; mm < MT; ++mm) {
+      const float s = dev::WarpSum(acc[q][mm]);
+      if (lane == 0) red[(warp * 2 + q) * kGemvMaxRows + mm] = s;
+    }
+  }
+  __syncthreads();
+  if (!live || slice != 0 || lane >= M) return;
+  const int mm = lane;
+  float v[P];
+  DCF_UNROLL
+  for (int q = 0; q < P; ++q) {
+    float s = 0.0f;
+    for (int t = 0; t < team_warps; ++t) s += red[((warp + t) * 2 + q) * kGemvMaxRows + mm];
+    if (a.bias != nullptr) s += a.bias[j + q * p.features];
+    v[q] = s;
+  }
+  if constexpr (P == 2) {
+    const float g = v[0], u = v[1];
+    const float act = g / (1.0f + expf(-g)) * u;  // LaunchActivation's kSwiGlu
+    const int64_t at = mm * p.o.act_ld + j;
+    switch (p.o.act_type) {
+      case ElemType::kF32:
+        static_cast<float*>(p.o.act)[at] = act;
+        break;
+      case ElemType::kBF16:
+        static_cast<__nv_bfloat16*>(p.o.act)[at] = __float2bfloat16_rn(act);
+        break;
+      case ElemType::kF16:
+        static_cast<__half*>(p.o.act)[at] = __float2half_rn(act);
+        break;
+    }
+  } else {
+    float* y = a.y + mm * a.ldy + j;
+    *y = a.accumulate ? *y + v[0] : v[0];
+  }
+}
+
+template <int VEC, int P>
+struct ByType {
+  template <typename T>
+  static cudaError_t Run(const Params& p, int blocks, cudaStream_t stream) {
+    const int m = p.a.m;
+    if (m <= 1) {
+      DCF_LAUNCH((GemvKernel<T, VEC, 1, P>), blocks, kThreads, 0, stream, p);
+    } else if (m <= 2) {
+      DCF_LAUNCH((GemvKernel<T, VEC, 2, P>), blocks, kThreads, 0, stream, p);
+    } else if (m <= 4) {
+      DCF_LAUNCH((GemvKernel<T, VEC, 4, P>), blocks, kThreads, 0, stream, p);
+    } else if (m <= 8) {
+      DCF_LAUNCH((GemvKernel<T, VEC, 8, P>), blocks, kThreads, 0, stream, p);
+    } else {
+      DCF_LAUNCH((GemvKernel<T, VEC, kGemvMaxRows, P>), blocks, kThreads, 0, stream, p);
+    }
+    return cudaGetLastError();
+  }
+};
+
+template <int P>
+cudaError_t Dispatch(const Params& p, bool vec, int blocks, cudaStream_t stream) {
+  return vec ? dev::DispatchElem<ByType<kVecElems, P>>(p.a.dtype, p, blocks, stream)
+             : dev::DispatchElem<ByType<1, P>>(p.a.dtype, p, blocks, stream);
+}
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool GemvHandles(const GemmArgs& a) {
+  return a.m >= 1 && a.m <= kGemvMaxRows && ValidateGemmArgs(a).ok();
+}
+
+GemvGrid GemvGridFor(int n) {
+  int r = kWarps;
+  while (r > 1 && (n + r - 1) / r < kTargetBlocks) r /= 2;
+  return {r, (n + r - 1) / r};
+}
+
+cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t stream) {
+  if (!GemvHandles(a)) return cudaErrorInvalidValue;
+  const bool glu = out.epilogue == GemvEpilogue::kSwiGlu;
+  if (glu && (a.n % 2 != 0 || out.act == nullptr || out.act_ld < a.n / 2 || a.accumulate)) {
+    return cudaErrorInvalidValue;
+  }
+  Params p;
+  p.a = a;
+  p.o = out;
+  p.features = glu ? a.n / 2 : a.n;
+  const GemvGrid g = GemvGridFor(p.features);
+  p.per_block = g.features_per_block;
+  // 16-byte vectors when every row starts 16-byte aligned.
+  const bool vec = a.k % kVecElems == 0 && a.ldx % kVecElems == 0 && Aligned16(a.x) &&
+                   Aligned16(a.w);
+  return glu ? Dispatch<2>(p, vec, g.blocks, stream) : Dispatch<1>(p, vec, g.blocks, stream);
+}
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

@@ -1,0 +1,67 @@
+// The skinny GEMM of decode steps: the same product as Gemm::Linear (gemm.h)
+//   y[M, N] (f32) = x[M, K] . w[N, K]^T  (+ bias[N]) (+ y when accumulating)
+// for M <= kGemvMaxRows, where a decode step is bound by streaming the weights: each weight
+// row is read from memory once for all M rows of x (x, at most 16 x K, stays in L1/L2).
+//
+// Layout: blocks of 8 warps; a block owns R output features (R = 8, 4, 2 or 1, the largest
+// that still gives >= 264 blocks, two waves of an H200's 132 SMs) and the 8 / R warps of a
+// feature split K among them (split-K inside the block: lanes stride K in 16-byte vectors,
+// kGemvUnroll vectors in flight per lane), summed in a fixed order (lanes by a butterfly,
+// then warps in warp order), so a result is the same run after run and does not depend on M:
+// row m of a batch equals the product of row m alone. f32 accumulation; 16-bit inputs are
+// widened exactly. The epilogue adds the bias and, when accumulating, y (the residual add of
+// the output projections).
+//
+// Epilogue kSwiGlu (the dcformer MLP's [w1 | w3] product): w has 2 * n_out rows and the
+// block computes rows j (gate) and n_out + j (up) of each feature j it owns; instead of y it
+// writes act[m, j] = silu(g) * u in act_type (the input of the down projection), as
+// LaunchActivation's kSwiGlu computes it from the f32 product.
+//
+// A weight-only quantised variant (int8 / fp8 rows with a per-output-channel scale) slots in
+// as another weight type for LoadVec and a multiply by scale[n] in the epilogue: x and the
+// accumulation stay as they are.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/simt/cuda_compat.h"
+#include "engine/cuda/dcmha_attention.h"
+#include "engine/cuda/gemm.h"
+
+namespace dcf::cuda {
+inline namespace DCF_CUDA_NS {
+
+inline constexpr int kGemvMaxRows = 16;
+inline constexpr int kGemvUnroll = 4;
+
+enum class GemvEpilogue {
+  kLinear,  // y = (or +=) x . w^T + bias, as GemmArgs says
+  kSwiGlu,  // act = silu(x . w[0:n)^T + b[0:n)) * (x . w[n:2n)^T + b[n:2n)); GemmArgs::n = 2n
+};
+
+struct GemvOut {
+  GemvEpilogue epilogue = GemvEpilogue::kLinear;
+  void* act = nullptr;  // kSwiGlu: [M, n/2] of act_type, rows act_ld elements apart
+  ElemType act_type = ElemType::kF32;
+  int64_t act_ld = 0;
+};
+
+// Whether LaunchGemv takes `a`: 1 <= m <= kGemvMaxRows and well-formed (ValidateGemmArgs).
+bool GemvHandles(const GemmArgs& a);
+
+// Enqueues the product. cudaErrorInvalidValue for arguments GemvHandles refuses, or a kSwiGlu
+// epilogue with an odd n, no act buffer or act_ld < n / 2 (a.y is not written then).
+cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t stream);
+inline cudaError_t LaunchGemv(const GemmArgs& a, cudaStream_t stream) {
+  return LaunchGemv(a, GemvOut{}, stream);
+}
+
+// The layout chosen for n output features: features per block (R above) and blocks.
+struct GemvGrid {
+  int features_per_block;
+  int blocks;
+};
+GemvGrid GemvGridFor(int n);
+
+}  // namespace DCF_CUDA_NS
+}  // namespace dcf::cuda

@@ -1,0 +1,189 @@
+// LaunchGemv (the skinny GEMM for m <= 16) against the plain path it replaces, Gemm::Linear
+// (OpenBLAS on the emulator, cuBLASLt on a GPU), and a double-precision host reference on
+// the same rounded inputs; its SwiGLU epilogue against Gemm::Linear + LaunchActivation.
+// Also: a row's result does not depend on the batch it is in (bit for bit), the unaligned
+// fallback, and the arguments it refuses.
+#include "engine/cuda/gemv.h"
+
+#include <cstring>
+
+#include "engine/cuda/activation.h"
+#include "gtest/gtest.h"
+#include "tests/unit/cuda/kernel_test_util.h"
+
+namespace dcf::cuda_test {
+namespace {
+
+using cuda::ElemType;
+
+struct Shape {
+  int m, n, k;
+  int64_t ldx, ldy;
+  bool bias, accumulate;
+};
+
+cuda::GemmArgs Args(const Shape& s, const void* x, const void* w, ElemType type, const float* bias,
+                    float* y) {
+  cuda::GemmArgs a;
+  a.m = s.m;
+  a.n = s.n;
+  a.k = s.k;
+  a.x = x;
+  a.ldx = s.ldx;
+  a.w = w;
+  a.dtype = type;
+  a.bias = s.bias ? bias : nullptr;
+  a.y = y;
+  a.ldy = s.ldy;
+  a.accumulate = s.accumulate;
+  return a;
+}
+
+class GemvTest : public ::testing::TestWithParam<ElemType> {};
+
+TEST_P(GemvTest, MatchesGemmLinearAndTheReference) {
+  const ElemType type = GetParam();
+  auto gemm = cuda::Gemm::Create(size_t{4} << 20);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  for (const Shape s : {Shape{1, 96, 64, 64, 96, false, false},      // 1 feature per block
+                        Shape{1, 2600, 512, 512, 2600, true, true},   // 8 per block, residual add
+                        Shape{3, 700, 264, 264, 704, true, false},    // 2 per block, K tail
+                        Shape{7, 130, 72, 80, 136, true, true},       // strided x and y
+                        Shape{16, 64, 256, 256, 64, true, true},      // the largest bucket
+                        Shape{5, 33, 37, 41, 40, true, false}}) {     // unaligned: scalar loads
+    SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k);
+    const std::vector<float> x = RandomVector(s.m * s.ldx, 51);
+    const std::vector<float> w = RandomVector(static_cast<size_t>(s.n) * s.k, 52);
+    const std::vector<float> bias = RandomVector(s.n, 53);
+    const std::vector<float> y0 = RandomVector(s.m * s.ldy, 54);
+    const std::vector<float> want =
+        LinearWant(RoundTo(x, type), RoundTo(w, type), s.bias ? bias.data() : nullptr, y0, s.m, s.n,
+                   s.k, s.ldx, s.ldy, s.accumulate);
+    TypedBuffer dx(x, type), dw(w, type);
+    DeviceBuffer<float> db(bias), dy_gemv(y0), dy_gemm(y0);
+    const cuda::GemmArgs a = Args(s, dx.get(), dw.get(), type, db.get(), dy_gemv.get());
+    ASSERT_TRUE(cuda::GemvHandles(a));
+    ASSERT_TRUE(CudaOk(cuda::LaunchGemv(a, nullptr)));
+    ASSERT_TRUE((*gemm)->Linear(Args(s, dx.get(), dw.get(), type, db.get(), dy_gemm.get()), nullptr)
+                    .ok());
+    ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+    const std::vector<float> got = dy_gemv.ToHost(), plain = dy_gemm.ToHost();
+    EXPECT_LT(Nmse(got, want), 1e-10);
+    EXPECT_LT(MaxAbs(got, want), 1e-4);
+    EXPECT_LT(MaxAbs(got, plain), 1e-4);
+    EXPECT_GT(MaxAbs(got, y0), 0.1);  // it wrote y
+  }
+}
+
+TEST_P(GemvTest, ARowsResultDoesNotDependOnItsBatch) {
+  const ElemType type = GetParam();
+  const Shape s{13, 300, 512, 520, 300, true, false};
+  const std::vector<float> x = RandomVector(s.m * s.ldx, 55);
+  const std::vector<float> w = RandomVector(static_cast<size_t>(s.n) * s.k, 56);
+  const std::vector<float> bias = RandomVector(s.n, 57);
+  TypedBuffer dx(x, type), dw(w, type);
+  DeviceBuffer<float> db(bias), batch(static_cast<size_t>(s.m) * s.ldy);
+  ASSERT_TRUE(CudaOk(cuda::LaunchGemv(Args(s, dx.get(), dw.get(), type, db.get(), batch.get()),
+                                      nullptr)));
+  ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+  const std::vector<float> all = batch.ToHost();
+  for (int r : {0, 6, 12}) {
+    Shape one = s;
+    one.m = 1;
+    DeviceBuffer<float> y(static_cast<size_t>(s.ldy));
+    const char* row = static_cast<const char*>(dx.get()) + r * s.ldx * cuda::ElemBytes(type);
+    ASSERT_TRUE(
+        CudaOk(cuda::LaunchGemv(Args(one, row, dw.get(), type, db.get(), y.get()), nullptr)));
+    ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+    const std::vector<float> alone = y.ToHost();
+    EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + r * s.ldy, s.n * sizeof(float)))
+        << "row " << r;
+  }
+}
+
+TEST_P(GemvTest, SwiGluEpilogueMatchesGemmThenActivation) {
+  const ElemType type = GetParam();
+  auto gemm = cuda::Gemm::Create(size_t{4} << 20);
+  ASSERT_TRUE(gemm.ok());
+  for (const int m : {1, 4, 16}) {
+    const int F = 520, k = 256;
+    const Shape s{m, 2 * F, k, k, 2 * F, true, false};
+    const std::vector<float> x = RandomVector(m * k, 58);
+    const std::vector<float> w = RandomVector(static_cast<size_t>(2 * F) * k, 59);
+    const std::vector<float> bias = RandomVector(2 * F, 60);
+    TypedBuffer dx(x, type), dw(w, type), act_gemv(static_cast<size_t>(m) * F, type),
+        act_plain(static_cast<size_t>(m) * F, type);
+    DeviceBuffer<float> db(bias), up(static_cast<size_t>(m) * 2 * F), unused(1);
+    cuda::GemvOut out;
+    out.epilogue = cuda::GemvEpilogue::kSwiGlu;
+    out.act = act_gemv.get();
+    out.act_type = type;
+    out.act_ld = F;
+    ASSERT_TRUE(CudaOk(
+        cuda::LaunchGemv(Args(s, dx.get(), dw.get(), type, db.get(), unused.get()), out, nullptr)));
+    // The plain path: the GEMM into f32, then the activation kernel.
+    ASSERT_TRUE((*gemm)->Linear(Args(s, dx.get(), dw.get(), type, db.get(), up.get()), nullptr).ok());
+    cuda::ActivationParams ap;
+    ap.kind = cuda::Activation::kSwiGlu;
+    ap.rows = m;
+    ap.width = F;
+    ap.in = up.get();
+    ap.out = act_plain.get();
+    ap.out_type = type;
+    ASSERT_TRUE(CudaOk(cuda::LaunchActivation(ap, nullptr)));
+    ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+    const std::vector<float> got = act_gemv.ToHost(), plain = act_plain.ToHost();
+    // f32: the sums' order differs (1e-5); 16-bit: one rounding step of the output apart.
+    const double tol = type == ElemType::kF32 ? 1e-4 : 0.02;
+    EXPECT_LT(MaxAbs(got, plain), tol) << "m=" << m;
+    EXPECT_LT(Nmse(got, plain), type == ElemType::kF32 ? 1e-10 : 1e-4) << "m=" << m;
+    EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvTest,
+                         ::testing::Values(ElemType::kF32, ElemType::kBF16, ElemType::kF16),
+                         [](const auto& info) { return std::string(TypeName(info.param)); });
+
+TEST(Gemv, GridFillsTwoWavesWhenTheFeaturesAllow) {
+  EXPECT_EQ(cuda::GemvGridFor(2560).features_per_block, 8);  // Wo and W2 of DCFormer-2.8B
+  EXPECT_EQ(cuda::GemvGridFor(2560).blocks, 320);
+  EXPECT_EQ(cuda::GemvGridFor(1000).features_per_block, 2);
+  EXPECT_EQ(cuda::GemvGridFor(1000).blocks, 500);
+  EXPECT_EQ(cuda::GemvGridFor(64).features_per_block, 1);
+  EXPECT_EQ(cuda::GemvGridFor(64).blocks, 64);
+}
+
+TEST(Gemv, RefusesWhatItDoesNotHandle) {
+  DeviceBuffer<float> buf(64);
+  cuda::GemmArgs a;
+  a.m = 2;
+  a.n = 4;
+  a.k = 8;
+  a.x = buf.get();
+  a.ldx = 8;
+  a.w = buf.get();
+  a.y = buf.get();
+  a.ldy = 4;
+  EXPECT_TRUE(cuda::GemvHandles(a));
+  cuda::GemmArgs big = a;
+  big.m = cuda::kGemvMaxRows + 1;
+  EXPECT_FALSE(cuda::GemvHandles(big));
+  EXPECT_EQ(cuda::LaunchGemv(big, nullptr), cudaErrorInvalidValue);
+  cuda::GemmArgs none = a;
+  none.m = 0;
+  EXPECT_FALSE(cuda::GemvHandles(none));
+  cuda::GemmArgs bad = a;
+  bad.ldx = 4;
+  EXPECT_EQ(cuda::LaunchGemv(bad, nullptr), cudaErrorInvalidValue);
+  cuda::GemvOut glu;
+  glu.epilogue = cuda::GemvEpilogue::kSwiGlu;
+  EXPECT_EQ(cuda::LaunchGemv(a, glu, nullptr), cudaErrorInvalidValue);  // no act buffer
+  glu.act = buf.get();
+  glu.act_ld = 2;
+  a.n = 3;
+  EXPECT_EQ(cuda::LaunchGemv(a, glu, nullptr), cudaErrorInvalidValue);  // odd n
+}
+
+}  // namespace
+}  // namespace dcf::cuda_test
