@@ -32,8 +32,8 @@ struct AttentionInputParams {
   // qkw_type, the dyn output); dyn.num_tokens and dyn.n_head must equal rope's.
   DynWeightsParams dyn;
   // The KV-cache write (as LaunchKvCacheWrite: every new row whose block-table entry names a
-  // block): the step's structure, the layer's
-  // cache and where in it. cache.base null: no write (a test of the first two parts).
+  // block): the step's structure, the layer's cache and where in it. cache.base null: no
+  // write (a test of the first two parts).
   StepView step;
   CacheView cache;
   int window = 0;          // W of a window layer, 0 for a global layer
