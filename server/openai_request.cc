@@ -125,6 +125,10 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
     const bool utf8 = absl::StrContains(m, "UTF-8") || absl::StrContains(m, "utf-8");
     what = utf8 ? absl::StrCat("is not valid UTF-8 (byte ", e.byte, " of the body)")
                 : absl::StrCat("is not valid JSON (", m, ")");
+  } catch (const Json::exception& e) {
+    // Not a parse_error: out_of_range.406, a number beyond a double (1e400), which
+    // otherwise escaped and ended the process.
+    what = absl::StrCat("is not valid JSON (", e.what(), ")");
   }
   PathFinder finder;
   Json::sax_parse(body.begin(), body.end(), &finder);

@@ -52,6 +52,12 @@ TEST(OpenAiRequestTest, ErrorsNameTheField) {
             "messages[0].content");
   EXPECT_EQ(ParamOf(R"({"model":"m","prompt":[1,)"), "prompt[1]");
   EXPECT_EQ(ParamOf("[1]"), "body");
+  // A number beyond a double is out_of_range, not a parse_error: refused, not thrown (the
+  // fuzzer's crash: it ended the process).
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","temperature":1e400})"), "temperature");
+  absl::StatusOr<OpenAiRequest> huge = Completions("7638851959e436");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument) << huge.status();
   // What OpenAI's defaults ask for passes.
   EXPECT_TRUE(Completions(R"({"model":"m","prompt":"a","tools":[],"logit_bias":{},
                               "response_format":{"type":"text"},"best_of":1})")
