@@ -47,6 +47,11 @@ RULES = [  # (pattern searched in the command, action, reason)
     (r"--target llm\.example\.com", CHECK_ARGS, "a remote server with TLS and an API key"),
     (r"dcformer-cpu-attention-bench", CHECK_ARGS,
      "sweeps sequence lengths up to 2048: minutes to an hour on 2 cores"),
+    (r"dcformer-loadgen --protocol openai --http-target 127\.0\.0\.1:8000", CHECK_ARGS,
+     "a server started with --http-port 8000 (integration.test_loadgen runs the protocol)"),
+    (r"dcformer-loadgen .*(--shared-prefix-tokens 1024|--chat-turns 8)", CHECK_ARGS,
+     "prompts past the default model's 256-token context (the 261M model's workload; "
+     "integration.test_loadgen runs both workloads at a small shape)"),
     (r"torch_generate_bench\.py|bench/compare\.sh", SKIP,
      "the PyTorch baseline (python3-torch, minutes on a 261M-parameter model); tests/baseline "
      "checks the baseline itself"),
