@@ -9,6 +9,10 @@
 #include <cstdlib>
 #include <mutex>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace dcf::simt::detail {
 namespace {
 
@@ -76,7 +80,14 @@ FiberStacks::FiberStacks(size_t stack_bytes)
       stack_bytes_((stack_bytes + page_bytes_ - 1) / page_bytes_ * page_bytes_) {}
 
 FiberStacks::~FiberStacks() {
-  for (const Mapping& m : mappings_) munmap(m.base, m.bytes);
+  for (const Mapping& m : mappings_) {
+#if defined(__SANITIZE_ADDRESS__)
+    // ASan's shadow outlives munmap: a fiber's stack poisoning left there made a later
+    // mapping at the same addresses (a malloc'd weight buffer) a "stack-buffer-underflow".
+    __asan_unpoison_memory_region(m.base, m.bytes);
+#endif
+    munmap(m.base, m.bytes);
+  }
 }
 
 void FiberStacks::Reserve(int count) {
