@@ -102,14 +102,11 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeScoresKernel(Params p)
   const int t = blockIdx.y;
   const int seq = p.token_seq[t];
   const int pos = p.positions[t];
-  const int lo = Lo(pos, p.window);
-  const int keys = pos + 1 - lo;
-  const int split_keys = SplitKeys(keys, p.split_target, p.min_split_keys);
-  const int num_splits = NumSplits(keys, split_keys);
   const int split = blockIdx.x;
-  if (split >= num_splits) return;
-  const int key_begin = lo + split * split_keys;
-  const int key_end = min(pos + 1, key_begin + split_keys);
+  const DecodeSplit range = SplitOfToken(pos, p.window, p.split_target, p.min_split_keys, split);
+  if (split >= range.count) return;
+  const int lo = range.lo, num_splits = range.count;
+  const int key_begin = range.begin, key_end = range.end;
 
   const int N = p.n_head;
   const int nvec = p.nvec;
@@ -288,14 +285,11 @@ __global__ void __launch_bounds__(kMaxThreads) DcmhaDecodeOutputKernel(Params p)
   const int hg = blockIdx.y;
   const int seq = p.token_seq[t];
   const int pos = p.positions[t];
-  const int lo = Lo(pos, p.window);
-  const int keys = pos + 1 - lo;
-  const int split_keys = SplitKeys(keys, p.split_target2, p.min_split_keys2);
-  const int num_splits = NumSplits(keys, split_keys);
   const int split = blockIdx.x;
-  if (split >= num_splits) return;
-  const int key_begin = lo + split * split_keys;
-  const int key_end = min(pos + 1, key_begin + split_keys);
+  const DecodeSplit range = SplitOfToken(pos, p.window, p.split_target2, p.min_split_keys2, split);
+  if (split >= range.count) return;
+  const int lo = range.lo, num_splits = range.count;
+  const int key_begin = range.begin, key_end = range.end;
 
   const int N = p.n_head;
   const int hd = p.head_dim;

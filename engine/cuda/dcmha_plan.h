@@ -176,6 +176,22 @@ __host__ __device__ inline int SplitKeys(int keys, int target, int min_keys) {
 __host__ __device__ inline int NumSplits(int keys, int split_keys) {
   return (keys + split_keys - 1) / split_keys;
 }
+// Split `split` of the token at `pos` (window as Lo takes it): its keys [begin, end) of the
+// token's visible keys from `lo`, and how many splits the token has (`split` >= count: none).
+struct DecodeSplit {
+  int lo, count, begin, end;
+};
+__host__ __device__ inline DecodeSplit SplitOfToken(int pos, int window, int target,
+                                                    int min_keys, int split) {
+  DecodeSplit d;
+  d.lo = Lo(pos, window);
+  const int keys = pos + 1 - d.lo;
+  const int split_keys = SplitKeys(keys, target, min_keys);
+  d.count = NumSplits(keys, split_keys);
+  d.begin = d.lo + split * split_keys;
+  d.end = d.begin + split_keys < pos + 1 ? d.begin + split_keys : pos + 1;
+  return d;
+}
 // The most splits SplitKeys gives any token with 1..max_keys keys (the grid's x).
 inline int MaxSplits(int max_keys, int target, int min_keys) {
   const int by_min = (max_keys + min_keys - 1) / min_keys;
