@@ -15,7 +15,7 @@ constexpr int kStage = 1024;          // floats: one head (hd <= 256) or u of a 
 // LaunchKvCacheWrite, every new row with a block is written (a window position no block
 // keeps has entry -1; with prefix caching a window layer has a block for every position).
 template <typename CT>
-__device__ __forceinline__ CT* KeptRow(const AttentionInputParams& p, int t) {
+__device__ __forceinline__ CT* RowWithBlock(const AttentionInputParams& p, int t) {
   if (p.cache.base == nullptr) return nullptr;
   const StepView& s = p.step;
   const int seq = s.token_seq[t];
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(32) AttentionInputKernel(AttentionInputParams 
     float* x = row + (is_k ? nhd : 0) + h * hd;
     dev::QkNormRopeHead(r, is_k, x, cs, sn, buf, 0, lane);
     if (!is_k) return;
-    CT* cache_row = KeptRow<CT>(p, t);
+    CT* cache_row = RowWithBlock<CT>(p, t);
     if (cache_row == nullptr) return;
     const float* v = row + 2 * nhd + h * hd;
     for (int d = lane; d < hd; d += 32) {
@@ -90,7 +90,7 @@ DCF_UNROLL
   }
   float* dyn = q.dyn + static_cast<int64_t>(t) * q.dyn_stride + c * W + r2 * N;
   const bool key_side = c % 2 == 1;  // branches 1 (pre-key) and 3 (post-key)
-  CT* cache_row = key_side ? KeptRow<CT>(p, t) : nullptr;
+  CT* cache_row = key_side ? RowWithBlock<CT>(p, t) : nullptr;
   const int terms = key_side ? 2 * nhd + (c / 2) * (2 * kRank + 1) * N : 0;
 DCF_UNROLL
   for (int i = 0; i < kHeadsPerLane; ++i) {
