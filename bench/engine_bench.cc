@@ -47,6 +47,13 @@ ABSL_FLAG(int, max_prefill_chunk, 0, "EngineOptions::max_prefill_chunk_tokens");
 ABSL_FLAG(int64_t, kv_cache_mb, 0, "KV cache budget in MiB (0: the default fraction)");
 ABSL_FLAG(bool, prefix_caching, true, "EngineOptions::prefix_caching (--noprefix_caching: off)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the request lengths and prompts");
+ABSL_FLAG(int, spec_tokens, 0, "EngineOptions::spec_tokens (speculative decoding; 0 = off)");
+ABSL_FLAG(int, spec_ngram_min, 2, "EngineOptions::spec_ngram_min");
+ABSL_FLAG(int, spec_ngram_max, 4, "EngineOptions::spec_ngram_max");
+ABSL_FLAG(bool, spec_adaptive, true, "EngineOptions::spec_adaptive");
+ABSL_FLAG(int, copy_phrase, 0,
+          "if > 0: each prompt is a random phrase of this many tokens repeated to its length (a "
+          "copy-heavy workload for speculative decoding); 0: random tokens");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
 ABSL_FLAG(bool, profile, false,
           "print the time breakdown of (a)'s steps, decode-only and with prefill (cpu backend)");
@@ -73,6 +80,8 @@ Workload MakeWorkload(const ModelConfig& c) {
     n = std::max(1, std::min(n, c.max_positions - p));
     std::vector<int32_t> prompt(p);
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+    const int phrase = absl::GetFlag(FLAGS_copy_phrase);
+    for (int k = phrase; phrase > 0 && k < p; ++k) prompt[k] = prompt[k - phrase];
     w.prompts.push_back(std::move(prompt));
     w.max_new.push_back(n);
     w.total_new += n;
@@ -211,6 +220,10 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   o.max_prefill_chunk_tokens = absl::GetFlag(FLAGS_max_prefill_chunk);
   o.kv_cache_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_cache_mb)) << 20;
   o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.spec_tokens = absl::GetFlag(FLAGS_spec_tokens);
+  o.spec_ngram_min = absl::GetFlag(FLAGS_spec_ngram_min);
+  o.spec_ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
+  o.spec_adaptive = absl::GetFlag(FLAGS_spec_adaptive);
   o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
   if (batched && absl::GetFlag(FLAGS_profile)) {
     rec->set_cpu(dynamic_cast<const CpuBackend*>(model->backend.get()));
@@ -234,7 +247,19 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
       *tokens += Drain(h->stream());
     }
   }
-  return absl::ToDoubleSeconds(absl::Now() - t0);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  const EngineStats st = (*engine)->Stats();
+  if (st.spec_tokens > 0) {
+    std::printf("  speculative decoding k=%d: %lld drafted, %lld accepted (acceptance %.1f%%), "
+                "%lld steps\n",
+                st.spec_tokens, static_cast<long long>(st.spec_drafted_tokens),
+                static_cast<long long>(st.spec_accepted_tokens),
+                st.spec_drafted_tokens > 0
+                    ? 100.0 * st.spec_accepted_tokens / st.spec_drafted_tokens
+                    : 0.0,
+                static_cast<long long>(st.steps));
+  }
+  return seconds;
 }
 
 int Main() {

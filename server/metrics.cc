@@ -214,6 +214,10 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                             {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
   step_time_ = histogram("dcformer_engine_step_duration_seconds",
                          "Wall time of one engine step", LatencyBuckets());
+  spec_accepted_length_ =
+      histogram("dcformer_spec_accepted_length",
+                "Speculative decoding: drafted tokens accepted per verify of one sequence",
+                {0, 1, 2, 3, 4, 6, 8, 12, 16});
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -309,6 +313,12 @@ void ServerMetrics::OnPrefixCacheQuery(int query_tokens, int hit_tokens) {
   if (!enabled_.load(std::memory_order_relaxed)) return;
   prefix_queries_->Increment(query_tokens);
   prefix_hits_->Increment(hit_tokens);
+}
+void ServerMetrics::OnSpecVerify(int drafted, int accepted) {
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  spec_drafted_->Increment(drafted);
+  spec_accepted_->Increment(accepted);
+  spec_accepted_length_->Observe(accepted);
 }
 void ServerMetrics::OnFirstToken(int origin, absl::Duration ttft) {
   if (!enabled_.load(std::memory_order_relaxed)) return;

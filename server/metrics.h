@@ -87,6 +87,7 @@ class ServerMetrics : public EngineObserver {
               absl::Duration step_time) override;
   void OnPreemption() override;
   void OnPrefixCacheQuery(int query_tokens, int hit_tokens) override;
+  void OnSpecVerify(int drafted, int accepted) override;
   void OnFirstToken(int origin, absl::Duration ttft) override;
   void OnInterTokenLatency(int origin, absl::Duration itl) override;
   void OnNonFiniteLogits() override;
@@ -114,6 +115,9 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* nonfinite_logits_;
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
+  prometheus::Counter* spec_drafted_;
+  prometheus::Counter* spec_accepted_;
+  prometheus::Histogram* spec_accepted_length_;
   prometheus::Family<prometheus::Gauge>* prefix_blocks_;
   // Mirrors EngineStats::prefix_cache_evictions; refresh_mu_ keeps two scrapes from adding
   // the same difference twice.

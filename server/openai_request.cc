@@ -430,6 +430,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiApi api, absl::string_vie
   r.include_stop_str_in_output = flag.value_or(false);
   DCF_ASSIGN(flag, f.Bool("ignore_eos"));
   r.ignore_eos = flag.value_or(false);
+  DCF_ASSIGN(flag, f.Bool("speculate"));
+  r.speculate = flag.value_or(true);
   std::optional<std::string> user;
   DCF_ASSIGN(user, f.String("user"));  // type-checked, then dropped: it is logged nowhere
   if (api == OpenAiApi::kCompletions) {
@@ -548,6 +550,7 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& r, const Reque
       g.stopping.stop_token_ids = r.stop_token_ids;
       g.stopping.include_stop_string = r.include_stop_str_in_output;
       g.stopping.ignore_eos = r.ignore_eos;
+      g.speculate = r.speculate;
       g.output.logprobs = r.logprobs;
       g.output.top_logprobs = std::max(0, r.top_logprobs);
       g.output.text = limits.tokenizer != nullptr;

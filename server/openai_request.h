@@ -60,6 +60,7 @@ struct OpenAiRequest {
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
+  bool speculate = true;  // our extra: false opts out of speculative decoding
 };
 
 // Parses and type-checks `body`. InvalidArgument naming the field for bad JSON, invalid UTF-8

@@ -35,6 +35,7 @@ absl::StatusOr<GenerationRequest> ToEngineRequest(const v1::GenerateRequest& req
   GenerationRequest out;
   out.id = request.request_id();
   out.cache_salt = request.cache_salt();
+  out.speculate = !request.no_speculation();
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText: {
       absl::StatusOr<std::vector<int32_t>> ids =

@@ -33,6 +33,14 @@ ABSL_FLAG(int, block_size, 16, "tokens per KV-cache block");
 ABSL_FLAG(bool, prefix_caching, true,
           "reuse the KV cache of prompt prefixes earlier requests computed (automatic prefix "
           "caching; requests share only with the same cache_salt); --noprefix-caching: off");
+ABSL_FLAG(int, spec_tokens, 0,
+          "speculative decoding by prompt lookup: tokens drafted per decoding sequence and step "
+          "(the output is identical to plain decoding's); 0 = off. CPU backend only");
+ABSL_FLAG(int, spec_ngram_min, 2, "speculative decoding: shortest suffix matched in the context");
+ABSL_FLAG(int, spec_ngram_max, 4, "speculative decoding: longest suffix matched in the context");
+ABSL_FLAG(int, spec_max_step_drafts, 0,
+          "speculative decoding: drafted tokens verified per step, all sequences; 0 = 4 x "
+          "--spec-tokens");
 ABSL_FLAG(int, threads, 0,
           "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
           "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");
@@ -127,6 +135,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.kv_cache_fraction = absl::GetFlag(FLAGS_kv_cache_fraction);
   o.engine.block_size = absl::GetFlag(FLAGS_block_size);
   o.engine.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.engine.spec_tokens = absl::GetFlag(FLAGS_spec_tokens);
+  o.engine.spec_ngram_min = absl::GetFlag(FLAGS_spec_ngram_min);
+  o.engine.spec_ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
+  o.engine.spec_max_step_drafts = absl::GetFlag(FLAGS_spec_max_step_drafts);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

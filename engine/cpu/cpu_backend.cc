@@ -151,12 +151,13 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
   cpu::PhaseTimer timer(&profile_);
 
   // The returned rows come first: one block.
-  result_.Resize(batch.num_seqs(), plan.num_returned, V);
+  const std::vector<int32_t> slots = batch.slot_offsets();
+  result_.Resize(slots.back(), plan.num_returned, V);
   if (plan.num_returned > 0) {
     std::memcpy(result_.logits.data(), s_.logits.data(),
                 sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
   }
-  Sample(batch, plan);
+  Sample(batch, plan, slots);
   timer.Next(cpu::CpuStepProfile::kSample);
   ++profile_.steps;
   profile_.tokens += batch.num_tokens();
@@ -171,36 +172,44 @@ absl::Status CpuBackend::Wait(StepOutput* out) {
   return absl::OkStatus();
 }
 
-void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan) {
+void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
+                        const std::vector<int32_t>& slots) {
   const int V = config_.vocab_size;
   const int64_t num_samples = static_cast<int64_t>(plan.sampled_seqs.size());
-  // Sequences sample independently (own draw counter, own penalty slot): in parallel.
+  // Sequences sample independently (own draw counter, own penalty slot: ValidateStepBatch
+  // checks that no two share one): in parallel. A verifying sequence's rows go in order,
+  // each recorded in its penalty slot before the next is sampled, so row j counts the j
+  // drafted tokens before it (they equal the tokens sampled so far); sampling stops after
+  // the first row that differs from its draft (step_batch.h).
 #pragma omp parallel for schedule(dynamic) if (num_samples >= 4)
   for (int64_t i = 0; i < num_samples; ++i) {
     const int s = plan.sampled_seqs[i];
     const SamplingRow& r = batch.sampling[s];
-    const absl::Span<const float> logits =
-        absl::MakeConstSpan(s_.logits).subspan(static_cast<size_t>(plan.sample_row[s]) * V, V);
-    const PenaltyState* penalties = r.penalty_slot >= 0 ? &penalty_slots_[r.penalty_slot] : nullptr;
-    const int32_t token = SampleToken(logits, r.params, r.seed, r.step, penalties,
-                                      &sampler_scratch_[omp_get_thread_num()]);
-    float logprob = 0.0f;
-    std::vector<TopLogprob> top;
-    if (token >= 0 && (r.logprob || r.top_logprobs > 0)) {  // token < 0: logits not finite
-      logprob = ComputeLogprobs(logits, token, r.top_logprobs, &top);
+    const int n = batch.sample_rows[s];
+    const int32_t* draft = &batch.tokens[batch.seq_offsets[s + 1] - (n - 1)];
+    PenaltyState* penalties = r.penalty_slot >= 0 ? &penalty_slots_[r.penalty_slot] : nullptr;
+    for (int j = 0; j < n; ++j) {
+      const absl::Span<const float> logits = absl::MakeConstSpan(s_.logits).subspan(
+          static_cast<size_t>(plan.sample_row[s] + j) * V, V);
+      const int32_t token = SampleToken(logits, r.params, r.seed, r.step + j, penalties,
+                                        &sampler_scratch_[omp_get_thread_num()]);
+      float logprob = 0.0f;
+      std::vector<TopLogprob> top;
+      if (token >= 0 && (r.logprob || r.top_logprobs > 0)) {  // token < 0: logits not finite
+        logprob = ComputeLogprobs(logits, token, r.top_logprobs, &top);
+      }
+      int32_t top_tokens[kMaxTopLogprobs];
+      float top_logprobs[kMaxTopLogprobs];
+      for (size_t k = 0; k < top.size(); ++k) {
+        top_tokens[k] = top[k].token;
+        top_logprobs[k] = top[k].logprob;
+      }
+      StoreSample(r, slots[s] + j, token, logprob, top_tokens, top_logprobs,
+                  static_cast<int>(top.size()), &result_);
+      if (token < 0) break;
+      if (penalties != nullptr) penalties->Record(token);
+      if (j + 1 < n && token != draft[j]) break;  // the rule of AcceptedDrafts
     }
-    int32_t top_tokens[kMaxTopLogprobs];
-    float top_logprobs[kMaxTopLogprobs];
-    for (size_t k = 0; k < top.size(); ++k) {
-      top_tokens[k] = top[k].token;
-      top_logprobs[k] = top[k].logprob;
-    }
-    StoreSample(r, s, token, logprob, top_tokens, top_logprobs, static_cast<int>(top.size()),
-                &result_);
-  }
-  for (int s : plan.sampled_seqs) {
-    const int32_t slot = batch.sampling[s].penalty_slot;
-    if (slot >= 0) penalty_slots_[slot].Record(result_.tokens[s]);
   }
 }
 

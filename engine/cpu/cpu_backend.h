@@ -44,6 +44,8 @@ class CpuBackend final : public Backend {
   // Runs the whole step on the calling thread; Wait hands over the result.
   absl::Status Launch(const StepBatch& batch) override;
   absl::Status Wait(StepOutput* out) override;
+  // Samples every marked row of a verifying sequence (step_batch.h): speculative decoding.
+  bool VerifiesDrafts() const override { return true; }
 
   // Wall time per phase of the steps since the last ResetProfile (benchmarks).
   const cpu::CpuStepProfile& profile() const { return profile_; }
@@ -69,7 +71,8 @@ class CpuBackend final : public Backend {
   void AttentionLayer(int layer);
   void FeedForward(int layer, const float* h, float* out);
   // Draws the token of every sampling sequence from its row of s_.logits (plan.sample_row).
-  void Sample(const StepBatch& batch, const LogitRows& plan);
+  // `slots`: batch.slot_offsets(), where each sequence's results go in result_.
+  void Sample(const StepBatch& batch, const LogitRows& plan, const std::vector<int32_t>& slots);
 
   ModelConfig config_;
   cpu::CpuWeights weights_;

@@ -209,6 +209,10 @@ absl::Status CudaBackend::Fail(absl::Status status) {
 absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   RETURN_IF_ERROR(UseDevice());
   RETURN_IF_ERROR(ValidateStepLimits(limits));
+  if (limits.max_draft_rows > 0) {  // VerifiesDrafts() is false: one sampled row per sequence
+    return absl::InvalidArgumentError(
+        "the CUDA backend does not verify drafted tokens (StepLimits::max_draft_rows > 0)");
+  }
   prepared_ = false;
   launched_ = false;
   // Release the previous workspace first, so that it does not count twice.

@@ -74,6 +74,11 @@ class Backend {
     return Wait(out);
   }
 
+  // True when the backend samples several rows of a sequence in one step (StepBatch
+  // sample_rows > 1, speculative decoding's verification); then Prepare accepts
+  // StepLimits::max_draft_rows > 0. False: the engine never speculates on it.
+  virtual bool VerifiesDrafts() const { return false; }
+
   // OK while the backend can run steps; the sticky failure once it cannot.
   virtual absl::Status health() const { return absl::OkStatus(); }
 };

@@ -15,6 +15,12 @@ int StepBatch::num_logit_rows() const {
   return rows;
 }
 
+std::vector<int32_t> StepBatch::slot_offsets() const {
+  std::vector<int32_t> offsets(num_seqs() + 1, 0);
+  for (int s = 0; s < num_seqs(); ++s) offsets[s + 1] = offsets[s] + num_slots(s);
+  return offsets;
+}
+
 void StepBatch::Reset(int capacity) {
   tokens.clear();
   positions.clear();
@@ -23,11 +29,13 @@ void StepBatch::Reset(int capacity) {
   for (auto& t : block_tables) t.clear();
   sample.clear();
   sampling.clear();
+  sample_rows.clear();
   return_logits.clear();
 }
 
 void StepBatch::AddSequence(absl::Span<const int32_t> new_tokens, const SequenceKv& kv,
-                            bool sample_token, const SamplingRow& row, bool logits) {
+                            bool sample_token, const SamplingRow& row, bool logits,
+                            int rows) {
   for (size_t i = 0; i < new_tokens.size(); ++i) {
     tokens.push_back(new_tokens[i]);
     positions.push_back(kv.num_tokens + static_cast<int32_t>(i));
@@ -42,15 +50,16 @@ void StepBatch::AddSequence(absl::Span<const int32_t> new_tokens, const Sequence
   }
   sample.push_back(sample_token ? 1 : 0);
   sampling.push_back(row);
+  sample_rows.push_back(rows);
   return_logits.push_back(logits ? 1 : 0);
 }
 
-void StepOutput::Resize(int num_seqs, int num_logit_rows, int vocab_size) {
-  tokens.assign(num_seqs, -1);
-  nonfinite.assign(num_seqs, 0);
-  logprobs.assign(num_seqs, 0.0f);
-  top_tokens.assign(static_cast<size_t>(num_seqs) * kMaxTopLogprobs, -1);
-  top_logprobs.assign(static_cast<size_t>(num_seqs) * kMaxTopLogprobs, 0.0f);
+void StepOutput::Resize(int num_slots, int num_logit_rows, int vocab_size) {
+  tokens.assign(num_slots, -1);
+  nonfinite.assign(num_slots, 0);
+  logprobs.assign(num_slots, 0.0f);
+  top_tokens.assign(static_cast<size_t>(num_slots) * kMaxTopLogprobs, -1);
+  top_logprobs.assign(static_cast<size_t>(num_slots) * kMaxTopLogprobs, 0.0f);
   logits.resize(static_cast<size_t>(num_logit_rows) * vocab_size);
 }
 
@@ -61,7 +70,8 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
   if (S == 0) return absl::InvalidArgumentError("the step batch is empty");
   if (static_cast<int>(b.seq_offsets.size()) != S + 1 || b.seq_offsets[0] != 0 ||
       b.seq_offsets[S] != T || static_cast<int>(b.positions.size()) != T ||
-      static_cast<int>(b.sampling.size()) != S || static_cast<int>(b.return_logits.size()) != S) {
+      static_cast<int>(b.sampling.size()) != S || static_cast<int>(b.return_logits.size()) != S ||
+      static_cast<int>(b.sample_rows.size()) != S) {
     return absl::InvalidArgumentError("step batch arrays disagree in size");
   }
   if (T > limits.max_tokens || S > limits.max_seqs) {
@@ -79,6 +89,27 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
     return absl::InvalidArgumentError(absl::StrCat("block tables of ", b.blocks_per_seq,
                                                    " entries, the backend was prepared for ",
                                                    limits.blocks_per_seq));
+  }
+  int draft_rows = 0;
+  // A slot's penalty state is updated as its sequence samples (in parallel on the CPU): two
+  // sequences of a step must never share one.
+  std::vector<uint8_t> slot_used(std::max(limits.num_penalty_slots, 0), 0);
+  for (int s = 0; s < S; ++s) {
+    if (!b.sample[s]) continue;
+    draft_rows += b.sample_rows[s] - 1;
+    const int32_t slot = b.sampling[s].penalty_slot;
+    if (slot >= 0 && slot < limits.num_penalty_slots) {
+      if (slot_used[slot]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s, ": penalty slot ", slot, " is used twice in the step"));
+      }
+      slot_used[slot] = 1;
+    }
+  }
+  if (draft_rows > limits.max_draft_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("step verifies ", draft_rows,
+                                                   " drafted tokens, more than the prepared ",
+                                                   limits.max_draft_rows));
   }
   for (int g = 0; g < kNumLayerGroups; ++g) {
     if (b.block_tables[g].size() != static_cast<size_t>(S) * b.blocks_per_seq) {
@@ -127,6 +158,10 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
                            g == 0 ? "global" : "window", " group"));
         }
       }
+    }
+    if (b.sample[s] && (b.sample_rows[s] < 1 || b.sample_rows[s] > n)) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": samples ",
+                                                     b.sample_rows[s], " rows of its ", n));
     }
     if (b.sample[s]) {
       const SamplingRow& r = b.sampling[s];

@@ -23,6 +23,16 @@
 // GPU), plus the logprobs asked for; a row whose logits are not all finite gets no token and
 // is flagged instead (StepOutput::nonfinite). Sequences with `return_logits` get the logits of all
 // their rows copied to the host (tests and scoring only); nothing else crosses to the host.
+//
+// Verification (speculative decoding, docs/DESIGN.md "Speculative decoding"): a sequence with
+// sample_rows[s] = n > 1 samples each of its last n rows. Its row j (0-based among those n)
+// is sampled exactly as plain decoding would sample that position: draw counter
+// sampling.step + j, and penalty state that counts the j drafted tokens before it (the
+// tokens of rows 1..j of those n, i.e. draft token j is the token of row j + 1). Rows are
+// sampled in order and sampling stops after the first row whose token differs from its
+// draft (AcceptedDrafts, step_plan.h): later rows get token -1 and no flag, and the penalty
+// slot ends up recording exactly the tokens that were accepted. Only backends whose
+// Backend::VerifiesDrafts() is true accept n > 1.
 #pragma once
 
 #include <array>
@@ -54,6 +64,9 @@ struct StepLimits {
   int max_logit_rows = 0;     // rows whose logits the host may ask for in one step
   int blocks_per_seq = 0;     // block-table capacity: ceil(context / block_size)
   int num_penalty_slots = 0;  // sequences whose penalty state the backend keeps
+  // Sampled rows beyond one per sequence (verified drafts, sample_rows - 1 summed) in one
+  // step. 0: no step verifies; only a backend that VerifiesDrafts() accepts more.
+  int max_draft_rows = 0;
 };
 
 struct StepBatch {
@@ -66,6 +79,9 @@ struct StepBatch {
   std::array<std::vector<int32_t>, kNumLayerGroups> block_tables;
   std::vector<uint8_t> sample;         // [S] draw a token from the last row
   std::vector<SamplingRow> sampling;   // [S] used where sample[s]
+  // [S] where sample[s]: how many of its last rows sample (1: plain decode or a prefill's
+  // last chunk; k + 1: verifies the k drafted tokens the chunk ends with). 1 elsewhere.
+  std::vector<int32_t> sample_rows;
   std::vector<uint8_t> return_logits;  // [S] copy all rows' logits to the host
 
   int num_seqs() const { return static_cast<int>(sample.size()); }
@@ -74,15 +90,24 @@ struct StepBatch {
   int seq_len(int s) const { return seq_offsets[s + 1] - seq_offsets[s]; }
   // Rows whose logits are returned: every token of the sequences with return_logits.
   int num_logit_rows() const;
+  // Output slots of sequence s (StepOutput arrays): sample_rows[s] where it samples, else 1.
+  int num_slots(int s) const { return sample[s] ? sample_rows[s] : 1; }
+  // [S + 1] first output slot of each sequence; slot_offsets()[S] slots in all. With no
+  // verifying sequence, slot s is sequence s.
+  std::vector<int32_t> slot_offsets() const;
 
   // Empties the batch and sets the block-table capacity.
   void Reset(int blocks_per_seq);
   // Appends a sequence: `tokens` at positions kv.num_tokens.., its block tables copied from
-  // `kv` (which must cover the new tokens), and what to return.
+  // `kv` (which must cover the new tokens), and what to return. `sample_rows` > 1 verifies
+  // the last sample_rows - 1 tokens as drafts (see above).
   void AddSequence(absl::Span<const int32_t> tokens, const SequenceKv& kv, bool sample,
-                   const SamplingRow& sampling, bool return_logits);
+                   const SamplingRow& sampling, bool return_logits, int sample_rows = 1);
 };
 
+// Every per-token array has one entry per output slot (StepBatch::slot_offsets: one per
+// sequence, sample_rows of a verifying one, in row order); written "[S]" below, which is
+// exact when no sequence verifies.
 struct StepOutput {
   std::vector<int32_t> tokens;        // [S] sampled id, -1 where not sampled (or nonfinite)
   // [S] 1 where the sequence's logits held a NaN or an infinity: its sampler drew nothing
@@ -93,7 +118,8 @@ struct StepOutput {
   std::vector<float> top_logprobs;    //   sampling[s].top_logprobs entries are valid
   std::vector<float> logits;          // [num_logit_rows, vocab] f32, sequence order
 
-  void Resize(int num_seqs, int num_logit_rows, int vocab_size);
+  // `num_slots`: StepBatch::slot_offsets().back() (num_seqs when no sequence verifies).
+  void Resize(int num_slots, int num_logit_rows, int vocab_size);
 };
 
 // Checks a batch against the model and the cache before a backend runs it: array sizes,

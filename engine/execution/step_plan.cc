@@ -10,7 +10,7 @@ namespace dcf {
 
 absl::Status ValidateStepLimits(const StepLimits& limits) {
   if (limits.max_tokens <= 0 || limits.max_seqs <= 0 || limits.blocks_per_seq <= 0 ||
-      limits.num_penalty_slots < 0 || limits.max_logit_rows < 0) {
+      limits.num_penalty_slots < 0 || limits.max_logit_rows < 0 || limits.max_draft_rows < 0) {
     return absl::InvalidArgumentError("step limits must be positive");
   }
   return absl::OkStatus();
@@ -18,7 +18,8 @@ absl::Status ValidateStepLimits(const StepLimits& limits) {
 
 int MaxLogitRows(const StepLimits& limits) {
   return static_cast<int>(std::min<int64_t>(
-      limits.max_tokens, int64_t{limits.max_logit_rows} + limits.max_seqs));
+      limits.max_tokens,
+      int64_t{limits.max_logit_rows} + limits.max_seqs + limits.max_draft_rows));
 }
 
 absl::Status ValidateCacheShape(const KvCacheShape& shape, const ModelConfig& config) {
@@ -62,18 +63,30 @@ LogitRows PlanLogitRows(const StepBatch& batch) {
   for (int s = 0; s < S; ++s) {
     if (!batch.return_logits[s]) continue;
     for (int t = batch.seq_offsets[s]; t < batch.seq_offsets[s + 1]; ++t) plan.rows.push_back(t);
-    plan.sample_row[s] = static_cast<int32_t>(plan.rows.size()) - 1;  // its last row
+    // Its first sampled row among its last ones.
+    plan.sample_row[s] = static_cast<int32_t>(plan.rows.size()) - batch.num_slots(s);
   }
   plan.num_returned = static_cast<int>(plan.rows.size());
   for (int s = 0; s < S; ++s) {
     if (!batch.sample[s]) continue;
     if (!batch.return_logits[s]) {
-      plan.rows.push_back(batch.seq_offsets[s + 1] - 1);
-      plan.sample_row[s] = static_cast<int32_t>(plan.rows.size()) - 1;
+      plan.sample_row[s] = static_cast<int32_t>(plan.rows.size());
+      for (int t = batch.seq_offsets[s + 1] - batch.sample_rows[s]; t < batch.seq_offsets[s + 1];
+           ++t) {
+        plan.rows.push_back(t);
+      }
     }
     plan.sampled_seqs.push_back(s);
   }
   return plan;
+}
+
+int AcceptedDrafts(const StepBatch& batch, int s, const StepOutput& out, int first_slot) {
+  const int drafts = batch.sample_rows[s] - 1;
+  const int32_t* draft = &batch.tokens[batch.seq_offsets[s + 1] - drafts];
+  int a = 0;
+  while (a < drafts && out.tokens[first_slot + a] == draft[a]) ++a;
+  return a;
 }
 
 void StoreSample(const SamplingRow& row, int s, int32_t token, float logprob,

@@ -44,18 +44,29 @@ int64_t FusedInputWidth(const ModelConfig& config);
 void RopeAngles(int64_t pos, int rotary_dim, double base, float* cos_out, float* sin_out);
 
 // Which rows of a step the final norm and the output projection run for, by one rule: first
-// every row of the return_logits sequences (in sequence order), then the last row of each
-// other sequence that samples (in sequence order). The first `num_returned` rows are the
-// StepOutput's logits, so they come back as one block.
+// every row of the return_logits sequences (in sequence order), then the last sample_rows[s]
+// rows of each other sequence that samples (in sequence order). The first `num_returned`
+// rows are the StepOutput's logits, so they come back as one block.
 struct LogitRows {
   std::vector<int32_t> rows;         // [R] step token index of each logits row
   int num_returned = 0;              // rows of return_logits sequences (the first ones)
-  std::vector<int32_t> sample_row;   // [S] index into `rows` a sequence samples from; -1: none
+  // [S] index into `rows` of the first row a sequence samples from (its j-th sampled row is
+  // sample_row[s] + j); -1: none
+  std::vector<int32_t> sample_row;
   std::vector<int32_t> sampled_seqs; // sequences that sample, in sequence order
 };
 LogitRows PlanLogitRows(const StepBatch& batch);
 
-// Stores what sequence `s` sampled into `out` (StepOutput::Resize'd): its token, its logprob
+// The verification rule (speculative decoding): how many of the drafted tokens of verifying
+// sequence `s` (its last sample_rows[s] - 1 tokens) equal what was sampled at the row before
+// each, counted from the first while they agree; its sampled tokens are out.tokens from
+// `first_slot` (StepBatch::slot_offsets()[s]). The accepted tokens are those drafts and then
+// the token sampled at slot first_slot + result (the first that differs, or the bonus token
+// after all drafts). Both the backends' samplers (to stop sampling after the first
+// difference) and the engine apply it. 0 for a plain sequence.
+int AcceptedDrafts(const StepBatch& batch, int s, const StepOutput& out, int first_slot);
+
+// Stores what output slot `s` sampled into `out` (StepOutput::Resize'd): its token, its logprob
 // when `row` asks for logprobs or top logprobs, and the first min(row.top_logprobs,
 // num_top) alternatives. `token` < 0 is how both samplers report logits that are not all
 // finite (NaN or infinity, nothing drawn): `out` then flags the sequence in

@@ -108,6 +108,18 @@ void KvCacheManager::Commit(SequenceKv& seq, int new_len, absl::Span<const int32
   ReleaseBelow(seq, LayerGroup::kWindow, FirstKeptPosition(LayerGroup::kWindow, new_len));
 }
 
+void KvCacheManager::ReleaseUncommitted(SequenceKv& seq) {
+  const int B = shape_.block_size;
+  const int keep = (seq.num_tokens + B - 1) / B;  // blocks holding a committed position
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    auto& table = seq.blocks[g];
+    for (int blk = static_cast<int>(table.size()) - 1; blk >= keep; --blk) {
+      if (table[blk] != kNoBlock) pools_[g].Release(table[blk]);
+    }
+    if (static_cast<int>(table.size()) > keep) table.resize(keep);
+  }
+}
+
 void KvCacheManager::Free(SequenceKv& seq) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     // Last to first: the free queue then evicts a sequence's tail before its prefix, the

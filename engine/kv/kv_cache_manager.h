@@ -128,6 +128,11 @@ class KvCacheManager {
   // past it (tokens a caller may still take back) stay unnamed.
   void Commit(SequenceKv& seq, int new_len, absl::Span<const int32_t> tokens = {});
 
+  // Speculative decoding's rollback, after Commit: releases every block of `seq` that holds
+  // no position below seq.num_tokens (reserved for drafted tokens that were rejected; never
+  // named, since Commit names only blocks below the committed length), in both groups.
+  void ReleaseUncommitted(SequenceKv& seq);
+
   // Returns every block of `seq` (last to first; cached blocks stay cached) and resets its
   // tables and num_tokens. Its hashes are kept.
   void Free(SequenceKv& seq);

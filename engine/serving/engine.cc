@@ -12,6 +12,8 @@
 #include "engine/common/status_macros.h"
 #include "engine/common/memory_info.h"
 #include "engine/kv/kv_cache_planner.h"
+#include "engine/execution/step_plan.h"
+#include "engine/serving/ngram_proposer.h"
 #include "engine/serving/output_processor.h"
 #include "engine/serving/request_validator.h"
 #include "engine/serving/scheduler.h"
@@ -30,6 +32,13 @@ struct ActiveRequest {
   int penalty_slot = -1;   // backend penalty state while running with penalties
   int cached_tokens = 0;   // prompt tokens the prefix cache held at its first admission
   std::unique_ptr<OutputProcessor> output;  // tokens -> chunks, stop rules, usage
+  // Speculative decoding (null when off for this request): the drafter, the draft length
+  // it may propose now, consecutive verifies that accepted nothing, and steps left before
+  // it drafts again (the adaptive rule, SpecFeedback).
+  std::unique_ptr<NgramProposer> proposer;
+  int spec_k = 0;
+  int spec_misses = 0;
+  int spec_pause = 0;
   absl::Time enqueue_time;
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
@@ -74,6 +83,7 @@ class EngineImpl {
     }
     stats_.loop_alive = true;
     stats_.prefix_caching = options.prefix_caching;
+    stats_.spec_tokens = options.spec_tokens;
     stats_.backend = backend_->info();
     stats_.last_progress = absl::Now();
   }
@@ -106,9 +116,14 @@ class EngineImpl {
   }
   void Loop();
   void Step();
-  // Emits the token the backend sampled for `r` (row `i` of out_) through its output
-  // processor; finishes `r` when a stop rule holds.
-  void ProcessToken(ActiveRequest* r, int i);
+  // Emits the tokens the backend sampled for `r` through its output processor: slots
+  // [slot, slot + accepted] of out_ (`accepted` drafted tokens, then the one sampled after
+  // them); finishes `r` when a stop rule holds. The drafts are already in r->seq.tokens.
+  void ProcessTokens(ActiveRequest* r, int slot, int accepted);
+  // Speculative decoding: sets seq.draft of every decoding sequence that drafts this step.
+  void ProposeDrafts();
+  // The adaptive rule, after a verify of `drafted` tokens accepted `accepted`.
+  void SpecFeedback(ActiveRequest* r, int drafted, int accepted);
   // Gives `r` a penalty slot with its current tokens, when its sampling has penalties.
   absl::Status AcquirePenaltySlot(ActiveRequest* r);
   void ReleasePenaltySlot(ActiveRequest* r);
@@ -139,12 +154,15 @@ class EngineImpl {
   std::vector<std::pair<std::shared_ptr<RequestStream>, GenerationChunk>> outbox_;
   StepBatch batch_;
   StepOutput out_;
+  std::vector<int32_t> chunk_tokens_;  // a verify chunk's tokens while the batch is built
   const int blocks_per_seq_;
   std::vector<int> free_penalty_slots_;
   absl::Status failure_;  // set once a step failed
   int64_t next_seq_id_ = 0;
   int64_t steps_ = 0;
   int64_t tokens_generated_ = 0;
+  int64_t spec_drafted_ = 0;
+  int64_t spec_accepted_ = 0;
   int64_t prompt_tokens_computed_ = 0;
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
@@ -197,6 +215,11 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
   r->output = std::make_unique<OutputProcessor>(request.stopping, request.output,
                                                 limits_.eos_token_id,
                                                 tokenizer_, prompt_len, config_.max_positions);
+  if (options_.spec_tokens > 0 && request.speculate) {
+    r->proposer = std::make_unique<NgramProposer>(
+        NgramOptions{options_.spec_ngram_min, options_.spec_ngram_max});
+    r->spec_k = options_.spec_tokens;
+  }
   r->seq.tokens = request.prompt_tokens;
   r->seq.kv.hash_root = SaltRoot(request.cache_salt);
   r->seq.prompt_len = prompt_len;
@@ -294,8 +317,41 @@ void EngineImpl::Loop() {
   stats_.loop_alive = false;
 }
 
+void EngineImpl::ProposeDrafts() {
+  for (Sequence* seq : scheduler_.running()) {
+    seq->draft.clear();
+    if (seq->state != RequestState::kDecode || seq->remaining() != 1) continue;
+    ActiveRequest* r = by_seq_.at(seq);
+    if (r->proposer == nullptr) continue;
+    if (r->spec_pause > 0) {
+      --r->spec_pause;
+      continue;
+    }
+    // A verify of d drafts yields up to d + 1 tokens: never past max_len.
+    const int room = seq->max_len - static_cast<int>(seq->tokens.size()) - 1;
+    r->proposer->Propose(seq->tokens, std::min(r->spec_k, room), &seq->draft);
+  }
+}
+
+void EngineImpl::SpecFeedback(ActiveRequest* r, int drafted, int accepted) {
+  if (!options_.spec_adaptive) return;
+  const int k = options_.spec_tokens;
+  if (accepted == 0) {
+    r->spec_k = std::max(1, r->spec_k / 2);
+    // A sequence that keeps missing has nothing to copy for now: stop drafting for a while.
+    if (++r->spec_misses >= 4) {
+      r->spec_misses = 0;
+      r->spec_pause = 32;
+    }
+    return;
+  }
+  r->spec_misses = 0;
+  r->spec_k = accepted == drafted ? std::min(k, r->spec_k * 2) : std::max(1, accepted + 1);
+}
+
 void EngineImpl::Step() {
   const absl::Time t0 = absl::Now();
+  if (options_.spec_tokens > 0) ProposeDrafts();
   SchedulerOutput out = scheduler_.Schedule();
   for (size_t i = 0; i < out.preempted.size(); ++i) {
     if (observer_ != nullptr) observer_->OnPreemption();
@@ -352,8 +408,16 @@ void EngineImpl::Step() {
       row.logprob = r->request.output.logprobs;
       row.top_logprobs = r->request.output.top_logprobs;
     }
-    batch_.AddSequence(absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
-                       c.seq->kv, c.samples, row, /*return_logits=*/false);
+    if (c.num_draft == 0) {
+      batch_.AddSequence(absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
+                         c.seq->kv, c.samples, row, /*return_logits=*/false);
+    } else {  // the last known token, then the drafts it verifies
+      chunk_tokens_.assign(1, c.seq->tokens[c.start]);
+      chunk_tokens_.insert(chunk_tokens_.end(), c.seq->draft.begin(),
+                           c.seq->draft.begin() + c.num_draft);
+      batch_.AddSequence(chunk_tokens_, c.seq->kv, c.samples, row, /*return_logits=*/false,
+                         c.num_draft + 1);
+    }
   }
   const absl::Status status = backend_->Step(batch_, &out_);
   ++steps_;
@@ -361,10 +425,25 @@ void EngineImpl::Step() {
     FailBackend(status);
     return;
   }
-  scheduler_.Commit(out);
+  // Verify: the accepted drafts join the sequence's tokens before Commit (which names the
+  // blocks they complete); the rows of the rejected ones are simply not committed.
+  const std::vector<int32_t> slots = batch_.slot_offsets();
+  std::vector<int> accepted(out.chunks.size(), 0);
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    if (c.num_draft == 0) continue;
+    accepted[i] = AcceptedDrafts(batch_, static_cast<int>(i), out_, slots[i]);
+    c.seq->tokens.insert(c.seq->tokens.end(), c.seq->draft.begin(),
+                         c.seq->draft.begin() + accepted[i]);
+    spec_drafted_ += c.num_draft;
+    spec_accepted_ += accepted[i];
+    if (observer_ != nullptr) observer_->OnSpecVerify(c.num_draft, accepted[i]);
+    SpecFeedback(owners[i], c.num_draft, accepted[i]);
+  }
+  scheduler_.Commit(out, accepted);
   prompt_tokens_computed_ += out.num_prefill_tokens;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
-    if (out.chunks[i].samples) ProcessToken(owners[i], static_cast<int>(i));
+    if (out.chunks[i].samples) ProcessTokens(owners[i], slots[i], accepted[i]);
   }
   if (observer_ != nullptr) {
     observer_->OnStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens,
@@ -407,9 +486,37 @@ void EngineImpl::FailBackend(const absl::Status& status) {
   }
 }
 
-void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
-  if (out_.nonfinite[i]) {
+void EngineImpl::ProcessTokens(ActiveRequest* r, int slot, int accepted) {
+  const OutputOptions& o = r->request.output;
+  // Slot slot + accepted is the token sampled after the drafts; a nonfinite one ends the
+  // request after the drafts before it (which plain decoding emitted in earlier steps).
+  const bool nonfinite = out_.nonfinite[slot + accepted] != 0;
+  const int n = nonfinite ? accepted : accepted + 1;
+  std::vector<TokenOutput> tokens(n);
+  for (int j = 0; j < n; ++j) {
+    TokenOutput& t = tokens[j];
+    t.token = out_.tokens[slot + j];
+    if (o.logprobs || o.top_logprobs > 0) {
+      t.logprob = out_.logprobs[slot + j];
+      for (int m = 0; m < o.top_logprobs; ++m) {
+        const size_t k = static_cast<size_t>(slot + j) * kMaxTopLogprobs + m;
+        if (out_.top_tokens[k] < 0) break;  // fewer ids than asked (tiny vocabularies)
+        t.top.push_back({out_.top_tokens[k], out_.top_logprobs[k]});
+      }
+    }
+  }
+  GenerationChunk chunk;
+  OutputProcessor::Update u;
+  if (n > 0) u = r->output->Process(tokens, &chunk);
+  // The drafts are in seq.tokens already; what the processor cut goes again (the request
+  // ends then), and the last sampled token joins.
+  const size_t before = r->seq.tokens.size() - accepted;
+  r->seq.tokens.resize(before + std::min(u.accepted, accepted));
+  if (u.accepted > accepted) r->seq.tokens.push_back(tokens[accepted].token);
+  tokens_generated_ += u.accepted;
+  if (u.reason == FinishReason::kUnspecified && nonfinite) {
     if (observer_ != nullptr) observer_->OnNonFiniteLogits();
+    if (!chunk.tokens.empty()) outbox_.emplace_back(r->stream, std::move(chunk));
     Finish(r, FinishReason::kError,
            absl::InternalError(absl::StrCat(
                "the model's logits for this request are not finite (NaN or infinity) at "
@@ -418,21 +525,6 @@ void EngineImpl::ProcessToken(ActiveRequest* r, int i) {
                "them at load) or its activations overflowed")));
     return;
   }
-  const OutputOptions& o = r->request.output;
-  TokenOutput t;
-  t.token = out_.tokens[i];
-  if (o.logprobs || o.top_logprobs > 0) {
-    t.logprob = out_.logprobs[i];
-    for (int j = 0; j < o.top_logprobs; ++j) {
-      const size_t k = static_cast<size_t>(i) * kMaxTopLogprobs + j;
-      if (out_.top_tokens[k] < 0) break;  // fewer ids than asked (tiny vocabularies)
-      t.top.push_back({out_.top_tokens[k], out_.top_logprobs[k]});
-    }
-  }
-  GenerationChunk chunk;
-  const OutputProcessor::Update u = r->output->Process({&t, 1}, &chunk);
-  for (int k = 0; k < u.accepted; ++k) r->seq.tokens.push_back(chunk.tokens[k].token);
-  tokens_generated_ += u.accepted;
   const absl::Time now = absl::Now();
   if (!r->first_token.has_value()) {
     r->first_token = now;
@@ -495,6 +587,8 @@ void EngineImpl::PublishAndFlush() {
     stats_.prefix_cache_hits = prefix_cache_hits_;
     stats_.last_progress = absl::Now();
     stats_.tokens_generated = tokens_generated_;
+    stats_.spec_drafted_tokens = spec_drafted_;
+    stats_.spec_accepted_tokens = spec_accepted_;
     stats_.prompt_tokens_computed = prompt_tokens_computed_;
     hook = step_hook_;
   }
@@ -533,8 +627,32 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   if (options.default_max_new_tokens < 1) {
     return absl::InvalidArgumentError("default_max_new_tokens must be >= 1");
   }
+  if (options.spec_tokens < 0 || options.spec_max_step_drafts < 0 ||
+      options.spec_ngram_min < 1 || options.spec_ngram_max < options.spec_ngram_min) {
+    return absl::InvalidArgumentError(
+        "spec_tokens and spec_max_step_drafts must be >= 0 and 1 <= spec_ngram_min <= "
+        "spec_ngram_max");
+  }
+  // The speculation in effect: the options' draft length, capped where the window rule
+  // needs it (a verify chunk's rows must all get window blocks: kv_cache_manager.h), off on a
+  // backend that cannot verify.
+  EngineOptions resolved = options;
+  if (resolved.spec_tokens > 0 && !backend->VerifiesDrafts()) {
+    DCF_LOG(Warning) << "speculative decoding is off: backend " << backend->info().name
+                     << " cannot verify drafted tokens";
+    resolved.spec_tokens = 0;
+  }
+  if (resolved.spec_tokens > 0 && c.NumLayersIn(LayerGroup::kWindow) > 0 &&
+      !options.prefix_caching) {
+    resolved.spec_tokens = std::max(0, std::min(resolved.spec_tokens, c.window_size - 2));
+  }
+  if (resolved.spec_tokens > 0 && resolved.spec_max_step_drafts == 0) {
+    resolved.spec_max_step_drafts = 4 * resolved.spec_tokens;
+  }
+  if (resolved.spec_tokens == 0) resolved.spec_max_step_drafts = 0;
   StepLimits limits;
   limits.max_tokens = options.max_num_batched_tokens;
+  limits.max_draft_rows = resolved.spec_max_step_drafts;
   limits.max_seqs = std::min(options.max_num_seqs, options.max_num_batched_tokens);
   limits.max_logit_rows = 0;  // the engine never asks for logits
   limits.blocks_per_seq = (c.max_positions + options.block_size - 1) / options.block_size;
@@ -589,14 +707,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   }
   RETURN_IF_ERROR(backend->AllocateCache(shape));
   const BackendInfo info = backend->info();
-  auto impl =
-      std::make_shared<EngineImpl>(std::move(backend), tokenizer, options, observer, shape, limits);
+  auto impl = std::make_shared<EngineImpl>(std::move(backend), tokenizer, resolved, observer,
+                                           shape, limits);
   DCF_LOG(Info) << "backend " << info.name << " on " << info.device << ", "
                 << DTypeName(info.dtype) << "; KV cache "
                 << (impl->Stats().kv_cache_bytes >> 20) << " MiB of " << (available >> 20)
                 << " MiB available: " << shape.num_blocks[0] << " global + "
                 << shape.num_blocks[1] << " window blocks of " << shape.block_size
-                << " tokens; prefix caching " << (options.prefix_caching ? "on" : "off");
+                << " tokens; prefix caching " << (options.prefix_caching ? "on" : "off")
+                << "; speculative decoding "
+                << (resolved.spec_tokens > 0 ? absl::StrCat(resolved.spec_tokens, " tokens")
+                                             : std::string("off"));
   impl->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

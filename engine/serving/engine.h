@@ -46,6 +46,20 @@ struct EngineOptions {
   // Automatic prefix caching (kv_cache_manager.h): full blocks are named by a hash of their
   // tokens (and the request's cache_salt) and reused by later requests with that prefix.
   bool prefix_caching = true;
+  // Speculative decoding by prompt lookup (ngram_proposer.h, docs/DESIGN.md "Speculative
+  // decoding"): each decoding sequence may verify up to spec_tokens drafted tokens per step;
+  // 0 = off. Needs a backend that VerifiesDrafts() (else off, with a log line). The output is
+  // identical to plain decoding's. Window layers cap the draft at window_size - 2 without
+  // prefix caching.
+  int spec_tokens = 0;
+  int spec_ngram_min = 2;              // suffix lengths matched, [1, spec_ngram_max]
+  int spec_ngram_max = 4;
+  // Drafted tokens verified per step, all sequences together (0: 4 * spec_tokens). Steps
+  // stay memory-bound while small; beyond this, drafts are left out.
+  int spec_max_step_drafts = 0;
+  // Per sequence, shrink the draft after low acceptance and pause drafting for a while
+  // after repeated misses (engine.cc, SpecFeedback); false: always draft spec_tokens (tests).
+  bool spec_adaptive = true;
   // Exact pool sizes per group (global, window), bypassing the budget (tests, benchmarks).
   // Both 0 (the default): size from kv_cache_bytes / kv_cache_fraction, see kv_cache_planner.h.
   std::array<int, kNumLayerGroups> kv_num_blocks{0, 0};
@@ -71,6 +85,11 @@ struct EngineStats {
   bool loop_alive = false;
   absl::Time last_progress;            // last time the loop finished a step or idled
   int64_t tokens_generated = 0;        // sampled tokens, all requests
+  // Speculative decoding: drafted tokens verified, and those accepted (they equal what was
+  // sampled); the share accepted is the acceptance rate.
+  int64_t spec_drafted_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  int spec_tokens = 0;                 // the draft length in effect (0: off)
   int64_t prompt_tokens_computed = 0;  // prefill tokens run (recomputation included)
   bool healthy = true;                 // false once a backend step failed (fatal)
   std::string failure;                 // the failure's message when !healthy
@@ -84,6 +103,8 @@ class EngineObserver {
   virtual void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
                       absl::Duration step_time) {}
   virtual void OnPreemption() {}
+  // A sequence verified `drafted` tokens in a step and `accepted` of them were accepted.
+  virtual void OnSpecVerify(int drafted, int accepted) {}
   // A sequence was admitted with prefix caching on (again after a preemption too): it looked
   // up `query_tokens` tokens and found `hit_tokens` of them cached.
   virtual void OnPrefixCacheQuery(int query_tokens, int hit_tokens) {}

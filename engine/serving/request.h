@@ -37,6 +37,9 @@ struct GenerationRequest {
   // Prefix caching: requests share cached KV blocks only with requests of the same salt
   // (empty: those that set none). At most kMaxCacheSaltBytes.
   std::string cache_salt;
+  // Speculative decoding (EngineOptions::spec_tokens > 0) may verify drafted tokens for this
+  // request; false opts out. Either way the output is the same (docs/DESIGN.md).
+  bool speculate = true;
   SamplingParams sampling;
   StoppingCriteria stopping;
   OutputOptions output;

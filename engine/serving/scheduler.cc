@@ -152,11 +152,52 @@ SchedulerOutput Scheduler::Schedule() {
       outstanding[g] += OutstandingBlocks(*seq, static_cast<LayerGroup>(g));
     }
   }
+
+  // 4: drafts, from what is left.
+  int draft_budget = std::min(budget, config_.max_draft_tokens);
+  for (ScheduledChunk& c : out.chunks) {
+    if (draft_budget <= 0) break;
+    Sequence* s = c.seq;
+    if (s->draft.empty() || c.num_tokens != 1 || !c.samples ||
+        s->state != RequestState::kDecode) {
+      continue;
+    }
+    int d = std::min(static_cast<int>(s->draft.size()), draft_budget);
+    const auto fits = [&](int n) {
+      for (int g = 0; g < kNumLayerGroups; ++g) {
+        const LayerGroup lg = static_cast<LayerGroup>(g);
+        if (kv_->BlocksNeeded(s->kv, lg, c.start + 1 + n) + watermark_blocks_[g] >
+            kv_->num_free(lg)) {
+          return false;
+        }
+      }
+      return true;
+    };
+    while (d > 0 && !fits(d)) --d;
+    if (d == 0) continue;
+    const absl::Status st = kv_->Reserve(s->kv, c.start + 1 + d);
+    DCF_CHECK(st.ok()) << st.message();
+    c.num_tokens += d;
+    c.num_draft = d;
+    out.num_tokens += d;
+    out.num_draft_tokens += d;
+    budget -= d;
+    draft_budget -= d;
+  }
   return out;
 }
 
-void Scheduler::Commit(const SchedulerOutput& out) {
-  for (const ScheduledChunk& c : out.chunks) {
+void Scheduler::Commit(const SchedulerOutput& out, absl::Span<const int> accepted_drafts) {
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    if (c.num_draft > 0) {
+      DCF_CHECK(i < accepted_drafts.size() && accepted_drafts[i] >= 0 &&
+                accepted_drafts[i] <= c.num_draft)
+          << "Commit of a verify chunk without its accepted count";
+      kv_->Commit(c.seq->kv, c.start + 1 + accepted_drafts[i], c.seq->tokens);
+      kv_->ReleaseUncommitted(c.seq->kv);
+      continue;
+    }
     kv_->Commit(c.seq->kv, c.start + c.num_tokens, c.seq->tokens);
     if (c.samples && c.seq->state == RequestState::kPrefill) {
       SetState(*c.seq, RequestState::kDecode);

@@ -27,6 +27,12 @@
 // cached.
 // max_num_seqs is clamped to max_num_batched_tokens so that every decoding sequence advances
 // every step.
+//  4. Speculative decoding, last (so drafts never take budget or blocks from decodes,
+//     prefill chunks or admissions, and never cause a preemption): when nothing was
+//     preempted, each decode chunk of a sequence with a draft (Sequence::draft), oldest first,
+//     grows by the longest prefix of its draft that the budget left, max_draft_tokens (the
+//     step's total) and the free blocks above the watermark allow. Its blocks past what
+//     Commit keeps go back at Commit.
 //
 // After the model ran the step, Commit marks the chunks computed (window blocks out of the
 // window are freed); the caller then appends the sampled token of each chunk with
@@ -41,6 +47,7 @@
 #include <deque>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/serving/sequence.h"
 
@@ -51,6 +58,7 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 512;
   int max_prefill_chunk = 0;  // tokens per prefill chunk; 0 = up to the step budget
   double watermark = 0.01;    // fraction of each pool kept free when admitting
+  int max_draft_tokens = 0;   // drafted tokens verified per step, all sequences; 0 = none
 };
 
 struct ScheduledChunk {
@@ -58,6 +66,9 @@ struct ScheduledChunk {
   int start = 0;        // first position (== seq->kv.num_tokens)
   int num_tokens = 0;   // tokens seq->tokens[start, start + num_tokens)
   bool samples = false; // reaches the end of the known tokens: sample a token from its logits
+  // Of num_tokens, the last num_draft are seq->draft[0, num_draft) (verified: the chunk
+  // samples its last num_draft + 1 rows).
+  int num_draft = 0;
 };
 
 struct SchedulerOutput {
@@ -67,6 +78,7 @@ struct SchedulerOutput {
   std::vector<int> cached_tokens;      // [admitted] tokens each took from the prefix cache
   int num_tokens = 0;
   int num_prefill_tokens = 0;          // tokens of chunks of sequences in kPrefill
+  int num_draft_tokens = 0;            // drafted tokens the chunks verify (in num_tokens)
   bool empty() const { return chunks.empty(); }
 };
 
@@ -79,7 +91,10 @@ class Scheduler {
   // Plans one step and reserves its blocks (see the header comment).
   SchedulerOutput Schedule();
   // Marks the planned chunks computed; sequences whose chunk `samples` move to kDecode.
-  void Commit(const SchedulerOutput& out);
+  // `accepted_drafts` ([chunks], or empty when no chunk has a draft): how many of a chunk's
+  // drafted tokens were accepted; only the chunk up to them is committed (its sequence's
+  // tokens must already hold them) and the blocks reserved past it are released.
+  void Commit(const SchedulerOutput& out, absl::Span<const int> accepted_drafts = {});
   // Drops `seq` from the waiting queue or the running set and frees its blocks. The state is
   // left to the caller (finished, cancelled, failed).
   void Remove(Sequence* seq);

@@ -19,6 +19,10 @@ struct Sequence {
   SequenceKv kv;                // kv.num_tokens: positions whose K/V are cached
   RequestState state = RequestState::kQueued;
   int num_preemptions = 0;
+  // Speculative decoding: tokens proposed to follow `tokens` (not part of it), set by the
+  // engine before each step; the scheduler verifies a prefix of them in a decode chunk when
+  // the step's budget and blocks allow (Scheduler::Schedule).
+  std::vector<int32_t> draft;
 
   int num_generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
   // Tokens still to run through the model before the next token can be sampled.

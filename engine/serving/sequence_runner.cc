@@ -19,6 +19,9 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(Backend* 
   limits.max_logit_rows = c.max_positions;
   limits.blocks_per_seq = context_blocks;
   limits.num_penalty_slots = 0;
+  // A step of the sequence may verify drafts (the decode bench's verify cost), where the
+  // backend can.
+  limits.max_draft_rows = backend->VerifiesDrafts() ? c.max_positions : 0;
   RETURN_IF_ERROR(backend->Prepare(limits).status());
   KvCacheShape shape;
   shape.block_size = block_size;

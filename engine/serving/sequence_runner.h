@@ -21,7 +21,8 @@ struct GreedyResult {
 
 class SequenceRunner {
  public:
-  // Prepares the backend for one sequence of the model's full context and allocates a cache
+  // Prepares the backend for one sequence of the model's full context (steps of it may verify
+  // drafts, StepBatch::sample_rows, where the backend VerifiesDrafts()) and allocates a cache
   // that holds it. Replaces any workspace and cache the backend had.
   static absl::StatusOr<std::unique_ptr<SequenceRunner>> Create(Backend* backend,
                                                                 int block_size = 16);

@@ -28,6 +28,10 @@ ABSL_FLAG(std::string, model, DCF_DEFAULT_MODEL_DIR, "model directory");
 ABSL_FLAG(int, prompt_tokens, 128, "prompt length");
 ABSL_FLAG(int, new_tokens, 64, "tokens to decode");
 ABSL_FLAG(int, repeats, 3, "repetitions (median reported)");
+ABSL_FLAG(int, verify_tokens, 0,
+          "if > 0 (cpu backend): also time a step that verifies this many drafted tokens "
+          "(speculative decoding: a chunk of 1 + k tokens sampling every row) against a plain "
+          "decode step at the same position, alternating, median of 5 x --repeats each");
 ABSL_FLAG(bool, roofline, false,
           "measure memory read bandwidth in the same run and compare decode with the roofline "
           "(cpu backend)");
@@ -121,6 +125,41 @@ int main(int argc, char** argv) {
   const double decode = decode_tps[decode_tps.size() / 2];
   std::printf("decode batch 1: %d tokens after a %d-token prompt, %.2f tokens/s (median)\n",
               new_tokens, prompt_len, decode);
+  const int verify = absl::GetFlag(FLAGS_verify_tokens);
+  if (verify > 0 && model->backend->VerifiesDrafts()) {
+    // The sequence holds prompt + verify + 1 tokens; the timed steps rewrite the rows from
+    // position prompt_len on, so that both kinds of step run at the same position. The prompt
+    // stays below a window layer's window (nothing freed).
+    std::vector<int32_t> tokens = prompt;
+    for (int i = 0; i <= verify; ++i) tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+    (*runner)->Reset();
+    if (absl::Status st = (*runner)->Append(tokens, 512); !st.ok()) return fail(st);
+    dcf::SequenceKv kv = (*runner)->kv();
+    kv.num_tokens = prompt_len;
+    dcf::SamplingRow row;
+    row.params.temperature = 0;
+    row.logprob = true;
+    dcf::StepBatch batch;
+    dcf::StepOutput out;
+    std::vector<double> plain_ms, verify_ms;
+    const int blocks_per_seq = (c.max_positions + 15) / 16;  // SequenceRunner's block size
+    for (int r = 0; r < 5 * absl::GetFlag(FLAGS_repeats); ++r) {
+      for (int n : {1, verify + 1}) {
+        batch.Reset(blocks_per_seq);
+        batch.AddSequence(absl::MakeConstSpan(tokens).subspan(prompt_len, n), kv, true, row,
+                          false, n);
+        const absl::Time s0 = absl::Now();
+        if (absl::Status st = model->backend->Step(batch, &out); !st.ok()) return fail(st);
+        (n == 1 ? plain_ms : verify_ms).push_back(1e3 * absl::ToDoubleSeconds(absl::Now() - s0));
+      }
+    }
+    std::sort(plain_ms.begin(), plain_ms.end());
+    std::sort(verify_ms.begin(), verify_ms.end());
+    const double p = plain_ms[plain_ms.size() / 2], v = verify_ms[verify_ms.size() / 2];
+    std::printf("verify step: %d drafted tokens at position %d: %.2f ms, plain decode step "
+                "%.2f ms: %.2fx (medians of %zu, alternating; greedy, random drafts)\n",
+                verify, prompt_len, v, p, v / p, plain_ms.size());
+  }
   const auto* cpu = dynamic_cast<const dcf::CpuBackend*>(model->backend.get());
   if (absl::GetFlag(FLAGS_roofline) && cpu != nullptr) {
     const double bytes = static_cast<double>(cpu->WeightBytesPerStep());

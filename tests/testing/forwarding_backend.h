@@ -27,6 +27,7 @@ class ForwardingBackend : public Backend {
   absl::Status Launch(const StepBatch& batch) override { return inner_->Launch(batch); }
   absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
   absl::Status health() const override { return inner_->health(); }
+  bool VerifiesDrafts() const override { return inner_->VerifiesDrafts(); }
 
  protected:
   Backend& inner() { return *inner_; }

@@ -155,3 +155,82 @@ TEST(StepPlanTest, StoreSampleWritesWhatTheRowAskedFor) {
 
 }  // namespace
 }  // namespace dcf
+
+namespace dcf {
+namespace {
+
+// A verifying sequence samples its last sample_rows rows, which come consecutively; the
+// others keep one row each.
+TEST(StepPlanTest, AVerifyingSequenceSamplesItsLastRowsInOrder) {
+  StepBatch b;
+  b.Reset(4);
+  SequenceKv kv;
+  kv.blocks[0] = {0, 1};
+  kv.blocks[1] = {0, 1};
+  b.AddSequence(std::vector<int32_t>{5, 6}, kv, true, SamplingRow(), false);           // 0, 1
+  b.AddSequence(std::vector<int32_t>{7, 8, 9, 10}, kv, true, SamplingRow(), false, 3);  // 2..5
+  b.AddSequence(std::vector<int32_t>{11, 12, 13}, kv, true, SamplingRow(), true, 2);    // 6..8
+  EXPECT_EQ(b.slot_offsets(), (std::vector<int32_t>{0, 1, 4, 6}));
+  const LogitRows plan = PlanLogitRows(b);
+  EXPECT_EQ(plan.rows, (std::vector<int32_t>{6, 7, 8, 1, 3, 4, 5}));
+  EXPECT_EQ(plan.num_returned, 3);
+  EXPECT_EQ(plan.sample_row, (std::vector<int32_t>{3, 4, 1}));
+  StepLimits l;
+  l.max_tokens = 9;
+  l.max_seqs = 3;
+  l.max_draft_rows = 3;
+  EXPECT_EQ(MaxLogitRows(l), 6);
+
+  // Drafts 9, 10 of sequence 1 (its slots 1, 2, 3) and 13 of sequence 2 (slots 4, 5).
+  StepOutput out;
+  out.Resize(6, 0, 64);
+  out.tokens = {1, 9, 4, -1, 13, 2};
+  EXPECT_EQ(AcceptedDrafts(b, 1, out, 1), 1);  // 9 accepted, then 4 differs from 10
+  EXPECT_EQ(AcceptedDrafts(b, 2, out, 4), 1);  // all drafts: the bonus token follows
+  EXPECT_EQ(AcceptedDrafts(b, 0, out, 0), 0);  // a plain sequence
+  out.tokens[1] = 3;
+  EXPECT_EQ(AcceptedDrafts(b, 1, out, 1), 0);
+}
+
+TEST(StepPlanTest, ValidationBoundsSampledRowsDraftsAndSharedSlots) {
+  const ModelConfig c = SmallConfig();
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.num_blocks = {8, 8};
+  StepLimits l;
+  l.max_tokens = 16;
+  l.max_seqs = 4;
+  l.blocks_per_seq = 4;
+  l.num_penalty_slots = 4;
+  l.max_draft_rows = 2;
+  SequenceKv kv;
+  kv.blocks[0] = {0, 1};
+  kv.blocks[1] = {0, 1};
+  SequenceKv kv2;
+  kv2.blocks[0] = {2, 3};
+  kv2.blocks[1] = {2, 3};
+  const auto batch = [&](int rows, int slot0, int slot1) {
+    StepBatch b;
+    b.Reset(4);
+    SamplingRow r0, r1;
+    r0.penalty_slot = slot0;
+    r1.penalty_slot = slot1;
+    b.AddSequence(std::vector<int32_t>{1, 2, 3}, kv, true, r0, false, rows);
+    b.AddSequence(std::vector<int32_t>{4}, kv2, true, r1, false);
+    return b;
+  };
+  EXPECT_TRUE(ValidateStepBatch(batch(3, 0, 1), c, shape, l).ok());
+  EXPECT_EQ(ValidateStepBatch(batch(4, 0, 1), c, shape, l).code(),
+            absl::StatusCode::kInvalidArgument);  // more rows than the sequence has
+  EXPECT_EQ(ValidateStepBatch(batch(0, 0, 1), c, shape, l).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateStepBatch(batch(3, 2, 2), c, shape, l).code(),
+            absl::StatusCode::kInvalidArgument);  // one penalty slot for two sequences
+  l.max_draft_rows = 1;
+  EXPECT_EQ(ValidateStepBatch(batch(3, 0, 1), c, shape, l).code(),
+            absl::StatusCode::kInvalidArgument);  // more drafts than prepared
+  EXPECT_TRUE(ValidateStepBatch(batch(2, -1, -1), c, shape, l).ok());
+}
+
+}  // namespace
+}  // namespace dcf

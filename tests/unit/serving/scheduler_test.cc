@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <random>
 
 #include "gtest/gtest.h"
 #include "tests/testing/kv_shape.h"
@@ -318,6 +319,90 @@ TEST(SchedulerPrefixTest, CachedButFreeBlocksCountAsFree) {
   EXPECT_EQ(s->state, RequestState::kFinished);
   EXPECT_EQ(h.kv.num_evictions(kG), 7);  // it needed all 8 blocks
   EXPECT_EQ(h.kv.num_used(kG), 0);
+}
+
+}  // namespace
+}  // namespace dcf
+
+namespace dcf {
+namespace {
+
+// Speculative decoding's bookkeeping, randomized: decoding sequences carry drafts that are
+// partly right (FakeToken's future) and partly wrong; a fake verify accepts the right prefix
+// plus one sampled token. Every sequence must end with exactly the tokens plain decoding
+// gives, no step may exceed the budget or the draft cap, rejected positions must leave no
+// block behind (after Commit a sequence holds only the blocks of its committed positions),
+// and the pool must be whole at the end, with and without prefix caching and a window.
+TEST(SchedulerSpecTest, RandomDraftsKeepTokensAndBlocksExact) {
+  std::mt19937 rng(7);
+  for (bool cached : {false, true}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      const int B = 1 + static_cast<int>(rng() % 6);
+      KvCacheShape shape = Shape(40 + static_cast<int>(rng() % 80), 40, /*window=*/8, B);
+      SchedulerConfig config{4, 16, 0, 0.0, 1 + static_cast<int>(rng() % 10)};
+      Harness h(shape, config, cached);
+      for (int i = 0; i < 6; ++i) h.Add(2 + static_cast<int>(rng() % 12), 4 + static_cast<int>(rng() % 20));
+      int drafted = 0, accepted_total = 0;
+      for (int step = 0; step < 2000 && h.sched.HasWork(); ++step) {
+        for (Sequence* s : h.sched.running()) {
+          s->draft.clear();
+          if (s->state != RequestState::kDecode) continue;
+          const int room = s->max_len - static_cast<int>(s->tokens.size()) - 1;
+          const int n = std::min(room, static_cast<int>(rng() % 6));  // up to window - 2
+          const int wrong_at = static_cast<int>(rng() % 8);
+          for (int j = 0; j < n; ++j) {
+            const int pos = static_cast<int>(s->tokens.size()) + j;
+            s->draft.push_back(j == wrong_at ? 98 : FakeToken(s->seq_id, pos));
+          }
+        }
+        SchedulerOutput out = h.sched.Schedule();
+        ASSERT_LE(out.num_tokens, config.max_num_batched_tokens);
+        ASSERT_LE(out.num_draft_tokens, config.max_draft_tokens);
+        std::vector<int> accepted(out.chunks.size(), 0);
+        for (size_t i = 0; i < out.chunks.size(); ++i) {
+          const ScheduledChunk& c = out.chunks[i];
+          if (c.num_draft == 0) continue;
+          Sequence* s = c.seq;
+          ASSERT_EQ(c.num_tokens, c.num_draft + 1);
+          int a = 0;
+          while (a < c.num_draft &&
+                 s->draft[a] == FakeToken(s->seq_id, static_cast<int>(s->tokens.size()) + a)) {
+            ++a;
+          }
+          accepted[i] = a;
+          drafted += c.num_draft;
+          accepted_total += a;
+          s->tokens.insert(s->tokens.end(), s->draft.begin(), s->draft.begin() + a);
+        }
+        h.sched.Commit(out, accepted);
+        for (const ScheduledChunk& c : out.chunks) {
+          if (!c.samples) continue;
+          Sequence* s = c.seq;
+          s->tokens.push_back(FakeToken(s->seq_id, static_cast<int>(s->tokens.size())));
+          ASSERT_LE(static_cast<int>(s->tokens.size()), s->max_len);
+          if (static_cast<int>(s->tokens.size()) == s->max_len) {
+            h.sched.Remove(s);
+            SetState(*s, RequestState::kFinished);
+          }
+        }
+        for (const Sequence* s : h.sched.running()) {
+          const int committed_blocks = (s->kv.num_tokens + B - 1) / B;
+          ASSERT_LE(static_cast<int>(s->kv.blocks[0].size()), committed_blocks);
+          ASSERT_LE(s->kv.HeldBlocks(kW), h.kv.WindowBlockBound());
+        }
+      }
+      ASSERT_FALSE(h.sched.HasWork());
+      for (const auto& s : h.seqs) {
+        for (int p = s->prompt_len; p < s->max_len; ++p) {
+          ASSERT_EQ(s->tokens[p], FakeToken(s->seq_id, p)) << "seq " << s->seq_id << " pos " << p;
+        }
+      }
+      EXPECT_EQ(h.kv.num_used(kG), 0);
+      EXPECT_EQ(h.kv.num_used(kW), 0);
+      EXPECT_GT(drafted, 0);
+      EXPECT_GT(accepted_total, 0);
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,361 @@
+// Speculative decoding (prompt lookup) against the plain path it replaces, through the
+// engine on the CPU backend: with speculation on, every token, logprob and top alternative
+// must be bit-identical to speculation off (the CPU's rows are the same whatever the chunk,
+// and a verify row is sampled with the draw and penalty state plain decoding uses there).
+// Greedy and seeded sampling (temperature, top-k/p, min-p, every penalty), stop ids, EOS and
+// max_new_tokens falling inside a draft, batches mixing speculating and opted-out requests,
+// a pool small enough to force preemption, every golden case with prefix caching on and
+// off, and the trained default model with stop strings. cuda-sim cannot verify drafts: the
+// engine turns speculation off there.
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backends/backend_factory.h"
+#include "engine/serving/engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "tests/testing/collected_stream.h"
+#include "tests/testing/golden.h"
+
+namespace dcf {
+namespace {
+
+using testing::Collected;
+using testing::RunToEnd;
+
+std::unique_ptr<Engine> MakeEngine(const std::string& dir, BackendKind kind,
+                                   const EngineOptions& options,
+                                   const Tokenizer* tokenizer = nullptr) {
+  BackendOptions b;
+  b.kind = kind;
+  if (kind == BackendKind::kCudaSim) b.dtype = DType::kF32;
+  auto m = LoadModel(dir, b);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  auto e = Engine::Create(std::move(m->backend), tokenizer, options);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+void ExpectSameStream(const Collected& off, const Collected& on, const std::string& what) {
+  ASSERT_TRUE(off.finished && on.finished) << what;
+  EXPECT_EQ(off.final_chunk.finish_reason, on.final_chunk.finish_reason) << what;
+  EXPECT_EQ(off.final_chunk.usage.generated_tokens, on.final_chunk.usage.generated_tokens)
+      << what;
+  EXPECT_EQ(off.text, on.text) << what;
+  ASSERT_EQ(off.ids(), on.ids()) << what;
+  for (size_t i = 0; i < off.tokens.size(); ++i) {
+    const TokenOutput& a = off.tokens[i];
+    const TokenOutput& b = on.tokens[i];
+    ASSERT_EQ(Bits(a.logprob), Bits(b.logprob)) << what << " token " << i;
+    ASSERT_EQ(a.top.size(), b.top.size()) << what << " token " << i;
+    for (size_t k = 0; k < a.top.size(); ++k) {
+      ASSERT_EQ(a.top[k].token, b.top[k].token) << what << " token " << i << " alt " << k;
+      ASSERT_EQ(Bits(a.top[k].logprob), Bits(b.top[k].logprob))
+          << what << " token " << i << " alt " << k;
+    }
+  }
+}
+
+enum class Kind { kGreedy, kSeeded, kPenalised };
+const char* KindName(Kind k) {
+  return k == Kind::kGreedy ? "greedy" : k == Kind::kSeeded ? "seeded" : "penalised";
+}
+
+GenerationRequest Request(std::vector<int32_t> prompt, int max_new, Kind kind, uint64_t seed) {
+  GenerationRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.stopping.max_new_tokens = max_new;
+  r.output.text = false;
+  r.output.logprobs = true;
+  r.output.top_logprobs = 5;
+  switch (kind) {
+    case Kind::kGreedy:
+      r.sampling.temperature = 0;
+      break;
+    case Kind::kSeeded:
+      r.sampling.temperature = 0.7f;
+      r.sampling.top_k = 40;
+      r.sampling.top_p = 0.9f;
+      r.sampling.min_p = 0.02f;
+      r.sampling.seed = seed;
+      break;
+    case Kind::kPenalised:
+      r.sampling.temperature = 0.9f;
+      r.sampling.repetition_penalty = 1.2f;
+      r.sampling.presence_penalty = 0.3f;
+      r.sampling.frequency_penalty = 0.2f;
+      r.sampling.seed = seed;
+      break;
+  }
+  return r;
+}
+
+// Copy-heavy prompts (a phrase repeated: the proposer always finds a match, the model
+// sometimes follows it) and the golden prompt itself.
+std::vector<std::vector<int32_t>> Prompts(const testing::Golden& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int32_t>> out = {g.prompt};
+  for (int len : {3, 7, 11}) {
+    std::vector<int32_t> phrase;
+    for (int i = 0; i < len; ++i) phrase.push_back(static_cast<int32_t>(3 + rng() % 290));
+    std::vector<int32_t> p;
+    for (int rep = 0; rep < 4; ++rep) p.insert(p.end(), phrase.begin(), phrase.end());
+    out.push_back(p);
+  }
+  return out;
+}
+
+EngineOptions SpecOptions(int block_size, bool prefix_caching, int spec_tokens) {
+  EngineOptions o;
+  o.block_size = block_size;
+  o.prefix_caching = prefix_caching;
+  o.kv_num_blocks = {256, 256};
+  o.spec_tokens = spec_tokens;
+  o.spec_ngram_min = 1;      // draft as often as possible: rejections are the point
+  o.spec_adaptive = false;   // likewise
+  return o;
+}
+
+struct GoldenParam {
+  std::string name;
+  int block_size;
+  bool prefix_caching;
+};
+
+std::string GoldenName(const ::testing::TestParamInfo<GoldenParam>& info) {
+  std::string n = absl::StrCat(info.param.name, "_B", info.param.block_size,
+                               info.param.prefix_caching ? "_cached" : "_uncached");
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+class SpecDecodeGoldenTest : public ::testing::TestWithParam<GoldenParam> {};
+
+// One request at a time, then all of them at once with every other one opted out (a batch
+// mixing verify chunks, plain decodes and prefills).
+TEST_P(SpecDecodeGoldenTest, BitIdenticalWithSpeculationOnAndOff) {
+  const GoldenParam& p = GetParam();
+  const testing::Golden g = testing::LoadGolden(p.name);
+  const std::string dir = testing::GoldenDir(p.name);
+  auto off = MakeEngine(dir, BackendKind::kCpu, SpecOptions(p.block_size, p.prefix_caching, 0));
+  auto on = MakeEngine(dir, BackendKind::kCpu, SpecOptions(p.block_size, p.prefix_caching, 4));
+  ASSERT_TRUE(off != nullptr && on != nullptr);
+  EXPECT_EQ(on->Stats().spec_tokens, 4);
+  EXPECT_EQ(off->Stats().spec_tokens, 0);
+  std::vector<GenerationRequest> requests;
+  uint64_t seed = 11;
+  for (const auto& prompt : Prompts(g, 7)) {
+    for (Kind k : {Kind::kGreedy, Kind::kSeeded, Kind::kPenalised}) {
+      requests.push_back(Request(prompt, 24, k, seed++));
+    }
+  }
+  std::vector<Collected> alone_off;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Collected a = RunToEnd(*off, requests[i]);
+    const Collected b = RunToEnd(*on, requests[i]);
+    ExpectSameStream(a, b, absl::StrCat("request ", i, " alone"));
+    if (::testing::Test::HasFatalFailure()) return;
+    alone_off.push_back(a);
+  }
+  const EngineStats alone = on->Stats();
+  EXPECT_GT(alone.spec_drafted_tokens, 0);
+  EXPECT_GT(alone.spec_accepted_tokens, 0) << "no draft was ever accepted";
+  EXPECT_LT(alone.spec_accepted_tokens, alone.spec_drafted_tokens) << "no draft was rejected";
+  EXPECT_LT(alone.steps, off->Stats().steps) << "accepted drafts must save steps";
+  // The golden prompt's greedy continuation is the reference's.
+  EXPECT_EQ(alone_off[0].ids(), std::vector<int32_t>(g.greedy.begin(), g.greedy.begin() + 24));
+
+  std::vector<RequestHandle> handles;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest r = requests[i];
+    r.speculate = i % 2 == 0;
+    auto h = on->Enqueue(std::move(r));
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(std::move(*h));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Collected c;
+    c.Drain(handles[i].stream());
+    ExpectSameStream(alone_off[i], c, absl::StrCat("request ", i, " batched"));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(on->Stats().spec_drafted_tokens, alone.spec_drafted_tokens);
+  EXPECT_EQ(on->Stats().kv_blocks_used[0], 0);
+  EXPECT_EQ(on->Stats().kv_blocks_used[1], 0);
+}
+
+std::vector<GoldenParam> GoldenParams() {
+  std::vector<GoldenParam> out;
+  for (const std::string& name : testing::GoldenCases()) {
+    for (int block_size : {1, 5, 16}) {
+      for (bool cached : {false, true}) out.push_back({name, block_size, cached});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, SpecDecodeGoldenTest, ::testing::ValuesIn(GoldenParams()),
+                         GoldenName);
+
+// max_new_tokens, a stop id and an EOS at every position of the first 12 tokens: each falls
+// inside an accepted run of some verify (the prompt makes the model copy), and the output
+// must end exactly there.
+TEST(SpecDecodeStopTest, StopsInsideADraftCutExactly) {
+  const std::string name = "dcformer-f32-long-prompt";
+  const std::string dir = testing::GoldenDir(name);
+  const testing::Golden g = testing::LoadGolden(name);
+  auto off = MakeEngine(dir, BackendKind::kCpu, SpecOptions(5, true, 0));
+  auto on = MakeEngine(dir, BackendKind::kCpu, SpecOptions(5, true, 6));
+  ASSERT_TRUE(off != nullptr && on != nullptr);
+  for (const auto& prompt : Prompts(g, 3)) {
+    for (Kind kind : {Kind::kGreedy, Kind::kPenalised}) {
+      const GenerationRequest base = Request(prompt, 16, kind, 5);
+      const Collected full = RunToEnd(*off, base);
+      ASSERT_TRUE(full.finished);
+      for (int i = 0; i < 12 && i < static_cast<int>(full.tokens.size()); ++i) {
+        const std::string what = absl::StrCat(KindName(kind), " prompt of ", prompt.size(),
+                                              " tokens, stop at ", i);
+        GenerationRequest len = base;
+        len.stopping.max_new_tokens = i + 1;
+        GenerationRequest stop_id = base;
+        stop_id.stopping.stop_token_ids = {full.tokens[i].token};
+        GenerationRequest eos = base;
+        eos.stopping.eos_token_id = full.tokens[i].token;
+        for (const GenerationRequest* r : {&len, &stop_id, &eos}) {
+          const Collected a = RunToEnd(*off, *r);
+          const Collected b = RunToEnd(*on, *r);
+          ExpectSameStream(a, b, what);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  EXPECT_GT(on->Stats().spec_accepted_tokens, 0);
+}
+
+// A random stream in overlapping waves into a pool that holds about two requests: verify
+// chunks are preempted, readmitted and recomputed, and still stream what plain decoding does.
+TEST(SpecDecodeStreamTest, UnderPreemptionMatchesSpeculationOff) {
+  const std::string name = "dcformer-f32-long-prompt";
+  const std::string dir = testing::GoldenDir(name);
+  const testing::Golden g = testing::LoadGolden(name);
+  std::mt19937_64 rng(99);
+  std::vector<GenerationRequest> stream;
+  const std::vector<std::vector<int32_t>> prompts = Prompts(g, 17);
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> prompt = prompts[rng() % prompts.size()];
+    prompt.resize(prompt.size() - rng() % 4);
+    stream.push_back(Request(prompt, 8 + static_cast<int>(rng() % 24),
+                             static_cast<Kind>(i % 3), rng()));
+    stream.back().speculate = i % 5 != 4;
+  }
+  EngineOptions o;
+  o.block_size = 5;
+  o.max_num_seqs = 6;
+  o.max_num_batched_tokens = 24;
+  o.kv_num_blocks = {22, 14};
+  o.watermark = 0;
+  o.spec_ngram_min = 1;
+  o.spec_adaptive = false;
+  for (bool cached : {false, true}) {
+    o.prefix_caching = cached;
+    EngineOptions o_on = o;
+    o_on.spec_tokens = 4;
+    auto off = MakeEngine(dir, BackendKind::kCpu, o);
+    auto on = MakeEngine(dir, BackendKind::kCpu, o_on);
+    ASSERT_TRUE(off != nullptr && on != nullptr);
+    const auto run = [&](Engine& e) {
+      std::vector<Collected> got(stream.size());
+      std::vector<RequestHandle> handles;
+      for (size_t i = 0; i < stream.size(); ++i) {
+        if (i > 0 && i % 6 == 0) got[i - 6].TakeOne(handles[i - 6].stream());
+        auto h = e.Enqueue(stream[i]);
+        EXPECT_TRUE(h.ok()) << h.status();
+        handles.push_back(std::move(*h));
+      }
+      for (size_t i = 0; i < stream.size(); ++i) got[i].Drain(handles[i].stream());
+      return got;
+    };
+    const std::vector<Collected> a = run(*off);
+    const std::vector<Collected> b = run(*on);
+    for (size_t i = 0; i < stream.size(); ++i) {
+      ExpectSameStream(a[i], b[i], absl::StrCat(cached ? "cached" : "uncached", " request ", i));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const EngineStats st = on->Stats();
+    EXPECT_GT(st.num_preemptions, 0) << "the pool was meant to force preemption";
+    EXPECT_GT(st.spec_accepted_tokens, 0);
+    EXPECT_EQ(st.kv_blocks_used[0], 0);
+    EXPECT_EQ(st.kv_blocks_used[1], 0);
+  }
+}
+
+// The trained default model with its tokenizer: a passage to repeat, and stop strings taken
+// from the plain output's text so that they end inside an accepted run.
+TEST(SpecDecodeKjvTest, CopyingPassageWithStopStringsMatchesSpeculationOff) {
+  const std::string dir = std::string(DCF_SOURCE_DIR) + "/models/dcformer-kjv";
+  auto tok = Tokenizer::FromModelDir(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EngineOptions o;
+  o.kv_num_blocks = {128, 128};
+  o.spec_adaptive = false;
+  EngineOptions o_on = o;
+  o_on.spec_tokens = 5;
+  auto off = MakeEngine(dir, BackendKind::kCpu, o, tok->get());
+  auto on = MakeEngine(dir, BackendKind::kCpu, o_on, tok->get());
+  ASSERT_TRUE(off != nullptr && on != nullptr);
+  const std::string passage =
+      "In the beginning God created the heaven and the earth. And the earth was without "
+      "form, and void; and darkness was upon the face of the deep.";
+  const auto encoded = (*tok)->Encode(passage + " " + passage + " " + passage);
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const std::vector<int32_t>& prompt = *encoded;
+  for (Kind kind : {Kind::kGreedy, Kind::kSeeded, Kind::kPenalised}) {
+    GenerationRequest base = Request(prompt, 40, kind, 3);
+    base.output.text = true;
+    const Collected full = RunToEnd(*off, base);
+    ASSERT_TRUE(full.finished);
+    ExpectSameStream(full, RunToEnd(*on, base), KindName(kind));
+    for (size_t at : {size_t{5}, size_t{17}, full.text.size() / 2}) {
+      if (at + 4 > full.text.size()) continue;
+      GenerationRequest r = base;
+      r.stopping.stop_strings = {full.text.substr(at, 4)};
+      for (bool include : {false, true}) {
+        r.stopping.include_stop_string = include;
+        ExpectSameStream(RunToEnd(*off, r), RunToEnd(*on, r),
+                         absl::StrCat(KindName(kind), " stop string at ", at));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+  const EngineStats st = on->Stats();
+  EXPECT_GT(st.spec_accepted_tokens, st.spec_drafted_tokens / 4)
+      << "the model copies the passage: most drafts should be accepted";
+  EXPECT_LT(st.steps, off->Stats().steps);
+}
+
+// cuda-sim samples one row per sequence: the engine turns speculation off and says so.
+TEST(SpecDecodeCudaSimTest, SpeculationIsOffOnABackendThatCannotVerify) {
+  const std::string name = "dcformer-f32-short-prompt";
+  auto e = MakeEngine(testing::GoldenDir(name), BackendKind::kCudaSim, SpecOptions(16, true, 4));
+  ASSERT_TRUE(e != nullptr);
+  EXPECT_EQ(e->Stats().spec_tokens, 0);
+  const testing::Golden g = testing::LoadGolden(name);
+  const Collected c = RunToEnd(*e, Request(Prompts(g, 1)[1], 8, Kind::kGreedy, 0));
+  EXPECT_TRUE(c.finished);
+  EXPECT_EQ(e->Stats().spec_drafted_tokens, 0);
+}
+
+}  // namespace
+}  // namespace dcf
