@@ -64,7 +64,8 @@ class EngineImpl {
         kv_shape_(shape),
         kv_(shape, options.prefix_caching),
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
-                                   options.max_prefill_chunk_tokens, options.watermark},
+                                   options.max_prefill_chunk_tokens, options.watermark,
+                                   options.spec_max_step_drafts},
                    &kv_),
         blocks_per_seq_(limits.blocks_per_seq) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
