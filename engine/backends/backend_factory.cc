@@ -163,6 +163,11 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
+  if (m.config.int8_group_size > 0 && kind != BackendKind::kCpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds an int8 checkpoint (config.json quantization_config): the ",
+        BackendKindName(kind), " backend has no int8 weight kernels (use --backend cpu)"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpointDir(dir));
   // The cpu backend keeps the checkpoint's dtype unless told otherwise (its kernels widen
   // 16-bit weights exactly, so parity with an fp32 conversion holds); --dtype converts

@@ -53,6 +53,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
     return absl::InvalidArgumentError(
         absl::StrCat("int8 weight group size ", int8_group, " (choose 32, 64 or 128)"));
   }
+  if (config.int8_group_size > 0) {  // an int8 checkpoint: its group size, whatever asked
+    if (int8_group != 0 && int8_group != config.int8_group_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "int8 weight group size ", int8_group, " asked, but the checkpoint is quantized in "
+          "groups of ", config.int8_group_size, " (config.json quantization_config)"));
+    }
+    int8_group = config.int8_group_size;
+  }
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(config, std::move(weights), compose, int8_group));
 }

@@ -31,7 +31,9 @@ class CpuBackend final : public Backend {
   // compose (plain multi-head attention): for benchmarks that price DCMHA, never for
   // serving a DCFormer.
   // `int8_group` > 0 quantizes the matrices to int8 in groups of that many columns
-  // (cpu::PackWeights; 32, 64 or 128, else InvalidArgument).
+  // (cpu::PackWeights; 32, 64 or 128, else InvalidArgument). An int8 checkpoint
+  // (config.int8_group_size > 0) always gives int8 matrices; a different `int8_group` is
+  // InvalidArgument.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
                                                             bool compose = true,

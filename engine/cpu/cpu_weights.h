@@ -53,7 +53,10 @@ struct CpuWeights {
 // Matrices keep their dtype, or with `int8_group` > 0 (32, 64 or 128) are quantized to int8
 // weight-only in groups of that many columns (PackedMatrix::QuantizeInt8), except the small
 // compose matrices qkw (under 1% of the bytes, and DCMHA's composition is the part of the
-// model most sensitive to its weights); vectors are converted to fp32.
+// model most sensitive to its weights); vectors are converted to fp32. The I8 matrices of an
+// int8 checkpoint (config.int8_group_size, which `int8_group` must then equal) are copied
+// with their scales, the rest quantized as above: the same matrices as quantizing the float
+// checkpoint it was made from.
 CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group = 0);
 
 // Writes row `token` of the embedding table as fp32 to out[E].

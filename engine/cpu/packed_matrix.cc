@@ -28,6 +28,7 @@ float ToFloat(const void* src, DType dtype, int64_t i) {
     case DType::kF32: return static_cast<const float*>(src)[i];
     case DType::kF16: return HalfToFloat(static_cast<const uint16_t*>(src)[i]);
     case DType::kBF16: return BF16ToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DType::kI8: return static_cast<const int8_t*>(src)[i];  // QuantizeInt8 copies these
   }
   return 0;
 }
@@ -116,6 +117,12 @@ PackedMatrix PackedMatrix::QuantizeInt8(const std::vector<Source>& sources, int6
 #pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < out; ++o) {
     const Source& src = sources[source_of[o]];
+    if (src.dtype == DType::kI8) {
+      std::memcpy(&q[o * in], static_cast<const int8_t*>(src.data) + row_in[o] * src.ld, in);
+      std::memcpy(&scales[o * groups], src.scales + row_in[o] * groups,
+                  sizeof(uint16_t) * groups);
+      continue;
+    }
     std::vector<float> v(static_cast<size_t>(in));
     for (int64_t k = 0; k < in; ++k) {
       v[k] = ToFloat(src.data, src.dtype, src.columns ? k * src.ld + row_in[o] : row_in[o] * src.ld + k);

@@ -57,6 +57,9 @@ class PackedMatrix {
     int64_t rows = 0;       // output rows it contributes
     bool columns = false;   // element (o, k) at data[k * ld + o], else data[o * ld + k]
     int64_t ld = 0;
+    // dtype kI8 (already quantized rows, QuantizeInt8 only; row-major with ld = in): the
+    // bf16 scales [rows, ceil(in / group)] of the group size QuantizeInt8 is given.
+    const uint16_t* scales = nullptr;
   };
   // The sources' rows one after the other, all with `in` columns: one product computes
   // several matrices that read the same x (e.g. q, k, v and the dynamic-weight projections).
@@ -68,8 +71,9 @@ class PackedMatrix {
   // Group sizes QuantizeInt8 accepts (a divisor of the kernels' column block).
   static bool ValidInt8GroupSize(int group) { return dcf::ValidInt8GroupSize(group); }
   // The sources' rows as Concat lays them out, each row quantized to int8 in groups of
-  // `group` columns by QuantizeRowInt8 (engine/weights/int8_quant.h). An empty matrix when
-  // `group` fails ValidInt8GroupSize.
+  // `group` columns by QuantizeRowInt8 (engine/weights/int8_quant.h); kI8 sources (an int8
+  // checkpoint) are copied with their scales. An empty matrix when `group` fails
+  // ValidInt8GroupSize.
   static PackedMatrix QuantizeInt8(const std::vector<Source>& sources, int64_t in, int group);
   // An int8 matrix from already quantized values (a checkpoint written by
   // dcformer-quantize): q [out, in] int8 row-major, scales [out, ceil(in / group)] bf16 bits.

@@ -50,6 +50,8 @@ const char* ComputeDTypeName(DType dtype) {
       return "bfloat16";
     case DType::kF16:
       return "float16";
+    case DType::kI8:
+      return "int8";
   }
   return "?";
 }
