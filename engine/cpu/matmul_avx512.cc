@@ -27,11 +27,12 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
     *w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     *w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
   } else if constexpr (WT == kWeightI8) {
-    // Widened without the scale (Block multiplies by it): exact integers.
-    const __m256i v = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const int8_t*>(panel) + k * kPanel));
-    *w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
-    *w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+    // Widened without the scale (Block multiplies by it): exact integers. Two 16-byte loads
+    // fold into vpmovsxbd's memory operand (no lane extract).
+    const int8_t* p = static_cast<const int8_t*>(panel) + k * kPanel;
+    *w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    *w1 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
   } else {
     // Pair-interleaved bf16: the low halves are outputs 0-15, the high halves 16-31.
     const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;

@@ -125,8 +125,10 @@ TEST_F(KjvModelTest, GreedyContinuationIsAsCommitted) {
   RecordProperty("continuation", *text);
 }
 
-double ScorePerplexity(const std::string& model_dir, const std::string& text_file) {
-  const auto r = testing::RunCommand(kGenerate + " --model " + model_dir + " --score " + text_file);
+double ScorePerplexity(const std::string& model_dir, const std::string& text_file,
+                       const std::string& flags = "") {
+  const auto r = testing::RunCommand(kGenerate + " --model " + model_dir + " --score " + text_file +
+                                     flags);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return NAN;
   const auto j = nlohmann::json::parse(r.out);
@@ -167,8 +169,8 @@ TEST_F(KjvModelTest, HeldoutPerplexityIsLowAndFarBelowRandomWeights) {
 // perplexity against the committed bf16 weights (docs/QUANTIZATION.md).
 TEST_F(KjvModelTest, HeldoutPerplexityWithInt8WeightsIsWithinOnePercentOfBf16) {
   const std::string heldout = std::string(DCF_TEST_DATA_DIR) + "/kjv/heldout.txt";
-  const double bf16 = ScorePerplexity(kModelDir, heldout + " --backend cpu");
-  const double int8 = ScorePerplexity(kModelDir, heldout + " --backend cpu --weight-dtype int8");
+  const double bf16 = ScorePerplexity(kModelDir, heldout, " --backend cpu");
+  const double int8 = ScorePerplexity(kModelDir, heldout, " --backend cpu --weight-dtype int8");
   EXPECT_LE(int8, kMaxInt8PerplexityRatio * bf16) << "bf16 " << bf16 << ", int8 " << int8;
   // Quantization changes the logits: equal numbers would mean the flag did nothing.
   EXPECT_NE(int8, bf16);
