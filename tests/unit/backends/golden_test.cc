@@ -22,10 +22,11 @@ namespace {
 
 constexpr double kLogitTolerance = 1e-4;
 // int8 weight-only on the golden cases (Int8AgreementTest): the least share of rows whose
-// argmax is the reference's, over all cases at the default group size, and the largest logit
-// error of any group size.
+// argmax is the reference's, in every case and over all of them, at the default group size
+// (measured: 51/52, 60/60, 52/52), and the largest logit error of any group size (measured:
+// 0.026).
 constexpr double kInt8MinAgreement = 0.98;
-constexpr double kInt8MaxLogitError = 0.25;
+constexpr double kInt8MaxLogitError = 0.1;
 
 struct GoldenParam {
   std::string name;
@@ -217,6 +218,9 @@ TEST_P(Int8AgreementTest, CpuInt8WeightsAgreeWithReference) {
     RecordProperty(name + "_argmax_agreement", absl::StrFormat("%d/%d", agree, g.sequence.size()));
     // A broken int8 path (wrong scale, wrong group) moves logits by O(1) and agrees at chance.
     EXPECT_LT(worst, kInt8MaxLogitError) << line;
+    if (GetParam() == kDefaultWeightGroupSize) {
+      EXPECT_GE(agree, kInt8MinAgreement * g.sequence.size()) << line;
+    }
   }
   std::cout << absl::StrFormat("cpu int8 g%d all golden cases: argmax agreement %d/%d\n",
                                GetParam(), agree_all, rows_all);
