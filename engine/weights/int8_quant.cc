@@ -18,8 +18,9 @@ void QuantizeRowInt8(const float* v, int64_t n, int group, int8_t* q, uint16_t* 
     for (int64_t k = k0; k < k1; ++k) {
       // nearbyint rounds half to even in the default rounding mode; a scale rounded down
       // may put the group's largest value just past 127, hence the clamp.
+      // NaN (a NaN weight, or inf / inf) becomes 0: a float-to-int cast of NaN is undefined.
       const float r = scale > 0 ? std::nearbyint(v[k] / scale) : 0.0f;
-      q[k] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+      q[k] = std::isnan(r) ? 0 : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
   }
 }

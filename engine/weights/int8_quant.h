@@ -7,6 +7,7 @@
 //   scale = bf16(max |w| / 127)  (round to nearest even; 0 for an all-zero group)
 //   q     = clamp(round_half_even(w / scale), -127, 127)   (0 when scale is 0)
 //   w ~= q * scale, exactly representable in fp32 (7 by 8 significant bits).
+// Non-finite weights (refused by --check-weights) give q = 0 where w / scale is NaN.
 // Pure functions, thread-safe.
 #pragma once
 
