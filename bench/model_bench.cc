@@ -286,12 +286,15 @@ int Main() {
   const double weight_bytes =
       absl::GetFlag(FLAGS_weight_bytes) > 0
           ? static_cast<double>(absl::GetFlag(FLAGS_weight_bytes))
-          : static_cast<double>(StepParameters(model->config)) * DTypeSize(info.dtype);
+          : static_cast<double>(StepParameters(model->config)) *
+                (info.int8_weight_group > 0 ? 1.0 + 2.0 / info.int8_weight_group  // + scales
+                                            : DTypeSize(info.dtype));
   nlohmann::json report = {{"benchmark", "model"},
                            {"model", dir},
                            {"backend", info.name},
                            {"device", info.device},
                            {"dtype", ComputeDTypeName(info.dtype)},
+                           {"weights", WeightsName(info)},
                            {"compose", absl::GetFlag(FLAGS_compose)},
                            {"load_s", load_s},
                            {"weight_bytes", weight_bytes},

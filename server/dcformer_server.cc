@@ -451,7 +451,7 @@ absl::Status DcformerServer::LoadModel() {
   // `info` was moved into the serving state: log from `stats`.
   DCF_LOG(Info) << "serving " << options_.model_dir << " (" << config.ArchitectureName() << ", "
                 << config.n_layer << " layers, backend " << stats.backend.name << " on "
-                << stats.backend.device << ", " << ComputeDTypeName(stats.backend.dtype)
+                << stats.backend.device << ", " << WeightsName(stats.backend)
                 << ", KV cache " << stats.kv_cache_bytes / (1 << 20) << " MiB in "
                 << stats.kv_blocks_total[0] << " global + " << stats.kv_blocks_total[1]
                 << " window blocks, prefix caching " << (stats.prefix_caching ? "on" : "off")

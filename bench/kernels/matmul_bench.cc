@@ -3,7 +3,7 @@
 // read bandwidth measured in the same run (so the weight GB/s of a decode-sized product can
 // be read as a fraction of the roofline).
 //
-//   dcformer-matmul-bench [--dim 1024 --ffn 2816 --vocab 50257 --rows 1,8,32 --dtypes f32,f16,bf16]
+//   dcformer-matmul-bench [--dim 1024 --ffn 2816 --vocab 50257 --rows 1,8,32 --dtypes f32,f16,bf16,int8]
 //
 // Each case cycles through enough copies of the matrix to exceed the last-level cache (so
 // weights come from memory, as in a decode step), runs for at least --min_seconds and
@@ -31,7 +31,10 @@ ABSL_FLAG(int, dim, 1024, "model dim E");
 ABSL_FLAG(int, ffn, 2816, "FFN size F");
 ABSL_FLAG(int, vocab, 50257, "vocabulary (output head rows)");
 ABSL_FLAG(std::string, rows, "1,8,32", "rows of x (sequences in a decode step), comma-separated");
-ABSL_FLAG(std::string, dtypes, "f32,f16,bf16", "weight dtypes");
+ABSL_FLAG(std::string, dtypes, "f32,f16,bf16",
+          "weight dtypes: f32, f16, bf16, and int8 (weight-only, --group-size columns per "
+          "bf16 scale: docs/QUANTIZATION.md)");
+ABSL_FLAG(int, group_size, 64, "input columns per scale of the int8 matrices: 32, 64 or 128");
 ABSL_FLAG(std::string, isas, "", "kernels (avx512,avx2,portable); default: the best one");
 ABSL_FLAG(bool, blas, true, "also time OpenBLAS on fp32 weights");
 ABSL_FLAG(double, min_seconds, 0.3, "minimum time per case");
@@ -81,7 +84,16 @@ int Main() {
       {"wqkv", 3 * E, E}, {"wo", E, E}, {"w1|w3", F, E}, {"w2", E, F}, {"output", V, E}};
   const std::vector<int> rows = ParseInts(absl::GetFlag(FLAGS_rows));
   std::vector<DType> dtypes;
+  const int group = absl::GetFlag(FLAGS_group_size);
+  if (!ValidInt8GroupSize(group)) {
+    std::fprintf(stderr, "--group-size: %d (choose 32, 64 or 128)\n", group);
+    return 2;
+  }
   for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',', absl::SkipEmpty())) {
+    if (d == "int8") {
+      dtypes.push_back(DType::kI8);
+      continue;
+    }
     auto parsed = ParseComputeDType(d);
     if (!parsed.ok()) {
       std::fprintf(stderr, "--dtypes: %s\n", std::string(parsed.status().message()).c_str());
@@ -123,12 +135,17 @@ int Main() {
       std::fflush(stdout);
     };
     for (DType d : dtypes) {
-      const double bytes = static_cast<double>(sh.out) * sh.in * DTypeSize(d);
+      // int8: the weights and their bf16 scales.
+      const double bytes = static_cast<double>(sh.out) * sh.in *
+                           (d == DType::kI8 ? 1.0 + 2.0 / group : DTypeSize(d));
       const int copies = static_cast<int>(
           std::max<int64_t>(1, absl::GetFlag(FLAGS_cache_bytes) / static_cast<int64_t>(bytes)));
       std::vector<cpu::PackedMatrix> m;
       for (int c = 0; c < copies; ++c) {
-        m.push_back(cpu::PackedMatrix::FromRows(w.data(), DType::kF32, sh.out, sh.in, d));
+        m.push_back(d == DType::kI8
+                        ? cpu::PackedMatrix::QuantizeInt8(
+                              {{w.data(), DType::kF32, sh.out, false, sh.in}}, sh.in, group)
+                        : cpu::PackedMatrix::FromRows(w.data(), DType::kF32, sh.out, sh.in, d));
       }
       for (cpu::Isa isa : isas) {
         for (int r : rows) {

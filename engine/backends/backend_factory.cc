@@ -152,8 +152,22 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     }
 #endif
   }
+  if (options.weight_quant != WeightQuant::kNone) {
+    RETURN_IF_ERROR(ValidateWeightGroupSize(options.weight_group_size));
+    if (kind != BackendKind::kCpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--weight-dtype ", WeightQuantName(options.weight_quant), ": the ",
+          BackendKindName(kind),
+          " backend has no int8 weight kernels (only --backend cpu runs int8 weights)"));
+    }
+  }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
+  if (m.config.int8_group_size > 0 && kind != BackendKind::kCpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds an int8 checkpoint (config.json quantization_config): the ",
+        BackendKindName(kind), " backend has no int8 weight kernels (use --backend cpu)"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpointDir(dir));
   // The cpu backend keeps the checkpoint's dtype unless told otherwise (its kernels widen
   // 16-bit weights exactly, so parity with an fp32 conversion holds); --dtype converts
@@ -166,7 +180,10 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;
   if (kind == BackendKind::kCpu) {
-    ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
+    const int int8_group =
+        options.weight_quant == WeightQuant::kInt8 ? options.weight_group_size : 0;
+    ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose,
+                                                   int8_group));
     return m;
   }
 #if defined(DCF_HAVE_CUDA_SIM_BACKEND)

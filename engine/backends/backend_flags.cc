@@ -17,6 +17,13 @@ ABSL_FLAG(bool, check_weights, false,
           "scan the weights for NaN and infinity while loading them (one pass over the "
           "weights); a checkpoint that holds any is refused, naming the tensor");
 
+ABSL_FLAG(std::string, weight_dtype, "none",
+          "none, or int8: the cpu backend quantizes the weight matrices at load (int8 "
+          "weight-only, symmetric, one bf16 scale per --weight-group-size input columns; "
+          "docs/QUANTIZATION.md); the cuda backends refuse it");
+ABSL_FLAG(int32_t, weight_group_size, dcf::kDefaultWeightGroupSize,
+          "input columns per scale of --weight-dtype int8: 32, 64 or 128");
+
 namespace dcf {
 
 absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
@@ -30,6 +37,15 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
     absl::StatusOr<DType> d = ParseComputeDType(dtype);
     if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", d.status().message()));
     o.dtype = *d;
+  }
+  absl::StatusOr<WeightQuant> quant = ParseWeightQuant(absl::GetFlag(FLAGS_weight_dtype));
+  if (!quant.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--weight-dtype: ", quant.status().message()));
+  }
+  o.weight_quant = *quant;
+  o.weight_group_size = absl::GetFlag(FLAGS_weight_group_size);
+  if (absl::Status s = ValidateWeightGroupSize(o.weight_group_size); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--weight-group-size: ", s.message()));
   }
   return o;
 }

@@ -44,16 +44,31 @@ void HeadRmsNorm(float* x, const float* scale, int hd) {
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
                                                                ModelWeights weights,
-                                                               bool compose) {
+                                                               bool compose,
+                                                               int int8_group) {
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
-  return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose));
+  if (int8_group != 0 && !cpu::PackedMatrix::ValidInt8GroupSize(int8_group)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int8 weight group size ", int8_group, " (choose 32, 64 or 128)"));
+  }
+  if (config.int8_group_size > 0) {  // an int8 checkpoint: its group size, whatever asked
+    if (int8_group != 0 && int8_group != config.int8_group_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "int8 weight group size ", int8_group, " asked, but the checkpoint is quantized in "
+          "groups of ", config.int8_group_size, " (config.json quantization_config)"));
+    }
+    int8_group = config.int8_group_size;
+  }
+  return std::unique_ptr<CpuBackend>(
+      new CpuBackend(config, std::move(weights), compose, int8_group));
 }
 
-CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose)
+CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose,
+                       int int8_group)
     : config_(config),
-      weights_(cpu::PackWeights(config, std::move(weights))),
+      weights_(cpu::PackWeights(config, std::move(weights), int8_group)),
       layout_(config),
       compose_(compose) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
@@ -65,6 +80,7 @@ BackendInfo CpuBackend::info() const {
   BackendInfo info;
   info.name = "cpu";
   info.dtype = weights_.matrix_dtype;
+  info.int8_weight_group = weights_.int8_group;
   // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
   std::ifstream in("/proc/cpuinfo");
   std::string line;

@@ -30,9 +30,14 @@ class CpuBackend final : public Backend {
   // config exceeds what the kernels support (n_head > 256). `compose` false skips the DCMHA
   // compose (plain multi-head attention): for benchmarks that price DCMHA, never for
   // serving a DCFormer.
+  // `int8_group` > 0 quantizes the matrices to int8 in groups of that many columns
+  // (cpu::PackWeights; 32, 64 or 128, else InvalidArgument). An int8 checkpoint
+  // (config.int8_group_size > 0) always gives int8 matrices; a different `int8_group` is
+  // InvalidArgument.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
-                                                            bool compose = true);
+                                                            bool compose = true,
+                                                            int int8_group = 0);
 
   const ModelConfig& config() const override { return config_; }
   BackendInfo info() const override;
@@ -55,7 +60,7 @@ class CpuBackend final : public Backend {
   size_t WeightBytesPerStep() const { return weights_.BytesReadPerToken(); }
 
  private:
-  CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose);
+  CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose, int int8_group);
 
   // The new tokens of one sequence of the batch and its block tables.
   struct SeqView {

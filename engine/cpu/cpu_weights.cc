@@ -10,12 +10,27 @@ namespace {
 constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
 
+// A row-major [out, in] source, with its scales when it is I8.
+PackedMatrix::Source Matrix(const Tensor& t, const Tensor& scales, int64_t out, int64_t in) {
+  PackedMatrix::Source s{t.data(), t.dtype(), out, false, in};
+  if (t.dtype() == DType::kI8) s.scales = static_cast<const uint16_t*>(scales.data());
+  return s;
+}
+
+// The sources packed in their common dtype, or quantized to int8 when int8_group > 0.
+PackedMatrix Pack(const std::vector<PackedMatrix::Source>& sources, int64_t in, int int8_group) {
+  if (int8_group > 0) return PackedMatrix::QuantizeInt8(sources, in, int8_group);
+  return PackedMatrix::Concat(sources, in, PackedMatrix::CommonDType(sources));
+}
+
 // Linear weight [out, in] (shape from the tensor), then the tensor is released.
-PackedMatrix Rows(Tensor& t) {
+// `scales`: those of an I8 tensor (an int8 checkpoint), else empty.
+PackedMatrix Rows(Tensor& t, Tensor& scales, int int8_group) {
   if (t.empty()) return PackedMatrix();
   const int64_t out = t.shape()[0], in = t.numel() / out;
-  PackedMatrix m = PackedMatrix::FromRows(t.data(), t.dtype(), out, in, t.dtype());
+  PackedMatrix m = Pack({Matrix(t, scales, out, in)}, in, int8_group);
   t = Tensor();
+  scales = Tensor();
   return m;
 }
 
@@ -28,7 +43,7 @@ size_t Bytes(const Tensor& t) { return t.nbytes(); }
 
 }  // namespace
 
-CpuWeights PackWeights(const ModelConfig& config, ModelWeights w) {
+CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group) {
   const int64_t E = config.dim, N = config.n_head, K = config.dynamic_hidden();
   const int64_t F = config.intermediate_size;
   const int64_t W2I = 2 * kI * N;
@@ -36,17 +51,18 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w) {
   out.tok_embeddings = std::move(w.tok_embeddings);
   out.norm_w = F32(w.norm_w);
   out.norm_b = F32(w.norm_b);
-  out.output = Rows(w.output);
-  out.matrix_dtype = out.output.dtype();
+  out.int8_group = int8_group;
+  out.matrix_dtype = int8_group > 0 ? out.tok_embeddings.dtype() : w.output.dtype();
+  out.output = Rows(w.output, w.output_s, int8_group);
   out.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& s = w.layers[l];
     CpuLayerWeights& d = out.layers[l];
     using Source = PackedMatrix::Source;
-    const std::vector<Source> in_proj = {{s.wqkv_w.data(), s.wqkv_w.dtype(), 3 * E, false, E},
+    const std::vector<Source> in_proj = {Matrix(s.wqkv_w, s.wqkv_s, 3 * E, E),
                                          {s.dw1.data(), s.dw1.dtype(), C * K, true, C * K},
                                          {s.dd.data(), s.dd.dtype(), C * N, true, C * N}};
-    d.in_proj = PackedMatrix::Concat(in_proj, E, PackedMatrix::CommonDType(in_proj));
+    d.in_proj = Pack(in_proj, E, int8_group);
     if (!s.wqkv_b.empty()) {
       d.in_proj_b = Tensor(DType::kF32, {FusedInputWidth(config)});
       float* b = d.in_proj_b.f32();
@@ -54,9 +70,10 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w) {
       std::fill(b + 3 * E, b + d.in_proj_b.numel(), 0.0f);
     }
     s.wqkv_w = Tensor();
+    s.wqkv_s = Tensor();
     s.dw1 = Tensor();
     s.dd = Tensor();
-    d.wo = Rows(s.wo_w);
+    d.wo = Rows(s.wo_w, s.wo_s, int8_group);
     const size_t branch_bytes = static_cast<size_t>(K * W2I) * DTypeSize(s.qkw.dtype());
     for (int c = 0; c < C; ++c) {
       d.qkw[c] = PackedMatrix::FromColumns(static_cast<const uint8_t*>(s.qkw.data()) +
@@ -65,16 +82,17 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w) {
     }
     s.qkw = Tensor();
     if (s.w3_w.empty()) {
-      d.up = Rows(s.w1_w);
+      d.up = Rows(s.w1_w, s.w1_s, int8_group);
     } else {
-      const std::vector<Source> up = {{s.w1_w.data(), s.w1_w.dtype(), F, false, E},
-                                      {s.w3_w.data(), s.w3_w.dtype(), F, false, E}};
-      d.up = PackedMatrix::Concat(up, E, PackedMatrix::CommonDType(up));
+      const std::vector<Source> up = {Matrix(s.w1_w, s.w1_s, F, E), Matrix(s.w3_w, s.w3_s, F, E)};
+      d.up = Pack(up, E, int8_group);
       s.w1_w = Tensor();
       s.w3_w = Tensor();
+      s.w1_s = Tensor();
+      s.w3_s = Tensor();
     }
-    d.w2 = Rows(s.w2_w);
-    if (l == 0) out.matrix_dtype = d.in_proj.dtype();
+    d.w2 = Rows(s.w2_w, s.w2_s, int8_group);
+    if (l == 0 && int8_group == 0) out.matrix_dtype = d.in_proj.dtype();
     d.attention_norm_w = F32(s.attention_norm_w);
     d.attention_norm_b = F32(s.attention_norm_b);
     d.ffn_norm_w = F32(s.ffn_norm_w);

@@ -26,6 +26,13 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
     const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
     *w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     *w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  } else if constexpr (WT == kWeightI8) {
+    // Widened without the scale (Block multiplies by it): exact integers. Two 16-byte loads
+    // fold into vpmovsxbd's memory operand (no lane extract).
+    const int8_t* p = static_cast<const int8_t*>(panel) + k * kPanel;
+    *w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    *w1 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
   } else {
     // Pair-interleaved bf16: the low halves are outputs 0-15, the high halves 16-31.
     const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
@@ -40,20 +47,39 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
 // packed group (xr = 1, xk = MR). With `accumulate` the products are added to y (a later
 // column block), else y = products + bias. Every row accumulates its columns in order into
 // its own registers whatever MR is, so a row's result does not depend on the batch.
+// kWeightI8: `scales` [ceil(in / group), 32] bf16 are those of the panel's columns from the
+// first of `in`; each column is widened to q * scale (exact) before its multiply-adds.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
-                      const float* bias, bool accumulate, float* y, int64_t ldy, int valid) {
+                      const uint16_t* scales, int64_t group, const float* bias, bool accumulate,
+                      float* y, int64_t ldy, int valid) {
   __m512 a0[MR], a1[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < in; ++k) {
-    __m512 w0, w1;
-    LoadColumn<WT>(panel, k, &w0, &w1);
+  const int64_t chunk = WT == kWeightI8 ? group : in;
+  for (int64_t c0 = 0; c0 < in; c0 += chunk) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    if constexpr (WT == kWeightI8) {
+      const __m512i sv = _mm512_loadu_si512(scales + (c0 / group) * kPanel);
+      s0 = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
+      s1 = _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
+    }
+    const int64_t c1 = in - c0 < chunk ? in : c0 + chunk;
+    for (int64_t k = c0; k < c1; ++k) {
+      __m512 w0, w1;
+      LoadColumn<WT>(panel, k, &w0, &w1);
+      if constexpr (WT == kWeightI8) {
+        w0 = _mm512_mul_ps(w0, s0);
+        w1 = _mm512_mul_ps(w1, s1);
+      }
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
-      a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
-      a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
+      for (int r = 0; r < MR; ++r) {
+        const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
+        a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
+        a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
+      }
     }
   }
   const __mmask16 m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
@@ -77,11 +103,13 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
 
 template <int WT>
 DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, const void* panel,
-                             int64_t in, const float* bias, bool accumulate, float* y,
-                             int64_t ldy, int valid) {
+                             int64_t in, const uint16_t* scales, int64_t group,
+                             const float* bias, bool accumulate, float* y, int64_t ldy,
+                             int valid) {
   switch (rows) {
-#define DCF_CASE(n) \
-  case n: Block<n, WT>(x, xr, xk, panel, in, bias, accumulate, y, ldy, valid); break;
+#define DCF_CASE(n)                                                                            \
+  case n:                                                                                      \
+    Block<n, WT>(x, xr, xk, panel, in, scales, group, bias, accumulate, y, ldy, valid); break;
     DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6)
     DCF_CASE(7) DCF_CASE(8) DCF_CASE(9) DCF_CASE(10) DCF_CASE(11) DCF_CASE(12)
 #undef DCF_CASE
@@ -97,16 +125,27 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
 // are streamed rows / kRowBlock times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
-  const int64_t elem = WT == kWeightF32 ? 4 : 2;
+  const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const int64_t groups = WT == kWeightI8 ? (a.in + a.group - 1) / a.group : 0;
+  // Bytes of a panel; int8 ones end with their scales [groups, 32] bf16.
+  const int64_t panel_bytes = kPanel * (a.in * elem + 2 * groups);
+  // Columns [k0, ...) of panel p, and (int8) their scales from k0's group on.
+  const auto panel_at = [&](int64_t p, int64_t k0) -> const void* {
+    return w + p * panel_bytes + k0 * kPanel * elem;
+  };
+  const auto scales_at = [&](int64_t p, int64_t k0) -> const uint16_t* {
+    if constexpr (WT != kWeightI8) return nullptr;
+    return reinterpret_cast<const uint16_t*>(w + p * panel_bytes + a.in * kPanel) +
+           (k0 / a.group) * kPanel;
+  };
   if (a.rows == 1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t o = p * kPanel;
       const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
       for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
         const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
-        const void* panel = w + (p * a.in + k0) * kPanel * elem;
-        Block<1, WT>(a.x + k0, 0, 1, panel, kc,
+        Block<1, WT>(a.x + k0, 0, 1, panel_at(p, k0), kc, scales_at(p, k0), a.group,
                      a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr, k0 > 0, a.y + o, 0,
                      valid);
       }
@@ -142,7 +181,8 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
         }
       }
       for (int64_t p = p0; p < p1; ++p) {
-        const void* panel = w + (p * a.in + k0) * kPanel * elem;
+        const void* panel = panel_at(p, k0);
+        const uint16_t* scales = scales_at(p, k0);
         const int64_t o = p * kPanel;
         const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
         const float* bias = a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr;
@@ -151,12 +191,12 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
           const int64_t r = group_row[g], n = group_n[g];
           float* y = a.y + r * a.ldy + o;
           if (pack) {
-            BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, bias, k0 > 0, y,
-                             a.ldy, valid);
+            BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, scales, a.group,
+                             bias, k0 > 0, y, a.ldy, valid);
             packed += n * kc;
           } else {
             BlockAnyRows<WT>(static_cast<int>(n), a.x + r * a.ldx + k0, a.ldx, 1, panel, kc,
-                             bias, k0 > 0, y, a.ldy, valid);
+                             scales, a.group, bias, k0 > 0, y, a.ldy, valid);
           }
         }
       }
@@ -171,6 +211,7 @@ DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t pa
     case kWeightF32: Panels<kWeightF32>(a, panel_begin, panel_end); break;
     case kWeightF16: Panels<kWeightF16>(a, panel_begin, panel_end); break;
     case kWeightBF16: Panels<kWeightBF16>(a, panel_begin, panel_end); break;
+    case kWeightI8: Panels<kWeightI8>(a, panel_begin, panel_end); break;
     default: break;
   }
 }

@@ -51,6 +51,20 @@ struct WidenF16 {
   }
 };
 
+// int8 panels [in, 32] followed by their scales [groups, 32] bf16: q * scale (exact).
+struct WidenI8 {
+  int64_t in = 0, group = 0;
+  DCF_ALWAYS_INLINE void operator()(const void* panel, int64_t k, float* w) const {
+    const int8_t* q = static_cast<const int8_t*>(panel) + k * kPanel;
+    const uint16_t* s =
+        reinterpret_cast<const uint16_t*>(static_cast<const int8_t*>(panel) + in * kPanel) +
+        (k / group) * kPanel;
+    for (int j = 0; j < kPanel; ++j) {
+      w[j] = static_cast<float>(q[j]) * __builtin_bit_cast(float, static_cast<uint32_t>(s[j]) << 16);
+    }
+  }
+};
+
 template <int MR, typename Widen>
 DCF_ALWAYS_INLINE void Block(const Widen& widen, const float* x, int64_t ldx, const void* panel,
                              int64_t in, const float* bias, float* y, int64_t ldy, int valid) {
@@ -69,13 +83,13 @@ DCF_ALWAYS_INLINE void Block(const Widen& widen, const float* x, int64_t ldx, co
 }
 
 template <typename Widen>
-DCF_ALWAYS_INLINE void Panels(const Widen& widen, int64_t elem, const PanelArgs& a, int64_t p0,
-                              int64_t p1) {
+DCF_ALWAYS_INLINE void Panels(const Widen& widen, int64_t panel_bytes, const PanelArgs& a,
+                              int64_t p0, int64_t p1) {
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   for (int64_t r0 = 0; r0 < a.rows; r0 += kGenericRowBlock) {
     const int64_t r1 = r0 + kGenericRowBlock < a.rows ? r0 + kGenericRowBlock : a.rows;
     for (int64_t p = p0; p < p1; ++p) {
-      const void* panel = w + p * a.in * kPanel * elem;
+      const void* panel = w + p * panel_bytes;
       const int64_t o = p * kPanel;
       const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
       const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
@@ -97,18 +111,26 @@ DCF_ALWAYS_INLINE void Panels(const Widen& widen, int64_t elem, const PanelArgs&
 
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
   switch (a.weight_type) {
-    case kWeightF32: Panels(WidenF32{}, 4, a, panel_begin, panel_end); break;
-    case kWeightF16: Panels(WidenF16{}, 2, a, panel_begin, panel_end); break;
-    case kWeightBF16: Panels(WidenBF16{}, 2, a, panel_begin, panel_end); break;
+    case kWeightF32: Panels(WidenF32{}, a.in * kPanel * 4, a, panel_begin, panel_end); break;
+    case kWeightF16: Panels(WidenF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
+    case kWeightBF16: Panels(WidenBF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
+    case kWeightI8:
+      Panels(WidenI8{a.in, a.group}, kPanel * (a.in + 2 * ((a.in + a.group - 1) / a.group)), a,
+             panel_begin, panel_end);
+      break;
     default: break;
   }
 }
 
 DCF_AVX2 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
   switch (a.weight_type) {
-    case kWeightF32: Panels(WidenF32{}, 4, a, panel_begin, panel_end); break;
-    case kWeightF16: Panels(WidenF16{}, 2, a, panel_begin, panel_end); break;
-    case kWeightBF16: Panels(WidenBF16{}, 2, a, panel_begin, panel_end); break;
+    case kWeightF32: Panels(WidenF32{}, a.in * kPanel * 4, a, panel_begin, panel_end); break;
+    case kWeightF16: Panels(WidenF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
+    case kWeightBF16: Panels(WidenBF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
+    case kWeightI8:
+      Panels(WidenI8{a.in, a.group}, kPanel * (a.in + 2 * ((a.in + a.group - 1) / a.group)), a,
+             panel_begin, panel_end);
+      break;
     default: break;
   }
 }

@@ -12,14 +12,16 @@
 namespace dcf::cpu::kernels {
 
 // Weight storage of a packed matrix (mirrors DType without including it).
-enum WeightType : int { kWeightF32 = 0, kWeightF16 = 1, kWeightBF16 = 2 };
+// kWeightI8: int8 panels followed by their bf16 group scales (packed_matrix.h).
+enum WeightType : int { kWeightF32 = 0, kWeightF16 = 1, kWeightBF16 = 2, kWeightI8 = 3 };
 
 struct PanelArgs {
   const float* x = nullptr;  // [rows, in], row stride ldx
   int64_t ldx = 0;
   int64_t rows = 0;
-  const void* w = nullptr;  // packed [num_panels, in, 32]
+  const void* w = nullptr;  // packed [num_panels, in, 32] (+ scales for int8)
   int weight_type = kWeightF32;
+  int64_t group = 0;  // kWeightI8: columns per scale (a divisor of kColumnBlock)
   int64_t in = 0;
   int64_t out = 0;
   const float* bias = nullptr;  // [out] or null

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/weights/int8_quant.h"
 
 namespace dcf::cpu {
 namespace {
@@ -27,6 +28,7 @@ float ToFloat(const void* src, DType dtype, int64_t i) {
     case DType::kF32: return static_cast<const float*>(src)[i];
     case DType::kF16: return HalfToFloat(static_cast<const uint16_t*>(src)[i]);
     case DType::kBF16: return BF16ToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DType::kI8: return static_cast<const int8_t*>(src)[i];  // QuantizeInt8 copies these
   }
   return 0;
 }
@@ -96,6 +98,65 @@ DType PackedMatrix::CommonDType(const std::vector<Source>& sources) {
   return sources.empty() ? DType::kF32 : sources.front().dtype;
 }
 
+PackedMatrix PackedMatrix::QuantizeInt8(const std::vector<Source>& sources, int64_t in,
+                                        int group) {
+  int64_t out = 0;
+  for (const Source& src : sources) out += src.rows;
+  if (out == 0 || in == 0 || !ValidInt8GroupSize(group)) return PackedMatrix();
+  const int64_t groups = (in + group - 1) / group;
+  std::vector<int8_t> q(static_cast<size_t>(out * in));            // [out, in]
+  std::vector<uint16_t> scales(static_cast<size_t>(out * groups));  // [out, groups] bf16
+  std::vector<int> source_of(out);
+  std::vector<int64_t> row_in(out);
+  for (int64_t o = 0, i = 0; i < static_cast<int64_t>(sources.size()); ++i) {
+    for (int64_t r = 0; r < sources[i].rows; ++r, ++o) {
+      source_of[o] = static_cast<int>(i);
+      row_in[o] = r;
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < out; ++o) {
+    const Source& src = sources[source_of[o]];
+    if (src.dtype == DType::kI8) {
+      std::memcpy(&q[o * in], static_cast<const int8_t*>(src.data) + row_in[o] * src.ld, in);
+      std::memcpy(&scales[o * groups], src.scales + row_in[o] * groups,
+                  sizeof(uint16_t) * groups);
+      continue;
+    }
+    std::vector<float> v(static_cast<size_t>(in));
+    for (int64_t k = 0; k < in; ++k) {
+      v[k] = ToFloat(src.data, src.dtype, src.columns ? k * src.ld + row_in[o] : row_in[o] * src.ld + k);
+    }
+    QuantizeRowInt8(v.data(), in, group, &q[o * in], &scales[o * groups]);
+  }
+  return FromInt8Rows(q.data(), scales.data(), out, in, group);
+}
+
+PackedMatrix PackedMatrix::FromInt8Rows(const int8_t* q, const uint16_t* scales, int64_t out,
+                                        int64_t in, int group) {
+  PackedMatrix m;
+  if (out == 0 || in == 0 || !ValidInt8GroupSize(group)) return m;
+  m.in_ = in;
+  m.out_ = out;
+  m.dtype_ = DType::kF32;
+  m.int8_group_ = group;
+  m.data_ = LargeBuffer(m.nbytes());
+  const int64_t panels = m.num_panels(), groups = m.num_groups();
+  const size_t panel_bytes = m.panel_bytes();
+  uint8_t* base = static_cast<uint8_t*>(m.data_.data());
+#pragma omp parallel for schedule(static)
+  for (int64_t pi = 0; pi < panels; ++pi) {
+    int8_t* pq = reinterpret_cast<int8_t*>(base + pi * panel_bytes);  // [in, 32]
+    uint16_t* ps = reinterpret_cast<uint16_t*>(pq + in * kPanel);     // [groups, 32]
+    for (int j = 0; j < kPanel; ++j) {
+      const int64_t o = pi * kPanel + j;
+      for (int64_t k = 0; k < in; ++k) pq[k * kPanel + j] = o < out ? q[o * in + k] : 0;
+      for (int64_t g = 0; g < groups; ++g) ps[g * kPanel + j] = o < out ? scales[o * groups + g] : 0;
+    }
+  }
+  return m;
+}
+
 PackedMatrix PackedMatrix::FromRows(const void* w, DType src, int64_t out, int64_t in,
                                     DType dtype) {
   return Concat({Source{w, src, out, false, in}}, in, dtype);
@@ -106,7 +167,19 @@ PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int
   return Concat({Source{w, src, out, true, ld}}, in, dtype);
 }
 
+int8_t PackedMatrix::QuantAt(int64_t o, int64_t k) const {
+  const uint8_t* panel = static_cast<const uint8_t*>(data_.data()) + (o / kPanel) * panel_bytes();
+  return reinterpret_cast<const int8_t*>(panel)[k * kPanel + o % kPanel];
+}
+
+uint16_t PackedMatrix::ScaleBitsAt(int64_t o, int64_t k) const {
+  const uint8_t* panel = static_cast<const uint8_t*>(data_.data()) + (o / kPanel) * panel_bytes();
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(panel + in_ * kPanel);
+  return scales[(k / int8_group_) * kPanel + o % kPanel];
+}
+
 float PackedMatrix::At(int64_t o, int64_t k) const {
+  if (int8_group_ != 0) return static_cast<float>(QuantAt(o, k)) * BF16ToFloat(ScaleBitsAt(o, k));
   const int64_t p = o / kPanel;
   const int64_t i = (p * in_ + k) * kPanel + Slot(dtype_, static_cast<int>(o % kPanel));
   return ToFloat(data_.data(), dtype_, i);
@@ -120,9 +193,11 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   a.ldx = ldx;
   a.rows = rows;
   a.w = w.data();
-  a.weight_type = w.dtype() == DType::kF32   ? kernels::kWeightF32
+  a.weight_type = w.int8_group() != 0       ? kernels::kWeightI8
+                  : w.dtype() == DType::kF32 ? kernels::kWeightF32
                   : w.dtype() == DType::kF16 ? kernels::kWeightF16
                                              : kernels::kWeightBF16;
+  a.group = w.int8_group();
   a.in = w.in();
   a.out = w.out();
   a.bias = bias;

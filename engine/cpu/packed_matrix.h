@@ -9,6 +9,13 @@
 //   BF16:     pairs (j, j + 16) share a 32-bit word, j in the low half:
 //             panel[k * 32 + 2 j] = W[32 p + j][k], panel[k * 32 + 2 j + 1] = W[32 p + 16 + j][k]
 //             (so one shift and one mask turn 32 bf16 into two vectors of 16 floats).
+//   int8 (weight-only quantization, docs/QUANTIZATION.md): a panel is [in, 32] int8
+//             (panel[k * 32 + j] = q[32 p + j][k]) followed by its scales
+//             [ceil(in / G), 32] bf16 (scale[g * 32 + j] for columns [g G, g G + G)), so
+//             W[o][k] = q[o][k] * scale[o][k / G], symmetric, q in [-127, 127]. The kernel
+//             widens q * scale to fp32 (exact: 7 by 8 significant bits) and multiplies as
+//             for the other dtypes, so an int8 matrix gives the same products as the fp32
+//             matrix of its dequantized values.
 // One pass over a panel computes its 32 outputs for up to 12 rows of x at once, so a
 // decode step of M <= 12 sequences reads every weight from memory exactly once; larger M
 // re-reads a panel from cache, not from memory.
@@ -25,6 +32,7 @@
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/large_buffer.h"
 #include "engine/weights/dtype.h"
+#include "engine/weights/int8_quant.h"
 
 namespace dcf::cpu {
 
@@ -49,6 +57,9 @@ class PackedMatrix {
     int64_t rows = 0;       // output rows it contributes
     bool columns = false;   // element (o, k) at data[k * ld + o], else data[o * ld + k]
     int64_t ld = 0;
+    // dtype kI8 (already quantized rows, QuantizeInt8 only; row-major with ld = in): the
+    // bf16 scales [rows, ceil(in / group)] of the group size QuantizeInt8 is given.
+    const uint16_t* scales = nullptr;
   };
   // The sources' rows one after the other, all with `in` columns: one product computes
   // several matrices that read the same x (e.g. q, k, v and the dynamic-weight projections).
@@ -57,24 +68,47 @@ class PackedMatrix {
   // is exact).
   static DType CommonDType(const std::vector<Source>& sources);
 
+  // Group sizes QuantizeInt8 accepts (a divisor of the kernels' column block).
+  static bool ValidInt8GroupSize(int group) { return dcf::ValidInt8GroupSize(group); }
+  // The sources' rows as Concat lays them out, each row quantized to int8 in groups of
+  // `group` columns by QuantizeRowInt8 (engine/weights/int8_quant.h); kI8 sources (an int8
+  // checkpoint) are copied with their scales. An empty matrix when `group` fails
+  // ValidInt8GroupSize.
+  static PackedMatrix QuantizeInt8(const std::vector<Source>& sources, int64_t in, int group);
+  // An int8 matrix from already quantized values (a checkpoint written by
+  // dcformer-quantize): q [out, in] int8 row-major, scales [out, ceil(in / group)] bf16 bits.
+  static PackedMatrix FromInt8Rows(const int8_t* q, const uint16_t* scales, int64_t out,
+                                   int64_t in, int group);
+
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
+  // The storage dtype of a 16/32-bit matrix; F32 for an int8 one (see int8_group()).
   DType dtype() const { return dtype_; }
+  // The group size of an int8 matrix; 0 for the others.
+  int int8_group() const { return int8_group_; }
+  int64_t num_groups() const { return int8_group_ == 0 ? 0 : (in_ + int8_group_ - 1) / int8_group_; }
   bool empty() const { return out_ == 0; }
   int64_t num_panels() const { return (out_ + kPanel - 1) / kPanel; }
-  size_t nbytes() const {
-    return static_cast<size_t>(num_panels()) * kPanel * in_ * DTypeSize(dtype_);
+  // Bytes of one panel (weights, and for int8 its scales).
+  size_t panel_bytes() const {
+    return int8_group_ != 0 ? static_cast<size_t>(kPanel) * (in_ + 2 * num_groups())
+                            : static_cast<size_t>(kPanel) * in_ * DTypeSize(dtype_);
   }
+  size_t nbytes() const { return static_cast<size_t>(num_panels()) * panel_bytes(); }
   const void* data() const { return data_.data(); }
 
   // W[o][k] as fp32 (tests and debugging).
   float At(int64_t o, int64_t k) const;
+  // int8 matrices: q[o][k] and the bf16 bits of its group's scale.
+  int8_t QuantAt(int64_t o, int64_t k) const;
+  uint16_t ScaleBitsAt(int64_t o, int64_t k) const;
 
  private:
 
   int64_t in_ = 0, out_ = 0;
   DType dtype_ = DType::kF32;
-  LargeBuffer data_;  // [num_panels, in, 32] of dtype_ (huge pages when large)
+  int int8_group_ = 0;
+  LargeBuffer data_;  // num_panels panels of panel_bytes() (huge pages when large)
 };
 
 // y[rows, out] (row stride ldy) = x[rows, in] (row stride ldx) * W^T (+ bias[out] when not

@@ -48,6 +48,8 @@ ElemType ToElemType(DType d) {
       return ElemType::kBF16;
     case DType::kF16:
       return ElemType::kF16;
+    case DType::kI8:  // refused before: LoadModel keeps int8 weights on the cpu backend
+      break;
   }
   return ElemType::kF32;
 }

@@ -39,7 +39,14 @@ struct BackendInfo {
   std::string name;          // "cpu", "cuda", "cuda-sim"
   std::string device;        // e.g. "NVIDIA H200", or the CPU model name
   DType dtype = DType::kF32; // the dtype weights are kept and multiplied in
+  // > 0: the matrices are int8 with one scale per this many columns (docs/QUANTIZATION.md);
+  // `dtype` is then that of the rest (vectors, embeddings).
+  int int8_weight_group = 0;
 };
+
+// How the weight matrices are stored, for logs and benchmarks: the dtype's name
+// ("bfloat16"), or "int8 (group 64)".
+std::string WeightsName(const BackendInfo& info);
 
 class Backend {
  public:

@@ -1,5 +1,7 @@
 #include "engine/execution/backend_options.h"
 
+#include "engine/execution/backend.h"
+
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -48,8 +50,33 @@ const char* ComputeDTypeName(DType dtype) {
       return "bfloat16";
     case DType::kF16:
       return "float16";
+    case DType::kI8:
+      return "int8";
   }
   return "?";
+}
+
+absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "none") return WeightQuant::kNone;
+  if (n == "int8") return WeightQuant::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight dtype '", name, "' (choose none or int8)"));
+}
+
+const char* WeightQuantName(WeightQuant quant) {
+  return quant == WeightQuant::kInt8 ? "int8" : "none";
+}
+
+std::string WeightsName(const BackendInfo& info) {
+  if (info.int8_weight_group > 0) return absl::StrCat("int8 (group ", info.int8_weight_group, ")");
+  return ComputeDTypeName(info.dtype);
+}
+
+absl::Status ValidateWeightGroupSize(int group) {
+  if (group == 32 || group == 64 || group == 128) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight group size ", group, " is not supported (choose 32, 64 or 128)"));
 }
 
 }  // namespace dcf

@@ -27,6 +27,19 @@ const char* BackendKindName(BackendKind kind);
 absl::StatusOr<DType> ParseComputeDType(absl::string_view name);
 const char* ComputeDTypeName(DType dtype);  // "float32", "bfloat16", "float16"
 
+// How the weight matrices are stored beyond the --dtype choice (docs/QUANTIZATION.md).
+enum class WeightQuant {
+  kNone,  // as --dtype says
+  kInt8,  // int8 weight-only, symmetric per group of input columns with bf16 scales (cpu)
+};
+// "none" | "int8" (InvalidArgument otherwise).
+absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name);
+const char* WeightQuantName(WeightQuant quant);  // "none", "int8"
+// Group sizes of int8 weights: 32, 64 or 128 input columns share one scale.
+inline constexpr int kDefaultWeightGroupSize = 64;
+// InvalidArgument naming the choices unless `group` is 32, 64 or 128.
+absl::Status ValidateWeightGroupSize(int group);
+
 struct BackendOptions {
   BackendKind kind = BackendKind::kAuto;
   // The dtype weights are kept in; nullopt: the backend's default (cpu: the checkpoint's
@@ -40,6 +53,11 @@ struct BackendOptions {
   // Scan the weights for NaN and infinity while loading them (one pass; the factory refuses
   // a checkpoint that holds any, naming the tensor). Off by default.
   bool check_weights = false;
+  // kInt8: the cpu backend quantizes every matrix at load (vectors, the embedding table and
+  // the small compose matrices qkw keep their dtype) in groups of `weight_group_size`
+  // columns; the cuda backends refuse it (InvalidArgument).
+  WeightQuant weight_quant = WeightQuant::kNone;
+  int weight_group_size = kDefaultWeightGroupSize;
 };
 
 }  // namespace dcf

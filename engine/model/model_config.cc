@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/file_util.h"
 #include "engine/common/status_macros.h"
+#include "engine/weights/int8_quant.h"
 #include "nlohmann/json.hpp"
 
 namespace dcf {
@@ -191,6 +192,20 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& json_text) 
   ASSIGN_OR_RETURN(c.eos_token_id, OptionalTokenId(j, "eos_token_id"));
   if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string()) {
     c.torch_dtype = it->get<std::string>();
+  }
+  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+    auto method = it->is_object() ? it->find("quant_method") : it->end();
+    if (!it->is_object() || method == it->end() || !method->is_string() ||
+        method->get<std::string>() != "dcformer-int8") {
+      return KeyError("quantization_config",
+                      "must be {\"quant_method\": \"dcformer-int8\", \"group_size\": 32|64|128} "
+                      "(the only quantized format this engine reads)");
+    }
+    ASSIGN_OR_RETURN(c.int8_group_size, RequiredPositiveInt(*it, "group_size"));
+    if (!ValidInt8GroupSize(c.int8_group_size)) {
+      return KeyError("quantization_config",
+                      absl::StrCat("group_size ", c.int8_group_size, " (choose 32, 64 or 128)"));
+    }
   }
   return c;
 }

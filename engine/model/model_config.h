@@ -44,6 +44,11 @@ struct ModelConfig {
   std::optional<int> bos_token_id;
   std::optional<int> eos_token_id;
   std::string torch_dtype;  // informational: the file's dtypes are what is loaded
+  // > 0: a checkpoint written by dcformer-quantize, its row-major weight matrices int8 with
+  // one bf16 scale per this many input columns (32, 64 or 128), from config.json's
+  // "quantization_config": {"quant_method": "dcformer-int8", "group_size": G}
+  // (docs/QUANTIZATION.md). 0: every tensor is float.
+  int int8_group_size = 0;
 
   // The longest context (block_size) a config may name: 2^20 positions. Backends size
   // per-position tables by it (CUDA's RoPE tables: 2 x block_size x rotary_dim/2 floats), so

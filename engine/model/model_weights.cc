@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <new>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "engine/common/status_macros.h"
+#include "engine/weights/int8_quant.h"
 
 namespace dcf {
 namespace {
@@ -54,18 +56,48 @@ struct Expected {
   std::string name;
   std::vector<int64_t> shape;
   Tensor* dst;
+  // The dtype the file must store it in (int8 matrices and their scales); nullopt: any
+  // float dtype.
+  std::optional<DType> dtype = std::nullopt;
 };
+
+bool IsScaleOrInt8(const Tensor& t, const LayerWeights* l, const ModelWeights* w) {
+  if (t.dtype() == DType::kI8) return true;
+  if (w != nullptr && &t == &w->output_s) return true;
+  if (l != nullptr) {
+    for (const Tensor* s : {&l->wqkv_s, &l->wo_s, &l->w1_s, &l->w3_s, &l->w2_s}) {
+      if (&t == s) return true;
+    }
+  }
+  return false;
+}
+
+// The scales of an int8 matrix must be finite and not negative (a negative one would flip
+// the group's sign; NaN or infinity would poison every product).
+absl::Status CheckInt8Scales(const std::string& name, const Tensor& scales) {
+  const auto* bits = static_cast<const uint16_t*>(scales.data());
+  for (int64_t i = 0; i < scales.numel(); ++i) {
+    const bool negative = (bits[i] & 0x8000u) != 0 && (bits[i] & 0x7fffu) != 0;
+    if (negative || (bits[i] & 0x7f80u) == 0x7f80u) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': scale ", i, " is ", BF16ToFloat(bits[i]),
+          " (int8 scales must be finite and not negative)"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
 std::vector<Tensor*> LayerWeights::All() {
   return {&attention_norm_w, &attention_norm_b, &wqkv_w, &wqkv_b, &wo_w,   &wo_b,
           &q_norm,           &k_norm,           &dw1,    &qkw,    &dd,     &ffn_norm_w,
-          &ffn_norm_b,       &w1_w,             &w1_b,   &w3_w,   &w2_w,   &w2_b};
+          &ffn_norm_b,       &w1_w,             &w1_b,   &w3_w,   &w2_w,   &w2_b,
+          &wqkv_s,           &wo_s,             &w1_s,   &w3_s,   &w2_s};
 }
 
 std::vector<Tensor*> ModelWeights::All() {
-  std::vector<Tensor*> all = {&tok_embeddings, &norm_w, &norm_b, &output};
+  std::vector<Tensor*> all = {&tok_embeddings, &norm_w, &norm_b, &output, &output_s};
   for (LayerWeights& l : layers) {
     for (Tensor* t : l.All()) all.push_back(t);
   }
@@ -85,7 +117,14 @@ size_t ModelWeights::NumBytes() {
 }
 
 void ModelWeights::ConvertTo(DType dtype) {
-  for (Tensor* t : All()) t->ConvertTo(dtype);
+  for (Tensor* t : {&tok_embeddings, &norm_w, &norm_b, &output}) {
+    if (!IsScaleOrInt8(*t, nullptr, this)) t->ConvertTo(dtype);
+  }
+  for (LayerWeights& l : layers) {
+    for (Tensor* t : l.All()) {
+      if (!IsScaleOrInt8(*t, &l, nullptr)) t->ConvertTo(dtype);
+    }
+  }
 }
 
 namespace {
@@ -107,16 +146,28 @@ absl::StatusOr<std::vector<Expected>> BuildExpected(const ModelConfig& c, ModelW
   w.layers.resize(c.n_layer);
   split.resize(c.n_layer);
   std::vector<Expected> expected;
+  const int G = c.int8_group_size;
+  // A row-major matrix [out, in]: I8 with its BF16 scales in an int8 checkpoint.
+  auto matrix = [&](std::string name, int64_t out, int64_t in, Tensor* dst, Tensor* scales) {
+    if (G == 0) {
+      expected.push_back({std::move(name), {out, in}, dst});
+      return;
+    }
+    expected.push_back({name, {out, in}, dst, DType::kI8});
+    expected.push_back({name + "_scale", {out, Int8Groups(in, G)}, scales, DType::kBF16});
+  };
   expected.push_back({"tok_embeddings.weight", {V, E}, &w.tok_embeddings});
   expected.push_back({"norm.weight", {E}, &w.norm_w});
   if (pythia) expected.push_back({"norm.bias", {E}, &w.norm_b});
-  expected.push_back({"output.weight", {V, E}, &w.output});
+  matrix("output.weight", V, E, &w.output, &w.output_s);
   for (int l = 0; l < c.n_layer; ++l) {
     LayerWeights& L = w.layers[l];
     const std::string p = absl::StrCat("layers.", l, ".");
     auto add = [&](std::string suffix, std::vector<int64_t> shape, Tensor* dst) {
       expected.push_back({p + suffix, std::move(shape), dst});
     };
+    auto add_matrix = [&](std::string suffix, int64_t out, int64_t in, Tensor* dst,
+                          Tensor* scales) { matrix(p + suffix, out, in, dst, scales); };
     add("attention_norm.weight", {E}, &L.attention_norm_w);
     add("ffn_norm.weight", {E}, &L.ffn_norm_w);
     if (pythia) {
@@ -124,18 +175,23 @@ absl::StatusOr<std::vector<Expected>> BuildExpected(const ModelConfig& c, ModelW
       add("ffn_norm.bias", {E}, &L.ffn_norm_b);
     }
     if (!split_layers[l]) {
-      add("attention.wqkv.weight", {3 * E, E}, &L.wqkv_w);
+      add_matrix("attention.wqkv.weight", 3 * E, E, &L.wqkv_w, &L.wqkv_s);
       if (bias) add("attention.wqkv.bias", {3 * E}, &L.wqkv_b);
     } else {
       if (bias) {
         return absl::InvalidArgumentError(absl::StrCat(
             p, "attention.wq/wk/wv: split projections with biases are not supported"));
       }
+      if (G > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            p, "attention.wq/wk/wv: an int8 checkpoint stores the fused ", p,
+            "attention.wqkv.weight"));
+      }
       add("attention.wq.weight", {E, E}, &split[l].q);
       add("attention.wk.weight", {E, E}, &split[l].k);
       add("attention.wv.weight", {E, E}, &split[l].v);
     }
-    add("attention.wo.weight", {E, E}, &L.wo_w);
+    add_matrix("attention.wo.weight", E, E, &L.wo_w, &L.wo_s);
     if (bias) add("attention.wo.bias", {E}, &L.wo_b);
     if (c.use_qk_norm) {
       add("attention.q_norm.scale", {hd}, &L.q_norm);
@@ -144,15 +200,15 @@ absl::StatusOr<std::vector<Expected>> BuildExpected(const ModelConfig& c, ModelW
     add("attention.dyn_w_proj.dw1", {E, 1, C, K}, &L.dw1);
     add("attention.dyn_w_proj.qkw", {1, C, K, 2 * I, N}, &L.qkw);
     add("attention.dyn_w_proj.dd", {E, 1, C * N}, &L.dd);
-    add("feed_forward.w1.weight", {F, E}, &L.w1_w);
-    add("feed_forward.w2.weight", {E, F}, &L.w2_w);
+    add_matrix("feed_forward.w1.weight", F, E, &L.w1_w, &L.w1_s);
+    add_matrix("feed_forward.w2.weight", E, F, &L.w2_w, &L.w2_s);
     if (pythia) {
       if (bias) {
         add("feed_forward.w1.bias", {F}, &L.w1_b);
         add("feed_forward.w2.bias", {E}, &L.w2_b);
       }
     } else {
-      add("feed_forward.w3.weight", {F, E}, &L.w3_w);
+      add_matrix("feed_forward.w3.weight", F, E, &L.w3_w, &L.w3_s);
     }
   }
   return expected;
@@ -167,6 +223,15 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config) {
   std::vector<TensorSpec> specs;
   for (const Expected& e : *expected) specs.push_back({e.name, e.shape});
   return specs;
+}
+
+std::vector<std::pair<std::string, Tensor*>> NamedTensors(const ModelConfig& config,
+                                                         ModelWeights& w) {
+  std::vector<SplitQkv> split;
+  auto expected = BuildExpected(config, w, std::vector<bool>(config.n_layer, false), split);
+  std::vector<std::pair<std::string, Tensor*>> named;
+  for (const Expected& e : *expected) named.emplace_back(e.name, e.dst);
+  return named;
 }
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointReader& reader,
@@ -213,6 +278,19 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
           "tensor '", t.name, "' has shape ", ShapeToString(t.shape), ", expected ",
           ShapeToString(it->second->shape), " for this config"));
     }
+    const std::optional<DType> want = it->second->dtype;
+    if (want.has_value() && t.dtype != *want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", t.name, "' is ", DTypeName(t.dtype), ", expected ", DTypeName(*want),
+          " in an int8 checkpoint (quantization_config group_size ", c.int8_group_size,
+          ", docs/QUANTIZATION.md)"));
+    }
+    if (!want.has_value() && t.dtype == DType::kI8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", t.name, "' is I8, which ",
+          c.int8_group_size > 0 ? "only the quantized matrices may be"
+                                : "needs config.json's quantization_config (docs/QUANTIZATION.md)"));
+    }
   }
   for (const Expected& e : expected) {
     if (!present.contains(e.name)) {
@@ -225,9 +303,10 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
   for (const TensorInfo& t : reader.tensors()) stored[t.name] = t.dtype;
   try {  // allocation failure (a model larger than host memory) becomes a Status
     for (const Expected& e : expected) {
-      const DType dtype = options.dtype.value_or(stored.at(e.name));
+      const DType dtype = e.dtype.has_value() ? *e.dtype : options.dtype.value_or(stored.at(e.name));
       *e.dst = Tensor(dtype, e.shape);
       RETURN_IF_ERROR(reader.Read(e.name, dtype, e.dst->data(), e.dst->numel()));
+      if (e.dtype == DType::kBF16) RETURN_IF_ERROR(CheckInt8Scales(e.name, *e.dst));
       // The scan reads what was loaded; only when it finds something are the stored values
       // read again, to tell a corrupt checkpoint from a conversion out of range (F32 -> F16).
       if (options.check_finite &&

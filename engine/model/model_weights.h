@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,10 @@ struct LayerWeights {
   Tensor w1_w, w1_b;                          // [F, E], [F]
   Tensor w3_w;                                // [F, E] (dcformer only)
   Tensor w2_w, w2_b;                          // [E, F], [E]
+  // int8 checkpoints (ModelConfig::int8_group_size G > 0) only: wqkv_w, wo_w, w1_w, w3_w
+  // and w2_w are then I8 and these their scales [out, ceil(in / G)] BF16 (file name: the
+  // matrix's name + "_scale"); empty otherwise.
+  Tensor wqkv_s, wo_s, w1_s, w3_s, w2_s;
 
   // Every tensor of the layer (absent ones included, as empty tensors).
   std::vector<Tensor*> All();
@@ -44,18 +49,21 @@ struct ModelWeights {
   Tensor tok_embeddings;  // [V, E]
   std::vector<LayerWeights> layers;
   Tensor norm_w, norm_b;  // [E]
-  Tensor output;          // [V, E]
+  Tensor output;          // [V, E] (I8 in an int8 checkpoint)
+  Tensor output_s;        // [V, ceil(E / G)] BF16: its scales in an int8 checkpoint
 
   // Every tensor of the model (absent ones included, as empty tensors).
   std::vector<Tensor*> All();
   int64_t NumParameters();
   size_t NumBytes();
-  // Converts every tensor to `dtype` in place, one at a time.
+  // Converts every float tensor to `dtype` in place, one at a time (int8 matrices and their
+  // scales are left as they are).
   void ConvertTo(DType dtype);
 };
 
 struct WeightLoadOptions {
   // Convert every tensor to this dtype while reading; nullopt keeps the checkpoint's dtype.
+  // The int8 matrices of an int8 checkpoint and their BF16 scales are always read as stored.
   std::optional<DType> dtype = DType::kF32;
   // Scan every tensor for NaN and infinity after reading it (one pass over the weights):
   // InvalidArgument naming the first tensor that holds any, as corrupt when the stored values
@@ -72,6 +80,11 @@ struct TensorSpec {
 
 // Every tensor a checkpoint for `config` must hold (fused wqkv form), with its file shape.
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
+
+// The tensors of `w` (as LoadModelWeights returned it for `config`) with their checkpoint
+// names, in ExpectedTensors order (fused wqkv form; int8 scales after their matrices).
+std::vector<std::pair<std::string, Tensor*>> NamedTensors(const ModelConfig& config,
+                                                         ModelWeights& w);
 
 // Validates the checkpoint's names, shapes and dtypes against `config` (derived/dead keys
 // listed in DCFORMER.md are ignored; any other missing, extra or misshapen tensor is an

@@ -711,7 +711,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   auto impl = std::make_shared<EngineImpl>(std::move(backend), tokenizer, resolved, observer,
                                            shape, limits);
   DCF_LOG(Info) << "backend " << info.name << " on " << info.device << ", "
-                << DTypeName(info.dtype) << "; KV cache "
+                << WeightsName(info) << " weights; KV cache "
                 << (impl->Stats().kv_cache_bytes >> 20) << " MiB of " << (available >> 20)
                 << " MiB available: " << shape.num_blocks[0] << " global + "
                 << shape.num_blocks[1] << " window blocks of " << shape.block_size

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
               c.n_head, c.intermediate_size, c.vocab_size);
   const dcf::BackendInfo info = model->backend->info();
   std::printf("backend: %s on %s, %s\n", info.name.c_str(), info.device.c_str(),
-              dcf::ComputeDTypeName(info.dtype));
+              dcf::WeightsName(info).c_str());
   std::printf("load: %.2f s, peak RSS after load: %.1f MiB\n", load_s, rss_after_load);
   std::printf("prefill: %d tokens, %.1f tokens/s (median of %zu)\n", prompt_len,
               prefill_tps[prefill_tps.size() / 2], prefill_tps.size());
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     const double roof = all.gb_per_s * 1e9 / bytes;
     std::printf("weights read per decode step: %.3f GB (%s) -> roofline %.1f tokens/s; "
                 "decode at %.0f%% of it\n",
-                bytes / 1e9, dcf::ComputeDTypeName(info.dtype), roof, 100.0 * decode / roof);
+                bytes / 1e9, dcf::WeightsName(info).c_str(), roof, 100.0 * decode / roof);
   }
   return 0;
 }

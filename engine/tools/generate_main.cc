@@ -228,6 +228,7 @@ int main(int argc, char** argv) {
     const dcf::BackendInfo info = model->backend->info();
     j["backend"] = info.name;
     j["dtype"] = dcf::ComputeDTypeName(info.dtype);
+    j["weights"] = dcf::WeightsName(info);
     if (text.has_value()) j["text"] = *text;
     std::cout << j.dump() << "\n";
   } else {

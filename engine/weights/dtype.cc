@@ -43,6 +43,7 @@ int DTypeSize(DType dtype) {
     case DType::kF32: return 4;
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
+    case DType::kI8: return 1;
   }
   return 0;
 }
@@ -52,6 +53,7 @@ absl::string_view DTypeName(DType dtype) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kI8: return "I8";
   }
   return "?";
 }
@@ -60,8 +62,9 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
+  if (name == "I8") return DType::kI8;
   return absl::InvalidArgumentError(
-      absl::StrCat("unsupported tensor dtype '", name, "' (supported: F32, F16, BF16)"));
+      absl::StrCat("unsupported tensor dtype '", name, "' (supported: F32, F16, BF16, I8)"));
 }
 
 void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst) {
@@ -91,6 +94,11 @@ void ConvertToF32(DType dtype, const void* src, int64_t count, float* dst) {
         std::memcpy(&b, s + 2 * i, 2);
         dst[i] = BF16ToFloat(b);
       }
+      return;
+    }
+    case DType::kI8: {  // the integer values (exact); scales are applied elsewhere
+      const auto* s = static_cast<const int8_t*>(src);
+      for (int64_t i = 0; i < count; ++i) dst[i] = s[i];
       return;
     }
   }
@@ -136,7 +144,13 @@ void ConvertDType(DType from, const void* src, int64_t count, DType to, void* ds
     const int64_t n = std::min(kChunk, count - i);
     ConvertToF32(from, s + i * DTypeSize(from), n, buf);  // a copy for F32 (any alignment)
     const float* f = buf;
-    if (to == DType::kBF16) {
+    if (to == DType::kI8) {  // round and saturate (no loader asks for it: dtype.h)
+      auto* d8 = static_cast<int8_t*>(dst);
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = std::isnan(f[j]) ? 0.0f : std::nearbyint(f[j]);
+        d8[i + j] = static_cast<int8_t>(std::clamp(v, -128.0f, 127.0f));
+      }
+    } else if (to == DType::kBF16) {
       for (int64_t j = 0; j < n; ++j) d[i + j] = FloatToBF16(f[j]);
     } else {
       for (int64_t j = 0; j < n; ++j) d[i + j] = FloatToHalf(f[j]);
@@ -169,6 +183,8 @@ int64_t CountNonFinite(DType dtype, const void* data, int64_t count, int64_t* fi
       scan([p](int64_t i) { return uint32_t{p[i]}; }, 0x7f80u);
       break;
     }
+    case DType::kI8:  // integers are always finite
+      break;
   }
   if (first != nullptr) *first = at;
   return n;

@@ -9,11 +9,14 @@
 
 namespace dcf {
 
-enum class DType { kF32, kF16, kBF16 };
+// kI8: signed 8-bit integers, only the int8 weight matrices of a checkpoint written by
+// dcformer-quantize (docs/QUANTIZATION.md); they mean nothing without their scale tensors,
+// so loaders never convert them to or from the float dtypes.
+enum class DType { kF32, kF16, kBF16, kI8 };
 
 // Size of one element in bytes.
 int DTypeSize(DType dtype);
-// "F32", "F16", "BF16" (the safetensors spelling).
+// "F32", "F16", "BF16", "I8" (the safetensors spelling).
 absl::string_view DTypeName(DType dtype);
 // Parses the safetensors spelling; any other dtype (I64, F64, ...) is InvalidArgument.
 absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name);

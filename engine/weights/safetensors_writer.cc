@@ -53,6 +53,33 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorSh
   return absl::OkStatus();
 }
 
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const StoredTensor> tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const StoredTensor& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(NumElements(t.shape)) * DTypeSize(t.dtype);
+    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data region
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  const uint64_t len = h.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const StoredTensor& t : tensors) {
+    out.write(static_cast<const char*>(t.data),
+              static_cast<std::streamsize>(NumElements(t.shape) * DTypeSize(t.dtype)));
+  }
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+  return absl::OkStatus();
+}
+
 absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorToWrite> tensors,
                               DType dtype) {
   std::vector<TensorShape> shapes;

@@ -1,5 +1,5 @@
 // Writes fp32 host arrays as a .safetensors file, converting to F32, F16 or BF16
-// (round-to-nearest-even). Used by dcformer-make-model and by tests that build their own
+// (round-to-nearest-even), or tensors already in their stored dtypes. Used by dcformer-make-model and by tests that build their own
 // checkpoints.
 #pragma once
 
@@ -32,5 +32,15 @@ struct TensorShape {
 absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorShape> tensors,
                               DType dtype,
                               const std::function<void(size_t, absl::Span<float>)>& fill);
+
+// Tensors already in their stored dtype (any DType, mixed), written as given: what
+// dcformer-quantize writes (I8 matrices beside BF16 scales and the float tensors).
+struct StoredTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // NumElements(shape) elements of dtype, little-endian
+};
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const StoredTensor> tensors);
 
 }  // namespace dcf

@@ -42,7 +42,9 @@ const char kModel[] = "dcformer-f32-long-prompt";
 
 // The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
 // factory sits above the engine). `corrupt`: every 7th entry of layer 1's wo is NaN.
-std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool corrupt = false) {
+// `int8_group` > 0 (cpu only): int8 weight-only matrices in groups of that many columns.
+std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool corrupt = false,
+                                     int int8_group = 0) {
   const std::string dir = testing::GoldenDir(kModel);
   auto config = ModelConfig::FromFile(dir + "/config.json");
   DCF_CHECK(config.ok()) << config.status();
@@ -57,7 +59,7 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool 
   DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
   absl::StatusOr<std::unique_ptr<Backend>> backend;
   if (kind == BackendKind::kCpu) {
-    auto cpu = CpuBackend::Create(*config, *std::move(weights));
+    auto cpu = CpuBackend::Create(*config, *std::move(weights), /*compose=*/true, int8_group);
     backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
   } else {
     BackendOptions o;
@@ -84,15 +86,15 @@ std::vector<int32_t> RandomPrompt(int len, uint64_t seed) {
 // Greedy reference, cached: one sequence alone on a backend of `kind`, prompt fed in chunks
 // of 16.
 std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_new,
-                               BackendKind kind = BackendKind::kCpu) {
-  static auto* backends = new std::map<BackendKind, std::unique_ptr<Backend>>();
-  static auto* cache = new std::map<std::tuple<std::vector<int32_t>, int, BackendKind>,
+                               BackendKind kind = BackendKind::kCpu, int int8_group = 0) {
+  static auto* backends = new std::map<std::pair<BackendKind, int>, std::unique_ptr<Backend>>();
+  static auto* cache = new std::map<std::tuple<std::vector<int32_t>, int, BackendKind, int>,
                                     std::vector<int32_t>>();
-  auto key = std::make_tuple(prompt, max_new, kind);
+  auto key = std::make_tuple(prompt, max_new, kind, int8_group);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  std::unique_ptr<Backend>& backend = (*backends)[kind];
-  if (backend == nullptr) backend = LoadBackend(kind);
+  std::unique_ptr<Backend>& backend = (*backends)[{kind, int8_group}];
+  if (backend == nullptr) backend = LoadBackend(kind, false, int8_group);
   auto runner = SequenceRunner::Create(backend.get());
   DCF_CHECK(runner.ok()) << runner.status();
   auto r = (*runner)->Greedy(prompt, max_new, 16);
@@ -114,8 +116,8 @@ using testing::Collected;
 using testing::RunToEnd;
 
 std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr,
-                                   BackendKind kind = BackendKind::kCpu) {
-  auto e = Engine::Create(LoadBackend(kind), tok, options);
+                                   BackendKind kind = BackendKind::kCpu, int int8_group = 0) {
+  auto e = Engine::Create(LoadBackend(kind, false, int8_group), tok, options);
   DCF_CHECK(e.ok()) << e.status();
   return std::move(*e);
 }
@@ -130,8 +132,8 @@ const std::vector<Case> kGrowingCases = {{5, 150}, {6, 140}, {7, 130}, {40, 60},
 // Runs kCases with staggered arrivals: the first three, then (after the first token of the
 // first one) the rest. Compares every output with its solo reference.
 void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>& kCases,
-                           BackendKind kind, int64_t* preemptions) {
-  auto engine = MakeEngine(options, nullptr, kind);
+                           BackendKind kind, int64_t* preemptions, int int8_group = 0) {
+  auto engine = MakeEngine(options, nullptr, kind, int8_group);
   std::vector<RequestHandle> handles;
   std::vector<Collected> got(kCases.size());
   std::vector<std::vector<int32_t>> prompts;
@@ -146,7 +148,8 @@ void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>
     got[i].Drain(handles[i].stream());
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     EXPECT_EQ(got[i].final_chunk.finish_reason, FinishReason::kLength);
-    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new, kind)) << "request " << i;
+    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new, kind, int8_group))
+        << "request " << i;
     EXPECT_EQ(got[i].final_chunk.usage.generated_tokens, kCases[i].max_new);
     EXPECT_EQ(got[i].final_chunk.usage.prompt_tokens, kCases[i].len);
   }
@@ -184,6 +187,23 @@ TEST_P(BatchingInvarianceTest, TinyPoolForcesPreemptionAndStillMatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values(1, 7, 64));
+
+// int8 weight-only matrices (--weight-dtype int8) keep batch invariance: continuous batching,
+// chunked prefill and preemption give every request its solo run's tokens on the same
+// quantized weights.
+TEST(EngineTest, Int8WeightsBatchingWithPreemptionMatchesSoloRuns) {
+  for (const int group : {32, 128}) {
+    EngineOptions o;
+    o.max_prefill_chunk_tokens = 7;
+    o.max_num_batched_tokens = 8;
+    o.max_num_seqs = 8;
+    o.watermark = 0;
+    o.kv_num_blocks = {12, 6};
+    int64_t preemptions = -1;
+    RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions, group);
+    EXPECT_GT(preemptions, 0) << "group " << group;
+  }
+}
 
 // The same on cuda-sim, shorter (its kernels are emulated): continuous batching with
 // staggered arrivals, chunked prefill and preemption, every output equal to its solo run.

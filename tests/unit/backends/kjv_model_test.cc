@@ -25,6 +25,8 @@ constexpr double kLogitTolerance = 1e-4;  // as for the golden checkpoints
 // same shape must be worse.
 constexpr double kMaxHeldoutPerplexity = 70;
 constexpr double kMinRandomFactor = 50;
+// The most int8 weight-only may raise the held-out perplexity (the goal: +1%).
+constexpr double kMaxInt8PerplexityRatio = 1.01;
 
 const std::string kModelDir = std::string(DCF_SOURCE_DIR) + "/models/dcformer-kjv";
 const std::string kGenerate = std::string(DCF_BIN_DIR) + "/dcformer-generate";
@@ -123,8 +125,10 @@ TEST_F(KjvModelTest, GreedyContinuationIsAsCommitted) {
   RecordProperty("continuation", *text);
 }
 
-double ScorePerplexity(const std::string& model_dir, const std::string& text_file) {
-  const auto r = testing::RunCommand(kGenerate + " --model " + model_dir + " --score " + text_file);
+double ScorePerplexity(const std::string& model_dir, const std::string& text_file,
+                       const std::string& flags = "") {
+  const auto r = testing::RunCommand(kGenerate + " --model " + model_dir + " --score " + text_file +
+                                     flags);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return NAN;
   const auto j = nlohmann::json::parse(r.out);
@@ -159,6 +163,19 @@ TEST_F(KjvModelTest, HeldoutPerplexityIsLowAndFarBelowRandomWeights) {
   EXPECT_GT(random, kMinRandomFactor * trained);
   RecordProperty("heldout_perplexity", std::to_string(trained));
   RecordProperty("random_model_perplexity", std::to_string(random));
+}
+
+// int8 weight-only (--weight-dtype int8, default group size) costs at most 1% held-out
+// perplexity against the committed bf16 weights (docs/QUANTIZATION.md).
+TEST_F(KjvModelTest, HeldoutPerplexityWithInt8WeightsIsWithinOnePercentOfBf16) {
+  const std::string heldout = std::string(DCF_TEST_DATA_DIR) + "/kjv/heldout.txt";
+  const double bf16 = ScorePerplexity(kModelDir, heldout, " --backend cpu");
+  const double int8 = ScorePerplexity(kModelDir, heldout, " --backend cpu --weight-dtype int8");
+  EXPECT_LE(int8, kMaxInt8PerplexityRatio * bf16) << "bf16 " << bf16 << ", int8 " << int8;
+  // Quantization changes the logits: equal numbers would mean the flag did nothing.
+  EXPECT_NE(int8, bf16);
+  RecordProperty("heldout_perplexity_bf16", std::to_string(bf16));
+  RecordProperty("heldout_perplexity_int8", std::to_string(int8));
 }
 
 }  // namespace

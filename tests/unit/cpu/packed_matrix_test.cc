@@ -1,10 +1,12 @@
 // The CPU matmul kernels (packed_matrix.h) against a plain double-precision reference, for
 // every kernel this CPU can run (portable, avx2, avx512), every weight dtype, shapes that hit
 // every row-block size and a partial last panel, strided x and y, with and without bias.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/cpu/cpu_isa.h"
@@ -198,6 +200,153 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Isa::kAvx512, DType::kF32}, Case{Isa::kAvx512, DType::kF16},
                       Case{Isa::kAvx512, DType::kBF16}),
     CaseName);
+
+// int8 weight-only matrices (QuantizeInt8): the quantization rule, and every kernel against
+// the fp32 matrix of the same dequantized values (bit for bit: the kernels widen q * scale
+// exactly and multiply as for fp32) and against a double reference.
+class Int8MatrixTest : public ::testing::TestWithParam<std::tuple<Isa, int>> {
+ protected:
+  void SetUp() override {
+    if (SupportedIsa(std::get<0>(GetParam())) != std::get<0>(GetParam())) {
+      GTEST_SKIP() << "this CPU cannot run the " << IsaName(std::get<0>(GetParam())) << " kernel";
+    }
+  }
+};
+
+// Weights [out, in] f32 whose rows span magnitudes from 1e-4 to 10 (so scales differ), with
+// an all-zero row.
+std::vector<float> SpreadWeights(int64_t out, int64_t in, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> w(out * in);
+  for (int64_t o = 0; o < out; ++o) {
+    const float mag = o == 3 ? 0.0f : std::pow(10.0f, static_cast<float>(o % 6) - 4.0f);
+    for (int64_t k = 0; k < in; ++k) w[o * in + k] = mag * u(rng);
+  }
+  return w;
+}
+
+PackedMatrix Dequantized(const PackedMatrix& q) {
+  std::vector<float> w(q.out() * q.in());
+  for (int64_t o = 0; o < q.out(); ++o) {
+    for (int64_t k = 0; k < q.in(); ++k) w[o * q.in() + k] = q.At(o, k);
+  }
+  return PackedMatrix::FromRows(w.data(), DType::kF32, q.out(), q.in(), DType::kF32);
+}
+
+TEST_P(Int8MatrixTest, QuantizesSymmetricallyPerGroup) {
+  const int group = std::get<1>(GetParam());
+  std::mt19937 rng(11);
+  const int64_t out = 37, in = 2 * group + 5;  // a partial last group
+  const std::vector<float> w = SpreadWeights(out, in, rng);
+  const PackedMatrix m =
+      PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+  ASSERT_EQ(m.int8_group(), group);
+  ASSERT_EQ(m.num_groups(), 3);
+  EXPECT_EQ(m.nbytes(), static_cast<size_t>(2 * 32 * (in + 2 * 3)));
+  // The same matrix given column by column quantizes to the same bits.
+  std::vector<float> cols(in * out);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t k = 0; k < in; ++k) cols[k * out + o] = w[o * in + k];
+  }
+  const PackedMatrix c =
+      PackedMatrix::QuantizeInt8({{cols.data(), DType::kF32, out, true, out}}, in, group);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t g = 0; g * group < in; ++g) {
+      float absmax = 0;
+      for (int64_t k = g * group; k < std::min<int64_t>(in, (g + 1) * group); ++k) {
+        absmax = std::max(absmax, std::abs(w[o * in + k]));
+      }
+      const uint16_t bits = FloatToBF16(absmax / 127.0f);
+      const float scale = BF16ToFloat(bits);
+      for (int64_t k = g * group; k < std::min<int64_t>(in, (g + 1) * group); ++k) {
+        ASSERT_EQ(m.ScaleBitsAt(o, k), bits) << o << "," << k;
+        const int want =
+            scale == 0 ? 0 : std::clamp(static_cast<int>(std::nearbyint(w[o * in + k] / scale)), -127, 127);
+        ASSERT_EQ(m.QuantAt(o, k), want) << o << "," << k;
+        ASSERT_EQ(c.QuantAt(o, k), want) << o << "," << k;
+        ASSERT_EQ(c.ScaleBitsAt(o, k), bits) << o << "," << k;
+        // Within half a step, plus the scale's bf16 rounding at the group's largest value.
+        ASSERT_LE(std::abs(m.At(o, k) - w[o * in + k]), 0.5f * scale + absmax * 0x1p-8f)
+            << o << "," << k;
+      }
+    }
+  }
+}
+
+TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrixBitForBit) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const int64_t out : {1, 31, 33, 70}) {
+    for (const int64_t in : {int64_t{1}, int64_t{group} - 1, int64_t{3} * group + 7, int64_t{300}}) {
+      const std::vector<float> w = SpreadWeights(out, in, rng);
+      const PackedMatrix m =
+          PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+      const PackedMatrix f = Dequantized(m);
+      std::vector<float> bias(out);
+      for (float& b : bias) b = u(rng);
+      for (const int64_t rows : {1, 2, 5, 12, 13, 25, 61}) {
+        const int64_t ldx = in + 3, ldy = out + 5;
+        std::vector<float> x(rows * ldx);
+        for (float& v : x) v = u(rng);
+        std::vector<float> y(rows * ldy, -7.0f), yf(rows * ldy, -7.0f);
+        MatMul(x.data(), ldx, rows, m, bias.data(), y.data(), ldy, isa);
+        MatMul(x.data(), ldx, rows, f, bias.data(), yf.data(), ldy, isa);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t o = 0; o < ldy; ++o) {
+            ASSERT_EQ(y[r * ldy + o], yf[r * ldy + o])
+                << "out " << out << " in " << in << " rows " << rows << " at " << r << "," << o;
+          }
+          for (int64_t o = 0; o < out; ++o) {
+            double ref = bias[o], mag = std::abs(ref);
+            for (int64_t k = 0; k < in; ++k) {
+              const double p = static_cast<double>(x[r * ldx + k]) * m.At(o, k);
+              ref += p;
+              mag += std::abs(p);
+            }
+            ASSERT_NEAR(y[r * ldy + o], ref, 1e-6 * mag + 1e-7) << r << "," << o;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Int8MatrixTest, RowsGiveTheSameBitsAloneAndInLargeProductsOnThreads) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t out = 300, in = 515, rows = 197;  // two row blocks, three column blocks
+  const std::vector<float> w = SpreadWeights(out, in, rng);
+  const PackedMatrix m =
+      PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+  std::vector<float> x(rows * in);
+  for (float& v : x) v = u(rng);
+  std::vector<float> y(rows * out), ref(rows * out);
+  MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa);
+  for (int64_t r = 0; r < rows; ++r) {
+    MatMul(&x[r * in], in, 1, m, nullptr, &ref[r * out], out, isa);
+  }
+  for (int64_t i = 0; i < rows * out; ++i) {
+    ASSERT_EQ(y[i], ref[i]) << "row " << i / out << " output " << i % out;
+  }
+}
+
+TEST(Int8GroupSizeTest, RefusesOtherGroupSizes) {
+  const float w[4] = {1, 2, 3, 4};
+  EXPECT_TRUE(PackedMatrix::QuantizeInt8({{w, DType::kF32, 1, false, 4}}, 4, 16).empty());
+  EXPECT_FALSE(PackedMatrix::ValidInt8GroupSize(0));
+  EXPECT_TRUE(PackedMatrix::ValidInt8GroupSize(64));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllKernels, Int8MatrixTest,
+    ::testing::Combine(::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
+                       ::testing::Values(32, 64, 128)),
+    [](const ::testing::TestParamInfo<std::tuple<Isa, int>>& info) {
+      return std::string(IsaName(std::get<0>(info.param))) + "_g" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 TEST(CpuIsaTest, ParsesNamesAndClampsToTheCpu) {
   EXPECT_EQ(ParseIsa("avx512"), Isa::kAvx512);

@@ -1,0 +1,28 @@
+#include "engine/weights/int8_quant.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/weights/dtype.h"
+
+namespace dcf {
+
+void QuantizeRowInt8(const float* v, int64_t n, int group, int8_t* q, uint16_t* scales) {
+  for (int64_t g = 0, k0 = 0; k0 < n; ++g, k0 += group) {
+    const int64_t k1 = std::min<int64_t>(n, k0 + group);
+    float absmax = 0;
+    for (int64_t k = k0; k < k1; ++k) absmax = std::max(absmax, std::abs(v[k]));
+    const uint16_t bits = FloatToBF16(absmax / 127.0f);
+    const float scale = BF16ToFloat(bits);
+    scales[g] = bits;
+    for (int64_t k = k0; k < k1; ++k) {
+      // nearbyint rounds half to even in the default rounding mode; a scale rounded down
+      // may put the group's largest value just past 127, hence the clamp.
+      // NaN (a NaN weight, or inf / inf) becomes 0: a float-to-int cast of NaN is undefined.
+      const float r = scale > 0 ? std::nearbyint(v[k] / scale) : 0.0f;
+      q[k] = std::isnan(r) ? 0 : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    }
+  }
+}
+
+}  // namespace dcf
