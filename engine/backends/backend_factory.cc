@@ -166,7 +166,9 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;
   if (kind == BackendKind::kCpu) {
-    ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose));
+    ASSIGN_OR_RETURN(m.backend,
+                     CpuBackend::Create(m.config, std::move(weights), options.compose,
+                                        options.kv_cache_dtype.value_or(DType::kF32)));
     return m;
   }
 #if defined(DCF_HAVE_CUDA_SIM_BACKEND)

@@ -1,4 +1,4 @@
-// The --backend, --dtype and --check-weights command-line flags, shared by dcformer-server,
+// The --backend, --dtype, --kv-cache-dtype and --check-weights command-line flags, shared by dcformer-server,
 // dcformer-generate and the benchmarks (so they spell and document them alike). A separate
 // library from the factory: the inference library itself defines no flags.
 #pragma once
@@ -8,7 +8,7 @@
 
 namespace dcf {
 
-// BackendOptions from --backend, --dtype and --check-weights; InvalidArgument naming the flag
+// BackendOptions from --backend, --dtype, --kv-cache-dtype and --check-weights; InvalidArgument naming the flag
 // otherwise.
 absl::StatusOr<BackendOptions> BackendOptionsFromFlags();
 

@@ -39,6 +39,7 @@ struct BackendInfo {
   std::string name;          // "cpu", "cuda", "cuda-sim"
   std::string device;        // e.g. "NVIDIA H200", or the CPU model name
   DType dtype = DType::kF32; // the dtype weights are kept and multiplied in
+  DType kv_cache_dtype = DType::kF32;  // the dtype of the KV cache's elements
 };
 
 class Backend {
