@@ -207,8 +207,9 @@ TEST(CpuBackendTest, SixteenBitWeightsKeptEqualWidenedAtLoad) {
 }
 
 // A 16-bit KV cache (--kv-cache-dtype): half the bytes per block, so the same memory plans
-// twice the blocks; the rounding is really applied (the logits move) and small (the logits of
-// a random model stay within 2e-2 of the float32 cache's, greedy the same on this model).
+// twice the blocks; the rounding is really applied (the logits move) and small (relative to
+// the largest logit: below 5% for bfloat16, 1% for float16 on this random model; measured
+// 2.5% and 0.25%, the 8x of their 3 fewer significant bits).
 TEST(CpuBackendTest, SixteenBitKvCacheHalvesBlockBytesAndStaysClose) {
   testing::TempDir dir;
   ASSERT_TRUE(
@@ -237,12 +238,15 @@ TEST(CpuBackendTest, SixteenBitKvCacheHalvesBlockBytesAndStaysClose) {
     }
     EXPECT_EQ(2 * block_bytes, f32_block_bytes) << DTypeName(kv);
     ASSERT_EQ(logits.size(), f32_logits.size());
-    double worst = 0;
+    double worst = 0, scale = 0;
     for (size_t i = 0; i < logits.size(); ++i) {
       worst = std::max(worst, static_cast<double>(std::abs(logits[i] - f32_logits[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(f32_logits[i])));
     }
     EXPECT_GT(worst, 0.0) << DTypeName(kv) << ": the cache rows were not rounded";
-    EXPECT_LT(worst, 2e-2) << DTypeName(kv);
+    // bfloat16 keeps 8 significant bits (relative rounding 2^-9), float16 11 (2^-12).
+    EXPECT_LT(worst, (kv == DType::kBF16 ? 5e-2 : 1e-2) * scale)
+        << DTypeName(kv) << " logits up to " << scale;
   }
 }
 
