@@ -182,8 +182,9 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   if (kind == BackendKind::kCpu) {
     const int int8_group =
         options.weight_quant == WeightQuant::kInt8 ? options.weight_group_size : 0;
-    ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), options.compose,
-                                                   int8_group));
+    ASSIGN_OR_RETURN(m.backend,
+                     CpuBackend::Create(m.config, std::move(weights), options.compose, int8_group,
+                                        options.kv_cache_dtype.value_or(DType::kF32)));
     return m;
   }
 #if defined(DCF_HAVE_CUDA_SIM_BACKEND)

@@ -13,6 +13,11 @@ ABSL_FLAG(std::string, dtype, "",
           "checkpoint's dtype on cpu, which computes in float32 whatever the weights; "
           "bfloat16 on cuda and cuda-sim)");
 
+ABSL_FLAG(std::string, kv_cache_dtype, "",
+          "dtype of the KV cache's elements: float32, bfloat16 or float16 (default: float32 on "
+          "cpu; on cuda and cuda-sim the --dtype, the only one they support). A 16-bit cache "
+          "holds twice the tokens in the same memory; attention still computes in float32");
+
 ABSL_FLAG(bool, check_weights, false,
           "scan the weights for NaN and infinity while loading them (one pass over the "
           "weights); a checkpoint that holds any is refused, naming the tensor");
@@ -46,6 +51,14 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
   o.weight_group_size = absl::GetFlag(FLAGS_weight_group_size);
   if (absl::Status s = ValidateWeightGroupSize(o.weight_group_size); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--weight-group-size: ", s.message()));
+  }
+  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  if (!kv_dtype.empty()) {
+    absl::StatusOr<DType> d = ParseComputeDType(kv_dtype);
+    if (!d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", d.status().message()));
+    }
+    o.kv_cache_dtype = *d;
   }
   return o;
 }

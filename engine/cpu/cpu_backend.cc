@@ -45,7 +45,8 @@ void HeadRmsNorm(float* x, const float* scale, int hd) {
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
                                                                ModelWeights weights,
                                                                bool compose,
-                                                               int int8_group) {
+                                                               int int8_group,
+                                                               DType kv_cache_dtype) {
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
@@ -62,15 +63,16 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
     int8_group = config.int8_group_size;
   }
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(config, std::move(weights), compose, int8_group));
+      new CpuBackend(config, std::move(weights), compose, int8_group, kv_cache_dtype));
 }
 
 CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose,
-                       int int8_group)
+                       int int8_group, DType kv_cache_dtype)
     : config_(config),
       weights_(cpu::PackWeights(config, std::move(weights), int8_group)),
       layout_(config),
-      compose_(compose) {
+      compose_(compose),
+      kv_dtype_(kv_cache_dtype) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -81,6 +83,7 @@ BackendInfo CpuBackend::info() const {
   info.name = "cpu";
   info.dtype = weights_.matrix_dtype;
   info.int8_weight_group = weights_.int8_group;
+  info.kv_cache_dtype = kv_dtype_;
   // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -113,6 +116,7 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     s_.qkv.reserve(T * FusedInputWidth(config_));
     s_.dw.reserve(T * C * 2 * kI * N);
     s_.rows.reserve(T * layout_.row_floats());
+    if (kv_dtype_ != DType::kF32) s_.rows16.reserve(T * layout_.row_floats());
     s_.up.reserve(T * 2 * F);
     s_.act.reserve(T * F);
     s_.logits.reserve(rows * config_.vocab_size);
@@ -132,24 +136,37 @@ absl::Status CpuBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pro
   return absl::OkStatus();
 }
 
+double CpuBackend::MatMulFlopsPerToken() const {
+  double elements = 0;
+  for (const cpu::CpuLayerWeights& l : weights_.layers) {
+    for (const cpu::PackedMatrix* m : {&l.in_proj, &l.wo, &l.up, &l.w2}) {
+      elements += static_cast<double>(m->in()) * static_cast<double>(m->out());
+    }
+    for (const cpu::PackedMatrix& m : l.qkw) {
+      elements += static_cast<double>(m.in()) * static_cast<double>(m.out());
+    }
+  }
+  return 2 * elements;
+}
+
 size_t CpuBackend::BytesPerBlock(LayerGroup g, int block_size) const {
-  return KvBytesPerBlock(config_, g, block_size, sizeof(float));
+  return KvBytesPerBlock(config_, g, block_size, DTypeSize(kv_dtype_));
 }
 
 absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
   RETURN_IF_ERROR(ValidateCacheShape(shape, config_));
   cache_shape_ = KvCacheShape();  // unusable until the allocation succeeded
   for (int g = 0; g < kNumLayerGroups; ++g) {
-    const size_t floats = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) /
-                          sizeof(float) * static_cast<size_t>(shape.num_blocks[g]);
+    const size_t bytes = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) *
+                         static_cast<size_t>(shape.num_blocks[g]);
     cache_[g] = cpu::LargeBuffer();
     try {  // allocation failure is reported by exception; turn it into a Status
-      cache_[g] = cpu::LargeBuffer(floats * sizeof(float));
+      cache_[g] = cpu::LargeBuffer(bytes);
     } catch (const std::bad_alloc&) {
       cache_[0] = cpu::LargeBuffer();
       cache_[1] = cpu::LargeBuffer();
       return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", floats * sizeof(float), " bytes of KV cache"));
+          absl::StrCat("cannot allocate ", bytes, " bytes of KV cache"));
     }
     // Touch it now, so the memory is the process's from the start (as Prepare counted it).
     std::memset(cache_[g].data(), 0, cache_[g].size());
@@ -258,6 +275,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
   s.qkv.resize(T * FusedInputWidth(config_));
   s.dw.resize(T * C * 2 * kI * N);
   s.rows.resize(T * layout_.row_floats());
+  if (kv_dtype_ != DType::kF32) s.rows16.resize(T * layout_.row_floats());
   s.up.resize(T * 2 * F);
   s.act.resize(T * F);
   s.rope_cos.resize(T * half);
@@ -384,6 +402,15 @@ void CpuBackend::AttentionLayer(int layer) {
       std::memcpy(dst, dw + c * W2I, sizeof(float) * W2I);
       std::memcpy(dst + W2I, &gt[c * N], sizeof(float) * N);
     }
+    // A 16-bit cache: the row is rounded here, once, and every query of the step reads this
+    // rounded row, as it would read it back from the cache.
+    if (kv_dtype_ == DType::kBF16) {
+      uint16_t* r16 = &s.rows16[t * row];
+      for (int i = 0; i < row; ++i) r16[i] = FloatToBF16(r[i]);
+    } else if (kv_dtype_ == DType::kF16) {
+      uint16_t* r16 = &s.rows16[t * row];
+      for (int i = 0; i < row; ++i) r16[i] = FloatToHalf(r[i]);
+    }
   }
   timer.Next(P::kPerToken);
 
@@ -404,15 +431,15 @@ void CpuBackend::AttentionLayer(int layer) {
   in.positions = s.pos.data();
   in.seq_of = s.seq_of.data();
   in.num_tokens = T;
-  in.rows = s.rows.data();
+  in.rows = kv_dtype_ == DType::kF32 ? static_cast<const void*>(s.rows.data())
+                                      : static_cast<const void*>(s.rows16.data());
   in.q = s.qkv.data();
   in.q_stride = ld;
   in.dw = s.dw.data();
   in.g = s.qkv.data() + g_off;
   in.g_stride = ld;
-  in.cache = {static_cast<float*>(cache_[gi].data()), layers_in_group_[gi],
-              config_.IndexInGroup(layer),
-              cache_shape_.block_size};
+  in.cache = {cache_[gi].data(), layers_in_group_[gi], config_.IndexInGroup(layer),
+              cache_shape_.block_size, kv_dtype_};
   cpu::PagedAttentionTimes times;
   cpu::PagedAttention(in, s.o.data(), &times);
   profile_.seconds[P::kCacheWrite] += times.cache_write;

@@ -33,11 +33,12 @@ class CpuBackend final : public Backend {
   // `int8_group` > 0 quantizes the matrices to int8 in groups of that many columns
   // (cpu::PackWeights; 32, 64 or 128, else InvalidArgument). An int8 checkpoint
   // (config.int8_group_size > 0) always gives int8 matrices; a different `int8_group` is
-  // InvalidArgument.
-  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
-                                                            ModelWeights weights,
-                                                            bool compose = true,
-                                                            int int8_group = 0);
+  // InvalidArgument. `kv_cache_dtype` is the dtype of the cache's elements (F32, BF16 or
+  // F16): with a 16-bit one every fresh row is rounded (to nearest even) once, before the step
+  // uses it, cached or not, so results never depend on chunking, batching or a prefix hit.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
+      const ModelConfig& config, ModelWeights weights, bool compose = true, int int8_group = 0,
+      DType kv_cache_dtype = DType::kF32);
 
   const ModelConfig& config() const override { return config_; }
   BackendInfo info() const override;
@@ -58,9 +59,14 @@ class CpuBackend final : public Backend {
   // Bytes of weights one decode step reads (every matrix once, one embedding row): the
   // numerator of the memory roofline.
   size_t WeightBytesPerStep() const { return weights_.BytesReadPerToken(); }
+  // Flops of the layer matrix products per token (2 x the elements of every layer matrix; the
+  // output projection, which a prefill runs for one row, and attention are not counted): the
+  // numerator of a prefill's GFLOP/s (benchmarks).
+  double MatMulFlopsPerToken() const;
 
  private:
-  CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose, int int8_group);
+  CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose, int int8_group,
+             DType kv_cache_dtype);
 
   // The new tokens of one sequence of the batch and its block tables.
   struct SeqView {
@@ -83,9 +89,11 @@ class CpuBackend final : public Backend {
   cpu::CpuWeights weights_;
   KvRowLayout layout_;
   const bool compose_;
+  const DType kv_dtype_;
   StepLimits limits_;
   KvCacheShape cache_shape_;
-  std::array<cpu::LargeBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] f32
+  // [blocks, layers_in_group, B, row] of kv_dtype_
+  std::array<cpu::LargeBuffer, kNumLayerGroups> cache_;
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
   std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread
@@ -103,6 +111,8 @@ class CpuBackend final : public Backend {
     std::vector<float> qkv;                    // [T, FusedInputWidth] a in_proj^T
     std::vector<float> dw;                     // [T, C, 2I, N]
     std::vector<float> rows;                   // [T, row]  fresh K | V | key terms
+    std::vector<uint16_t> rows16;              // [T, row]  the same rounded to a 16-bit
+                                               //   kv_dtype_ (empty for F32)
     std::vector<float> o;                      // [T, E]
     std::vector<float> up;                     // [T, 2F] (dcformer) or [T, F]
     std::vector<float> act;                    // [T, F]

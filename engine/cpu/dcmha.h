@@ -9,6 +9,7 @@
 #include "absl/types/span.h"
 #include "engine/cpu/cpu_isa.h"
 #include "engine/kv/kv_layout.h"
+#include "engine/weights/dtype.h"
 
 namespace dcf::cpu {
 
@@ -20,12 +21,14 @@ void Compose(int n_head, const float* qw, const float* qg, const float* kw, cons
              const float* s, float* out);
 
 // A run of consecutive cached positions [pos0, pos0 + count) whose rows (KvRowLayout) are
-// `stride` floats apart starting at `rows`.
+// `stride` elements apart starting at `rows`, each element of `dtype` (the KV cache dtype:
+// F32, or BF16 / F16 bits, widened exactly to f32 as they are read).
 struct KeySegment {
   int64_t pos0 = 0;
   int64_t count = 0;
-  const float* rows = nullptr;
+  const void* rows = nullptr;
   int64_t stride = 0;
+  DType dtype = DType::kF32;
 };
 
 // Query-side inputs of one token.
@@ -43,7 +46,9 @@ struct QueryInputs {
 int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys);
 
 // Attends query `qi` to the visible keys [lo, hi] (inclusive) found in `segments` (which
-// must cover that range) and writes o [N, hd]. `scratch` holds
+// must cover that range, all of one dtype) and writes o [N, hd]. A 16-bit row is widened
+// exactly, so attending over 16-bit rows is bit-identical to attending over f32 rows that
+// hold the same (rounded) values. `scratch` holds
 // AttendScratchFloats(layout, hi - lo + 1) floats. `isa` picks the implementation (the
 // portable one is the reference; results agree to float rounding).
 void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,

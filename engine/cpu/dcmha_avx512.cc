@@ -1,7 +1,9 @@
 // AVX-512 version of cpu::AttendOne (dcmha.h): the same two passes over the keys, with the
 // heads of a key in vector lanes (16 per vector, the last chunk masked), per-head dot products
 // folded 16 at a time by a transpose-and-add tree, and a vector exp. Every function carries
-// the target attribute; dcmha.cc calls it only when cpu_isa.h found AVX-512.
+// the target attribute; dcmha.cc calls it only when cpu_isa.h found AVX-512. Cache rows of
+// 16-bit dtypes are widened as they are loaded (bf16: a 16-bit shift; f16: vcvtph2ps), so
+// the arithmetic is that of f32 rows holding the same values.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its own intrinsics
 #include <immintrin.h>
 
@@ -18,6 +20,41 @@ namespace {
 
 constexpr int kRank = ModelConfig::kRank;
 constexpr int kMaxHeads = 256;
+
+// Loads of 16 row elements of each KV dtype, widened exactly to f32 (masked lanes are 0).
+template <DType D>
+struct VecElem;
+template <>
+struct VecElem<DType::kF32> {
+  using T = float;
+  static DCF_AVX512_INLINE __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
+  static DCF_AVX512_INLINE __m512 LoadMasked(__mmask16 m, const float* p) {
+    return _mm512_maskz_loadu_ps(m, p);
+  }
+};
+template <>
+struct VecElem<DType::kBF16> {
+  using T = uint16_t;
+  static DCF_AVX512_INLINE __m512 Widen(__m256i b) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+  static DCF_AVX512_INLINE __m512 Load(const uint16_t* p) {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static DCF_AVX512_INLINE __m512 LoadMasked(__mmask16 m, const uint16_t* p) {
+    return Widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+template <>
+struct VecElem<DType::kF16> {
+  using T = uint16_t;
+  static DCF_AVX512_INLINE __m512 Load(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static DCF_AVX512_INLINE __m512 LoadMasked(__mmask16 m, const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
 
 DCF_AVX512_INLINE __mmask16 TailMask(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
@@ -77,9 +114,13 @@ DCF_AVX512_INLINE __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 
 // Compose (dcmha.h) of s[NP] in place; q/k terms as in Compose, N entries each (masked
-// loads past them). kRank == 2: the four rank dot products are folded together.
-DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg, const float* kw,
-                                      const float* kg, float* s) {
+// loads past them); the key terms kw, kg are row elements of dtype D. kRank == 2: the four
+// rank dot products are folded together.
+template <DType D>
+DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg,
+                                      const typename VecElem<D>::T* kw,
+                                      const typename VecElem<D>::T* kg, float* s) {
+  using E = VecElem<D>;
   static_assert(kRank == 2, "the dot products are folded four at a time");
   __m512 dq0 = _mm512_setzero_ps(), dq1 = dq0, dk0 = dq0, dk1 = dq0;
   for (int c = 0; c < N; c += 16) {
@@ -87,31 +128,33 @@ DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg, c
     const __m512 sv = _mm512_loadu_ps(s + c);
     dq0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qw + c), sv, dq0);
     dq1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qw + N + c), sv, dq1);
-    dk0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kw + c), sv, dk0);
-    dk1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kw + N + c), sv, dk1);
+    dk0 = _mm512_fmadd_ps(E::LoadMasked(m, kw + c), sv, dk0);
+    dk1 = _mm512_fmadd_ps(E::LoadMasked(m, kw + N + c), sv, dk1);
   }
   alignas(16) float d[4];  // <W1q[0], s>, <W1q[1], s>, <W1k[0], s>, <W1k[1], s>
   _mm_store_ps(d, Reduce4(dq0, dq1, dk0, dk1));
   const float* q2 = qw + kRank * N;
-  const float* k2 = kw + kRank * N;
+  const typename E::T* k2 = kw + kRank * N;
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int c = 0; c < N; c += 16) {
     const __mmask16 m = TailMask(N - c);
     const __m512 sv = _mm512_loadu_ps(s + c);
     const __m512 g = _mm512_add_ps(_mm512_add_ps(one, _mm512_maskz_loadu_ps(m, qg + c)),
-                                   _mm512_maskz_loadu_ps(m, kg + c));
+                                   E::LoadMasked(m, kg + c));
     __m512 v = _mm512_mul_ps(sv, g);
     v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + c), _mm512_set1_ps(d[0]), v);
     v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + N + c), _mm512_set1_ps(d[1]), v);
-    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + c), _mm512_set1_ps(d[2]), v);
-    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k2 + N + c), _mm512_set1_ps(d[3]), v);
+    v = _mm512_fmadd_ps(E::LoadMasked(m, k2 + c), _mm512_set1_ps(d[2]), v);
+    v = _mm512_fmadd_ps(E::LoadMasked(m, k2 + N + c), _mm512_set1_ps(d[3]), v);
     _mm512_storeu_ps(s + c, _mm512_maskz_mov_ps(m, v));  // padding heads stay 0
   }
 }
 
-// s[NP] = scale * <q_n, k_n> for every head n (zero past N).
-DCF_AVX512_INLINE void Scores(const float* q, const float* k, int N, int hd, float scale,
-                              float* s) {
+// s[NP] = scale * <q_n, k_n> for every head n (zero past N); k holds row elements of dtype D.
+template <DType D>
+DCF_AVX512_INLINE void Scores(const float* q, const typename VecElem<D>::T* k, int N, int hd,
+                              float scale, float* s) {
+  using E = VecElem<D>;
   const __mmask16 dtail = TailMask(hd % 16 == 0 ? 16 : hd % 16);
   const int full = hd % 16 == 0 ? hd : hd - hd % 16;
   for (int h0 = 0; h0 < N; h0 += 16) {
@@ -120,15 +163,14 @@ DCF_AVX512_INLINE void Scores(const float* q, const float* k, int N, int hd, flo
     for (int h = 0; h < 16; ++h) acc[h] = _mm512_setzero_ps();
     for (int h = 0; h < nh; ++h) {
       const float* qn = q + (h0 + h) * hd;
-      const float* kn = k + (h0 + h) * hd;
+      const typename E::T* kn = k + (h0 + h) * hd;
       __m512 a = _mm512_setzero_ps();
       int d = 0;
       for (; d + 16 <= full; d += 16) {
-        a = _mm512_fmadd_ps(_mm512_loadu_ps(qn + d), _mm512_loadu_ps(kn + d), a);
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(qn + d), E::Load(kn + d), a);
       }
       if (d < hd) {
-        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dtail, qn + d), _mm512_maskz_loadu_ps(dtail, kn + d),
-                            a);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dtail, qn + d), E::LoadMasked(dtail, kn + d), a);
       }
       acc[h] = a;
     }
@@ -139,10 +181,11 @@ DCF_AVX512_INLINE void Scores(const float* q, const float* k, int N, int hd, flo
 // out[n, :] = sum over the keys of P[j][n] * v_j[n, :] for heads [n0, n0 + G), each head's
 // HC vectors of 16 (the last masked) held in registers across all keys: the value rows are
 // read once per head group, and `out` is written once.
-template <int HC>
+template <DType D, int HC>
 DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment* segments,
                                     int num_segments, int64_t lo, int64_t hi, const float* P,
                                     int NP, int n0, int G, float* out) {
+  using E = VecElem<D>;
   constexpr int kMaxG = 16 / HC;
   const int hd = layout.head_dim;
   const __mmask16 dtail = TailMask(hd - (HC - 1) * 16);
@@ -157,7 +200,8 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment*
     const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
     const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
     for (int64_t p = begin; p < end; ++p) {
-      const float* v = seg.rows + (p - seg.pos0) * seg.stride + layout.v_offset() + n0 * hd;
+      const typename E::T* v = static_cast<const typename E::T*>(seg.rows) +
+                               (p - seg.pos0) * seg.stride + layout.v_offset() + n0 * hd;
       const float* pj = P + (p - lo) * NP + n0;
 #pragma GCC unroll 16
       for (int h = 0; h < kMaxG; ++h) {
@@ -165,8 +209,8 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment*
         const __m512 w = _mm512_set1_ps(pj[h]);
 #pragma GCC unroll 8
         for (int c = 0; c < HC; ++c) {
-          const __m512 vv = c == HC - 1 ? _mm512_maskz_loadu_ps(dtail, v + h * hd + c * 16)
-                                        : _mm512_loadu_ps(v + h * hd + c * 16);
+          const __m512 vv = c == HC - 1 ? E::LoadMasked(dtail, v + h * hd + c * 16)
+                                        : E::Load(v + h * hd + c * 16);
           acc[h][c] = _mm512_fmadd_ps(w, vv, acc[h][c]);
         }
       }
@@ -186,26 +230,22 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment*
   }
 }
 
-template <int HC>
+template <DType D, int HC>
 DCF_AVX512 void AccumulateValues(const KvRowLayout& layout, const KeySegment* segments,
                                  int num_segments, int64_t lo, int64_t hi, const float* P,
                                  int NP, float* out) {
   constexpr int kMaxG = 16 / HC;
   for (int n0 = 0; n0 < layout.n_head; n0 += kMaxG) {
     const int G = layout.n_head - n0 < kMaxG ? layout.n_head - n0 : kMaxG;
-    AccumulateHeadGroup<HC>(layout, segments, num_segments, lo, hi, P, NP, n0, G, out);
+    AccumulateHeadGroup<D, HC>(layout, segments, num_segments, lo, hi, P, NP, n0, G, out);
   }
 }
 
-}  // namespace
-
-bool AttendOneAvx512Supports(const KvRowLayout& layout) {
-  return layout.head_dim <= 128;
-}
-
-DCF_AVX512 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi,
-                                const KeySegment* segments, int num_segments, int64_t lo,
-                                int64_t hi, float* scratch, float* out) {
+template <DType D>
+DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs& qi,
+                                    const KeySegment* segments, int num_segments, int64_t lo,
+                                    int64_t hi, float* scratch, float* out) {
+  using T = typename VecElem<D>::T;
   const int N = layout.n_head, hd = layout.head_dim;
   const int NP = (N + 15) / 16 * 16;  // a key's scores, padded to whole vectors
   const int64_t L = hi - lo + 1;
@@ -218,11 +258,11 @@ DCF_AVX512 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi
     const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
     const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
     for (int64_t p = begin; p < end; ++p) {
-      const float* row = seg.rows + (p - seg.pos0) * seg.stride;
+      const T* row = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
       float* s = S + (p - lo) * NP;
-      Scores(qi.q, row + layout.k_offset(), N, hd, scale, s);
-      const float* kt = row + layout.branch_offset(0);
-      if (qi.compose) ComposeInPlace(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
+      Scores<D>(qi.q, row + layout.k_offset(), N, hd, scale, s);
+      const T* kt = row + layout.branch_offset(0);
+      if (qi.compose) ComposeInPlace<D>(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
     }
   }
 
@@ -251,20 +291,43 @@ DCF_AVX512 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi
         _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_load_ps(inv + c)));
       }
       if (qi.compose) {
-        const float* kt = seg.rows + (p - seg.pos0) * seg.stride + layout.branch_offset(1);
-        ComposeInPlace(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
+        const T* kt =
+            static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride + layout.branch_offset(1);
+        ComposeInPlace<D>(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
       }
     }
   }
   switch ((hd + 15) / 16) {
-    case 1: AccumulateValues<1>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 2: AccumulateValues<2>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 3: AccumulateValues<3>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 4: AccumulateValues<4>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 5: AccumulateValues<5>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 6: AccumulateValues<6>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 7: AccumulateValues<7>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    default: AccumulateValues<8>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 1: AccumulateValues<D, 1>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 2: AccumulateValues<D, 2>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 3: AccumulateValues<D, 3>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 4: AccumulateValues<D, 4>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 5: AccumulateValues<D, 5>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 6: AccumulateValues<D, 6>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    case 7: AccumulateValues<D, 7>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+    default: AccumulateValues<D, 8>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+  }
+}
+
+}  // namespace
+
+bool AttendOneAvx512Supports(const KvRowLayout& layout) {
+  return layout.head_dim <= 128;
+}
+
+void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
+                     int num_segments, int64_t lo, int64_t hi, DType dtype, float* scratch,
+                     float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      return AttendOneAvx512Impl<DType::kF32>(layout, qi, segments, num_segments, lo, hi,
+                                              scratch, out);
+    case DType::kBF16:
+      return AttendOneAvx512Impl<DType::kBF16>(layout, qi, segments, num_segments, lo, hi,
+                                               scratch, out);
+    case DType::kF16:
+      return AttendOneAvx512Impl<DType::kF16>(layout, qi, segments, num_segments, lo, hi,
+                                              scratch, out);
   }
 }
 

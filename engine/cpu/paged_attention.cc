@@ -35,6 +35,9 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
   const int row = layout.row_floats();
   const int B = in.cache.block_size;
   const int window = in.window;
+  const DType dtype = in.cache.dtype;
+  const int64_t row_bytes = static_cast<int64_t>(row) * DTypeSize(dtype);
+  const char* fresh = static_cast<const char*>(in.rows);  // [T, row] of dtype
 
   // Store the new rows, and describe every sequence's keys as segments.
   std::vector<std::vector<KeySegment>> segments(in.num_seqs);
@@ -48,17 +51,18 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
     for (int p = sp.start_pos; p < end; ++p) {
       const int32_t blk = sp.table[p / B];
       if (blk == kNoBlock) continue;
-      std::memcpy(in.cache.Row(blk, p % B, row), &in.rows[(t0i + p - sp.start_pos) * row],
-                  sizeof(float) * row);
+      std::memcpy(in.cache.Row(blk, p % B, row), fresh + (t0i + p - sp.start_pos) * row_bytes,
+                  row_bytes);
     }
     const int first = FirstKeptPosition(window, sp.start_pos);
     for (int p0 = first / B * B; p0 < sp.start_pos; p0 += B) {
       const int lo = std::max(p0, first);
       const int hi = std::min(p0 + B, sp.start_pos);
-      segments[i].push_back({lo, hi - lo, in.cache.Row(sp.table[p0 / B], lo - p0, row), row});
+      segments[i].push_back(
+          {lo, hi - lo, in.cache.Row(sp.table[p0 / B], lo - p0, row), row, dtype});
     }
     // The chunk's own keys come from the fresh rows, also where no window block keeps them.
-    segments[i].push_back({sp.start_pos, n, &in.rows[t0i * row], row});
+    segments[i].push_back({sp.start_pos, n, fresh + t0i * row_bytes, row, dtype});
   }
   if (times != nullptr) {
     times->cache_write += Since(t0);

@@ -4,6 +4,11 @@
 // the chunk's own keys come from the fresh rows). The projections around it (q, k, v, the
 // dynamic compose terms, Wo) are the caller's.
 //
+// Rows are of the KV cache dtype (F32, BF16 or F16), the fresh ones too: the caller rounds a
+// chunk's fresh rows exactly as they are stored, so a query reads the same values whether a
+// key came from this step's rows or from the cache, and results never depend on chunking,
+// batching or a prefix-cache hit.
+//
 // Thread-safety: uses OpenMP threads over the queries; the caller owns every buffer and must
 // not touch them concurrently.
 #pragma once
@@ -24,17 +29,20 @@ struct PagedSequence {
   const int32_t* table = nullptr;  // [blocks_per_seq] physical block of each logical block
 };
 
-// Where a layer's rows live: row (block b, offset i) starts at
-// base + ((b * layers_in_group + layer_in_group) * block_size + i) * row_floats.
+// Where a layer's rows live: row (block b, offset i) starts at element
+// ((b * layers_in_group + layer_in_group) * block_size + i) * row_elems of `base`, each element
+// of `dtype`.
 struct PagedCacheView {
-  float* base = nullptr;
+  void* base = nullptr;
   int layers_in_group = 1;
   int layer_in_group = 0;
   int block_size = 16;
-  float* Row(int32_t block, int offset, int row_floats) const {
-    return base + ((static_cast<int64_t>(block) * layers_in_group + layer_in_group) * block_size +
-                   offset) *
-                      static_cast<int64_t>(row_floats);
+  DType dtype = DType::kF32;
+  void* Row(int32_t block, int offset, int row_elems) const {
+    return static_cast<char*>(base) +
+           ((static_cast<int64_t>(block) * layers_in_group + layer_in_group) * block_size +
+            offset) *
+               static_cast<int64_t>(row_elems) * DTypeSize(dtype);
   }
 };
 
@@ -47,7 +55,8 @@ struct PagedAttentionInputs {
   const int64_t* positions = nullptr;         // [T]
   const int32_t* seq_of = nullptr;            // [T] sequence of each token
   int64_t num_tokens = 0;                     // T
-  const float* rows = nullptr;                // [T, row] fresh K | V | key terms (kv_layout.h)
+  const void* rows = nullptr;                 // [T, row] fresh K | V | key terms (kv_layout.h),
+                                              //   of cache.dtype
   const float* q = nullptr;                   // [T, *] row stride q_stride, [N, hd] each
   int64_t q_stride = 0;
   const float* dw = nullptr;                  // [T, C, 2I, N] dynamic W1 | W2 per branch

@@ -78,6 +78,15 @@ class Packer {
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const ModelConfig& config, ModelWeights weights, const BackendOptions& options) {
+  // The cache holds the dtype the kernels compute in: no other is supported.
+  const DType dtype = options.dtype.value_or(kDefaultCudaDType);
+  if (options.kv_cache_dtype.has_value() && *options.kv_cache_dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-dtype ", ComputeDTypeName(*options.kv_cache_dtype), ": the ", kBackendName,
+        " backend keeps its KV cache in its weights' dtype (--dtype ", ComputeDTypeName(dtype),
+        "); only --kv-cache-dtype ", ComputeDTypeName(dtype),
+        " is supported (the cpu backend takes float32, bfloat16 or float16)"));
+  }
   if (config.n_head > kMaxDynHeads || config.head_dim > kMaxQkRopeHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",
@@ -183,6 +192,7 @@ BackendInfo CudaBackend::info() const {
   info.name = kBackendName;
   info.device = device_name_;
   info.dtype = *options_.dtype;
+  info.kv_cache_dtype = *options_.dtype;
   return info;
 }
 

@@ -42,6 +42,7 @@ struct BackendInfo {
   // > 0: the matrices are int8 with one scale per this many columns (docs/QUANTIZATION.md);
   // `dtype` is then that of the rest (vectors, embeddings).
   int int8_weight_group = 0;
+  DType kv_cache_dtype = DType::kF32;  // the dtype of the KV cache's elements
 };
 
 // How the weight matrices are stored, for logs and benchmarks: the dtype's name

@@ -46,6 +46,11 @@ struct BackendOptions {
   // own dtype, F32, F16 or BF16; cuda and cuda-sim: bfloat16). The cpu backend always
   // multiplies in fp32 (16-bit weights are widened inside its kernels).
   std::optional<DType> dtype;
+  // The dtype of the KV cache's elements; nullopt: the backend's default (cpu: float32, the
+  // oracle's; cuda and cuda-sim: the weights' dtype, the only one they support). The cpu
+  // backend also keeps bfloat16 or float16 (half the bytes per token, so twice the tokens in
+  // the same memory), rounding a step's fresh rows as it stores them.
+  std::optional<DType> kv_cache_dtype;
   int device = 0;  // CUDA device ordinal
   // false: skip the DCMHA compose (plain multi-head attention with the same weights and
   // cache). Only for benchmarks that price DCMHA against MHA; the output is not the model's.

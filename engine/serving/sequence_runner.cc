@@ -1,6 +1,7 @@
 #include "engine/serving/sequence_runner.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status_macros.h"
@@ -81,9 +82,12 @@ absl::StatusOr<GreedyResult> SequenceRunner::Greedy(absl::Span<const int32_t> pr
   OutputProcessor processor(stopping, output, eos, /*tokenizer=*/nullptr,
                             static_cast<int>(prompt.size()), backend_->config().max_positions);
   // The prompt's last chunk samples the first token.
+  using Clock = std::chrono::steady_clock;
   const size_t head = (prompt.size() - 1) / chunk * chunk;
+  const Clock::time_point p0 = Clock::now();
   RETURN_IF_ERROR(Append(prompt.subspan(0, head), chunk));
   RETURN_IF_ERROR(RunStep(prompt.subspan(head), /*sample=*/true, /*logits=*/false));
+  out.prompt_seconds = std::chrono::duration<double>(Clock::now() - p0).count();
   while (true) {
     if (out_.nonfinite[0]) {
       return absl::InternalError(absl::StrCat(
@@ -98,7 +102,9 @@ absl::StatusOr<GreedyResult> SequenceRunner::Greedy(absl::Span<const int32_t> pr
     out.tokens.push_back(t.token);
     out.logprobs.push_back(t.logprob);
     if (u.reason != FinishReason::kUnspecified) break;
+    const Clock::time_point s0 = Clock::now();
     RETURN_IF_ERROR(RunStep({&t.token, 1}, /*sample=*/true, /*logits=*/false));
+    out.decode_step_seconds.push_back(std::chrono::duration<double>(Clock::now() - s0).count());
   }
   return out;
 }

@@ -17,6 +17,11 @@ namespace dcf {
 struct GreedyResult {
   std::vector<int32_t> tokens;    // generated ids
   std::vector<float> logprobs;    // natural-log softmax probability of each token
+  // Wall time of the prompt's steps (the last of which samples tokens[0]), and of each decode
+  // step after it (one token in, tokens[i + 1] out; tokens.size() - 1 of them), each timed
+  // around its own Backend::Step (benchmarks).
+  double prompt_seconds = 0;
+  std::vector<double> decode_step_seconds;
 };
 
 class SequenceRunner {

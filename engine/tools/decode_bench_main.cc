@@ -3,10 +3,14 @@
 //   dcformer-decode-bench --model DIR [--prompt-tokens 128 --new-tokens 64 --repeats 3]
 //
 // Prints load time, peak RSS after loading, prefill throughput and decode tokens/s
-// (median over repeats). Prompt ids are deterministic pseudo-random ids below vocab_size.
-// With --roofline (cpu backend) it then measures the memory read bandwidth with 1 and all
-// OpenMP threads in the same run and prints the decode speed as a fraction of the roofline
-// bandwidth / (weight bytes one decode step reads).
+// (median over repeats). Each repeat is one greedy run: the prompt's steps and every decode
+// step are timed on their own (SequenceRunner's GreedyResult), so decode tokens/s is decode
+// steps / their summed wall time, never a difference of two separately timed runs. Prompt ids
+// are deterministic pseudo-random ids below vocab_size.
+// With --roofline (cpu backend) it then measures, in the same run, the memory read bandwidth
+// and the FMA throughput with 1 and all OpenMP threads, and prints the decode speed as a
+// fraction of the memory roofline (bandwidth / weight bytes one decode step reads) and the
+// prefill's matrix GFLOP/s as a fraction of the measured FMA peak.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -21,6 +25,7 @@
 #include "engine/backends/backend_flags.h"
 #include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/fma_throughput.h"
 #include "engine/cpu/read_bandwidth.h"
 #include "engine/serving/sequence_runner.h"
 
@@ -33,8 +38,8 @@ ABSL_FLAG(int, verify_tokens, 0,
           "(speculative decoding: a chunk of 1 + k tokens sampling every row) against a plain "
           "decode step at the same position, alternating, median of 5 x --repeats each");
 ABSL_FLAG(bool, roofline, false,
-          "measure memory read bandwidth in the same run and compare decode with the roofline "
-          "(cpu backend)");
+          "measure memory read bandwidth and FMA throughput in the same run and compare decode "
+          "with the memory roofline and prefill with the FMA peak (cpu backend)");
 
 namespace {
 
@@ -99,17 +104,18 @@ int main(int argc, char** argv) {
   std::vector<double> prefill_tps, decode_tps;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
     (*runner)->Reset();
-    const absl::Time p0 = absl::Now();
-    if (absl::Status st = (*runner)->Append(prompt, 512); !st.ok()) return fail(st);
-    const double prefill_s = absl::ToDoubleSeconds(absl::Now() - p0);
-    (*runner)->Reset();
-    const absl::Time g0 = absl::Now();
+    // The prompt's steps sample the first token; each of the new_tokens decode steps after
+    // it is timed around its own step (no EOS: the run always takes them all).
     auto res = (*runner)->Greedy(prompt, new_tokens + 1, 512);
     if (!res.ok()) return fail(res.status());
-    const double total_s = absl::ToDoubleSeconds(absl::Now() - g0);
-    prefill_tps.push_back(prompt_len / prefill_s);
-    // Greedy = one prefill + new_tokens decode steps; subtract the measured prefill.
-    decode_tps.push_back(new_tokens / std::max(1e-9, total_s - prefill_s));
+    double decode_s = 0;
+    for (double s : res->decode_step_seconds) decode_s += s;
+    const int steps = static_cast<int>(res->decode_step_seconds.size());
+    if (steps == 0 || decode_s <= 0 || res->prompt_seconds <= 0) {
+      return fail(absl::InternalError("the greedy run timed no decode step"));
+    }
+    prefill_tps.push_back(prompt_len / res->prompt_seconds);
+    decode_tps.push_back(steps / decode_s);
   }
   std::sort(prefill_tps.begin(), prefill_tps.end());
   std::sort(decode_tps.begin(), decode_tps.end());
@@ -171,6 +177,16 @@ int main(int argc, char** argv) {
     std::printf("weights read per decode step: %.3f GB (%s) -> roofline %.1f tokens/s; "
                 "decode at %.0f%% of it\n",
                 bytes / 1e9, dcf::WeightsName(info).c_str(), roof, 100.0 * decode / roof);
+    const dcf::FmaThroughput fma_one = dcf::MeasureFmaThroughput(1);
+    const dcf::FmaThroughput fma_all = dcf::MeasureFmaThroughput(omp_get_max_threads());
+    std::printf("FMA peak (fp32, %s): %.1f GFLOP/s with 1 thread, %.1f GFLOP/s with %d\n",
+                fma_all.isa, fma_one.gflop_per_s, fma_all.gflop_per_s, fma_all.threads);
+    const double prefill_gflops =
+        cpu->MatMulFlopsPerToken() * prefill_tps[prefill_tps.size() / 2] / 1e9;
+    std::printf("prefill matrix products: %.1f GFLOP/s (2 x layer matrix elements per token, "
+                "attention not counted) = %.0f%% of the FMA peak\n",
+                prefill_gflops,
+                fma_all.gflop_per_s > 0 ? 100.0 * prefill_gflops / fma_all.gflop_per_s : 0.0);
   }
   return 0;
 }

@@ -223,6 +223,34 @@ class FlagsTest(unittest.TestCase):
                                    f"({size_mb:.1f} MB, F16, normal init): dim 32, 2 layers, "
                                    "2 heads, ffn 64, vocab 100, context 64, window 16, seed 1\n")
 
+    def test_decode_bench_times_the_decode_steps_themselves(self):
+        # --prompt-tokens 1024 --new-tokens 4 once printed 4,000,000,000 tokens/s (a separately
+        # timed prefill subtracted from the whole run). Decode is timed step by step now: a
+        # batch-1 step of any model takes far more than 10 us, and the --roofline probes
+        # report a measured bandwidth and FMA peak.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        model = os.path.join(tmp, "m")
+        p = run([h.MAKE_MODEL, f"--out={model}", "--dim=32", "--n-layer=2", "--n-head=2",
+                 "--ffn=64", "--vocab=100", "--context=2100", "--window=16"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = run([DECODE_BENCH, f"--model={model}", "--backend=cpu", "--prompt-tokens=1024",
+                 "--new-tokens=4", "--repeats=1", "--roofline"], timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        m = re.search(r"^decode batch 1: 4 tokens after a 1024-token prompt, ([0-9.]+) tokens/s",
+                      p.stdout, re.M)
+        self.assertIsNotNone(m, p.stdout)
+        self.assertGreater(float(m.group(1)), 0)
+        self.assertLess(float(m.group(1)), 1e5, p.stdout)
+        m = re.search(r"^prefill: 1024 tokens, ([0-9.]+) tokens/s", p.stdout, re.M)
+        self.assertIsNotNone(m, p.stdout)
+        self.assertGreater(float(m.group(1)), 0)
+        m = re.search(r"^FMA peak \(fp32, (avx512|avx2|portable)\): ([0-9.]+) GFLOP/s with 1 "
+                      r"thread, ([0-9.]+) GFLOP/s with \d+", p.stdout, re.M)
+        self.assertIsNotNone(m, p.stdout)
+        self.assertGreater(float(m.group(2)), 0.1)
+        self.assertIn("of the FMA peak", p.stdout)
+
 
 class WaitReadyTest(unittest.TestCase):
     def test_clients_wait_for_a_server_not_listening_yet(self):

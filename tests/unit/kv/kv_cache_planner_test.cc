@@ -41,6 +41,22 @@ TEST(KvCachePlannerTest, SmallBudgetSplitsInHalf) {
   EXPECT_EQ(shape->num_blocks[0], 22);
 }
 
+// A 16-bit KV cache (--kv-cache-dtype) halves the backend's bytes per block: the same budget
+// then plans twice the blocks, so twice the tokens.
+TEST(KvCachePlannerTest, HalfTheBytesPerBlockPlansTwiceTheBlocks) {
+  KvPlanInput in = Input(40000);
+  in.max_num_seqs = 10;  // up to 160 blocks of use: the budget, not the cap, decides
+  in.window = 0;
+  in.bytes_per_block = {1000, 0};
+  auto f32 = PlanKvCache(in);
+  in.bytes_per_block = {500, 0};
+  auto f16 = PlanKvCache(in);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_EQ(f32->num_blocks[0], 40);
+  EXPECT_EQ(f16->num_blocks[0], 80);
+}
+
 TEST(KvCachePlannerTest, TooSmallBudgetIsResourceExhausted) {
   auto shape = PlanKvCache(Input(10000));
   EXPECT_EQ(shape.status().code(), absl::StatusCode::kResourceExhausted);
