@@ -158,7 +158,7 @@ class DecodeTraceTest : public ::testing::Test {
 
   // A backend of the model, prepared for steps of up to 4 sequences, with a cache of
   // room for one sequence of the whole context in each group.
-  static std::unique_ptr<cuda::CudaBackend> MakeBackend() {
+  static std::unique_ptr<cuda::CudaBackend> MakeBackend(bool graphs) {
     setenv("DCF_SIM_GEMV", "1", 1);  // read by CudaBackend::Init: the GPU's GEMV path
     auto config = ModelConfig::FromFile(dir_->File("config.json"));
     EXPECT_TRUE(config.ok()) << config.status();
@@ -177,6 +177,7 @@ class DecodeTraceTest : public ::testing::Test {
     unsetenv("DCF_SIM_GEMV");
     EXPECT_TRUE(backend.ok()) << backend.status();
     if (!backend.ok()) return nullptr;
+    (*backend)->set_graphs(graphs);
     StepLimits limits;
     limits.max_tokens = 16;
     limits.max_seqs = 4;
@@ -224,24 +225,21 @@ Counts TraceLastStep(cuda::CudaBackend* backend, int steps, const std::string& p
   return Count(traced[0]);
 }
 
-TEST_F(DecodeTraceTest, WarmBatchOneDecodeStep) {
-  std::unique_ptr<cuda::CudaBackend> backend = MakeBackend();
-  ASSERT_NE(backend, nullptr);
-  std::vector<int32_t> tokens;
-  const Counts c = TraceLastStep(backend.get(), 2, ::testing::TempDir() + "/decode_trace.jsonl",
-                                 &tokens);
-  // What the step costs (docs/CUDA_BACKEND.md, "One step"); printed for the record.
-  std::printf("decode step: %d kernels+GEMMs, %d per layer, %d per step; DCMHA pass-1 grids "
-              "%lld (window layer) %lld (global layer), pass-2 %lld %lld; %d h2d, %d d2h, "
-              "%d other copies, %d syncs, %d graph launches (%d nodes, %d kernels+GEMMs in "
-              "graph)\n",
-              c.work, c.per_layer, c.per_step,
+void Print(const char* what, const Counts& c) {
+  std::printf("%s: %d kernels+GEMMs, %d per layer, %d per step; DCMHA pass-1 grids %lld "
+              "(window layer) %lld (global layer), pass-2 %lld %lld; %d h2d, %d d2h, %d other "
+              "copies, %d syncs, %d graph launches (%d nodes, %d kernels+GEMMs in a graph)\n",
+              what, c.work, c.per_layer, c.per_step,
               static_cast<long long>(c.scores_blocks.size() > 0 ? c.scores_blocks[0] : 0),
               static_cast<long long>(c.scores_blocks.size() > 1 ? c.scores_blocks[1] : 0),
               static_cast<long long>(c.output_blocks.size() > 0 ? c.output_blocks[0] : 0),
               static_cast<long long>(c.output_blocks.size() > 1 ? c.output_blocks[1] : 0), c.h2d,
               c.d2h, c.other_copies, c.syncs, c.graphs, c.graph_nodes, c.in_graph);
-  std::printf("%s\n", c.names.c_str());
+  std::printf("  %s\n", c.names.c_str());
+}
+
+// The counts the issue asks of a decode step, on either path (graphed or not).
+void ExpectDecodeCounts(const Counts& c) {
   for (const std::string& l : c.unexpected) ADD_FAILURE() << "unexpected: " << l;
   ASSERT_EQ(c.scores_blocks.size(), 2u) << "one DCMHA decode pass 1 per layer";
   ASSERT_EQ(c.output_blocks.size(), 2u);
@@ -254,6 +252,31 @@ TEST_F(DecodeTraceTest, WarmBatchOneDecodeStep) {
   EXPECT_EQ(c.h2d, 1);
   EXPECT_EQ(c.d2h, 1);
   EXPECT_EQ(c.syncs, 1);  // Wait's event
+}
+
+// Graphs on: the warmed-up step is one graph launch holding the whole step (its copies
+// included); the same tokens as without graphs, step by step.
+TEST_F(DecodeTraceTest, WarmBatchOneDecodeStepIsOneGraphLaunch) {
+  std::vector<int32_t> tokens[2];
+  Counts counts[2];
+  for (const bool graphs : {false, true}) {
+    std::unique_ptr<cuda::CudaBackend> backend = MakeBackend(graphs);
+    ASSERT_NE(backend, nullptr);
+    counts[graphs] = TraceLastStep(backend.get(), 3,
+                                   ::testing::TempDir() + "/decode_trace.jsonl", &tokens[graphs]);
+    Print(graphs ? "graphed decode step" : "ungraphed decode step", counts[graphs]);
+  }
+  ExpectDecodeCounts(counts[0]);
+  EXPECT_EQ(counts[0].graphs, 0);
+  ExpectDecodeCounts(counts[1]);
+  EXPECT_EQ(counts[1].graphs, 1);
+  EXPECT_EQ(counts[1].in_graph, counts[1].work) << "all of the step's work in the graph";
+  EXPECT_EQ(counts[1].graph_nodes, counts[1].work + 2) << "its work and its two copies";
+  // The same launches either way.
+  EXPECT_EQ(counts[1].names, counts[0].names);
+  EXPECT_EQ(counts[1].scores_blocks, counts[0].scores_blocks);
+  EXPECT_EQ(counts[1].output_blocks, counts[0].output_blocks);
+  EXPECT_EQ(tokens[1], tokens[0]);
 }
 
 }  // namespace
