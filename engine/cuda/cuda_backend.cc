@@ -587,6 +587,18 @@ GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const Devi
   return g;
 }
 
+GemmArgs CudaBackend::NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias,
+                                       float* y, int64_t n) const {
+  return LinearArgs(rows, x_.get(), config_.dim, w, bias, y, n, false);
+}
+
+GemvIn CudaBackend::NormPrologue(const DeviceBuffer& norm_w) const {
+  GemvIn in;
+  in.norm_weight = norm_w.as<float>();
+  in.eps = config_.norm_eps;
+  return in;
+}
+
 NormParams CudaBackend::Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b,
                              void* out) const {
   NormParams np;
@@ -636,14 +648,21 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   const int64_t dyn_stride = C * 2 * kI * N;
   const bool pythia = config_.architecture == Architecture::kDcPythia;
 
-  NormParams np = Norm(T, L.attn_norm_w, L.attn_norm_b, a_.get());
-  if (pythia) {  // parallel residual: both branches normalise the same x
-    np.weight2 = L.ffn_norm_w.as<float>();
-    np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
-    np.out2 = a2_.get();
+  if (const GemmArgs in = NormedLinearArgs(T, L.w_in, L.b_in, proj_.as<float>(), P);
+      !pythia && use_gemv_ && GemvHandles(in)) {
+    // The RMSNorm in the GEMV's prologue (gemv.h): no kernel of its own.
+    RETURN_IF_ERROR(CudaStatus(LaunchGemv(in, GemvOut{}, NormPrologue(L.attn_norm_w), stream_),
+                               "attention norm + GEMV"));
+  } else {
+    NormParams np = Norm(T, L.attn_norm_w, L.attn_norm_b, a_.get());
+    if (pythia) {  // parallel residual: both branches normalise the same x
+      np.weight2 = L.ffn_norm_w.as<float>();
+      np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
+      np.out2 = a2_.get();
+    }
+    RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
+    RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
   }
-  RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
-  RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
 
   const LayerGroup group = config_.GroupOf(layer);
   // qk-norm + RoPE, the dynamic-weight tail and the KV-cache row write: one kernel.
@@ -709,6 +728,18 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   // dcpythia normalised its MLP input with the attention input (parallel residual).
   const void* mlp_in = a2_.get();
   if (!pythia) {
+    const GemmArgs fused = NormedLinearArgs(T, L.w_up, L.b_up, up_.as<float>(), 2 * F);
+    if (use_gemv_ && GemvHandles(fused)) {
+      // The RMSNorm in the prologue and SwiGLU in the epilogue of one GEMV (gemv.h).
+      GemvOut out;
+      out.epilogue = GemvEpilogue::kSwiGlu;
+      out.act = act_.get();
+      out.act_type = dtype_;
+      out.act_ld = F;
+      RETURN_IF_ERROR(CudaStatus(LaunchGemv(fused, out, NormPrologue(L.ffn_norm_w), stream_),
+                                 "MLP norm + GEMV + SwiGLU"));
+      return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
+    }
     NormParams np = Norm(T, L.ffn_norm_w, DeviceBuffer(), a_.get());
     RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "MLP norm"));
     mlp_in = a_.get();
@@ -721,21 +752,9 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   ap.out_type = dtype_;
   ap.kind = pythia ? Activation::kGelu : Activation::kSwiGlu;
   // dcpythia: up = w1 h; dcformer: up = [w1 h | w3 h].
-  const GemmArgs up =
-      LinearArgs(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F, false);
-  if (!pythia && use_gemv_ && GemvHandles(up)) {
-    // SwiGLU in the GEMV's epilogue: act straight from the two accumulators.
-    GemvOut out;
-    out.epilogue = GemvEpilogue::kSwiGlu;
-    out.act = act_.get();
-    out.act_type = dtype_;
-    out.act_ld = F;
-    RETURN_IF_ERROR(CudaStatus(LaunchGemv(up, out, stream_), "MLP GEMV + SwiGLU"));
-  } else {
-    RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
-                           false));
-    RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
-  }
+  RETURN_IF_ERROR(
+      Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F, false));
+  RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
   // x += act . W2^T (+ b)
   return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
 }

@@ -33,6 +33,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/gemv.h"
 #include "engine/cuda/norm.h"
 #include "engine/cuda/sampling.h"
 #include "engine/kv/kv_layout.h"
@@ -140,6 +141,11 @@ class CudaBackend final : public Backend {
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
   GemmArgs LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) const;
+  // y[rows, n] = RMSNorm(x_[rows]) . w^T (+ bias) for LaunchGemv with NormPrologue(norm
+  // weight): the f32 residual stream as the product's input.
+  GemmArgs NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias, float* y,
+                            int64_t n) const;
+  GemvIn NormPrologue(const DeviceBuffer& norm_w) const;
   // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
   // empty) into `out` (compute dtype).
   NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;

@@ -243,7 +243,7 @@ void ExpectDecodeCounts(const Counts& c) {
   for (const std::string& l : c.unexpected) ADD_FAILURE() << "unexpected: " << l;
   ASSERT_EQ(c.scores_blocks.size(), 2u) << "one DCMHA decode pass 1 per layer";
   ASSERT_EQ(c.output_blocks.size(), 2u);
-  EXPECT_LE(c.per_layer, 9);
+  EXPECT_LE(c.per_layer, 7);  // 9 before the norms moved into the GEMVs (gemv.h)
   EXPECT_LE(c.per_step, 4);
   // Layer 0 is the window layer (LG), layer 1 the global one: 2 waves of 132 SMs on the
   // global layer, one on the window layer.
