@@ -132,6 +132,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const BackendOptions& option
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  DropGraphs();
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -144,9 +145,14 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   device_name_ = prop.name;
   DCF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                            "cudaStreamCreate");
-  DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
-                           "cudaEventCreate");
+  // Wait blocks the engine thread on this event: a blocking sync sleeps instead of spinning
+  // a core for the whole step.
+  DCF_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&done_, cudaEventDisableTiming | cudaEventBlockingSync),
+      "cudaEventCreate");
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
+  const char* graphs = std::getenv("DCF_CUDA_GRAPHS");
+  use_graphs_ = graphs == nullptr || std::string_view(graphs) != "0";
 #if defined(DCF_CUDA_SIM)
   const char* sim_gemv = std::getenv("DCF_SIM_GEMV");
   use_gemv_ = sim_gemv != nullptr && std::string_view(sim_gemv) == "1";
@@ -227,6 +233,7 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   }
   prepared_ = false;
   launched_ = false;
+  DropGraphs();  // they name the buffers released here
   // Release the previous workspace first, so that it does not count twice.
   for (DeviceBuffer* b :
        {&x_, &a_, &a2_, &proj_, &dyn_, &attn_out_, &up_, &act_, &final_in_, &logits_, &sample_work_,
@@ -296,6 +303,7 @@ absl::Status CudaBackend::AllocateCache(const KvCacheShape& shape) {
   if (!prepared_) return absl::FailedPreconditionError("AllocateCache before Prepare");
   RETURN_IF_ERROR(ValidateCacheShape(shape, config_));
   cache_shape_ = KvCacheShape();  // unusable until the allocation succeeded
+  DropGraphs();                   // they name the caches released here
   for (DeviceBuffer& c : cache_) c.Reset();
   for (int g = 0; g < kNumLayerGroups; ++g) {
     const size_t bytes = BytesPerBlock(static_cast<LayerGroup>(g), shape.block_size) *
@@ -351,9 +359,15 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
   DCF_TRACE_STEP(batch.num_tokens(), batch.num_seqs());
   ASSIGN_OR_RETURN(DevicePlan plan, Plan(batch));
-  ASSIGN_OR_RETURN(const StepArrays d, Upload(batch, plan));
-  if (absl::Status st = Forward(d, plan); !st.ok()) return Fail(st);
-  if (absl::Status st = Sample(d, plan); !st.ok()) return Fail(st);
+  if (const int key = GraphKeyOf(plan); key >= 0) {
+    // Grids for the longest context, as the graph is captured for any (GraphKeyOf).
+    plan.max_position = config_.max_positions - 1;
+    RETURN_IF_ERROR(LaunchGraphed(batch, plan, key));
+  } else {
+    size_t bytes = 0;
+    ASSIGN_OR_RETURN(const StepArrays d, Pack(batch, plan, &bytes));
+    if (absl::Status st = IssueStep(d, bytes, plan); !st.ok()) return Fail(st);
+  }
   if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
     return Fail(CudaStatus(e, "cudaEventRecord"));
   }
@@ -399,9 +413,72 @@ absl::StatusOr<CudaBackend::DevicePlan> CudaBackend::Plan(const StepBatch& batch
   return plan;
 }
 
-absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Upload(const StepBatch& batch,
-                                                            const DevicePlan& plan) {
-  // Pack every array into the staging buffer; one copy to the device.
+void CudaBackend::set_graphs(bool on) {
+  use_graphs_ = on;
+  if (!on) DropGraphs();
+}
+
+void CudaBackend::DropGraphs() {
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+}
+
+int CudaBackend::GraphKeyOf(const DevicePlan& plan) const {
+  if (!use_graphs_ || plan.max_seq_tokens != 1 || plan.logits.num_returned != 0 ||
+      static_cast<int>(plan.device_rows.size()) != plan.num_seqs ||
+      static_cast<int>(plan.logits.rows.size()) != plan.num_seqs) {
+    return -1;
+  }
+  const int key = 2 * plan.num_seqs + (plan.record_penalties ? 1 : 0);
+  if (graphs_.count(key) == 0 && static_cast<int>(graphs_.size()) >= kMaxGraphs) return -1;
+  return key;
+}
+
+absl::Status CudaBackend::LaunchGraphed(const StepBatch& batch, const DevicePlan& plan, int key) {
+  size_t bytes = 0;
+  ASSIGN_OR_RETURN(const StepArrays d, Pack(batch, plan, &bytes));
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    // Capture the step once: the graph's copy reads step_host_, its kernels the step arrays
+    // at the offsets Pack gives every step of this key.
+    cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return Fail(CudaStatus(e, "cudaStreamBeginCapture"));
+    const absl::Status issued = IssueStep(d, bytes, plan);
+    cudaGraph_t graph = nullptr;
+    e = cudaStreamEndCapture(stream_, &graph);  // ends the capture even after a failure
+    if (!issued.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return Fail(issued);
+    }
+    if (e != cudaSuccess) return Fail(CudaStatus(e, "cudaStreamEndCapture"));
+    StepGraph g;
+    g.bytes = bytes;
+    e = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) return Fail(CudaStatus(e, "cudaGraphInstantiate"));
+    it = graphs_.emplace(key, g).first;
+  }
+  if (it->second.bytes != bytes) {  // Pack's layout is a function of the key
+    return Fail(absl::InternalError("decode step arrays differ from their graph's layout"));
+  }
+  if (cudaError_t e = cudaGraphLaunch(it->second.exec, stream_); e != cudaSuccess) {
+    return Fail(CudaStatus(e, "cudaGraphLaunch"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::IssueStep(const StepArrays& d, size_t bytes, const DevicePlan& plan) {
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(step_dev_.get(), step_host_.get(), bytes, cudaMemcpyHostToDevice, stream_),
+      "step upload"));
+  RETURN_IF_ERROR(Forward(d, plan));
+  return Sample(d, plan);
+}
+
+absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Pack(const StepBatch& batch,
+                                                          const DevicePlan& plan,
+                                                          size_t* bytes) {
+  // Every array into the staging buffer, for one copy to the device.
   Packer pk(step_host_.as<uint8_t>());
   const size_t o_tokens = pk.Put(batch.tokens.data(), batch.tokens.size());
   const size_t o_pos = pk.Put(batch.positions.data(), batch.positions.size());
@@ -431,9 +508,7 @@ absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Upload(const StepBatch& bat
   }
   d.logit_rows = reinterpret_cast<const int32_t*>(dev + o_rows);
   d.sampling = reinterpret_cast<const DeviceSamplingRow*>(dev + o_sampling);
-  const cudaError_t e =
-      cudaMemcpyAsync(dev, step_host_.get(), pk.used(), cudaMemcpyHostToDevice, stream_);
-  if (e != cudaSuccess) return Fail(CudaStatus(e, "step upload"));
+  *bytes = pk.used();
   return d;
 }
 
@@ -528,6 +603,18 @@ GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const Devi
   return g;
 }
 
+GemmArgs CudaBackend::NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias,
+                                       float* y, int64_t n) const {
+  return LinearArgs(rows, x_.get(), config_.dim, w, bias, y, n, false);
+}
+
+GemvIn CudaBackend::NormPrologue(const DeviceBuffer& norm_w) const {
+  GemvIn in;
+  in.norm_weight = norm_w.as<float>();
+  in.eps = config_.norm_eps;
+  return in;
+}
+
 NormParams CudaBackend::Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b,
                              void* out) const {
   NormParams np;
@@ -577,14 +664,21 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   const int64_t dyn_stride = C * 2 * kI * N;
   const bool pythia = config_.architecture == Architecture::kDcPythia;
 
-  NormParams np = Norm(T, L.attn_norm_w, L.attn_norm_b, a_.get());
-  if (pythia) {  // parallel residual: both branches normalise the same x
-    np.weight2 = L.ffn_norm_w.as<float>();
-    np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
-    np.out2 = a2_.get();
+  if (const GemmArgs in = NormedLinearArgs(T, L.w_in, L.b_in, proj_.as<float>(), P);
+      !pythia && use_gemv_ && GemvHandles(in)) {
+    // The RMSNorm in the GEMV's prologue (gemv.h): no kernel of its own.
+    RETURN_IF_ERROR(CudaStatus(LaunchGemv(in, GemvOut{}, NormPrologue(L.attn_norm_w), stream_),
+                               "attention norm + GEMV"));
+  } else {
+    NormParams np = Norm(T, L.attn_norm_w, L.attn_norm_b, a_.get());
+    if (pythia) {  // parallel residual: both branches normalise the same x
+      np.weight2 = L.ffn_norm_w.as<float>();
+      np.bias2 = L.ffn_norm_b.empty() ? nullptr : L.ffn_norm_b.as<float>();
+      np.out2 = a2_.get();
+    }
+    RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
+    RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
   }
-  RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "attention norm"));
-  RETURN_IF_ERROR(Linear(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(), P, false));
 
   const LayerGroup group = config_.GroupOf(layer);
   // qk-norm + RoPE, the dynamic-weight tail and the KV-cache row write: one kernel.
@@ -650,6 +744,18 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   // dcpythia normalised its MLP input with the attention input (parallel residual).
   const void* mlp_in = a2_.get();
   if (!pythia) {
+    const GemmArgs fused = NormedLinearArgs(T, L.w_up, L.b_up, up_.as<float>(), 2 * F);
+    if (use_gemv_ && GemvHandles(fused)) {
+      // The RMSNorm in the prologue and SwiGLU in the epilogue of one GEMV (gemv.h).
+      GemvOut out;
+      out.epilogue = GemvEpilogue::kSwiGlu;
+      out.act = act_.get();
+      out.act_type = dtype_;
+      out.act_ld = F;
+      RETURN_IF_ERROR(CudaStatus(LaunchGemv(fused, out, NormPrologue(L.ffn_norm_w), stream_),
+                                 "MLP norm + GEMV + SwiGLU"));
+      return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
+    }
     NormParams np = Norm(T, L.ffn_norm_w, DeviceBuffer(), a_.get());
     RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "MLP norm"));
     mlp_in = a_.get();
@@ -662,21 +768,9 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   ap.out_type = dtype_;
   ap.kind = pythia ? Activation::kGelu : Activation::kSwiGlu;
   // dcpythia: up = w1 h; dcformer: up = [w1 h | w3 h].
-  const GemmArgs up =
-      LinearArgs(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F, false);
-  if (!pythia && use_gemv_ && GemvHandles(up)) {
-    // SwiGLU in the GEMV's epilogue: act straight from the two accumulators.
-    GemvOut out;
-    out.epilogue = GemvEpilogue::kSwiGlu;
-    out.act = act_.get();
-    out.act_type = dtype_;
-    out.act_ld = F;
-    RETURN_IF_ERROR(CudaStatus(LaunchGemv(up, out, stream_), "MLP GEMV + SwiGLU"));
-  } else {
-    RETURN_IF_ERROR(Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F,
-                           false));
-    RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
-  }
+  RETURN_IF_ERROR(
+      Linear(T, mlp_in, E, L.w_up, L.b_up, up_.as<float>(), pythia ? F : 2 * F, false));
+  RETURN_IF_ERROR(CudaStatus(LaunchActivation(ap, stream_), "MLP activation"));
   // x += act . W2^T (+ b)
   return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
 }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/gemv.h"
 #include "engine/cuda/norm.h"
 #include "engine/cuda/sampling.h"
 #include "engine/kv/kv_layout.h"
@@ -70,6 +72,13 @@ class CudaBackend final : public Backend {
 
   // Device bytes of the weights.
   size_t weight_bytes() const { return weights_.bytes; }
+  // Decode steps as CUDA graphs (on by default; DCF_CUDA_GRAPHS=0 turns them off at Init).
+  // Off: every step is issued call by call. Tests compare both; turning them off drops the
+  // graphs captured so far.
+  void set_graphs(bool on);
+  bool graphs() const { return use_graphs_; }
+  // Graphs captured since the last Prepare or AllocateCache.
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
 
  private:
   CudaBackend(const ModelConfig& config, const BackendOptions& options);
@@ -101,10 +110,25 @@ class CudaBackend final : public Backend {
   // Records `status` as the sticky failure (health()) and returns it.
   absl::Status Fail(absl::Status status);
 
-  // One step, as Launch runs it: plan on the host, upload the step arrays, the layers, the
-  // device sampler (Wait then scatters the results, StoreSample).
+  // One step, as Launch runs it: plan on the host, pack and upload the step arrays, the
+  // layers, the device sampler (Wait then scatters the results, StoreSample); decode steps
+  // as one graph launch.
   absl::StatusOr<DevicePlan> Plan(const StepBatch& batch) const;
-  absl::StatusOr<StepArrays> Upload(const StepBatch& batch, const DevicePlan& plan);
+  // Packs the step arrays into step_host_ (*bytes: how many) and says where they will lie
+  // in step_dev_ once IssueStep has copied them.
+  absl::StatusOr<StepArrays> Pack(const StepBatch& batch, const DevicePlan& plan,
+                                  size_t* bytes);
+  // Which graph runs a step: decode steps (one new token per sequence) that sample every
+  // sequence and return no logits, by sequence count and whether penalties are recorded.
+  // Everything else of such a step lies at fixed device addresses (Pack's offsets depend on
+  // these alone) or in the step arrays, and DCMHA's grids are sized for the model's context
+  // (its decode kernels exit early for splits past a token's keys). -1: no graph.
+  int GraphKeyOf(const DevicePlan& plan) const;
+  // Runs a step through the graph of `key`, capturing it first if there is none yet.
+  absl::Status LaunchGraphed(const StepBatch& batch, const DevicePlan& plan, int key);
+  // Upload, layers, sampler: the step's device work on stream_ (also what a graph captures).
+  absl::Status IssueStep(const StepArrays& d, size_t bytes, const DevicePlan& plan);
+  void DropGraphs();
   absl::Status Forward(const StepArrays& d, const DevicePlan& plan);
   absl::Status AttentionLayer(int layer, const StepArrays& d, const StepView& sv);
   absl::Status FeedForward(int layer, int num_tokens);
@@ -117,6 +141,11 @@ class CudaBackend final : public Backend {
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
   GemmArgs LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) const;
+  // y[rows, n] = RMSNorm(x_[rows]) . w^T (+ bias) for LaunchGemv with NormPrologue(norm
+  // weight): the f32 residual stream as the product's input.
+  GemmArgs NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias, float* y,
+                            int64_t n) const;
+  GemvIn NormPrologue(const DeviceBuffer& norm_w) const;
   // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
   // empty) into `out` (compute dtype).
   NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;
@@ -167,6 +196,16 @@ class CudaBackend final : public Backend {
 
   bool launched_ = false;
   DevicePlan plan_;  // of the launched step
+  // Decode-step graphs by GraphKeyOf (at most kMaxGraphs; later shapes run ungraphed), each
+  // with the bytes of step arrays it uploads. They name the workspace of Prepare and the
+  // caches of AllocateCache, which drop them.
+  struct StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    size_t bytes = 0;
+  };
+  static constexpr int kMaxGraphs = 64;
+  bool use_graphs_ = true;
+  std::map<int, StepGraph> graphs_;
 };
 
 }  // namespace DCF_CUDA_NS

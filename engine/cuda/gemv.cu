@@ -15,12 +15,14 @@ constexpr int kTargetBlocks = 264;  // two waves of 132 SMs
 struct Params {
   GemmArgs a;
   GemvOut o;
+  GemvIn in;
   int features;  // outputs per row: n, or n / 2 for kSwiGlu
   int per_block;  // features per block
 };
 
-// Row `row` of x or w as VEC-element slices; P weight rows per feature (2 for SwiGLU).
-template <typename T, int VEC, int MT, int P>
+// Row `row` of x or w as VEC-element slices; P weight rows per feature (2 for SwiGLU); NORM:
+// the RMSNorm prologue (gemv.h).
+template <typename T, int VEC, int MT, int P, bool NORM>
 __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   DCF_SHARED(float, red, kWarps * 2 * kGemvMaxRows);  // [warp][P][MT] partial sums
   const GemmArgs& a = p.a;
@@ -32,6 +34,24 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   const int M = a.m;
   const int64_t K = a.k;
   const T* x = static_cast<const T*>(a.x);
+  const float* xf = static_cast<const float*>(a.x);  // NORM: the f32 rows
+  float inv[MT];  // NORM: each row's 1 / rms, as NormKernel computes it
+  if constexpr (NORM) {
+    DCF_SHARED(double, red_norm, 32);
+    DCF_UNROLL
+    for (int mm = 0; mm < MT; ++mm) {
+      inv[mm] = 0.0f;
+      if (mm < M) {  // uniform across the block
+        const float* row = xf + mm * a.ldx;
+        double ss = 0;
+        for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) {
+          ss += static_cast<double>(row[e]) * row[e];
+        }
+        ss = dev::BlockSum(ss, red_norm);
+        inv[mm] = static_cast<float>(1.0 / sqrt(ss / a.k + p.in.eps));
+      }
+    }
+  }
   const T* w[P];
   DCF_UNROLL
   for (int q = 0; q < P; ++q) {
@@ -68,11 +88,22 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
         float wf[P][VEC];
         DCF_UNROLL
         for (int q = 0; q < P; ++q) wv[u][q].Unpack(wf[q]);
+        float nw[VEC];
+        if constexpr (NORM) dev::LoadVec<float, VEC>(p.in.norm_weight + kk, nw);
         DCF_UNROLL
         for (int mm = 0; mm < MT; ++mm) {
           if (mm < M) {
             float xv[VEC];
-            dev::LoadVec<T, VEC>(x + mm * a.ldx + kk, xv);
+            if constexpr (NORM) {
+              dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
+              DCF_UNROLL
+              for (int e = 0; e < VEC; ++e) {
+                const float n = xv[e] * inv[mm];
+                xv[e] = dev::ToFloat(dev::FromFloat<T>(n * nw[e]));
+              }
+            } else {
+              dev::LoadVec<T, VEC>(x + mm * a.ldx + kk, xv);
+            }
             DCF_UNROLL
             for (int q = 0; q < P; ++q) {
               DCF_UNROLL
@@ -124,30 +155,35 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   }
 }
 
-template <int VEC, int P>
+template <int VEC, int P, bool NORM>
 struct ByType {
   template <typename T>
   static cudaError_t Run(const Params& p, int blocks, cudaStream_t stream) {
     const int m = p.a.m;
     if (m <= 1) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 1, P>), blocks, kThreads, 0, stream, p);
+      DCF_LAUNCH((GemvKernel<T, VEC, 1, P, NORM>), blocks, kThreads, 0, stream, p);
     } else if (m <= 2) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 2, P>), blocks, kThreads, 0, stream, p);
+      DCF_LAUNCH((GemvKernel<T, VEC, 2, P, NORM>), blocks, kThreads, 0, stream, p);
     } else if (m <= 4) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 4, P>), blocks, kThreads, 0, stream, p);
+      DCF_LAUNCH((GemvKernel<T, VEC, 4, P, NORM>), blocks, kThreads, 0, stream, p);
     } else if (m <= 8) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 8, P>), blocks, kThreads, 0, stream, p);
+      DCF_LAUNCH((GemvKernel<T, VEC, 8, P, NORM>), blocks, kThreads, 0, stream, p);
     } else {
-      DCF_LAUNCH((GemvKernel<T, VEC, kGemvMaxRows, P>), blocks, kThreads, 0, stream, p);
+      DCF_LAUNCH((GemvKernel<T, VEC, kGemvMaxRows, P, NORM>), blocks, kThreads, 0, stream, p);
     }
     return cudaGetLastError();
   }
 };
 
+template <int P, bool NORM>
+cudaError_t DispatchVec(const Params& p, bool vec, int blocks, cudaStream_t stream) {
+  return vec ? dev::DispatchElem<ByType<kVecElems, P, NORM>>(p.a.dtype, p, blocks, stream)
+             : dev::DispatchElem<ByType<1, P, NORM>>(p.a.dtype, p, blocks, stream);
+}
 template <int P>
 cudaError_t Dispatch(const Params& p, bool vec, int blocks, cudaStream_t stream) {
-  return vec ? dev::DispatchElem<ByType<kVecElems, P>>(p.a.dtype, p, blocks, stream)
-             : dev::DispatchElem<ByType<1, P>>(p.a.dtype, p, blocks, stream);
+  return p.in.norm_weight != nullptr ? DispatchVec<P, true>(p, vec, blocks, stream)
+                                     : DispatchVec<P, false>(p, vec, blocks, stream);
 }
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -164,7 +200,8 @@ GemvGrid GemvGridFor(int n) {
   return {r, (n + r - 1) / r};
 }
 
-cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t stream) {
+cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
+                       cudaStream_t stream) {
   if (!GemvHandles(a)) return cudaErrorInvalidValue;
   const bool glu = out.epilogue == GemvEpilogue::kSwiGlu;
   if (glu && (a.n % 2 != 0 || out.act == nullptr || out.act_ld < a.n / 2 || a.accumulate)) {
@@ -173,12 +210,13 @@ cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t strea
   Params p;
   p.a = a;
   p.o = out;
+  p.in = in;
   p.features = glu ? a.n / 2 : a.n;
   const GemvGrid g = GemvGridFor(p.features);
   p.per_block = g.features_per_block;
   // 16-byte vectors when every row starts 16-byte aligned.
   const bool vec = a.k % kVecElems == 0 && a.ldx % kVecElems == 0 && Aligned16(a.x) &&
-                   Aligned16(a.w);
+                   Aligned16(a.w) && (in.norm_weight == nullptr || Aligned16(in.norm_weight));
   return glu ? Dispatch<2>(p, vec, g.blocks, stream) : Dispatch<1>(p, vec, g.blocks, stream);
 }
 

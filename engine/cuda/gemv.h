@@ -17,6 +17,14 @@
 // writes act[m, j] = silu(g) * u in act_type (the input of the down projection), as
 // LaunchActivation's kSwiGlu computes it from the f32 product.
 //
+// Prologue (GemvIn::norm_weight set; dcformer's RMSNorm folded into the next product): x is
+// the f32 residual stream [M, K] (a.x, a.ldx; a.dtype still names the weights' and the
+// normalised input's type). Every block first computes each row's 1 / sqrt(mean(x^2) + eps)
+// exactly as NormKernel does (f64 sum over 256 threads in the same order), then multiplies
+// by FromFloat<T>(x * inv * norm_weight), the very value NormKernel would have written, so
+// LaunchNorm then LaunchGemv and the fused call agree bit for bit and the decode layer saves
+// a kernel and the round trip of the normalised row.
+//
 // A weight-only quantised variant (int8 / fp8 rows with a per-output-channel scale) slots in
 // as another weight type for LoadVec and a multiply by scale[n] in the epilogue: x and the
 // accumulation stay as they are.
@@ -46,14 +54,23 @@ struct GemvOut {
   int64_t act_ld = 0;
 };
 
+struct GemvIn {
+  const float* norm_weight = nullptr;  // [K] f32; null: x is the product's input as it is
+  double eps = 1e-6;
+};
+
 // Whether LaunchGemv takes `a`: 1 <= m <= kGemvMaxRows and well-formed (ValidateGemmArgs).
 bool GemvHandles(const GemmArgs& a);
 
 // Enqueues the product. cudaErrorInvalidValue for arguments GemvHandles refuses, or a kSwiGlu
 // epilogue with an odd n, no act buffer or act_ld < n / 2 (a.y is not written then).
-cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t stream);
+cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
+                       cudaStream_t stream);
+inline cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t stream) {
+  return LaunchGemv(a, out, GemvIn{}, stream);
+}
 inline cudaError_t LaunchGemv(const GemmArgs& a, cudaStream_t stream) {
-  return LaunchGemv(a, GemvOut{}, stream);
+  return LaunchGemv(a, GemvOut{}, GemvIn{}, stream);
 }
 
 // The layout chosen for n output features: features per block (R above) and blocks.

@@ -392,17 +392,20 @@ class Checker:
             return "timeout", None
         return ("pass" if rc == 0 else "fail"), {"dir": self.model_dir}
 
-    def model_bench(self, compose, deadline):
-        name = "model_dcmha" if compose else "model_mha"
+    def model_bench(self, compose, deadline, graphs=True):
+        name = ("model_dcmha" if compose else "model_mha") + ("" if graphs else "_nographs")
         out = os.path.join(self.out, name + ".json")
         cmd = [os.path.join(BIN, "dcformer-model-bench"), "--model", self.model_dir, "--backend",
                "cuda", "--dtype", "bfloat16", "--decode-batches", "1,64", "--context", "2048",
                "--decode-steps", "32", "--peak-gbps", str(PEAK_GBPS), "--json-out", out]
-        if compose:
-            cmd += ["--serve-requests", "64", "--serve-prompt", "512", "--serve-new", "256"]
-        else:
+        if not compose:
             cmd += ["--nocompose"]
-        rc, _ = self.run(cmd, deadline - time.monotonic())
+        elif graphs:
+            cmd += ["--serve-requests", "64", "--serve-prompt", "512", "--serve-new", "256"]
+        # Decode steps as CUDA graphs are the default; DCF_CUDA_GRAPHS=0 issues them call by
+        # call (docs/CUDA_BACKEND.md, "Decode steps as graphs").
+        env = None if graphs else dict(self.env, DCF_CUDA_GRAPHS="0")
+        rc, _ = self.run(cmd, deadline - time.monotonic(), env)
         if rc is None:
             return "timeout", None
         if rc != 0:
@@ -418,6 +421,7 @@ class Checker:
         t = {}
         dc = (by.get("model_dcmha") or {}).get("detail") or {}
         mh = (by.get("model_mha") or {}).get("detail") or {}
+        ng = (by.get("model_dcmha_nographs") or {}).get("detail") or {}
         dec = {d["batch"]: d for d in dc.get("decode", [])}
         dec_mha = {d["batch"]: d for d in mh.get("decode", [])}
         if 1 in dec:
@@ -429,6 +433,10 @@ class Checker:
                 ratio = dec[b]["ms_per_step"] / dec_mha[b]["ms_per_step"]
                 t[f"dcmha_over_mha_step_b{b}"] = ratio
                 t[f"dcmha_over_mha_b{b}_target_met (<= 1.15)"] = ratio <= 1.15
+        dec_ng = {d["batch"]: d for d in ng.get("decode", [])}
+        for b in (1, 64):
+            if b in dec and b in dec_ng:  # reported, not pass/fail
+                t[f"graphs_speedup_decode_b{b}"] = dec_ng[b]["ms_per_step"] / dec[b]["ms_per_step"]
         if "serve" in dc:
             t["serve_64x(512+256)_tokens_per_s"] = dc["serve"]["tokens_per_s"]
             t["serve_share_of_peak_bandwidth"] = dc["serve"]["share_of_peak_bandwidth"]
@@ -457,6 +465,7 @@ class Checker:
         if made["status"] == "pass":
             self.part("model_dcmha", 90, lambda d: self.model_bench(True, d))
             self.part("model_mha", 50, lambda d: self.model_bench(False, d))
+            self.part("model_dcmha_nographs", 40, lambda d: self.model_bench(True, d, False))
         shutil.rmtree(self.model_dir, ignore_errors=True)
         self.summary["targets"] = self.targets()
         self.summary["seconds"] = round(time.monotonic() - self.start, 1)

@@ -1,6 +1,7 @@
 // LaunchGemv (the skinny GEMM for m <= 16) against the plain path it replaces, Gemm::Linear
 // (OpenBLAS on the emulator, cuBLASLt on a GPU), and a double-precision host reference on
-// the same rounded inputs; its SwiGLU epilogue against Gemm::Linear + LaunchActivation.
+// the same rounded inputs; its SwiGLU epilogue against Gemm::Linear + LaunchActivation; its
+// RMSNorm prologue against LaunchNorm + LaunchGemv.
 // Also: a row's result does not depend on the batch it is in (bit for bit), the unaligned
 // fallback, and the arguments it refuses.
 #include "engine/cuda/gemv.h"
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "engine/cuda/activation.h"
+#include "engine/cuda/norm.h"
 #include "gtest/gtest.h"
 #include "tests/unit/cuda/kernel_test_util.h"
 
@@ -138,6 +140,77 @@ TEST_P(GemvTest, SwiGluEpilogueMatchesGemmThenActivation) {
     EXPECT_LT(MaxAbs(got, plain), tol) << "m=" << m;
     EXPECT_LT(Nmse(got, plain), type == ElemType::kF32 ? 1e-10 : 1e-4) << "m=" << m;
     EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
+  }
+}
+
+// The RMSNorm prologue (GemvIn::norm_weight) against the path it replaces, LaunchNorm into
+// the compute dtype then LaunchGemv, bit for bit: both epilogues, several batch sizes,
+// aligned (vector loads) and unaligned K (scalar loads), a strided residual stream.
+TEST_P(GemvTest, NormPrologueEqualsNormThenGemv) {
+  const ElemType type = GetParam();
+  for (const Shape s : {Shape{1, 2 * 520, 2560, 2560, 2 * 520, true, false},
+                        Shape{3, 700, 264, 272, 704, true, false},
+                        Shape{16, 96, 512, 512, 96, false, false},
+                        Shape{5, 2 * 33, 37, 41, 2 * 33, true, false}}) {
+    for (const bool swiglu : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
+                                      << (swiglu ? " SwiGLU" : ""));
+      std::vector<float> x = RandomVector(s.m * s.ldx, 61);
+      for (size_t i = 0; i < x.size(); ++i) x[i] *= 1.0f + (i % 7);  // rows of unequal rms
+      const std::vector<float> w = RandomVector(static_cast<size_t>(s.n) * s.k, 62);
+      const std::vector<float> bias = RandomVector(s.n, 63);
+      std::vector<float> norm_w = RandomVector(s.k, 64);
+      for (float& v : norm_w) v += 1.0f;
+      TypedBuffer dw(w, type), normed(static_cast<size_t>(s.m) * s.k, type);
+      const int F = s.n / 2;
+      TypedBuffer act_fused(static_cast<size_t>(s.m) * F, type),
+          act_plain(static_cast<size_t>(s.m) * F, type);
+      DeviceBuffer<float> dx(x), db(bias), dn(norm_w), y_fused(static_cast<size_t>(s.m) * s.ldy),
+          y_plain(static_cast<size_t>(s.m) * s.ldy);
+      cuda::GemvOut out_fused, out_plain;
+      if (swiglu) {
+        out_fused.epilogue = out_plain.epilogue = cuda::GemvEpilogue::kSwiGlu;
+        out_fused.act = act_fused.get();
+        out_plain.act = act_plain.get();
+        out_fused.act_type = out_plain.act_type = type;
+        out_fused.act_ld = out_plain.act_ld = F;
+      }
+      // The plain path: the norm kernel into the compute dtype, then the GEMV.
+      cuda::NormParams np;
+      np.rows = s.m;
+      np.dim = s.k;
+      np.x = dx.get();
+      np.eps = 1e-5;
+      np.weight = dn.get();
+      np.out = normed.get();
+      np.out_type = type;
+      if (s.ldx == s.k) {
+        ASSERT_TRUE(CudaOk(cuda::LaunchNorm(np, nullptr)));
+      } else {  // the norm kernel reads rows dim apart: one launch per row
+        for (int r = 0; r < s.m; ++r) {
+          cuda::NormParams one = np;
+          one.rows = 1;
+          one.x = dx.get() + r * s.ldx;
+          one.out = static_cast<char*>(normed.get()) + r * s.k * cuda::ElemBytes(type);
+          ASSERT_TRUE(CudaOk(cuda::LaunchNorm(one, nullptr)));
+        }
+      }
+      Shape plain = s;
+      plain.ldx = s.k;
+      ASSERT_TRUE(CudaOk(cuda::LaunchGemv(
+          Args(plain, normed.get(), dw.get(), type, db.get(), y_plain.get()), out_plain, nullptr)));
+      cuda::GemvIn in;
+      in.norm_weight = dn.get();
+      in.eps = 1e-5;
+      ASSERT_TRUE(CudaOk(cuda::LaunchGemv(Args(s, dx.get(), dw.get(), type, db.get(), y_fused.get()),
+                                          out_fused, in, nullptr)));
+      ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+      const std::vector<float> got = swiglu ? act_fused.ToHost() : y_fused.ToHost();
+      const std::vector<float> want = swiglu ? act_plain.ToHost() : y_plain.ToHost();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+      EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
+    }
   }
 }
 

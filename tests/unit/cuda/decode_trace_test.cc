@@ -1,0 +1,283 @@
+// What a warmed-up batch-1 decode step of the CUDA backend costs, counted from the emulator's
+// trace (DCF_SIMT_TRACE, docs/CUDA_SIM.md "The trace"): kernels and GEMMs per layer and per
+// step, the DCMHA decode grids of the global and the window layer, copies and syncs, and
+// whether the step runs as one graph launch. The model has the DCFormer-2.8B layer shape
+// (dim 2560, 32 heads of 80, ffn 6912, window 256, bfloat16), 2 layers (LG: layer 0 window,
+// layer 1 global) and a 4,096-id vocabulary (the vocabulary changes no count, only the time
+// to write and upload the model). The decode token sees 2,048 cached positions, which the
+// test does not prefill (a 2,048-token prefill costs the emulator minutes): the cache is the
+// backend's zeroed pool, which changes no count either. The GEMV path is on (DCF_SIM_GEMV=1),
+// as on a GPU.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/model/model_weights.h"
+#include "engine/model/random_model.h"
+#include "engine/simt/simt_testing.h"
+#include "engine/weights/checkpoint.h"
+#include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
+
+namespace dcf {
+namespace {
+
+constexpr int kDim = 2560, kLayers = 2, kHeads = 32, kFfn = 6912, kVocab = 4096,
+              kContext = 4096, kWindow = 256, kBlock = 16, kCached = 2048;
+
+// One traced step: the lines from its step line to the next.
+struct StepTrace {
+  std::vector<std::string> lines;
+};
+
+std::vector<StepTrace> ReadSteps(const std::string& path) {
+  std::vector<StepTrace> steps;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "\"kind\":\"step\"")) steps.emplace_back();
+    if (!steps.empty()) steps.back().lines.push_back(line);
+  }
+  return steps;
+}
+
+bool IsWork(const std::string& l) {
+  return absl::StrContains(l, "\"kind\":\"kernel\"") || absl::StrContains(l, "\"kind\":\"gemm\"");
+}
+
+// x*y*z of the line's "grid":[x,y,z].
+int64_t GridBlocks(const std::string& l) {
+  const size_t at = l.find("\"grid\":[");
+  if (at == std::string::npos) return 0;
+  const size_t end = l.find(']', at);
+  int64_t blocks = 1;
+  for (absl::string_view v : absl::StrSplit(l.substr(at + 8, end - at - 8), ',')) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(v, &n)) return 0;
+    blocks *= n;
+  }
+  return blocks;
+}
+
+struct Counts {
+  int work = 0;             // kernels + GEMMs of the step
+  int per_layer = 0;        // between layer 0's and layer 1's DCMHA decode pass 1
+  int per_step = 0;         // work - layers * per_layer
+  int h2d = 0, d2h = 0, other_copies = 0, syncs = 0, graphs = 0, graph_nodes = 0;
+  int in_graph = 0;         // work lines inside a graph
+  std::vector<int64_t> scores_blocks;  // DcmhaDecodeScores grid of each layer, in order
+  std::vector<int64_t> output_blocks;  // DcmhaDecodeOutput grid of each layer
+  std::vector<std::string> unexpected;
+  std::string names;        // the step's kernels and GEMMs, in issue order
+};
+
+Counts Count(const StepTrace& s) {
+  Counts c;
+  std::vector<int> scores_at;  // work index of each DcmhaDecodeScores
+  for (const std::string& l : s.lines) {
+    if (absl::StrContains(l, "\"kind\":\"step\"")) continue;
+    if (IsWork(l)) {
+      if (absl::StrContains(l, "DcmhaDecodeScoresKernel")) {
+        scores_at.push_back(c.work);
+        c.scores_blocks.push_back(GridBlocks(l));
+      }
+      if (absl::StrContains(l, "DcmhaDecodeOutputKernel")) {
+        c.output_blocks.push_back(GridBlocks(l));
+      }
+      ++c.work;
+      const size_t n = l.find("\"name\":\"");
+      c.names += n == std::string::npos ? std::string("gemm")
+                                        : l.substr(n + 8, l.find('"', n + 8) - n - 8);
+      c.names += ' ';
+      if (absl::StrContains(l, "\"in_graph\":true")) ++c.in_graph;
+    } else if (absl::StrContains(l, "\"kind\":\"memcpy\"")) {
+      if (absl::StrContains(l, "\"dir\":\"h2d\"") && absl::StrContains(l, "\"pinned\":true")) {
+        ++c.h2d;
+      } else if (absl::StrContains(l, "\"dir\":\"d2h\"") &&
+                 absl::StrContains(l, "\"pinned\":true")) {
+        ++c.d2h;
+      } else {
+        ++c.other_copies;
+        c.unexpected.push_back(l);
+      }
+    } else if (absl::StrContains(l, "\"kind\":\"sync\"")) {
+      ++c.syncs;
+    } else if (absl::StrContains(l, "\"kind\":\"graph\"")) {
+      ++c.graphs;
+      const size_t at = l.find("\"nodes\":");
+      int n = 0;
+      if (at != std::string::npos) {
+        absl::SimpleAtoi(l.substr(at + 8, l.find('}', at) - at - 8), &n);
+      }
+      c.graph_nodes += n;
+    } else if (!absl::StrContains(l, "\"kind\":\"event\"")) {
+      c.unexpected.push_back(l);  // memsets, queries
+    }
+  }
+  if (scores_at.size() == 2) c.per_layer = scores_at[1] - scores_at[0];
+  c.per_step = c.work - kLayers * c.per_layer;
+  return c;
+}
+
+// A greedy decode step of one sequence whose new token is at `pos`; every logical block of
+// both tables is present (block i is physical block i).
+StepBatch Decode(int token, int pos) {
+  StepBatch b;
+  b.Reset(kContext / kBlock);
+  SequenceKv kv;
+  kv.num_tokens = pos;
+  for (int g = 0; g < kNumLayerGroups; ++g) {
+    for (int i = 0; i <= pos / kBlock; ++i) kv.blocks[g].push_back(i);
+  }
+  SamplingRow row;
+  row.params.temperature = 0;
+  b.AddSequence({token}, kv, true, row, false);
+  return b;
+}
+
+
+class DecodeTraceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    ASSERT_TRUE(WriteRandomModel(dir_->path(),
+                                 SmallDcFormerConfig(kDim, kLayers, kHeads, kFfn, kVocab,
+                                                     kContext, kWindow),
+                                 DType::kBF16, 1, RandomInit::kFastUniform)
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // A backend of the model, prepared for steps of up to 4 sequences, with a cache of
+  // room for one sequence of the whole context in each group.
+  static std::unique_ptr<cuda::CudaBackend> MakeBackend(bool graphs) {
+    setenv("DCF_SIM_GEMV", "1", 1);  // read by CudaBackend::Init: the GPU's GEMV path
+    auto config = ModelConfig::FromFile(dir_->File("config.json"));
+    EXPECT_TRUE(config.ok()) << config.status();
+    if (!config.ok()) return nullptr;
+    auto reader = OpenCheckpointDir(dir_->path());
+    EXPECT_TRUE(reader.ok()) << reader.status();
+    if (!reader.ok()) return nullptr;
+    WeightLoadOptions lo;
+    lo.dtype = std::nullopt;  // keep bfloat16 on the host
+    auto weights = LoadModelWeights(*config, **reader, lo);
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    if (!weights.ok()) return nullptr;
+    BackendOptions o;
+    o.dtype = DType::kBF16;
+    auto backend = cuda::CudaBackend::Create(*config, *std::move(weights), o);
+    unsetenv("DCF_SIM_GEMV");
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    if (!backend.ok()) return nullptr;
+    (*backend)->set_graphs(graphs);
+    StepLimits limits;
+    limits.max_tokens = 16;
+    limits.max_seqs = 4;
+    limits.max_logit_rows = 0;
+    limits.blocks_per_seq = kContext / kBlock;
+    limits.num_penalty_slots = 0;
+    auto prepared = (*backend)->Prepare(limits);
+    EXPECT_TRUE(prepared.ok()) << prepared.status();
+    KvCacheShape shape;
+    shape.block_size = kBlock;
+    shape.num_blocks = {kContext / kBlock, kContext / kBlock};
+    shape.window = kWindow;
+    const absl::Status st = (*backend)->AllocateCache(shape);
+    EXPECT_TRUE(st.ok()) << st;
+    return *std::move(backend);
+  }
+
+  static testing::TempDir* dir_;
+};
+
+testing::TempDir* DecodeTraceTest::dir_ = nullptr;
+
+// Runs `steps` decode steps from position kCached, tracing the last one; returns its counts
+// and the sampled tokens.
+Counts TraceLastStep(cuda::CudaBackend* backend, int steps, const std::string& path,
+                     std::vector<int32_t>* tokens) {
+  Counts counts;
+  std::remove(path.c_str());
+  int token = 11;
+  for (int i = 0; i < steps; ++i) {
+    if (i == steps - 1) simt::SetTraceFile(path);
+    const absl::Status launched = backend->Launch(Decode(token, kCached + i));
+    StepOutput out;
+    const absl::Status waited = launched.ok() ? backend->Wait(&out) : launched;
+    if (i == steps - 1) simt::SetTraceFile("");
+    EXPECT_TRUE(waited.ok()) << waited;
+    if (!waited.ok()) return counts;
+    token = out.tokens[0];
+    tokens->push_back(token);
+  }
+  std::vector<StepTrace> traced = ReadSteps(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(traced.size(), 1u);
+  if (traced.size() != 1) return counts;
+  return Count(traced[0]);
+}
+
+void Print(const char* what, const Counts& c) {
+  std::printf("%s: %d kernels+GEMMs, %d per layer, %d per step; DCMHA pass-1 grids %lld "
+              "(window layer) %lld (global layer), pass-2 %lld %lld; %d h2d, %d d2h, %d other "
+              "copies, %d syncs, %d graph launches (%d nodes, %d kernels+GEMMs in a graph)\n",
+              what, c.work, c.per_layer, c.per_step,
+              static_cast<long long>(c.scores_blocks.size() > 0 ? c.scores_blocks[0] : 0),
+              static_cast<long long>(c.scores_blocks.size() > 1 ? c.scores_blocks[1] : 0),
+              static_cast<long long>(c.output_blocks.size() > 0 ? c.output_blocks[0] : 0),
+              static_cast<long long>(c.output_blocks.size() > 1 ? c.output_blocks[1] : 0), c.h2d,
+              c.d2h, c.other_copies, c.syncs, c.graphs, c.graph_nodes, c.in_graph);
+  std::printf("  %s\n", c.names.c_str());
+}
+
+// The counts the issue asks of a decode step, on either path (graphed or not).
+void ExpectDecodeCounts(const Counts& c) {
+  for (const std::string& l : c.unexpected) ADD_FAILURE() << "unexpected: " << l;
+  ASSERT_EQ(c.scores_blocks.size(), 2u) << "one DCMHA decode pass 1 per layer";
+  ASSERT_EQ(c.output_blocks.size(), 2u);
+  EXPECT_LE(c.per_layer, 7);  // 9 before the norms moved into the GEMVs (gemv.h)
+  EXPECT_LE(c.per_step, 4);
+  // Layer 0 is the window layer (LG), layer 1 the global one: 2 waves of 132 SMs on the
+  // global layer, one on the window layer.
+  EXPECT_GE(c.scores_blocks[1], 264);
+  EXPECT_GE(c.scores_blocks[0], 132);
+  EXPECT_EQ(c.h2d, 1);
+  EXPECT_EQ(c.d2h, 1);
+  EXPECT_EQ(c.syncs, 1);  // Wait's event
+}
+
+// Graphs on: the warmed-up step is one graph launch holding the whole step (its copies
+// included); the same tokens as without graphs, step by step.
+TEST_F(DecodeTraceTest, WarmBatchOneDecodeStepIsOneGraphLaunch) {
+  std::vector<int32_t> tokens[2];
+  Counts counts[2];
+  for (const bool graphs : {false, true}) {
+    std::unique_ptr<cuda::CudaBackend> backend = MakeBackend(graphs);
+    ASSERT_NE(backend, nullptr);
+    counts[graphs] = TraceLastStep(backend.get(), 3,
+                                   ::testing::TempDir() + "/decode_trace.jsonl", &tokens[graphs]);
+    Print(graphs ? "graphed decode step" : "ungraphed decode step", counts[graphs]);
+  }
+  ExpectDecodeCounts(counts[0]);
+  EXPECT_EQ(counts[0].graphs, 0);
+  ExpectDecodeCounts(counts[1]);
+  EXPECT_EQ(counts[1].graphs, 1);
+  EXPECT_EQ(counts[1].in_graph, counts[1].work) << "all of the step's work in the graph";
+  EXPECT_EQ(counts[1].graph_nodes, counts[1].work + 2) << "its work and its two copies";
+  // The same launches either way.
+  EXPECT_EQ(counts[1].names, counts[0].names);
+  EXPECT_EQ(counts[1].scores_blocks, counts[0].scores_blocks);
+  EXPECT_EQ(counts[1].output_blocks, counts[0].output_blocks);
+  EXPECT_EQ(tokens[1], tokens[0]);
+}
+
+}  // namespace
+}  // namespace dcf
