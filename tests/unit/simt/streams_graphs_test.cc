@@ -313,6 +313,14 @@ TEST_F(StreamTest, FreedAndFreshDeviceMemoryIsPoisoned) {
 
 // The schedules reorder blocks and threads; a result that depends on the order shows it.
 TEST_F(StreamTest, SchedulesOrderBlocksAndThreads) {
+  // A schedule orders the blocks of a grid as one OS thread runs them; with several
+  // (DCF_SIMT_THREADS, the `threads` CTest repeat) blocks interleave as the OS schedules
+  // those threads, so the order across blocks is the test's only under one.
+  struct OneWorker {
+    int saved = simt::WorkerThreads();
+    OneWorker() { simt::SetWorkerThreads(1); }
+    ~OneWorker() { simt::SetWorkerThreads(saved); }
+  } one_worker;
   const int blocks = 6, threads = 40;
   struct Order {
     std::vector<unsigned int> blocks, threads;
