@@ -119,6 +119,32 @@ TEST(ModelConfigTest, RefusesUnsupportedValuesNamingTheKey) {
             absl::StatusCode::kNotFound);
 }
 
+// config.json's quantization_config (dcformer-quantize, docs/QUANTIZATION.md): the group
+// size of an int8 checkpoint, and nothing else this engine cannot read.
+TEST(ModelConfigTest, Int8QuantizationConfig) {
+  EXPECT_EQ(ModelConfig::FromJson(BaseConfig().dump())->int8_group_size, 0);
+  for (const int group : {32, 64, 128}) {
+    Json j = BaseConfig();
+    j["quantization_config"] = {{"quant_method", "dcformer-int8"}, {"group_size", group}};
+    auto c = ModelConfig::FromJson(j.dump());
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->int8_group_size, group);
+  }
+  const std::vector<std::pair<Json, std::string>> bad = {
+      {{{"quant_method", "gptq"}, {"group_size", 64}}, "quantization_config"},
+      {{{"quant_method", "dcformer-int8"}, {"group_size", 48}}, "group_size 48"},
+      {{{"quant_method", "dcformer-int8"}}, "'group_size' is missing"},
+      {Json("int8"), "quantization_config"},
+  };
+  for (const auto& [q, want] : bad) {
+    Json j = BaseConfig();
+    j["quantization_config"] = q;
+    const absl::Status s = ParseError(j);
+    EXPECT_FALSE(s.ok()) << q.dump();
+    EXPECT_NE(s.message().find(want), std::string::npos) << s;
+  }
+}
+
 TEST(ModelConfigTest, DcPythiaRotaryPct) {
   Json j = BaseConfig();
   j["model_type"] = "dcpythia";

@@ -109,7 +109,8 @@ TEST(GenerateCliTest, TextPromptOnDefaultModel) {
   std::vector<std::string> keys;
   const auto ordered = nlohmann::ordered_json::parse(r.out);  // the keys as printed
   for (const auto& [key, value] : ordered.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"tokens", "logprobs", "backend", "dtype", "text"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"tokens", "logprobs", "backend", "dtype", "weights",
+                                            "text"}));
   EXPECT_TRUE(j.at("backend").is_string());  // what --backend auto resolved to
   const auto plain = testing::RunCommand(kGenerate +
                                          " --prompt 'In the beginning' "
