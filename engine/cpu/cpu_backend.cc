@@ -219,7 +219,7 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
     const int s = plan.sampled_seqs[i];
     const SamplingRow& r = batch.sampling[s];
     const int n = batch.sample_rows[s];
-    const int32_t* draft = &batch.tokens[batch.seq_offsets[s + 1] - (n - 1)];
+    const int32_t* draft = batch.tokens.data() + batch.seq_offsets[s + 1] - (n - 1);  // [n - 1]
     PenaltyState* penalties = r.penalty_slot >= 0 ? &penalty_slots_[r.penalty_slot] : nullptr;
     for (int j = 0; j < n; ++j) {
       const absl::Span<const float> logits = absl::MakeConstSpan(s_.logits).subspan(

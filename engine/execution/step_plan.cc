@@ -83,7 +83,7 @@ LogitRows PlanLogitRows(const StepBatch& batch) {
 
 int AcceptedDrafts(const StepBatch& batch, int s, const StepOutput& out, int first_slot) {
   const int drafts = batch.sample_rows[s] - 1;
-  const int32_t* draft = &batch.tokens[batch.seq_offsets[s + 1] - drafts];
+  const int32_t* draft = batch.tokens.data() + batch.seq_offsets[s + 1] - drafts;  // [drafts]
   int a = 0;
   while (a < drafts && out.tokens[first_slot + a] == draft[a]) ++a;
   return a;

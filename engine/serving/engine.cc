@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/logging.h"
@@ -493,7 +494,7 @@ void EngineImpl::ProcessTokens(ActiveRequest* r, int slot, int accepted) {
   // request after the drafts before it (which plain decoding emitted in earlier steps).
   const bool nonfinite = out_.nonfinite[slot + accepted] != 0;
   const int n = nonfinite ? accepted : accepted + 1;
-  std::vector<TokenOutput> tokens(n);
+  absl::InlinedVector<TokenOutput, 1> tokens(n);  // no allocation for a plain decode
   for (int j = 0; j < n; ++j) {
     TokenOutput& t = tokens[j];
     t.token = out_.tokens[slot + j];

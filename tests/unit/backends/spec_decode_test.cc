@@ -67,9 +67,18 @@ void ExpectSameStream(const Collected& off, const Collected& on, const std::stri
   }
 }
 
-enum class Kind { kGreedy, kSeeded, kPenalised };
+// kNarrow: two candidates, so drafts are accepted often and the draw decides each token (a
+// wrong draw counter or penalty state at a verify row shows at once).
+enum class Kind { kGreedy, kSeeded, kPenalised, kNarrow, kNarrowPenalised };
 const char* KindName(Kind k) {
-  return k == Kind::kGreedy ? "greedy" : k == Kind::kSeeded ? "seeded" : "penalised";
+  switch (k) {
+    case Kind::kGreedy: return "greedy";
+    case Kind::kSeeded: return "seeded";
+    case Kind::kPenalised: return "penalised";
+    case Kind::kNarrow: return "narrow";
+    case Kind::kNarrowPenalised: return "narrow penalised";
+  }
+  return "?";
 }
 
 GenerationRequest Request(std::vector<int32_t> prompt, int max_new, Kind kind, uint64_t seed) {
@@ -95,6 +104,20 @@ GenerationRequest Request(std::vector<int32_t> prompt, int max_new, Kind kind, u
       r.sampling.repetition_penalty = 1.2f;
       r.sampling.presence_penalty = 0.3f;
       r.sampling.frequency_penalty = 0.2f;
+      r.sampling.seed = seed;
+      break;
+    case Kind::kNarrow:
+      r.sampling.temperature = 1.5f;
+      r.sampling.top_k = 2;
+      r.sampling.seed = seed;
+      break;
+    case Kind::kNarrowPenalised:
+      r.sampling.temperature = 1.5f;
+      r.sampling.top_k = 2;
+      // Negative: the output repeats itself, so drafts are accepted, and each count moves a
+      // logit by a lot (a verify row that missed a draft token's count would show).
+      r.sampling.presence_penalty = -1.0f;
+      r.sampling.frequency_penalty = -0.5f;
       r.sampling.seed = seed;
       break;
   }
@@ -156,7 +179,8 @@ TEST_P(SpecDecodeGoldenTest, BitIdenticalWithSpeculationOnAndOff) {
   std::vector<GenerationRequest> requests;
   uint64_t seed = 11;
   for (const auto& prompt : Prompts(g, 7)) {
-    for (Kind k : {Kind::kGreedy, Kind::kSeeded, Kind::kPenalised}) {
+    for (Kind k : {Kind::kGreedy, Kind::kSeeded, Kind::kPenalised, Kind::kNarrow,
+                   Kind::kNarrowPenalised}) {
       requests.push_back(Request(prompt, 24, k, seed++));
     }
   }
@@ -219,7 +243,7 @@ TEST(SpecDecodeStopTest, StopsInsideADraftCutExactly) {
   auto on = MakeEngine(dir, BackendKind::kCpu, SpecOptions(5, true, 6));
   ASSERT_TRUE(off != nullptr && on != nullptr);
   for (const auto& prompt : Prompts(g, 3)) {
-    for (Kind kind : {Kind::kGreedy, Kind::kPenalised}) {
+    for (Kind kind : {Kind::kGreedy, Kind::kPenalised, Kind::kNarrowPenalised}) {
       const GenerationRequest base = Request(prompt, 16, kind, 5);
       const Collected full = RunToEnd(*off, base);
       ASSERT_TRUE(full.finished);
