@@ -41,7 +41,7 @@ configure() {  # build_dir sanitizer
 
 # CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, parameters named
 # after the backend, and the runs of dcformer-attention-bench (cuda-sim without a GPU).
-SIM_TESTS='_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
+SIM_TESTS='DecodeTraceTest|DecodeGraphTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)$'
 
