@@ -138,6 +138,17 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                       .Help("Tokens of those lookups found in the prefix cache (not computed)")
                       .Register(r)
                       .Add({});
+  spec_drafted_ = &BuildCounter()
+                       .Name("dcformer_spec_drafted_tokens_total")
+                       .Help("Speculative decoding: drafted tokens sent to verification")
+                       .Register(r)
+                       .Add({});
+  spec_accepted_ = &BuildCounter()
+                        .Name("dcformer_spec_accepted_tokens_total")
+                        .Help("Speculative decoding: drafted tokens accepted (equal to the "
+                              "token plain decoding samples there)")
+                        .Register(r)
+                        .Add({});
   prefix_blocks_ = &BuildGauge()
                         .Name("dcformer_prefix_cache_blocks")
                         .Help("KV-cache blocks that hold a cached prefix (in use or free; a "

@@ -629,11 +629,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   if (options.default_max_new_tokens < 1) {
     return absl::InvalidArgumentError("default_max_new_tokens must be >= 1");
   }
-  if (options.spec_tokens < 0 || options.spec_max_step_drafts < 0 ||
-      options.spec_ngram_min < 1 || options.spec_ngram_max < options.spec_ngram_min) {
-    return absl::InvalidArgumentError(
-        "spec_tokens and spec_max_step_drafts must be >= 0 and 1 <= spec_ngram_min <= "
-        "spec_ngram_max");
+  // Upper bounds: a draft of more than kMaxSpecTokens tokens is never memory-bound, and the
+  // proposer keeps one index per n-gram length and hashes O(max^2) per token.
+  constexpr int kMaxSpecTokens = 64, kMaxSpecNgram = 32;
+  if (options.spec_tokens < 0 || options.spec_tokens > kMaxSpecTokens ||
+      options.spec_max_step_drafts < 0 ||
+      options.spec_max_step_drafts > options.max_num_batched_tokens ||
+      options.spec_ngram_min < 1 || options.spec_ngram_max < options.spec_ngram_min ||
+      options.spec_ngram_max > kMaxSpecNgram) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec_tokens must be in [0, ", kMaxSpecTokens, "], spec_max_step_drafts in [0, "
+        "max_num_batched_tokens], and 1 <= spec_ngram_min <= spec_ngram_max <= ",
+        kMaxSpecNgram));
   }
   // The speculation in effect: the options' draft length, capped where the window rule
   // needs it (a verify chunk's rows must all get window blocks: kv_cache_manager.h), off on a

@@ -97,6 +97,37 @@ class PrefixCacheTest(unittest.TestCase):
             self.assertIn("prefix caching off", server.read_log())
 
 
+class SpeculationTest(unittest.TestCase):
+    """A server speculating (--spec-tokens) answers what a plain one answers, and counts
+    its drafts (the counters were once never registered: the first verify step crashed)."""
+
+    PROMPT = [11, 12, 13, 14, 15, 16] * 6  # every suffix occurred earlier: drafts at once
+
+    def generate(self, server, seed=None, **kw):
+        req = h.ids_request(self.PROMPT, 24, greedy=seed is None, **kw)
+        if seed is not None:
+            req.sampling.temperature = 0.9
+            req.sampling.seed = seed
+        return h.collect(server.stub().Generate(req, timeout=60))[0]
+
+    def test_spec_tokens_same_output_and_counted(self):
+        seeded = dict(seed=7)
+        with h.Server() as plain:
+            want = [self.generate(plain), self.generate(plain, **seeded)]
+        with h.Server(args=["--spec-tokens", "4"]) as server:
+            got = [self.generate(server), self.generate(server, **seeded)]
+            opted_out = self.generate(server, no_speculation=True)
+            m = server.metrics()
+            get = lambda name: m.get((name, frozenset()))
+            drafted = get("dcformer_spec_drafted_tokens_total")
+            accepted = get("dcformer_spec_accepted_tokens_total")
+            self.assertGreater(drafted, 0)
+            self.assertLessEqual(accepted, drafted)
+            self.assertGreater(get("dcformer_spec_accepted_length_count"), 0)
+        self.assertEqual(got, want)
+        self.assertEqual(opted_out, want[0])
+
+
 class PrometheusScrapeTest(unittest.TestCase):
     def test_prometheus_scrapes_counter(self):
         with h.Server() as server, \

@@ -111,7 +111,10 @@ TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   metrics.OnFirstToken(0, absl::Milliseconds(3));  // warm-up: ignored
   metrics.OnNonFiniteLogits();                  // ignored too
   metrics.OnPrefixCacheQuery(100, 100);         // ignored too
+  metrics.OnSpecVerify(4, 4);                   // ignored too
   metrics.SetEnabled(true);
+  metrics.OnSpecVerify(4, 1);
+  metrics.OnSpecVerify(8, 8);
   metrics.OnNonFiniteLogits();
   metrics.OnNonFiniteLogits();
   metrics.OnFirstToken(0, absl::Milliseconds(3));
@@ -137,6 +140,9 @@ TEST(ServerMetricsTest, ObserverRecordsOnlyWhenEnabled) {
   EXPECT_NE(text.find("dcformer_cache_config_info{block_size=\"16\",num_gpu_blocks=\"1234\"} 1"),
             std::string::npos);
   EXPECT_EQ(Value(r, "dcformer_batch_size"), 1);
+  EXPECT_EQ(Value(r, "dcformer_spec_drafted_tokens_total"), 12);
+  EXPECT_EQ(Value(r, "dcformer_spec_accepted_tokens_total"), 9);
+  EXPECT_EQ(Value(r, "dcformer_spec_accepted_length"), 2);
   EXPECT_EQ(Value(r, "dcformer_num_preemptions_total"), 1);
   EXPECT_EQ(Value(r, "dcformer_requests_total", "length"), 1);
   EXPECT_EQ(Value(r, "dcformer_generation_tokens_total"), 7);
