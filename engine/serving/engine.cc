@@ -532,7 +532,14 @@ void EngineImpl::ProcessTokens(ActiveRequest* r, int slot, int accepted) {
     r->first_token = now;
     if (observer_ != nullptr) observer_->OnFirstToken(r->request.origin, now - r->enqueue_time);
   } else if (observer_ != nullptr) {
-    observer_->OnInterTokenLatency(r->request.origin, now - r->last_token);
+    // A verify step emits its accepted run at once: each of its tokens counts the run's
+    // share of the time since the last one, so the histogram stays per token (a plain step:
+    // one observation, as before).
+    const int count = std::max(1, u.accepted);
+    const absl::Duration per_token = (now - r->last_token) / count;
+    for (int j = 0; j < count; ++j) {
+      observer_->OnInterTokenLatency(r->request.origin, per_token);
+    }
   }
   r->last_token = now;
   if (u.reason != FinishReason::kUnspecified) {

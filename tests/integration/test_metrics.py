@@ -101,10 +101,12 @@ class SpeculationTest(unittest.TestCase):
     """A server speculating (--spec-tokens) answers what a plain one answers, and counts
     its drafts (the counters were once never registered: the first verify step crashed)."""
 
-    PROMPT = [11, 12, 13, 14, 15, 16] * 6  # every suffix occurred earlier: drafts at once
+    # The default model's greedy continuation of this prompt falls into a loop (130 130 ...)
+    # after 24 tokens: drafts of it are accepted.
+    PROMPT = [3 + (i * 37) % 250 for i in range(40)]
 
     def generate(self, server, seed=None, **kw):
-        req = h.ids_request(self.PROMPT, 24, greedy=seed is None, **kw)
+        req = h.ids_request(self.PROMPT, 64, greedy=seed is None, **kw)
         if seed is not None:
             req.sampling.temperature = 0.9
             req.sampling.seed = seed
@@ -122,8 +124,12 @@ class SpeculationTest(unittest.TestCase):
             drafted = get("dcformer_spec_drafted_tokens_total")
             accepted = get("dcformer_spec_accepted_tokens_total")
             self.assertGreater(drafted, 0)
+            self.assertGreater(accepted, 0)
             self.assertLessEqual(accepted, drafted)
             self.assertGreater(get("dcformer_spec_accepted_length_count"), 0)
+            # Per token, also when a verify step emits a run at once.
+            self.assertEqual(h.sum_series(m, "dcformer_inter_token_latency_seconds_count"),
+                             sum(len(t) - 1 for t in got + [opted_out]))
         self.assertEqual(got, want)
         self.assertEqual(opted_out, want[0])
 
