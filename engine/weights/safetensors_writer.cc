@@ -10,27 +10,48 @@
 
 namespace dcf {
 
-absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorShape> tensors,
-                              DType dtype,
-                              const std::function<void(size_t, absl::Span<float>)>& fill) {
+namespace {
+
+// Opens `path` and writes the header naming `entries` (name, dtype, shape; data in that
+// order, back to back): the part both writers share. The stream is then at the data region.
+struct HeaderEntry {
+  const std::string* name;
+  DType dtype;
+  const std::vector<int64_t>* shape;
+};
+
+absl::Status OpenWithHeader(const std::string& path, absl::Span<const HeaderEntry> entries,
+                            std::ofstream& out) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
-  for (const TensorShape& t : tensors) {
-    const int64_t n = NumElements(t.shape);
-    const uint64_t bytes = static_cast<uint64_t>(n) * DTypeSize(dtype);
-    header[t.name] = {{"dtype", std::string(DTypeName(dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
+  for (const HeaderEntry& e : entries) {
+    const uint64_t bytes = static_cast<uint64_t>(NumElements(*e.shape)) * DTypeSize(e.dtype);
+    header[*e.name] = {{"dtype", std::string(DTypeName(e.dtype))},
+                       {"shape", *e.shape},
+                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data region
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.open(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
   const uint64_t len = h.size();
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorShape> tensors,
+                              DType dtype,
+                              const std::function<void(size_t, absl::Span<float>)>& fill) {
+  std::vector<HeaderEntry> entries;
+  entries.reserve(tensors.size());
+  for (const TensorShape& t : tensors) entries.push_back({&t.name, dtype, &t.shape});
+  std::ofstream out;
+  if (absl::Status st = OpenWithHeader(path, entries, out); !st.ok()) return st;
   std::vector<float> values;
   std::vector<uint16_t> half;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -54,23 +75,11 @@ absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorSh
 }
 
 absl::Status WriteSafetensors(const std::string& path, absl::Span<const StoredTensor> tensors) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  uint64_t offset = 0;
-  for (const StoredTensor& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(NumElements(t.shape)) * DTypeSize(t.dtype);
-    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string h = header.dump();
-  while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data region
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  const uint64_t len = h.size();
-  out.write(reinterpret_cast<const char*>(&len), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::vector<HeaderEntry> entries;
+  entries.reserve(tensors.size());
+  for (const StoredTensor& t : tensors) entries.push_back({&t.name, t.dtype, &t.shape});
+  std::ofstream out;
+  if (absl::Status st = OpenWithHeader(path, entries, out); !st.ok()) return st;
   for (const StoredTensor& t : tensors) {
     out.write(static_cast<const char*>(t.data),
               static_cast<std::streamsize>(NumElements(t.shape) * DTypeSize(t.dtype)));
