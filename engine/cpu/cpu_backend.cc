@@ -169,7 +169,8 @@ absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
           absl::StrCat("cannot allocate ", bytes, " bytes of KV cache"));
     }
     // Touch it now, so the memory is the process's from the start (as Prepare counted it).
-    std::memset(cache_[g].data(), 0, cache_[g].size());
+    // (A group without layers or blocks has no buffer: memset of a null pointer is UB.)
+    if (cache_[g].size() > 0) std::memset(cache_[g].data(), 0, cache_[g].size());
   }
   cache_shape_ = shape;
   return absl::OkStatus();
