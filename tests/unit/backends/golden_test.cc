@@ -126,6 +126,49 @@ INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(AllParams()), P
 // each row's argmax is the reference's. Printed for the record; the bounds only catch a
 // broken 16-bit path (the golden models have random weights: their logits are nearly flat,
 // so argmax margins are small and 16-bit rounding flips some).
+// Teacher-forced agreement of one backend with a golden case's reference logits: the
+// backend reads the whole sequence (chunks of 16) and each row is compared.
+struct Agreement {
+  double worst = 0;   // largest |logit error|
+  double spread = 0;  // largest logit range of a reference row
+  int agree = 0;      // rows whose argmax is the reference's
+  int rows = 0;
+};
+
+void MeasureAgreement(const std::string& name, const BackendOptions& options, Agreement* out) {
+  auto m = LoadModel(testing::GoldenDir(name), options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  // The backend runs what was asked for, so the agreement measures that.
+  if (options.dtype.has_value()) {
+    ASSERT_EQ(m->backend->info().dtype, *options.dtype);
+  }
+  if (options.weight_quant == WeightQuant::kInt8) {
+    ASSERT_EQ(m->backend->info().int8_weight_group, options.weight_group_size);
+  }
+  const testing::Golden g = testing::LoadGolden(name);
+  auto runner = SequenceRunner::Create(m->backend.get());
+  ASSERT_TRUE(runner.ok());
+  std::vector<float> logits;
+  ASSERT_TRUE((*runner)->Append(g.sequence, 16, &logits).ok());
+  const int V = m->config.vocab_size;
+  Agreement a;
+  a.rows = static_cast<int>(g.sequence.size());
+  for (size_t t = 0; t < g.sequence.size(); ++t) {
+    int best = 0, want = 0;
+    double lo = 1e30, hi = -1e30;
+    for (int v = 0; v < V; ++v) {
+      a.worst = std::max(a.worst, std::abs(logits[t * V + v] - g.logits[t][v]));
+      if (logits[t * V + v] > logits[t * V + best]) best = v;
+      if (g.logits[t][v] > g.logits[t][want]) want = v;
+      lo = std::min(lo, g.logits[t][v]);
+      hi = std::max(hi, g.logits[t][v]);
+    }
+    a.spread = std::max(a.spread, hi - lo);
+    a.agree += best == want;
+  }
+  *out = a;
+}
+
 class SixteenBitAgreementTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(SixteenBitAgreementTest, CudaSimAgreesWithReference) {
@@ -133,39 +176,17 @@ TEST_P(SixteenBitAgreementTest, CudaSimAgreesWithReference) {
     BackendOptions options;
     options.kind = BackendKind::kCudaSim;
     options.dtype = GetParam();
-    auto m = LoadModel(testing::GoldenDir(name), options);
-    ASSERT_TRUE(m.ok()) << m.status();
-    ASSERT_EQ(m->backend->info().dtype, GetParam());
-    const testing::Golden g = testing::LoadGolden(name);
-    auto runner = SequenceRunner::Create(m->backend.get());
-    ASSERT_TRUE(runner.ok());
-    std::vector<float> logits;
-    ASSERT_TRUE((*runner)->Append(g.sequence, 16, &logits).ok());
-    const int V = m->config.vocab_size;
-    double worst = 0, spread = 0;
-    int agree = 0;
-    for (size_t t = 0; t < g.sequence.size(); ++t) {
-      int best = 0, want = 0;
-      double lo = 1e30, hi = -1e30;
-      for (int v = 0; v < V; ++v) {
-        worst = std::max(worst, std::abs(logits[t * V + v] - g.logits[t][v]));
-        if (logits[t * V + v] > logits[t * V + best]) best = v;
-        if (g.logits[t][v] > g.logits[t][want]) want = v;
-        lo = std::min(lo, g.logits[t][v]);
-        hi = std::max(hi, g.logits[t][v]);
-      }
-      spread = std::max(spread, hi - lo);
-      agree += best == want;
-    }
+    Agreement a;
+    ASSERT_NO_FATAL_FAILURE(MeasureAgreement(name, options, &a));
     const std::string line = absl::StrFormat(
         "cuda-sim %s %s: max |logit error| %.4f (logit range %.2f), argmax agreement %d/%d",
-        ComputeDTypeName(GetParam()), name, worst, spread, agree, g.sequence.size());
+        ComputeDTypeName(GetParam()), name, a.worst, a.spread, a.agree, a.rows);
     std::cout << line << "\n";
-    RecordProperty(name + "_max_abs_logit_error", std::to_string(worst));
-    RecordProperty(name + "_argmax_agreement", absl::StrFormat("%d/%d", agree, g.sequence.size()));
+    RecordProperty(name + "_max_abs_logit_error", std::to_string(a.worst));
+    RecordProperty(name + "_argmax_agreement", absl::StrFormat("%d/%d", a.agree, a.rows));
     const double bound = GetParam() == DType::kBF16 ? 0.05 : 0.01;
-    EXPECT_LT(worst, bound) << line;
-    EXPECT_GE(agree, static_cast<int>(g.sequence.size() * 0.9)) << line;
+    EXPECT_LT(a.worst, bound) << line;
+    EXPECT_GE(a.agree, static_cast<int>(a.rows * 0.9)) << line;
   }
 }
 
@@ -189,37 +210,19 @@ TEST_P(Int8AgreementTest, CpuInt8WeightsAgreeWithReference) {
     options.kind = BackendKind::kCpu;
     options.weight_quant = WeightQuant::kInt8;
     options.weight_group_size = GetParam();
-    auto m = LoadModel(testing::GoldenDir(name), options);
-    ASSERT_TRUE(m.ok()) << m.status();
-    ASSERT_EQ(m->backend->info().int8_weight_group, GetParam());
-    const testing::Golden g = testing::LoadGolden(name);
-    auto runner = SequenceRunner::Create(m->backend.get());
-    ASSERT_TRUE(runner.ok());
-    std::vector<float> logits;
-    ASSERT_TRUE((*runner)->Append(g.sequence, 16, &logits).ok());
-    const int V = m->config.vocab_size;
-    double worst = 0;
-    int agree = 0;
-    for (size_t t = 0; t < g.sequence.size(); ++t) {
-      int best = 0, want = 0;
-      for (int v = 0; v < V; ++v) {
-        worst = std::max(worst, std::abs(logits[t * V + v] - g.logits[t][v]));
-        if (logits[t * V + v] > logits[t * V + best]) best = v;
-        if (g.logits[t][v] > g.logits[t][want]) want = v;
-      }
-      agree += best == want;
-    }
-    agree_all += agree;
-    rows_all += static_cast<int>(g.sequence.size());
+    Agreement a;
+    ASSERT_NO_FATAL_FAILURE(MeasureAgreement(name, options, &a));
+    agree_all += a.agree;
+    rows_all += a.rows;
     const std::string line =
         absl::StrFormat("cpu int8 g%d %s: max |logit error| %.4f, argmax agreement %d/%d",
-                        GetParam(), name, worst, agree, g.sequence.size());
+                        GetParam(), name, a.worst, a.agree, a.rows);
     std::cout << line << "\n";
-    RecordProperty(name + "_argmax_agreement", absl::StrFormat("%d/%d", agree, g.sequence.size()));
+    RecordProperty(name + "_argmax_agreement", absl::StrFormat("%d/%d", a.agree, a.rows));
     // A broken int8 path (wrong scale, wrong group) moves logits by O(1) and agrees at chance.
-    EXPECT_LT(worst, kInt8MaxLogitError) << line;
+    EXPECT_LT(a.worst, kInt8MaxLogitError) << line;
     if (GetParam() == kDefaultWeightGroupSize) {
-      EXPECT_GE(agree, kInt8MinAgreement * g.sequence.size()) << line;
+      EXPECT_GE(a.agree, kInt8MinAgreement * a.rows) << line;
     }
   }
   std::cout << absl::StrFormat("cpu int8 g%d all golden cases: argmax agreement %d/%d\n",
