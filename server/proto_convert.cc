@@ -115,6 +115,8 @@ void ChunkToResponse(const GenerationChunk& chunk, const std::string& request_id
   out->mutable_usage()->set_prompt_tokens(chunk.usage.prompt_tokens);
   out->mutable_usage()->set_generated_tokens(chunk.usage.generated_tokens);
   out->mutable_usage()->set_cached_tokens(chunk.usage.cached_tokens);
+  out->mutable_usage()->set_draft_tokens(chunk.usage.draft_tokens);
+  out->mutable_usage()->set_accepted_draft_tokens(chunk.usage.accepted_draft_tokens);
   ToProtoDuration(chunk.timing.queue_time, out->mutable_timing()->mutable_queue_time());
   ToProtoDuration(chunk.timing.time_to_first_token,
                   out->mutable_timing()->mutable_time_to_first_token());

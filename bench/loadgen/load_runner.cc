@@ -227,6 +227,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
       if (response_.has_usage()) {
         record_.prompt_tokens = response_.usage().prompt_tokens();
         record_.cached_tokens = response_.usage().cached_tokens();
+        record_.draft_tokens = response_.usage().draft_tokens();
+        record_.accepted_draft_tokens = response_.usage().accepted_draft_tokens();
       }
     }
     StartRead(&response_);

@@ -68,6 +68,11 @@ void PrintRun(std::ostream& out, const RunResult& run) {
                          run.requested_output_tokens);
   if (!run.finish_reasons.empty()) out << "; finish: " << CountsLine(run.finish_reasons);
   out << "\n";
+  if (run.draft_tokens > 0) {
+    out << absl::StrFormat("  speculation: %d drafted, %d accepted (acceptance rate %.1f%%)\n",
+                           run.draft_tokens, run.accepted_draft_tokens,
+                           100.0 * run.acceptance_rate);
+  }
   if (!run.errors.empty()) {
     out << "  errors: " << CountsLine(run.errors) << "\n";
     for (const auto& [code, message] : run.error_examples) {
@@ -112,7 +117,10 @@ nlohmann::ordered_json RunToJson(const RunResult& run) {
   j["tokens"] = {{"input", run.input_tokens},
                  {"cached", run.cached_tokens},
                  {"output", run.output_tokens},
-                 {"requested_output", run.requested_output_tokens}};
+                 {"requested_output", run.requested_output_tokens},
+                 {"draft", run.draft_tokens},
+                 {"accepted_draft", run.accepted_draft_tokens}};
+  j["acceptance_rate"] = run.acceptance_rate;
   j["throughput"] = {{"requests_per_s", run.requests_per_s},
                      {"output_tokens_per_s", run.output_tokens_per_s},
                      {"input_tokens_per_s", run.input_tokens_per_s}};

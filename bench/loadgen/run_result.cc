@@ -42,6 +42,8 @@ RunResult Aggregate(const LoadSpec& load, const std::vector<RequestRecord>& reco
     if (!q.finish_reason.empty()) ++r.finish_reasons[q.finish_reason];
     r.input_tokens += q.prompt_tokens;
     r.cached_tokens += q.cached_tokens;
+    r.draft_tokens += q.draft_tokens;
+    r.accepted_draft_tokens += q.accepted_draft_tokens;
     r.output_tokens += q.output_tokens;
     r.requested_output_tokens += q.requested_output_tokens;
     if (q.output_tokens >= 1) {
@@ -52,6 +54,10 @@ RunResult Aggregate(const LoadSpec& load, const std::vector<RequestRecord>& reco
     if (q.output_tokens >= 2) tpot.push_back(q.tpot_ms);
     e2e.push_back(q.e2e_ms);
     itl.insert(itl.end(), q.itl_ms.begin(), q.itl_ms.end());
+  }
+  if (r.draft_tokens > 0) {
+    r.acceptance_rate =
+        static_cast<double>(r.accepted_draft_tokens) / static_cast<double>(r.draft_tokens);
   }
   if (r.requests > 0) {
     r.duration_s = std::max(0.0, last_end - first_start) / 1e3;

@@ -33,6 +33,8 @@ struct RequestRecord {
   int requested_output_tokens = 0;  // max_new_tokens sent
   std::string finish_reason;        // e.g. "LENGTH"; empty when no final message arrived
   int cached_tokens = 0;            // the server's usage.cached_tokens (prefix-cache hit)
+  int draft_tokens = 0;             // the server's usage.draft_tokens (speculation)
+  int accepted_draft_tokens = 0;    // the server's usage.accepted_draft_tokens
   int turn = 0;                     // chat workloads: the turn (1, 2, ...); 0 otherwise
   int prefix_group = -1;            // the shared prefix it started with; -1: none
   double ttft_ms = 0;               // when output_tokens >= 1
@@ -59,6 +61,11 @@ struct RunResult {
   int64_t input_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
+  // Speculative decoding, of OK requests: tokens the server drafted and verified, and those
+  // it accepted; acceptance_rate = accepted / drafted (0 when nothing was drafted).
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
+  double acceptance_rate = 0;
   int64_t requested_output_tokens = 0;
   double requests_per_s = 0;  // OK requests / duration_s
   double output_tokens_per_s = 0;

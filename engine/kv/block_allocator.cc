@@ -15,35 +15,38 @@ BlockAllocator::BlockAllocator(int num_blocks)
 }
 
 void BlockAllocator::Unlink(int32_t b) {
+  const int q = has_hash_[b];
   if (prev_[b] >= 0) {
     next_[prev_[b]] = next_[b];
   } else {
-    head_ = next_[b];
+    head_[q] = next_[b];
   }
   if (next_[b] >= 0) {
     prev_[next_[b]] = prev_[b];
   } else {
-    tail_ = prev_[b];
+    tail_[q] = prev_[b];
   }
   prev_[b] = next_[b] = -1;
   --num_free_;
 }
 
 void BlockAllocator::PushBack(int32_t b) {
-  prev_[b] = tail_;
+  const int q = has_hash_[b];
+  prev_[b] = tail_[q];
   next_[b] = -1;
-  if (tail_ >= 0) {
-    next_[tail_] = b;
+  if (tail_[q] >= 0) {
+    next_[tail_[q]] = b;
   } else {
-    head_ = b;
+    head_[q] = b;
   }
-  tail_ = b;
+  tail_[q] = b;
   ++num_free_;
 }
 
 std::optional<int32_t> BlockAllocator::Allocate() {
-  if (head_ < 0) return std::nullopt;
-  const int32_t b = head_;
+  // A block without a hash first: taking it evicts nothing.
+  const int32_t b = head_[0] >= 0 ? head_[0] : head_[1];
+  if (b < 0) return std::nullopt;
   Unlink(b);
   if (has_hash_[b]) {
     cached_.erase(hash_[b]);
@@ -89,19 +92,26 @@ absl::Status BlockAllocator::Validate() const {
   const int n = num_blocks();
   std::vector<uint8_t> seen(n, 0);
   int count = 0;
-  int32_t last = -1;
-  for (int32_t b = head_; b >= 0; b = next_[b]) {
-    if (b >= n || seen[b]) return absl::InternalError(absl::StrCat("free queue loops at ", b));
-    if (prev_[b] != last) return absl::InternalError(absl::StrCat("free queue link at ", b));
-    if (refcount_[b] != 0) {
-      return absl::InternalError(absl::StrCat("block ", b, " is free with refcount ",
-                                              refcount_[b]));
+  for (int q = 0; q < 2; ++q) {
+    int32_t last = -1;
+    for (int32_t b = head_[q]; b >= 0; b = next_[b]) {
+      if (b >= n || seen[b]) return absl::InternalError(absl::StrCat("free queue loops at ", b));
+      if (prev_[b] != last) return absl::InternalError(absl::StrCat("free queue link at ", b));
+      if (refcount_[b] != 0) {
+        return absl::InternalError(absl::StrCat("block ", b, " is free with refcount ",
+                                                refcount_[b]));
+      }
+      if (has_hash_[b] != q) {
+        return absl::InternalError(absl::StrCat("block ", b, " is in the ",
+                                                q ? "cached" : "uncached", " free queue"));
+      }
+      seen[b] = 1;
+      last = b;
+      ++count;
     }
-    seen[b] = 1;
-    last = b;
-    ++count;
+    if (last != tail_[q]) return absl::InternalError(absl::StrCat("free queue ", q, " tail"));
   }
-  if (last != tail_ || count != num_free_) {
+  if (count != num_free_) {
     return absl::InternalError(absl::StrCat("free queue holds ", count, " blocks, counted ",
                                             num_free_));
   }

@@ -5,10 +5,13 @@
 // A block is in use while its reference count is above 0 (the block tables of running
 // sequences hold it) and free otherwise. A free block may still be cached (it keeps its
 // hash): it can be taken back by a new sequence whose prefix it holds (AddRef), until
-// Allocate evicts it. Free blocks wait in one least-recently-released queue: Allocate takes
-// the block released longest ago (evicting its hash, if it has one), so cached blocks live
-// as long as the pool's churn allows. Blocks that were never used come first, lowest id
-// first. A block referenced by a running sequence is never evicted.
+// Allocate evicts it. Free blocks wait in two least-recently-released queues, the uncached
+// and the cached: Allocate takes the uncached block released longest ago, and only when none
+// is free the cached one released longest ago (evicting its hash), so cached blocks live as
+// long as the pool's churn allows and a block that holds nothing anyone can reuse (a window
+// block past its window, a speculative draft's rejected block) is always taken before one
+// that does. Blocks that were never used come first, lowest id first. A block referenced by
+// a running sequence is never evicted.
 //
 // Not thread-safe: owned by the engine loop thread.
 #pragma once
@@ -27,8 +30,9 @@ class BlockAllocator {
  public:
   explicit BlockAllocator(int num_blocks);
 
-  // Takes the free block released longest ago, with refcount 1; if it was cached, its hash
-  // is dropped first (an eviction). nullopt when none is free.
+  // Takes the uncached free block released longest ago, or when none is free the cached one
+  // released longest ago, whose hash is dropped first (an eviction); with refcount 1.
+  // nullopt when none is free.
   std::optional<int32_t> Allocate();
   // Adds a reference to a block: one in use (sharing), or a free cached one (a prefix-cache
   // hit), which then leaves the free queue.
@@ -63,11 +67,13 @@ class BlockAllocator {
   void PushBack(int32_t block);
 
   std::vector<int32_t> refcount_;  // [num_blocks]
-  // The free queue: a doubly linked list through prev_/next_ ([num_blocks]; -1 ends it).
+  // The free queues, [0] uncached and [1] cached (indexed by has_hash_): doubly linked
+  // lists through prev_/next_ ([num_blocks]; -1 ends one). A free block's hash changes only
+  // as Allocate takes it, so it never moves between them while free.
   std::vector<int32_t> prev_;
   std::vector<int32_t> next_;
-  int32_t head_ = -1;  // released longest ago: the next Allocate
-  int32_t tail_ = -1;
+  int32_t head_[2] = {-1, -1};  // released longest ago: the next Allocate of that queue
+  int32_t tail_[2] = {-1, -1};
   int num_free_ = 0;
   std::vector<BlockHash> hash_;     // [num_blocks] valid where has_hash_
   std::vector<uint8_t> has_hash_;   // [num_blocks]

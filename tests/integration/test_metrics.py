@@ -105,20 +105,26 @@ class SpeculationTest(unittest.TestCase):
     # after 24 tokens: drafts of it are accepted.
     PROMPT = [3 + (i * 37) % 250 for i in range(40)]
 
-    def generate(self, server, seed=None, **kw):
+    def generate(self, server, seed=None, usage=None, **kw):
         req = h.ids_request(self.PROMPT, 64, greedy=seed is None, **kw)
         if seed is not None:
             req.sampling.temperature = 0.9
             req.sampling.seed = seed
-        return h.collect(server.stub().Generate(req, timeout=60))[0]
+        tokens, final = h.collect(server.stub().Generate(req, timeout=60))
+        if usage is not None:
+            usage.append(final.usage)
+        return tokens
 
     def test_spec_tokens_same_output_and_counted(self):
         seeded = dict(seed=7)
+        plain_usage, usage, opted_out_usage = [], [], []
         with h.Server() as plain:
-            want = [self.generate(plain), self.generate(plain, **seeded)]
+            want = [self.generate(plain, usage=plain_usage),
+                    self.generate(plain, usage=plain_usage, **seeded)]
         with h.Server(args=["--spec-tokens", "4"]) as server:
-            got = [self.generate(server), self.generate(server, **seeded)]
-            opted_out = self.generate(server, no_speculation=True)
+            got = [self.generate(server, usage=usage),
+                   self.generate(server, usage=usage, **seeded)]
+            opted_out = self.generate(server, usage=opted_out_usage, no_speculation=True)
             m = server.metrics()
             get = lambda name: m.get((name, frozenset()))
             drafted = get("dcformer_spec_drafted_tokens_total")
@@ -127,6 +133,13 @@ class SpeculationTest(unittest.TestCase):
             self.assertGreater(accepted, 0)
             self.assertLessEqual(accepted, drafted)
             self.assertGreater(get("dcformer_spec_accepted_length_count"), 0)
+            # Each request's usage says what was drafted and accepted for it; the counters
+            # are their sums.
+            self.assertEqual(sum(u.draft_tokens for u in usage), drafted)
+            self.assertEqual(sum(u.accepted_draft_tokens for u in usage), accepted)
+            self.assertGreater(usage[0].accepted_draft_tokens, 0)  # the greedy loop
+            for u in plain_usage + opted_out_usage:
+                self.assertEqual((u.draft_tokens, u.accepted_draft_tokens), (0, 0))
             # Per token, also when a verify step emits a run at once.
             self.assertEqual(h.sum_series(m, "dcformer_inter_token_latency_seconds_count"),
                              sum(len(t) - 1 for t in got + [opted_out]))

@@ -76,6 +76,32 @@ TEST(BlockAllocatorTest, CachedFreeBlocksAreHitOrEvicted) {
   EXPECT_TRUE(a.Validate().ok()) << a.Validate();
 }
 
+TEST(BlockAllocatorTest, UncachedFreeBlocksAreTakenBeforeAnyEviction) {
+  BlockAllocator a(4);
+  std::vector<int32_t> b;
+  for (int i = 0; i < 4; ++i) b.push_back(*a.Allocate());
+  EXPECT_TRUE(a.Cache(b[0], H(1)));
+  EXPECT_TRUE(a.Cache(b[2], H(2)));
+  // Released in the order b0 (cached), b1, b2 (cached), b3: the uncached ones go first, each
+  // queue least recently released first, and only then are cached blocks evicted.
+  for (int32_t x : b) a.Release(x);
+  EXPECT_TRUE(a.Validate().ok()) << a.Validate();
+  EXPECT_EQ(*a.Allocate(), b[1]);
+  EXPECT_EQ(*a.Allocate(), b[3]);
+  EXPECT_EQ(a.num_evictions(), 0);
+  EXPECT_EQ(a.Lookup(H(1)), b[0]);
+  EXPECT_EQ(a.Lookup(H(2)), b[2]);
+  // An uncached block released now still goes before the cached ones released earlier.
+  a.Release(b[3]);
+  EXPECT_EQ(*a.Allocate(), b[3]);
+  EXPECT_EQ(a.num_evictions(), 0);
+  EXPECT_EQ(*a.Allocate(), b[0]);
+  EXPECT_EQ(a.num_evictions(), 1);
+  EXPECT_FALSE(a.Lookup(H(1)).has_value());
+  EXPECT_EQ(a.Lookup(H(2)), b[2]);
+  EXPECT_TRUE(a.Validate().ok()) << a.Validate();
+}
+
 TEST(BlockAllocatorDeathTest, AddRefOnAFreeUncachedBlockAborts) {
   BlockAllocator a(1);
   const int32_t b = *a.Allocate();

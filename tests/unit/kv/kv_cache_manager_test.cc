@@ -274,6 +274,35 @@ TEST(PrefixCacheTest, OnlyCommittedBlocksAreCached) {
   kv.Free(seq);
 }
 
+TEST(PrefixCacheTest, RejectedDraftBlocksEvictNoCachedPrefix) {
+  // Speculative decoding reserves blocks for drafted tokens and gives back those of rejected
+  // ones (never named by a hash). They are taken again before any free cached block, so
+  // verifying drafts step after step evicts no cached prefix while uncached blocks are free.
+  KvCacheManager kv(Shape(16, 16, /*window=*/6, 4), true);
+  const std::vector<int32_t> shared = Tokens(40, 100);
+  SequenceKv a;
+  RunSequence(kv, a, shared, 8);
+  kv.Free(a);
+  ASSERT_EQ(kv.num_cached(kG), 10);
+  const int64_t evictions_before = kv.allocator(kG).num_evictions();
+  const std::vector<int32_t> t = Tokens(24, 5000);  // shares nothing with `shared`
+  SequenceKv b;
+  RunSequence(kv, b, std::vector<int32_t>(t.begin(), t.begin() + 5), 5);
+  while (b.num_tokens < 16) {  // at most 6 blocks: with a's 10, the whole pool
+    // A verify of 6 drafted tokens (7 positions) of which one is accepted.
+    ASSERT_TRUE(kv.Reserve(b, b.num_tokens + 7).ok());
+    kv.Commit(b, b.num_tokens + 2, t);
+    kv.ReleaseUncommitted(b);
+    EXPECT_TRUE(kv.allocator(kG).Validate().ok());
+  }
+  EXPECT_EQ(kv.allocator(kG).num_evictions(), evictions_before);
+  EXPECT_EQ(b.num_tokens, 17);
+  EXPECT_EQ(kv.num_cached(kG), 10 + 4);  // a's prefix, and b's own full blocks
+  SequenceKv c;
+  EXPECT_EQ(kv.FindCachedPrefix(c, Concat(shared, {1})).num_tokens, 40);
+  kv.Free(b);
+}
+
 // Random sequences sharing prefixes of a few families, run and freed on a small pool: every
 // lookup equals the brute-force rule, every hit's blocks hold the hashes they are found by,
 // and the pools stay consistent.

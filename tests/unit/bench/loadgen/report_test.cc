@@ -99,6 +99,25 @@ TEST(ReportTest, PrefixHitsAndTurnsGetTheirOwnRows) {
   EXPECT_EQ(j["ttft_ms_by_turn"]["2"]["count"], 2);
 }
 
+TEST(ReportTest, SpeculationGetsALineOnlyWhenSomethingWasDrafted) {
+  RunResult run = SomeRun(LoadSpec::Mode::kClosed);
+  std::ostringstream plain;
+  PrintRun(plain, run);
+  EXPECT_EQ(plain.str().find("speculation"), std::string::npos) << plain.str();
+  run.draft_tokens = 400;
+  run.accepted_draft_tokens = 300;
+  run.acceptance_rate = 0.75;
+  std::ostringstream out;
+  PrintRun(out, run);
+  EXPECT_NE(out.str().find("speculation: 400 drafted, 300 accepted (acceptance rate 75.0%)"),
+            std::string::npos)
+      << out.str();
+  const nlohmann::ordered_json j = RunToJson(run);
+  EXPECT_EQ(j["tokens"]["draft"], 400);
+  EXPECT_EQ(j["tokens"]["accepted_draft"], 300);
+  EXPECT_EQ(j["acceptance_rate"], 0.75);
+}
+
 TEST(ReportTest, ProgressLineFillsWithFinishedRequestsOrTime) {
   RunProgress p;
   p.total = 100;

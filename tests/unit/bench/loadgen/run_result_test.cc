@@ -82,6 +82,24 @@ TEST(AggregateTest, OpenLoopAchievedSendRate) {
   EXPECT_EQ(load.Label(), "4/s");
 }
 
+TEST(AggregateTest, SumsDraftsOfOkRequestsIntoAnAcceptanceRate) {
+  std::vector<RequestRecord> records;
+  for (int i = 0; i < 4; ++i) {
+    RequestRecord r = Ok(100.0 * i, 100.0 * i + 50, 100, 8);
+    r.draft_tokens = 10 * (i + 1);    // 10, 20, 30, 40
+    r.accepted_draft_tokens = i + 1;  // 1, 2, 3, 4
+    if (i == 3) r.code = "UNAVAILABLE";  // failed: not counted
+    records.push_back(r);
+  }
+  const RunResult r = Aggregate(LoadSpec{}, records, 0, false);
+  EXPECT_EQ(r.draft_tokens, 60);
+  EXPECT_EQ(r.accepted_draft_tokens, 6);
+  EXPECT_DOUBLE_EQ(r.acceptance_rate, 0.1);
+  const RunResult none = Aggregate(LoadSpec{}, {Ok(0, 10, 100, 4)}, 0, false);
+  EXPECT_EQ(none.draft_tokens, 0);
+  EXPECT_DOUBLE_EQ(none.acceptance_rate, 0);
+}
+
 TEST(AggregateTest, SplitsTtftByPrefixHitAndTurn) {
   std::vector<RequestRecord> records;
   for (int i = 0; i < 6; ++i) {
