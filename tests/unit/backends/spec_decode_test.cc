@@ -11,14 +11,18 @@
 // (CPU only). cuda-sim runs a subset of each (it is ~100x slower).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/serving/engine.h"
+#include "engine/simt/simt_testing.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/testing/collected_stream.h"
@@ -423,6 +427,63 @@ TEST(SpecDecodeKjvTest, CopyingPassageWithStopStringsMatchesSpeculationOff) {
   EXPECT_GT(st.spec_drafted_tokens, 0);
   EXPECT_GT(st.spec_accepted_tokens, 0);
   EXPECT_LT(st.steps, off->Stats().steps);
+}
+
+// On cuda-sim a verify step is not a decode step for the CUDA graphs (docs/CUDA_BACKEND.md,
+// "Decode steps as graphs"): in the emulator's trace of one speculating request, its decode
+// steps (one token) launch their graph and its verify steps (the last token plus drafts)
+// issue their kernels call by call, interleaved, and the output is still plain decoding's.
+TEST(SpecDecodeCudaSimTest, VerifyStepsRunCallByCallBesideDecodeGraphs) {
+  const std::string name = "dcformer-f32-long-prompt";
+  const std::string dir = testing::GoldenDir(name);
+  const testing::Golden g = testing::LoadGolden(name);
+  auto off = MakeEngine(dir, BackendKind::kCudaSim, SpecOptions(5, false, 0));
+  auto on = MakeEngine(dir, BackendKind::kCudaSim, SpecOptions(5, false, 4));
+  ASSERT_TRUE(off != nullptr && on != nullptr);
+  const GenerationRequest r = Request(Prompts(g, 7)[1], 20, Kind::kGreedy, 0);
+  const Collected plain = RunToEnd(*off, r);
+  const std::string path = ::testing::TempDir() + "/spec_decode_trace.jsonl";
+  std::remove(path.c_str());
+  dcf::simt::SetTraceFile(path);
+  const Collected spec = RunToEnd(*on, r);
+  dcf::simt::SetTraceFile("");
+  ExpectSameStream(plain, spec, "traced", Tolerance(BackendKind::kCudaSim));
+  struct Step {
+    bool decode = false;
+    int graphs = 0, kernels = 0;  // kernels issued outside a graph
+  };
+  std::vector<Step> steps;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "\"kind\":\"step\"")) {
+      steps.emplace_back();
+      steps.back().decode = absl::StrContains(line, "\"tokens\":1,\"seqs\":1}");
+    } else if (!steps.empty() && absl::StrContains(line, "\"kind\":\"graph\"")) {
+      ++steps.back().graphs;
+    } else if (!steps.empty() && absl::StrContains(line, "\"kind\":\"kernel\"") &&
+               !absl::StrContains(line, "\"in_graph\":true")) {
+      ++steps.back().kernels;
+    }
+  }
+  std::remove(path.c_str());
+  ASSERT_GE(steps.size(), 3u);
+  int decodes = 0, verifies = 0;
+  for (size_t i = 1; i < steps.size(); ++i) {  // step 0: the prompt's prefill
+    const Step& s = steps[i];
+    if (s.decode) {
+      // The first one captures the graph (its kernels are traced as they are issued into
+      // the capture), every later one only launches it.
+      EXPECT_EQ(s.graphs, 1) << "decode step " << i;
+      if (decodes > 0) EXPECT_EQ(s.kernels, 0) << "decode step " << i;
+      ++decodes;
+    } else {
+      ++verifies;
+      EXPECT_EQ(s.graphs, 0) << "verify step " << i;
+      EXPECT_GT(s.kernels, 0) << "verify step " << i;
+    }
+  }
+  EXPECT_GT(decodes, 1);
+  EXPECT_GT(verifies, 0);
 }
 
 }  // namespace
