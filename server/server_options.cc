@@ -35,7 +35,7 @@ ABSL_FLAG(bool, prefix_caching, true,
           "caching; requests share only with the same cache_salt); --noprefix-caching: off");
 ABSL_FLAG(int, spec_tokens, 0,
           "speculative decoding by prompt lookup: tokens drafted per decoding sequence and step "
-          "(the output is identical to plain decoding's); 0 = off. CPU backend only");
+          "(the output is identical to plain decoding's); 0 = off");
 ABSL_FLAG(int, spec_ngram_min, 2, "speculative decoding: shortest suffix matched in the context");
 ABSL_FLAG(int, spec_ngram_max, 4, "speculative decoding: longest suffix matched in the context");
 ABSL_FLAG(int, spec_max_step_drafts, 0,

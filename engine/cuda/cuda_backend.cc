@@ -133,6 +133,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, const BackendOptions& option
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   DropGraphs();
+  for (cudaEvent_t e : penalty_done_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -150,6 +153,10 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   DCF_CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&done_, cudaEventDisableTiming | cudaEventBlockingSync),
       "cudaEventCreate");
+  for (cudaEvent_t& e : penalty_done_) {
+    DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                             "cudaEventCreate");
+  }
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
   const char* graphs = std::getenv("DCF_CUDA_GRAPHS");
   use_graphs_ = graphs == nullptr || std::string_view(graphs) != "0";
@@ -227,10 +234,6 @@ absl::Status CudaBackend::Fail(absl::Status status) {
 absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   RETURN_IF_ERROR(UseDevice());
   RETURN_IF_ERROR(ValidateStepLimits(limits));
-  if (limits.max_draft_rows > 0) {  // VerifiesDrafts() is false: one sampled row per sequence
-    return absl::InvalidArgumentError(
-        "the CUDA backend does not verify drafted tokens (StepLimits::max_draft_rows > 0)");
-  }
   prepared_ = false;
   launched_ = false;
   DropGraphs();  // they name the buffers released here
@@ -242,6 +245,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   }
   step_host_.Reset();
   results_host_.Reset();
+  penalty_host_.Reset();  // cudaFreeHost waits for the copies still reading it
+  penalty_pending_.fill(false);
+  penalty_next_ = 0;
 
   const int64_t T = limits.max_tokens, S = limits.max_seqs, E = config_.dim,
                 F = config_.intermediate_size, V = config_.vocab_size, N = config_.n_head;
@@ -249,10 +255,14 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   const bool pythia = config_.architecture == Architecture::kDcPythia;
   const int eb = ElemBytes(dtype_);
   rows_cap_ = MaxLogitRows(limits);
+  // Every sampled row is a new token: one per sequence, plus the verified drafts.
+  sampled_cap_ = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(T, S + int64_t{limits.max_draft_rows})));
+  const int64_t R_s = sampled_cap_;
   const int64_t slots = limits.num_penalty_slots;
   const size_t step_bytes = Align16(4 * T) * 3 + Align16(4 * (S + 1)) +
                             2 * Align16(4 * S * limits.blocks_per_seq) + Align16(4 * rows_cap_) +
-                            Align16(sizeof(DeviceSamplingRow) * S) + 16;
+                            Align16(sizeof(DeviceSamplingRow) * R_s) + 16;
 
   ASSIGN_OR_RETURN(x_, DeviceBuffer::Allocate(4 * T * E, "the residual stream"));
   ASSIGN_OR_RETURN(a_, DeviceBuffer::Allocate(eb * T * E, "normed activations"));
@@ -266,8 +276,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(act_, DeviceBuffer::Allocate(eb * T * F, "MLP activations"));
   ASSIGN_OR_RETURN(final_in_, DeviceBuffer::Allocate(eb * rows_cap_ * E, "final norm rows"));
   ASSIGN_OR_RETURN(logits_, DeviceBuffer::Allocate(4 * rows_cap_ * V, "logits"));
-  ASSIGN_OR_RETURN(sample_work_, DeviceBuffer::Allocate(4 * S * V, "sampler workspace"));
-  ASSIGN_OR_RETURN(results_, DeviceBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
+  ASSIGN_OR_RETURN(sample_work_, DeviceBuffer::Allocate(4 * R_s * V, "sampler workspace"));
+  ASSIGN_OR_RETURN(results_,
+                   DeviceBuffer::Allocate(sizeof(SampleResult) * R_s, "sampler results"));
   ASSIGN_OR_RETURN(attn_workspace_,
                    DeviceBuffer::Allocate(DcmhaWorkspaceBytes(config_.n_head, config_.head_dim, T,
                                                               S, config_.max_positions),
@@ -277,7 +288,12 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(counts_, DeviceBuffer::Allocate(4 * slots * V, "penalty state"));
   ASSIGN_OR_RETURN(step_host_, PinnedBuffer::Allocate(step_bytes, "step staging"));
   ASSIGN_OR_RETURN(results_host_,
-                   PinnedBuffer::Allocate(sizeof(SampleResult) * S, "sampler results"));
+                   PinnedBuffer::Allocate(sizeof(SampleResult) * R_s, "sampler results"));
+  penalty_stride_ = Align16(V) + Align16(4 * V);
+  if (slots > 0) {
+    ASSIGN_OR_RETURN(penalty_host_, PinnedBuffer::Allocate(kPenaltyStaging * penalty_stride_,
+                                                           "penalty staging"));
+  }
   DCF_CUDA_RETURN_IF_ERROR(
       DcmhaInitWorkspace(attn_workspace_.get(), attn_workspace_.bytes(), stream_),
       "attention workspace reset");
@@ -338,17 +354,30 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
   // The host sampler's state for these tokens (one rule: PenaltyState::Reset), uploaded.
   PenaltyState state(V);
   state.Reset(prompt, generated);
-  // Stream-ordered after any step still in flight, and complete before returning (the host
-  // state dies here).
-  cudaError_t e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V,
-                                  state.seen_flags().data(), V, cudaMemcpyHostToDevice, stream_);
-  if (e == cudaSuccess) {
-    e = cudaMemcpyAsync(counts_.as<int32_t>() + static_cast<int64_t>(slot) * V,
-                        state.counts().data(), sizeof(int32_t) * V, cudaMemcpyHostToDevice,
-                        stream_);
+  // Through the next staging area of the ring: wait only for that area's previous copies
+  // (issued kPenaltyStaging admissions ago, normally long done), never for the whole stream.
+  // The copies are stream-ordered after any step still in flight and before the next one.
+  const int i = penalty_next_;
+  penalty_next_ = (penalty_next_ + 1) % kPenaltyStaging;
+  cudaError_t e = cudaSuccess;
+  if (penalty_pending_[i]) {
+    e = cudaEventSynchronize(penalty_done_[i]);
+    if (e != cudaSuccess) return Fail(CudaStatus(e, "SetPenaltyState"));
+    penalty_pending_[i] = false;
   }
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  uint8_t* host_seen = penalty_host_.as<uint8_t>() + i * penalty_stride_;  // [V] u8
+  int32_t* host_counts = reinterpret_cast<int32_t*>(host_seen + Align16(V));  // [V] i32
+  std::memcpy(host_seen, state.seen_flags().data(), V);
+  std::memcpy(host_counts, state.counts().data(), sizeof(int32_t) * V);
+  e = cudaMemcpyAsync(seen_.as<uint8_t>() + static_cast<int64_t>(slot) * V, host_seen, V,
+                      cudaMemcpyHostToDevice, stream_);
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(counts_.as<int32_t>() + static_cast<int64_t>(slot) * V, host_counts,
+                        sizeof(int32_t) * V, cudaMemcpyHostToDevice, stream_);
+  }
+  if (e == cudaSuccess) e = cudaEventRecord(penalty_done_[i], stream_);
   if (e != cudaSuccess) return Fail(CudaStatus(e, "SetPenaltyState"));
+  penalty_pending_[i] = true;
   return absl::OkStatus();
 }
 
@@ -389,8 +418,18 @@ absl::StatusOr<CudaBackend::DevicePlan> CudaBackend::Plan(const StepBatch& batch
     return absl::InternalError(absl::StrCat("step needs ", plan.logits.rows.size(),
                                             " logits rows, more than the prepared ", rows_cap_));
   }
+  const std::vector<int32_t> slots = batch.slot_offsets();
+  plan.num_slots = slots.back();
   for (int s : plan.logits.sampled_seqs) {
     const SamplingRow& r = batch.sampling[s];
+    const int n = batch.sample_rows[s];  // k + 1 where it verifies k drafts
+    SampledSeq seq;
+    seq.sampling = r;
+    seq.first_row = static_cast<int>(plan.device_rows.size());
+    seq.first_slot = slots[s];
+    const int first_draft = batch.seq_offsets[s + 1] - (n - 1);  // draft d: row d + 1's token
+    seq.drafts.assign(batch.tokens.begin() + first_draft,
+                      batch.tokens.begin() + batch.seq_offsets[s + 1]);
     DeviceSamplingRow d;
     d.logit_row = plan.logits.sample_row[s];
     d.penalty_slot = r.penalty_slot;
@@ -405,10 +444,20 @@ absl::StatusOr<CudaBackend::DevicePlan> CudaBackend::Plan(const StepBatch& batch
     d.top_logprobs = r.top_logprobs;
     d.want_logprob = r.logprob ? 1 : 0;
     d.seed = r.seed;
-    d.step = r.step;
+    d.seq_rows = n;
+    d.drafts = first_draft;
+    for (int j = 0; j < n; ++j) {  // row j: draw step + j, drafts [0, j) in its penalties
+      d.step = r.step + j;
+      d.draft_index = j;
+      plan.device_rows.push_back(d);
+      ++d.logit_row;
+    }
     plan.record_penalties |= r.penalty_slot >= 0;
-    plan.device_rows.push_back(d);
-    plan.sampling.push_back(r);
+    plan.sampled.push_back(std::move(seq));
+  }
+  if (static_cast<int>(plan.device_rows.size()) > sampled_cap_) {
+    return absl::InternalError(absl::StrCat("step samples ", plan.device_rows.size(),
+                                            " rows, more than the prepared ", sampled_cap_));
   }
   return plan;
 }
@@ -520,6 +569,7 @@ absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan) {
   sp.vocab = config_.vocab_size;
   sp.logits = logits_.as<float>();
   sp.rows = d.sampling;
+  sp.tokens = d.tokens;
   sp.seen = seen_.as<uint8_t>();
   sp.counts = counts_.as<int32_t>();
   sp.work = sample_work_.as<float>();
@@ -530,6 +580,7 @@ absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan) {
     rp.num_rows = num_sampled;
     rp.vocab = config_.vocab_size;
     rp.rows = d.sampling;
+    rp.tokens = d.tokens;
     rp.results = results_.as<SampleResult>();
     rp.seen = seen_.as<uint8_t>();
     rp.counts = counts_.as<int32_t>();
@@ -550,16 +601,25 @@ absl::Status CudaBackend::Wait(StepOutput* out) {
   }
   const int V = config_.vocab_size;
   const int returned = plan_.logits.num_returned;
-  out->Resize(plan_.num_seqs, returned, V);
+  out->Resize(plan_.num_slots, returned, V);
   if (returned > 0) {  // the first rows of the logits buffer (PlanLogitRows)
     const cudaError_t e = cudaMemcpy(out->logits.data(), logits_.get(),
                                      sizeof(float) * returned * V, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) return Fail(CudaStatus(e, "logits download"));
   }
   const SampleResult* res = results_host_.as<SampleResult>();
-  for (size_t i = 0; i < plan_.sampling.size(); ++i) {
-    StoreSample(plan_.sampling[i], plan_.logits.sampled_seqs[i], res[i].token, res[i].logprob,
-                res[i].top_tokens, res[i].top_logprobs, kSampleMaxTop, out);
+  for (const SampledSeq& seq : plan_.sampled) {
+    // A verifying sequence's rows in order, up to the first that differs from its draft (the
+    // rule of AcceptedDrafts) or drew nothing: later rows were sampled as if the drafts
+    // before them had been accepted and stay -1 (step_batch.h), as on the CPU.
+    const int n = static_cast<int>(seq.drafts.size()) + 1;
+    for (int j = 0; j < n; ++j) {
+      const SampleResult& r = res[seq.first_row + j];
+      StoreSample(seq.sampling, seq.first_slot + j, r.token, r.logprob, r.top_tokens,
+                  r.top_logprobs, kSampleMaxTop, out);
+      if (r.token < 0) break;
+      if (j + 1 < n && r.token != seq.drafts[j]) break;
+    }
   }
   return absl::OkStatus();
 }

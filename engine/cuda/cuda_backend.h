@@ -13,7 +13,8 @@
 // qk-norm + RoPE, dynamic-weight tail, KV-cache write, DCMHA, Wo GEMM accumulating into the
 // residual, norm, MLP GEMMs and activation); the final norm and output projection run only
 // for rows whose logits are needed (sampled rows and return_logits sequences); the device
-// sampler draws the tokens; only the sampled ids and logprobs come back asynchronously.
+// sampler draws the tokens (every row of a verify chunk, speculative decoding); only the
+// sampled ids and logprobs come back asynchronously.
 // Wait synchronises on an event and copies return_logits rows, if any.
 //
 // Failures: any CUDA or cuBLAS error during a step is fatal and sticky: health() returns it
@@ -69,6 +70,9 @@ class CudaBackend final : public Backend {
   absl::Status Launch(const StepBatch& batch) override;
   absl::Status Wait(StepOutput* out) override;
   absl::Status health() const override { return health_; }
+  // Verify chunks (StepBatch::sample_rows > 1): every row sampled at once by the device
+  // sampler, each with its own draw and the drafts before it in its penalties (sampling.h).
+  bool VerifiesDrafts() const override { return true; }
 
   // Device bytes of the weights.
   size_t weight_bytes() const { return weights_.bytes; }
@@ -95,12 +99,22 @@ class CudaBackend final : public Backend {
   };
   // The step as the device runs it: the shared plan of its logits rows (step_plan.h) plus
   // what the launch configuration, the sampler and Wait need.
+  // One sampled sequence of the step, as Wait scatters its rows.
+  struct SampledSeq {
+    SamplingRow sampling;         // what it asked for
+    int first_row = 0;            // its first row of device_rows / the results
+    int first_slot = 0;           // its first output slot (StepBatch::slot_offsets)
+    std::vector<int32_t> drafts;  // [sample_rows - 1] the drafts it verifies
+  };
   struct DevicePlan {
     int num_tokens = 0, num_seqs = 0;
+    int num_slots = 0;  // StepOutput slots: StepBatch::slot_offsets().back()
     int max_seq_tokens = 0, max_position = 0;
     LogitRows logits;                             // rows [R]: returned ones first
-    std::vector<DeviceSamplingRow> device_rows;   // [num_sampled], logits.sampled_seqs order
-    std::vector<SamplingRow> sampling;            // [num_sampled] what each row asked for
+    // [num_sampled rows]: per sampled sequence (logits.sampled_seqs order) its sample_rows
+    // rows in order
+    std::vector<DeviceSamplingRow> device_rows;
+    std::vector<SampledSeq> sampled;              // [logits.sampled_seqs.size()]
     bool record_penalties = false;
   };
 
@@ -182,14 +196,24 @@ class CudaBackend final : public Backend {
   DeviceBuffer act_;             // [T, F] dtype
   DeviceBuffer final_in_;        // [R_max, E] dtype
   DeviceBuffer logits_;          // [R_max, V] f32
-  DeviceBuffer sample_work_;     // [S, V] f32
-  DeviceBuffer results_;         // [S] SampleResult
+  int sampled_cap_ = 0;          // R_s: sampled rows of one step, min(T, S + max_draft_rows)
+  DeviceBuffer sample_work_;     // [R_s, V] f32
+  DeviceBuffer results_;         // [R_s] SampleResult
   DeviceBuffer attn_workspace_;  // DcmhaWorkspaceBytes
   DeviceBuffer step_dev_;        // the uploaded step arrays
   DeviceBuffer seen_;            // [slots, V] u8
   DeviceBuffer counts_;          // [slots, V] i32
   PinnedBuffer step_host_;       // staging of the step arrays
-  PinnedBuffer results_host_;    // [S] SampleResult
+  PinnedBuffer results_host_;    // [R_s] SampleResult
+  // SetPenaltyState's uploads: a ring of page-locked staging areas ([V] u8 seen, then [V]
+  // i32 counts, 16-byte aligned), each reused only after the event recorded behind its last
+  // copies (no stream sync per admission).
+  static constexpr int kPenaltyStaging = 4;
+  PinnedBuffer penalty_host_;  // [kPenaltyStaging, penalty_stride_] bytes
+  size_t penalty_stride_ = 0;
+  std::array<cudaEvent_t, kPenaltyStaging> penalty_done_{};
+  std::array<bool, kPenaltyStaging> penalty_pending_{};
+  int penalty_next_ = 0;
 
   KvCacheShape cache_shape_;
   std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype

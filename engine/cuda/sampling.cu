@@ -433,6 +433,10 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   const bool cnt = slot >= 0 && (row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f);
   const uint8_t* seen = rep ? p.seen + static_cast<int64_t>(slot) * V : nullptr;
   const int32_t* counts = cnt ? p.counts + static_cast<int64_t>(slot) * V : nullptr;
+  // Row j of a verifying sequence: the j drafted tokens before it count as generated, as
+  // they would in the slot had plain decoding accepted them one step at a time.
+  const int num_drafts = (rep || cnt) ? row.draft_index : 0;
+  const int32_t* drafts = num_drafts > 0 ? p.tokens + row.drafts : nullptr;  // [num_drafts]
 
   // 1. Penalties and temperature into `work`; the maxima of the raw and adjusted logits; any
   // NaN or infinity among the raw logits.
@@ -444,9 +448,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
     if (isnan(r) || isinf(r)) nonfinite = 1.0f;
     raw_max = fmaxf(raw_max, r);
     float l = r;
-    if (rep && seen[i] != 0) l = l > 0 ? l / row.repetition_penalty : l * row.repetition_penalty;
-    if (cnt && counts[i] > 0) {
-      l -= row.presence_penalty + row.frequency_penalty * static_cast<float>(counts[i]);
+    int extra = 0;  // occurrences among the drafts before this row
+    for (int d = 0; d < num_drafts; ++d) extra += drafts[d] == i;
+    if (rep && (seen[i] != 0 || extra > 0)) {
+      l = l > 0 ? l / row.repetition_penalty : l * row.repetition_penalty;
+    }
+    if (cnt && counts[i] + extra > 0) {
+      l -= row.presence_penalty + row.frequency_penalty * static_cast<float>(counts[i] + extra);
     }
     if (!greedy) l *= row.inv_temperature;
     work[i] = l;
@@ -556,14 +564,20 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
 }
 
+// One thread per sequence (its first row): slots are distinct across sequences
+// (ValidateStepBatch), and a verifying sequence's rows are recorded in order.
 __global__ void RecordSampledKernel(RecordSampledParams p) {
   for (int r = threadIdx.x; r < p.num_rows; r += blockDim.x) {
-    const int slot = p.rows[r].penalty_slot;
-    const int token = p.results[r].token;
-    if (slot < 0 || token < 0 || token >= p.vocab) continue;
-    const int64_t at = static_cast<int64_t>(slot) * p.vocab + token;
-    p.seen[at] = 1;
-    atomicAdd(&p.counts[at], 1);
+    const DeviceSamplingRow& first = p.rows[r];
+    if (first.draft_index != 0 || first.penalty_slot < 0) continue;
+    const int64_t base = static_cast<int64_t>(first.penalty_slot) * p.vocab;
+    for (int j = 0; j < first.seq_rows && r + j < p.num_rows; ++j) {
+      const int token = p.results[r + j].token;
+      if (token < 0 || token >= p.vocab) break;  // nothing drawn: no later row counts
+      p.seen[base + token] = 1;
+      atomicAdd(&p.counts[base + token], 1);
+      if (j + 1 < first.seq_rows && token != p.tokens[first.drafts + j]) break;
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "engine/backends/backend_factory.h"
+#include "engine/execution/step_plan.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
@@ -433,6 +434,149 @@ TEST_P(BackendTest, SamplesLikeTheHostReference) {
     feed = {want};
   }
   manager.Free(kv);
+}
+
+// Verification (speculative decoding) through the backend: a sequence's chunk of its last
+// token and k drafts samples each of its k + 1 rows as plain decoding would (row j: draw
+// step + j, penalties counting drafts [0, j)), up to the first row that differs from its
+// draft (later slots -1), beside a plain penalised sequence in the same step; the penalty
+// slot then counts exactly the accepted tokens. Each position is run twice before it is
+// committed: once with drafts mostly wrong, then again over the same uncommitted rows with
+// drafts that the first run showed right (rollback: rows of rejected positions are simply
+// rewritten). Six penalty slots are set up front, more than the CUDA backend's staging ring
+// of uploads holds (a reused staging area must not change an upload still in flight).
+TEST_P(BackendTest, VerifyRowsSampleLikePlainDecoding) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  ASSERT_TRUE(backend.VerifiesDrafts());
+  const int V = model->config.vocab_size;
+  constexpr int kDrafts = 4;
+  StepLimits limits;
+  limits.max_tokens = 24;
+  limits.max_seqs = 2;
+  limits.max_logit_rows = 24;
+  limits.blocks_per_seq = 64;
+  limits.num_penalty_slots = 6;
+  limits.max_draft_rows = kDrafts;
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {64, 64};
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  KvCacheManager manager(shape);
+  std::vector<PenaltyState> reference(6, PenaltyState(V));
+  std::vector<std::vector<int32_t>> prompts(6);
+  for (int slot = 0; slot < 6; ++slot) {
+    prompts[slot] = {3 + slot, 17 + 2 * slot, 42, 7 + slot * slot};
+    ASSERT_TRUE(backend.SetPenaltyState(slot, prompts[slot], {}).ok());
+    reference[slot].Reset(prompts[slot], {});
+  }
+  SamplerScratch scratch;
+  // A verifies (slot 5): two candidates, counts that pull the output to repeat itself.
+  SamplingRow a;
+  a.params.temperature = 1.5f;
+  a.params.top_k = 2;
+  a.params.repetition_penalty = 1.2f;
+  a.params.presence_penalty = -1.0f;
+  a.params.frequency_penalty = -0.5f;
+  a.seed = 5;
+  a.penalty_slot = 5;
+  a.logprob = true;
+  a.top_logprobs = 3;
+  // B decodes plainly (slot 1).
+  SamplingRow b = a;
+  b.params.top_k = 40;
+  b.params.presence_penalty = 0.4f;
+  b.seed = 6;
+  b.penalty_slot = 1;
+  const double tol = GetParam() == BackendKind::kCpu ? 0.0 : 1e-4;
+  SequenceKv kv_a, kv_b;
+  std::vector<int32_t> feed_a = prompts[5], feed_b = prompts[1];
+  std::vector<int32_t> gen_a, gen_b;  // tokens each has generated (committed)
+  std::vector<int32_t> wrong = {11, 12, 13, 14};
+  int accepted_total = 0, rejected_total = 0;
+  StepOutput out;
+  for (int step = 0; step < 8; ++step) {
+    const bool prefill = step == 0;
+    std::vector<int32_t> known;  // true tokens of A's next positions, from the first try
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      // A's drafts: what the first try showed right, then wrong guesses.
+      std::vector<int32_t> drafts = known;
+      for (int d = static_cast<int>(drafts.size()); d < kDrafts; ++d) {
+        drafts.push_back(wrong[(d + step) % 4]);
+      }
+      drafts.resize(kDrafts);
+      std::vector<int32_t> chunk_a = feed_a;
+      const int n = prefill ? 1 : kDrafts + 1;
+      if (!prefill) chunk_a.insert(chunk_a.end(), drafts.begin(), drafts.end());
+      ASSERT_TRUE(manager.Reserve(kv_a, kv_a.num_tokens + static_cast<int>(chunk_a.size())).ok());
+      ASSERT_TRUE(manager.Reserve(kv_b, kv_b.num_tokens + static_cast<int>(feed_b.size())).ok());
+      a.step = gen_a.size();  // the draw counter: tokens A sampled before
+      StepBatch batch;
+      batch.Reset(64);
+      batch.AddSequence(chunk_a, kv_a, true, a, /*return_logits=*/true, n);
+      b.step = gen_b.size();
+      batch.AddSequence(feed_b, kv_b, true, b, /*return_logits=*/true);
+      ASSERT_TRUE(backend.Step(batch, &out).ok());
+      ASSERT_EQ(out.tokens.size(), static_cast<size_t>(n + 1));
+      // A: rows in order against the host, with the drafts before each in its penalties.
+      PenaltyState state = reference[5];
+      int accepted = 0;
+      std::vector<int32_t> sampled;
+      for (int j = 0; j < n; ++j) {
+        const size_t row = chunk_a.size() - n + j;
+        const auto logits = absl::MakeConstSpan(out.logits).subspan(row * V, V);
+        const int32_t want = SampleToken(logits, a.params, a.seed, a.step + j, &state, &scratch);
+        ASSERT_EQ(out.tokens[j], want) << "step " << step << " try " << attempt << " row " << j;
+        std::vector<TopLogprob> top;
+        EXPECT_NEAR(out.logprobs[j], ComputeLogprobs(logits, want, 3, &top), tol);
+        for (int k = 0; k < 3; ++k) EXPECT_EQ(out.top_tokens[j * kMaxTopLogprobs + k], top[k].token);
+        state.Record(want);
+        sampled.push_back(want);
+        if (j + 1 < n && want != drafts[j]) break;
+        if (j + 1 < n) ++accepted;
+      }
+      for (int j = static_cast<int>(sampled.size()); j < n; ++j) {
+        EXPECT_EQ(out.tokens[j], -1) << "a row after the first mismatch";
+        EXPECT_EQ(out.nonfinite[j], 0);
+      }
+      EXPECT_EQ(AcceptedDrafts(batch, 0, out, 0), accepted);
+      // B: one plain row.
+      const auto logits_b =
+          absl::MakeConstSpan(out.logits).subspan((chunk_a.size() + feed_b.size() - 1) * V, V);
+      const int32_t want_b =
+          SampleToken(logits_b, b.params, b.seed, gen_b.size(), &reference[1], &scratch);
+      ASSERT_EQ(out.tokens[n], want_b) << "step " << step;
+      if (attempt == 0 && !prefill) {
+        // Not committed: the second try recomputes these positions with better drafts. The
+        // device slots recorded this try's tokens, so put them back as they were.
+        manager.ReleaseUncommitted(kv_a);
+        manager.ReleaseUncommitted(kv_b);
+        ASSERT_TRUE(backend.SetPenaltyState(5, prompts[5], gen_a).ok());
+        ASSERT_TRUE(backend.SetPenaltyState(1, prompts[1], gen_b).ok());
+        known = sampled;  // every token sampled up to the mismatch is the true one
+        continue;
+      }
+      rejected_total += n > 1 && accepted < n - 1;
+      accepted_total += accepted;
+      manager.Commit(kv_a, kv_a.num_tokens + static_cast<int>(chunk_a.size()) - (n - 1) + accepted);
+      manager.Commit(kv_b, kv_b.num_tokens + static_cast<int>(feed_b.size()));
+      manager.ReleaseUncommitted(kv_a);
+      for (int32_t t : sampled) reference[5].Record(t);
+      reference[1].Record(want_b);
+      gen_a.insert(gen_a.end(), sampled.begin(), sampled.end());
+      gen_b.push_back(want_b);
+      feed_a = {sampled.back()};
+      feed_b = {want_b};
+      break;
+    }
+  }
+  EXPECT_GT(accepted_total, 0) << "no draft was ever accepted";
+  EXPECT_GT(rejected_total, 0) << "no draft was ever rejected";
+  manager.Free(kv_a);
+  manager.Free(kv_b);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()),

@@ -1054,6 +1054,55 @@ TEST(EngineTest, CudaSimTraceMarksEveryBackendStep) {
   }
 }
 
+// SetPenaltyState (every admission with penalties) uploads from page-locked staging and
+// never synchronises the stream: its trace is two pinned async copies and an event record
+// per call, and a wait only for the event of a staging area being reused (the ring holds 4:
+// calls 5 and 6 wait for calls 1 and 2). What the slots then hold is checked by
+// backend_conformance_test (VerifyRowsSampleLikePlainDecoding sets six slots).
+TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
+  std::unique_ptr<Backend> backend = LoadBackend(BackendKind::kCudaSim);
+  const int V = backend->config().vocab_size;
+  StepLimits limits;
+  limits.max_tokens = 8;
+  limits.max_seqs = 2;
+  limits.max_logit_rows = 0;
+  limits.blocks_per_seq = 64;
+  limits.num_penalty_slots = 6;
+  ASSERT_TRUE(backend->Prepare(limits).ok());
+  const std::string path = ::testing::TempDir() + "/engine_test_penalty_trace.jsonl";
+  std::remove(path.c_str());
+  dcf::simt::SetTraceFile(path);
+  for (int slot = 0; slot < 6; ++slot) {
+    const std::vector<int32_t> prompt = {slot + 1, 7}, generated = {slot + 3};
+    ASSERT_TRUE(backend->SetPenaltyState(slot, prompt, generated).ok());
+  }
+  dcf::simt::SetTraceFile("");
+  std::ifstream in(path);
+  int pinned_uploads = 0, records = 0, event_waits = 0, others = 0;
+  size_t upload_bytes = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "\"dir\":\"h2d\",") &&
+        absl::StrContains(line, "\"async\":true,\"pinned\":true")) {
+      ++pinned_uploads;
+      const size_t at = line.find("\"bytes\":") + 8;
+      upload_bytes += std::stoul(line.substr(at));
+    } else if (absl::StrContains(line, "\"call\":\"record\"")) {
+      ++records;
+    } else if (absl::StrContains(line, "cudaEventSynchronize")) {
+      ++event_waits;
+    } else {
+      ++others;
+      ADD_FAILURE() << "unexpected: " << line;
+    }
+  }
+  std::remove(path.c_str());
+  EXPECT_EQ(pinned_uploads, 12);
+  EXPECT_EQ(upload_bytes, 6u * (V + 4 * V));  // seen [V] u8 and counts [V] i32 per slot
+  EXPECT_EQ(records, 6);
+  EXPECT_EQ(event_waits, 2);
+  EXPECT_EQ(others, 0);
+}
+
 // A checkpoint with NaN in its weights (every 7th entry of one wo) on each backend's sampler:
 // every request ends with INTERNAL and a message that says the logits were not finite, never
 // with a silent token; the observer counts each; the engine stays healthy (the backend did

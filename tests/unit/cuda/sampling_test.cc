@@ -125,10 +125,12 @@ std::vector<cuda::DeviceSamplingRow> DeviceRows(const std::vector<Case>& cases, 
   return rows;
 }
 
-// Runs `rows` over `logits` on the device; returns the SampleResult bytes.
+// Runs `rows` over `logits` on the device (`tokens`: the step's tokens, where verify rows
+// find their drafts); returns the SampleResult bytes.
 std::vector<uint8_t> RunDevice(const std::vector<cuda::DeviceSamplingRow>& rows,
                                const std::vector<float>& logits, int V,
-                               const std::vector<PenaltyState>& slots) {
+                               const std::vector<PenaltyState>& slots,
+                               const std::vector<int32_t>& tokens = {0}) {
   const int R = rows.size();
   std::vector<uint8_t> seen(slots.size() * V);
   std::vector<int32_t> counts(slots.size() * V);
@@ -140,7 +142,7 @@ std::vector<uint8_t> RunDevice(const std::vector<cuda::DeviceSamplingRow>& rows,
   }
   DeviceBuffer<float> dlogits(logits), work(static_cast<size_t>(R) * V);
   DeviceBuffer<uint8_t> dseen(seen);
-  DeviceBuffer<int32_t> dcounts(counts);
+  DeviceBuffer<int32_t> dcounts(counts), dtokens(tokens);
   DeviceBuffer<uint8_t> drows(
       std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(rows.data()),
                            reinterpret_cast<const uint8_t*>(rows.data() + R)));
@@ -150,6 +152,7 @@ std::vector<uint8_t> RunDevice(const std::vector<cuda::DeviceSamplingRow>& rows,
   sp.vocab = V;
   sp.logits = dlogits.get();
   sp.rows = reinterpret_cast<const cuda::DeviceSamplingRow*>(drows.get());
+  sp.tokens = dtokens.get();
   sp.seen = dseen.get();
   sp.counts = dcounts.get();
   sp.work = work.get();
@@ -295,6 +298,147 @@ TEST(DeviceSamplerTest, FullVocabularyRows) {
   const std::vector<PenaltyState> slots = MakeSlots(V);
   std::vector<float> logits = RandomVector(cases.size() * V, 300, -8, 8);
   CheckAgainstHost(cases, logits, V, 3, slots);
+}
+
+// Verification (speculative decoding): a sequence's k + 1 rows sampled in one launch, row j
+// with draw step + j and penalties counting the j drafts before it, must each be what the
+// host samples at that position of plain decoding (the slot after the drafts before it were
+// recorded one by one). Drafts repeat ids and hit ids the slot already saw, and the logits
+// make the penalised ids matter (greedy rows would pick a draft id without its count).
+TEST(DeviceSamplerTest, VerifyRowsCountTheDraftsBeforeThem) {
+  const int V = 800;
+  std::vector<Case> cases;
+  for (const Case& c : Cases()) {
+    if (c.slot >= 0 || c.name == "top_k_5" || c.name == "temperature") cases.push_back(c);
+  }
+  Case neg;  // negative penalties: each draft occurrence pulls its id up
+  neg.name = "negative_penalties";
+  neg.params.temperature = 1.2f;
+  neg.params.top_k = 3;
+  neg.params.presence_penalty = -1.0f;
+  neg.params.frequency_penalty = -0.75f;
+  neg.slot = 2;
+  neg.top_n = 2;
+  cases.push_back(neg);
+  const std::vector<PenaltyState> slots = MakeSlots(V);
+  const int n = 6;  // k = 5 drafts per sequence
+  for (uint64_t step = 0; step < 3; ++step) {
+    // One sequence per case; a shared slot is fine here (no row records).
+    std::vector<int32_t> tokens;  // the step's tokens: per sequence its k drafts
+    std::vector<cuda::DeviceSamplingRow> rows;
+    std::vector<std::vector<int32_t>> drafts(cases.size());
+    std::vector<float> logits = RandomVector(cases.size() * n * V, 900 + step, -3, 3);
+    for (size_t c = 0; c < cases.size(); ++c) {
+      // Ids the logits favour, so that penalties on them change the choice.
+      const int32_t hot[] = {static_cast<int32_t>((c * 97 + step) % V), 5, 37, 74};
+      for (int d = 0; d < n - 1; ++d) drafts[c].push_back(hot[(d * 3 + c) % 4]);
+      for (int j = 0; j < n; ++j) {
+        for (int32_t h : hot) logits[(c * n + j) * V + h] += 4.0f;
+      }
+      const cuda::DeviceSamplingRow base = DeviceRows({cases[c]}, 0)[0];
+      for (int j = 0; j < n; ++j) {
+        cuda::DeviceSamplingRow r = base;
+        r.logit_row = static_cast<int32_t>(c * n + j);
+        r.seed = 77 + c;
+        r.step = step * 10 + j;
+        r.seq_rows = n;
+        r.draft_index = j;
+        r.drafts = static_cast<int32_t>(tokens.size());
+        rows.push_back(r);
+      }
+      tokens.insert(tokens.end(), drafts[c].begin(), drafts[c].end());
+    }
+    const std::vector<uint8_t> bytes = RunDevice(rows, logits, V, slots, tokens);
+    const auto* res = reinterpret_cast<const cuda::SampleResult*>(bytes.data());
+    SamplerScratch scratch;
+    int penalised_differs = 0;  // rows where the drafts' counts changed the host's token
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Case& cs = cases[c];
+      PenaltyState state = cs.slot >= 0 ? slots[cs.slot] : PenaltyState(V);
+      for (int j = 0; j < n; ++j) {
+        const auto row = absl::MakeConstSpan(logits).subspan((c * n + j) * V, V);
+        const int32_t want =
+            SampleToken(row, cs.params, 77 + c, step * 10 + j, &state, &scratch);
+        if (cs.slot >= 0) {
+          const int32_t without = SampleToken(row, cs.params, 77 + c, step * 10 + j,
+                                              &slots[cs.slot], &scratch);
+          penalised_differs += without != want;
+        }
+        const cuda::SampleResult& got = res[c * n + j];
+        EXPECT_EQ(got.token, want) << cs.name << " step " << step << " row " << j;
+        std::vector<TopLogprob> top;
+        EXPECT_NEAR(got.logprob, ComputeLogprobs(row, want, cs.top_n, &top), 1e-4) << cs.name;
+        for (int k = 0; k < cs.top_n; ++k) EXPECT_EQ(got.top_tokens[k], top[k].token) << cs.name;
+        if (j + 1 < n) state.Record(drafts[c][j]);
+      }
+    }
+    EXPECT_GT(penalised_differs, 0) << "the drafts' penalties never mattered: a weak test";
+  }
+}
+
+// The penalty update of verify rows: in order, up to and including the first row that
+// differs from its draft, and nothing from a row that drew nothing (or after it).
+TEST(DeviceSamplerTest, RecordsAVerifiedSequenceUpToItsFirstMismatch) {
+  const int V = 32;
+  std::vector<uint8_t> seen(4 * V, 0);
+  std::vector<int32_t> counts(4 * V, 0);
+  // The step's tokens: sequence A drafts [7, 7, 9], B [2, 5], C [4, 4].
+  const std::vector<int32_t> tokens = {1, 7, 7, 9, 3, 2, 5, 6, 4, 4};
+  struct Seq {
+    int slot, drafts;
+    std::vector<int32_t> sampled;
+  };
+  const std::vector<Seq> seqs = {
+      {0, 1, {7, 7, 3, 11}},  // A: accepts 7, 7, then 3 differs from 9: records 7, 7, 3
+      {1, 5, {2, 5, 8}},      // B: accepts both drafts and the bonus 8
+      {2, 8, {-1, 4, 4}},     // C: nothing drawn at row 0: records nothing
+      {3, 8, {9, 4, 4}},      // D: the first row differs: records 9 only
+      {-1, 8, {4, 4, 1}},     // E: no slot
+  };
+  std::vector<cuda::DeviceSamplingRow> rows;
+  std::vector<cuda::SampleResult> results;
+  for (const Seq& q : seqs) {
+    const int n = static_cast<int>(q.sampled.size());
+    for (int j = 0; j < n; ++j) {
+      cuda::DeviceSamplingRow r;
+      r.penalty_slot = q.slot;
+      r.seq_rows = n;
+      r.draft_index = j;
+      r.drafts = q.drafts;
+      rows.push_back(r);
+      cuda::SampleResult res{};
+      res.token = q.sampled[j];
+      results.push_back(res);
+    }
+  }
+  auto bytes = [](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                reinterpret_cast<const uint8_t*>(v.data()) + v.size() * sizeof(T));
+  };
+  DeviceBuffer<uint8_t> dseen(seen), drows(bytes(rows)), dres(bytes(results));
+  DeviceBuffer<int32_t> dcounts(counts), dtokens(tokens);
+  cuda::RecordSampledParams p;
+  p.num_rows = static_cast<int>(rows.size());
+  p.vocab = V;
+  p.rows = reinterpret_cast<const cuda::DeviceSamplingRow*>(drows.get());
+  p.tokens = dtokens.get();
+  p.results = reinterpret_cast<const cuda::SampleResult*>(dres.get());
+  p.seen = dseen.get();
+  p.counts = dcounts.get();
+  ASSERT_TRUE(CudaOk(cuda::LaunchRecordSampled(p, nullptr)));
+  const std::vector<uint8_t> s = dseen.ToHost();
+  const std::vector<int32_t> c = dcounts.ToHost();
+  std::vector<PenaltyState> want(4, PenaltyState(V));
+  for (int32_t t : {7, 7, 3}) want[0].Record(t);
+  for (int32_t t : {2, 5, 8}) want[1].Record(t);
+  want[3].Record(9);
+  for (int slot = 0; slot < 4; ++slot) {
+    for (int v = 0; v < V; ++v) {
+      EXPECT_EQ(c[slot * V + v], want[slot].count(v)) << "slot " << slot << " id " << v;
+      EXPECT_EQ(s[slot * V + v] != 0, want[slot].seen(v)) << "slot " << slot << " id " << v;
+    }
+  }
 }
 
 TEST(DeviceSamplerTest, RecordsSampledTokensInTheirSlots) {
