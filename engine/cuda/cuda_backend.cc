@@ -290,6 +290,12 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
     DCF_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "penalty state reset");
   }
   limits_ = limits;
+  // Plans (candidates timed on a GPU) for every product the steps will run: no step builds
+  // one. Products the GEMV takes never reach the library.
+  const int library_min_m = use_gemv_ ? kGemvMaxRows + 1 : 1;
+  if (absl::Status st = gemm_->Prepare(LibraryProducts(), library_min_m, stream_); !st.ok()) {
+    return Fail(st);
+  }
   prepared_ = true;
   size_t free_bytes = 0, total_bytes = 0;
   DCF_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -606,6 +612,25 @@ GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const Devi
 GemmArgs CudaBackend::NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias,
                                        float* y, int64_t n) const {
   return LinearArgs(rows, x_.get(), config_.dim, w, bias, y, n, false);
+}
+
+std::vector<GemmArgs> CudaBackend::LibraryProducts() const {
+  // The products of AttentionLayer, FeedForward and Logits (the library path), in that order.
+  const int T = limits_.max_tokens;
+  const int64_t E = config_.dim, F = config_.intermediate_size;
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+  std::vector<GemmArgs> products;
+  for (const DeviceLayerWeights& L : weights_.layers) {
+    products.push_back(LinearArgs(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(),
+                                  FusedInputWidth(config_), false));
+    products.push_back(LinearArgs(T, attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true));
+    products.push_back(LinearArgs(T, pythia ? a2_.get() : a_.get(), E, L.w_up, L.b_up,
+                                  up_.as<float>(), pythia ? F : 2 * F, false));
+    products.push_back(LinearArgs(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true));
+  }
+  products.push_back(LinearArgs(rows_cap_, final_in_.get(), config_.dim, weights_.output,
+                                DeviceBuffer(), logits_.as<float>(), config_.vocab_size, false));
+  return products;
 }
 
 GemvIn CudaBackend::NormPrologue(const DeviceBuffer& norm_w) const {

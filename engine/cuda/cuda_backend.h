@@ -79,6 +79,11 @@ class CudaBackend final : public Backend {
   bool graphs() const { return use_graphs_; }
   // Graphs captured since the last Prepare or AllocateCache.
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  // The GEMM library's plans: Prepare makes those of every product a step within the limits
+  // runs (LibraryProducts), so a step builds none (plans_built_on_use stays as Prepare left
+  // it); `gemm_choices` says which candidate each bucket kept.
+  Gemm::Stats gemm_stats() const { return gemm_->stats(); }
+  const std::vector<GemmPlanChoice>& gemm_choices() const { return gemm_->choices(); }
 
  private:
   CudaBackend(const ModelConfig& config, const BackendOptions& options);
@@ -146,6 +151,9 @@ class CudaBackend final : public Backend {
   GemmArgs NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias, float* y,
                             int64_t n) const;
   GemvIn NormPrologue(const DeviceBuffer& norm_w) const;
+  // Every product Forward may hand the GEMM library, each with m = the most rows it has in a
+  // step within limits_ (for Gemm::Prepare), on the buffers of Prepare.
+  std::vector<GemmArgs> LibraryProducts() const;
   // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
   // empty) into `out` (compute dtype).
   NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;
