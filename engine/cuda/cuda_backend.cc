@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/cuda/activation.h"
 #include "engine/cuda/attention_input.h"
@@ -295,6 +296,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   const int library_min_m = use_gemv_ ? kGemvMaxRows + 1 : 1;
   if (absl::Status st = gemm_->Prepare(LibraryProducts(), library_min_m, stream_); !st.ok()) {
     return Fail(st);
+  }
+  if (const char* log = std::getenv("DCF_GEMM_PLAN_LOG"); log != nullptr && log[0] == '1') {
+    for (const GemmPlanChoice& c : gemm_->choices()) DCF_LOG(Info) << DescribeGemmChoice(c);
   }
   prepared_ = true;
   size_t free_bytes = 0, total_bytes = 0;
