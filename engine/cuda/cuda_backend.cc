@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/cuda/activation.h"
 #include "engine/cuda/attention_input.h"
@@ -306,6 +307,15 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
     DCF_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "penalty state reset");
   }
   limits_ = limits;
+  // Plans (candidates timed on a GPU) for every product the steps will run: no step builds
+  // one. Products the GEMV takes never reach the library.
+  const int library_min_m = use_gemv_ ? kGemvMaxRows + 1 : 1;
+  if (absl::Status st = gemm_->Prepare(LibraryProducts(), library_min_m, stream_); !st.ok()) {
+    return Fail(st);
+  }
+  if (const char* log = std::getenv("DCF_GEMM_PLAN_LOG"); log != nullptr && log[0] == '1') {
+    for (const GemmPlanChoice& c : gemm_->choices()) DCF_LOG(Info) << DescribeGemmChoice(c);
+  }
   prepared_ = true;
   size_t free_bytes = 0, total_bytes = 0;
   DCF_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -668,9 +678,44 @@ GemmArgs CudaBackend::NormedLinearArgs(int rows, const DeviceBuffer& w, const De
   return LinearArgs(rows, x_.get(), config_.dim, w, bias, y, n, false);
 }
 
-GemvIn CudaBackend::NormPrologue(const DeviceBuffer& norm_w) const {
+GemmArgs CudaBackend::PythiaUpArgs(int rows, const DeviceLayerWeights& L) const {
+  // y (up_) is named but not written: the kGelu epilogue writes act_ instead.
+  return NormedLinearArgs(rows, L.w_up, L.b_up, up_.as<float>(), config_.intermediate_size);
+}
+
+GemvOut CudaBackend::PythiaUpOut() const {
+  GemvOut out;
+  out.epilogue = GemvEpilogue::kGelu;
+  out.act = act_.get();
+  out.act_type = dtype_;
+  out.act_ld = config_.intermediate_size;
+  return out;
+}
+
+std::vector<GemmArgs> CudaBackend::LibraryProducts() const {
+  // The products of AttentionLayer, FeedForward and Logits (the library path), in that order.
+  const int T = limits_.max_tokens;
+  const int64_t E = config_.dim, F = config_.intermediate_size;
+  const bool pythia = config_.architecture == Architecture::kDcPythia;
+  std::vector<GemmArgs> products;
+  for (const DeviceLayerWeights& L : weights_.layers) {
+    products.push_back(LinearArgs(T, a_.get(), E, L.w_in, L.b_in, proj_.as<float>(),
+                                  FusedInputWidth(config_), false));
+    products.push_back(LinearArgs(T, attn_out_.get(), E, L.wo, L.wo_b, x_.as<float>(), E, true));
+    products.push_back(LinearArgs(T, pythia ? a2_.get() : a_.get(), E, L.w_up, L.b_up,
+                                  up_.as<float>(), pythia ? F : 2 * F, false));
+    products.push_back(LinearArgs(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true));
+  }
+  products.push_back(LinearArgs(rows_cap_, final_in_.get(), config_.dim, weights_.output,
+                                DeviceBuffer(), logits_.as<float>(), config_.vocab_size, false));
+  return products;
+}
+
+GemvIn CudaBackend::NormPrologue(const DeviceBuffer& norm_w, const DeviceBuffer& norm_b) const {
   GemvIn in;
   in.norm_weight = norm_w.as<float>();
+  in.layer_norm = config_.architecture == Architecture::kDcPythia;
+  in.norm_bias = in.layer_norm && !norm_b.empty() ? norm_b.as<float>() : nullptr;
   in.eps = config_.norm_eps;
   return in;
 }
@@ -725,10 +770,19 @@ absl::Status CudaBackend::AttentionLayer(int layer, const StepArrays& d, const S
   const bool pythia = config_.architecture == Architecture::kDcPythia;
 
   if (const GemmArgs in = NormedLinearArgs(T, L.w_in, L.b_in, proj_.as<float>(), P);
-      !pythia && use_gemv_ && GemvHandles(in)) {
-    // The RMSNorm in the GEMV's prologue (gemv.h): no kernel of its own.
-    RETURN_IF_ERROR(CudaStatus(LaunchGemv(in, GemvOut{}, NormPrologue(L.attn_norm_w), stream_),
-                               "attention norm + GEMV"));
+      use_gemv_ && GemvHandles(in)) {
+    // The norm in the GEMV's prologue (gemv.h): no kernel of its own.
+    RETURN_IF_ERROR(CudaStatus(
+        LaunchGemv(in, GemvOut{}, NormPrologue(L.attn_norm_w, L.attn_norm_b), stream_),
+        "attention norm + GEMV"));
+    if (pythia) {
+      // Parallel residual: the MLP's input is the LayerNorm of this same x, so its GEMV
+      // (LayerNorm prologue, GELU epilogue into act_) runs now, before the attention's
+      // residual add changes x; FeedForward then has only the down projection left.
+      RETURN_IF_ERROR(CudaStatus(LaunchGemv(PythiaUpArgs(T, L), PythiaUpOut(),
+                                            NormPrologue(L.ffn_norm_w, L.ffn_norm_b), stream_),
+                                 "MLP norm + GEMV + GELU"));
+    }
   } else {
     NormParams np = Norm(T, L.attn_norm_w, L.attn_norm_b, a_.get());
     if (pythia) {  // parallel residual: both branches normalise the same x
@@ -803,6 +857,10 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
   const bool pythia = config_.architecture == Architecture::kDcPythia;
   // dcpythia normalised its MLP input with the attention input (parallel residual).
   const void* mlp_in = a2_.get();
+  if (pythia && use_gemv_ && GemvHandles(PythiaUpArgs(T, L))) {
+    // AttentionLayer's GEMV wrote the activation (LayerNorm prologue, GELU epilogue).
+    return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
+  }
   if (!pythia) {
     const GemmArgs fused = NormedLinearArgs(T, L.w_up, L.b_up, up_.as<float>(), 2 * F);
     if (use_gemv_ && GemvHandles(fused)) {
@@ -812,7 +870,7 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
       out.act = act_.get();
       out.act_type = dtype_;
       out.act_ld = F;
-      RETURN_IF_ERROR(CudaStatus(LaunchGemv(fused, out, NormPrologue(L.ffn_norm_w), stream_),
+      RETURN_IF_ERROR(CudaStatus(LaunchGemv(fused, out, NormPrologue(L.ffn_norm_w, DeviceBuffer()), stream_),
                                  "MLP norm + GEMV + SwiGLU"));
       return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
     }

@@ -83,6 +83,11 @@ class CudaBackend final : public Backend {
   bool graphs() const { return use_graphs_; }
   // Graphs captured since the last Prepare or AllocateCache.
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  // The GEMM library's plans: Prepare makes those of every product a step within the limits
+  // runs (LibraryProducts), so a step builds none (plans_built_on_use stays as Prepare left
+  // it); `gemm_choices` says which candidate each bucket kept.
+  Gemm::Stats gemm_stats() const { return gemm_->stats(); }
+  const std::vector<GemmPlanChoice>& gemm_choices() const { return gemm_->choices(); }
 
  private:
   CudaBackend(const ModelConfig& config, const BackendOptions& options);
@@ -155,11 +160,20 @@ class CudaBackend final : public Backend {
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
   GemmArgs LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) const;
-  // y[rows, n] = RMSNorm(x_[rows]) . w^T (+ bias) for LaunchGemv with NormPrologue(norm
+  // y[rows, n] = Norm(x_[rows]) . w^T (+ bias) for LaunchGemv with NormPrologue(norm
   // weight): the f32 residual stream as the product's input.
   GemmArgs NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias, float* y,
                             int64_t n) const;
-  GemvIn NormPrologue(const DeviceBuffer& norm_w) const;
+  // The GEMV prologue of the model's norm (RMSNorm, or dcpythia's LayerNorm with bias
+  // `norm_b`, which may be empty).
+  GemvIn NormPrologue(const DeviceBuffer& norm_w, const DeviceBuffer& norm_b) const;
+  // dcpythia, <= kGemvMaxRows rows: the MLP's w1 product as one GEMV, LayerNorm(x_) in its
+  // prologue and act_ = GELU(. + b) in its epilogue (PythiaUpOut).
+  GemmArgs PythiaUpArgs(int rows, const DeviceLayerWeights& L) const;
+  GemvOut PythiaUpOut() const;
+  // Every product Forward may hand the GEMM library, each with m = the most rows it has in a
+  // step within limits_ (for Gemm::Prepare), on the buffers of Prepare.
+  std::vector<GemmArgs> LibraryProducts() const;
   // The norm of `rows` rows of the residual stream x_ with weight `w` and bias `b` (may be
   // empty) into `out` (compute dtype).
   NormParams Norm(int rows, const DeviceBuffer& w, const DeviceBuffer& b, void* out) const;

@@ -4,9 +4,13 @@
 // into y fuses the residual adds into the output projections (the residual stream is f32).
 //
 // Real build: cuBLASLt (tensor cores for bf16/f16; CUBLAS_COMPUTE_32F, so f32 inputs are not
-// rounded to TF32), one plan (descriptors + heuristic algorithm) cached per shape, bias via
-// the BIAS epilogue, `workspace_bytes` of device workspace. Emulator build: OpenBLAS sgemm on
-// the emulated device memory (host memory), converting 16-bit inputs to f32 first.
+// rounded to TF32), bias via the BIAS epilogue, `workspace_bytes` of device workspace. A plan
+// (descriptors + algorithm) serves one m bucket of one product shape (gemm_plan.h): Prepare
+// makes the plans of every product the steps will run, timing the heuristic's candidates
+// with CUDA events and keeping the fastest; a product that was not prepared gets the
+// heuristic's first candidate valid over its bucket, untimed, in a bounded LRU. Emulator
+// build: OpenBLAS sgemm on the emulated device memory (host memory), converting 16-bit
+// inputs to f32 first; its plans are the same bookkeeping with nothing to choose.
 //
 // Not thread-safe: one owner issuing work on its stream.
 #pragma once
@@ -14,11 +18,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/simt/cuda_compat.h"
 #include "engine/cuda/dcmha_attention.h"
+#include "engine/cuda/gemm_plan.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -49,8 +56,32 @@ class Gemm {
   // the library fails (e.g. after a sticky device error).
   absl::Status Linear(const GemmArgs& args, cudaStream_t stream);
 
+  // Makes (pinned) plans for every m bucket from min_m to each product's m: `products` are
+  // the products the steps will run, each with m = the most rows it will have and pointers
+  // to buffers that hold that many (on a GPU the candidates are timed on them, so they are
+  // overwritten; nothing may be in flight on them). Drops every earlier plan first. After
+  // it, Linear on any of these shapes with min_m <= m <= its m builds nothing. Blocks until
+  // the timing ends. Internal when the library fails or has no algorithm for a product.
+  absl::Status Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream);
+
+  struct Stats {
+    int pinned_plans = 0;            // made by Prepare
+    int cached_plans = 0;            // made on first use, held now (<= kLazyPlanCapacity)
+    int64_t plans_built_on_use = 0;  // Linear calls that had to make a plan
+    int64_t evictions = 0;           // plans made on use and dropped again
+  };
+  Stats stats() const;
+
+  // What Prepare chose per product and bucket (the emulator has no candidates to time).
+  const std::vector<GemmPlanChoice>& choices() const;
+
   // Device workspace held (0 in the emulator).
   size_t workspace_bytes() const;
+
+  // At most this many plans made on first use are kept (least recently used dropped).
+  static constexpr int kLazyPlanCapacity = 32;
+  // Heuristic candidates Prepare asks for and times per bucket.
+  static constexpr int kCandidates = 8;
 
  private:
   struct Impl;

@@ -13,13 +13,14 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <map>
+#include <algorithm>
 #include <mutex>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device_buffer.h"
 
@@ -38,10 +39,12 @@ struct LtApi {
   decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute;
   decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
   decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy;
+  decltype(&cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute;
   decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate;
   decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
   decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
   decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
+  decltype(&cublasLtMatmulAlgoCheck) MatmulAlgoCheck;
   decltype(&cublasLtMatmul) Matmul;
 };
 
@@ -95,10 +98,12 @@ absl::StatusOr<const LtApi*> LoadLt() {
     sym(api->MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
     sym(api->MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
     sym(api->MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+    sym(api->MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
     sym(api->MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
     sym(api->MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
     sym(api->MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
     sym(api->MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+    sym(api->MatmulAlgoCheck, "cublasLtMatmulAlgoCheck");
     sym(api->Matmul, "cublasLtMatmul");
     if (!ok) {
       result = new absl::StatusOr<const LtApi*>(
@@ -135,24 +140,67 @@ cudaDataType_t DataType(ElemType t) {
   return CUDA_R_32F;
 }
 
-// The largest power of two (<= 256) dividing the address: the alignment the algorithm
-// heuristic may assume.
-uint32_t Alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align >>= 1;
-  return align;
-}
-
-// Everything that selects a plan: shapes, strides, dtype, epilogue, accumulation, alignment.
-using PlanKey =
-    std::tuple<int, int, int, int64_t, int64_t, int, bool, bool, uint32_t, uint32_t, uint32_t>;
-
+// One m bucket's descriptors and algorithm. The B and C layouts hold `cols` columns (m, in
+// the column-major view below); Linear sets the real m as an attribute before each call.
 struct Plan {
+  const LtApi* api = nullptr;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  uint64_t cols = 0;
+
+  Plan() = default;
+  explicit Plan(const LtApi* lt) : api(lt) {}
+  Plan(Plan&& o) noexcept { *this = std::move(o); }
+  Plan& operator=(Plan&& o) noexcept {
+    if (this != &o) {
+      Release();
+      api = o.api;
+      op = std::exchange(o.op, nullptr);
+      a = std::exchange(o.a, nullptr);
+      b = std::exchange(o.b, nullptr);
+      c = std::exchange(o.c, nullptr);
+      algo = o.algo;
+      cols = o.cols;
+    }
+    return *this;
+  }
+  ~Plan() { Release(); }
+
+  void Release() {
+    if (api == nullptr) return;
+    if (a != nullptr) api->MatrixLayoutDestroy(a);
+    if (b != nullptr) api->MatrixLayoutDestroy(b);
+    if (c != nullptr) api->MatrixLayoutDestroy(c);
+    if (op != nullptr) api->MatmulDescDestroy(op);
+    a = b = c = nullptr;
+    op = nullptr;
+  }
 };
+
+// Sets the B and C layouts' column count (m) of `p`.
+absl::Status SetCols(const LtApi* api, Plan& p, int m) {
+  const uint64_t cols = static_cast<uint64_t>(m);
+  if (p.cols == cols) return absl::OkStatus();
+  DCF_LT_RETURN_IF_ERROR(
+      api->MatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
+      "GEMM layout");
+  DCF_LT_RETURN_IF_ERROR(
+      api->MatrixLayoutSetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)),
+      "GEMM layout");
+  p.cols = cols;
+  return absl::OkStatus();
+}
+
+// Whether `algo` runs the plan's product at m = `m` within `workspace` bytes.
+bool AlgoRunsAt(const LtApi* api, cublasLtHandle_t handle, Plan& p,
+                const cublasLtMatmulAlgo_t& algo, int m, size_t workspace) {
+  if (!SetCols(api, p, m).ok()) return false;
+  cublasLtMatmulHeuristicResult_t check{};
+  return api->MatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= workspace;
+}
 
 }  // namespace
 
@@ -160,83 +208,162 @@ struct Gemm::Impl {
   const LtApi* api = nullptr;  // the loaded library
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace;
-  std::map<PlanKey, Plan> plans;
+  GemmPlanCache<Plan> plans{kLazyPlanCapacity};
+  std::vector<GemmPlanChoice> choices;
+  int64_t built_on_use = 0;
 
   ~Impl() {
-    for (auto& [key, p] : plans) {
-      if (p.a != nullptr) api->MatrixLayoutDestroy(p.a);
-      if (p.b != nullptr) api->MatrixLayoutDestroy(p.b);
-      if (p.c != nullptr) api->MatrixLayoutDestroy(p.c);
-      if (p.op != nullptr) api->MatmulDescDestroy(p.op);
-    }
+    plans.Clear();  // before the handle goes
     if (handle != nullptr) api->Destroy(handle);
   }
 
-  absl::StatusOr<Plan*> GetPlan(const GemmArgs& g) {
-    const uint32_t ax = Alignment(g.x), aw = Alignment(g.w), ay = Alignment(g.y);
-    const PlanKey key{
-        g.m,          g.n, g.k, g.ldx, g.ldy, static_cast<int>(g.dtype), g.bias != nullptr,
-        g.accumulate, ax,  aw,  ay};
-    auto it = plans.find(key);
-    if (it != plans.end()) return &it->second;
-    Plan p;
+  // The descriptors of `g`'s product with m = g.m, and up to `count` heuristic candidates
+  // for it (in the heuristic's order, at least one).
+  absl::Status Describe(const GemmArgs& g, const GemmPlanKey& key, int count, Plan* p,
+                        std::vector<cublasLtMatmulHeuristicResult_t>* candidates) {
     const std::string what = absl::StrCat("GEMM plan m=", g.m, " n=", g.n, " k=", g.k);
     // Column-major view: D[n, m] = W^T[n, k] . X[k, m]; W is stored as a k x n column-major
     // matrix (ld k), X as k x m (ld ldx), D as n x m (ld ldy).
-    absl::Status st = [&]() -> absl::Status {
-      DCF_LT_RETURN_IF_ERROR(api->MatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    DCF_LT_RETURN_IF_ERROR(api->MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    DCF_LT_RETURN_IF_ERROR(
+        api->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), what);
+    DCF_LT_RETURN_IF_ERROR(
+        api->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), what);
+    if (g.bias != nullptr) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       DCF_LT_RETURN_IF_ERROR(
-          api->MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), what);
-      DCF_LT_RETURN_IF_ERROR(
-          api->MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), what);
-      if (g.bias != nullptr) {
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        DCF_LT_RETURN_IF_ERROR(
-            api->MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
-            what);
-        const void* bias = g.bias;  // the heuristic needs a pointer; Linear sets the real one
-        DCF_LT_RETURN_IF_ERROR(api->MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                           &bias, sizeof(bias)),
-                               what);
-      }
-      const cudaDataType_t in = DataType(g.dtype);
-      DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p.a, in, g.k, g.n, g.k), what);
-      DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p.b, in, g.k, g.m, g.ldx), what);
-      DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p.c, CUDA_R_32F, g.n, g.m, g.ldy), what);
-      cublasLtMatmulPreference_t pref = nullptr;
-      DCF_LT_RETURN_IF_ERROR(api->MatmulPreferenceCreate(&pref), what);
-      const size_t ws = workspace.bytes();
-      api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                        sizeof(ws));
-      api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw,
-                                        sizeof(aw));
-      api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax,
-                                        sizeof(ax));
-      api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay,
-                                        sizeof(ay));
-      api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay,
-                                        sizeof(ay));
-      cublasLtMatmulHeuristicResult_t result{};
-      int returned = 0;
-      const cublasStatus_t hs = api->MatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref,
-                                                            1, &result, &returned);
-      api->MatmulPreferenceDestroy(pref);
-      DCF_LT_RETURN_IF_ERROR(hs, what);
-      if (returned == 0) {
-        return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", what));
-      }
-      p.algo = result.algo;
-      return absl::OkStatus();
-    }();
-    if (!st.ok()) {
-      if (p.a != nullptr) api->MatrixLayoutDestroy(p.a);
-      if (p.b != nullptr) api->MatrixLayoutDestroy(p.b);
-      if (p.c != nullptr) api->MatrixLayoutDestroy(p.c);
-      if (p.op != nullptr) api->MatmulDescDestroy(p.op);
-      return st;
+          api->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+          what);
+      const void* bias = g.bias;  // the heuristic needs a pointer; Linear sets the real one
+      DCF_LT_RETURN_IF_ERROR(api->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof(bias)),
+                             what);
     }
-    return &plans.emplace(key, p).first->second;
+    const cudaDataType_t in = DataType(g.dtype);
+    DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p->a, in, g.k, g.n, g.k), what);
+    DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p->b, in, g.k, g.m, g.ldx), what);
+    DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p->c, CUDA_R_32F, g.n, g.m, g.ldy), what);
+    p->cols = static_cast<uint64_t>(g.m);
+    cublasLtMatmulPreference_t pref = nullptr;
+    DCF_LT_RETURN_IF_ERROR(api->MatmulPreferenceCreate(&pref), what);
+    const size_t ws = workspace.bytes();
+    api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                      sizeof(ws));
+    api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                      &key.align_w, sizeof(key.align_w));
+    api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                      &key.align_x, sizeof(key.align_x));
+    api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                      &key.align_y, sizeof(key.align_y));
+    api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                      &key.align_y, sizeof(key.align_y));
+    candidates->assign(count, cublasLtMatmulHeuristicResult_t{});
+    int returned = 0;
+    const cublasStatus_t hs = api->MatmulAlgoGetHeuristic(
+        handle, p->op, p->a, p->b, p->c, p->c, pref, count, candidates->data(), &returned);
+    api->MatmulPreferenceDestroy(pref);
+    DCF_LT_RETURN_IF_ERROR(hs, what);
+    candidates->resize(returned);
+    if (returned == 0) {
+      return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", what));
+    }
+    return absl::OkStatus();
+  }
+
+  // A plan for `key` (the bucket of a.m) without timing, for a product Prepare did not
+  // cover: the heuristic's first candidate that runs at both ends of the bucket.
+  absl::StatusOr<Plan*> BuildOnUse(const GemmArgs& a, const GemmPlanKey& key) {
+    const int lo = GemmBucketLo(key.bucket), hi = GemmBucketHi(key.bucket);
+    GemmArgs at = a;
+    at.m = hi;
+    Plan p(api);
+    std::vector<cublasLtMatmulHeuristicResult_t> cands;
+    RETURN_IF_ERROR(Describe(at, key, kCandidates, &p, &cands));
+    const size_t ws = workspace.bytes();
+    for (const cublasLtMatmulHeuristicResult_t& c : cands) {
+      if (c.state != CUBLAS_STATUS_SUCCESS) continue;
+      if (AlgoRunsAt(api, handle, p, c.algo, lo, ws) && AlgoRunsAt(api, handle, p, c.algo, hi, ws)) {
+        p.algo = c.algo;
+        ++built_on_use;
+        Plan* stored = plans.Insert(key, std::move(p), /*pinned=*/false);
+        if (stored == nullptr) return absl::InternalError("GEMM plan cache holds nothing");
+        return stored;
+      }
+    }
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM n=", a.n, " k=",
+                                            a.k, " valid for m ", lo, "..", hi));
+  }
+
+  // The mean time of `runs` products of `a` with `algo`, after one warm-up; a negative time
+  // when the library refuses to run it. Internal on a CUDA failure.
+  absl::StatusOr<float> Time(const GemmArgs& a, Plan& p, const cublasLtMatmulAlgo_t& algo,
+                             cudaEvent_t start, cudaEvent_t stop, cudaStream_t stream) {
+    constexpr int kRuns = 5;
+    RETURN_IF_ERROR(SetCols(api, p, a.m));
+    const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
+    auto run = [&] {
+      return api->Matmul(handle, p.op, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c,
+                         &algo, workspace.get(), workspace.bytes(), stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) {
+      DCF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "GEMM candidate timing");
+      return -1.0f;
+    }
+    DCF_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream), "GEMM candidate timing");
+    for (int r = 0; r < kRuns; ++r) {
+      if (run() != CUBLAS_STATUS_SUCCESS) {
+        DCF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "GEMM candidate timing");
+        return -1.0f;
+      }
+    }
+    DCF_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream), "GEMM candidate timing");
+    DCF_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop), "GEMM candidate timing");
+    float ms = 0.0f;
+    DCF_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop), "GEMM candidate timing");
+    return ms / kRuns;
+  }
+
+  // Plans of every bucket of `p` from min_m on, candidates timed (see Gemm::Prepare).
+  absl::Status PrepareProduct(const GemmArgs& product, int min_m, cudaEvent_t start,
+                              cudaEvent_t stop, cudaStream_t stream) {
+    const size_t ws = workspace.bytes();
+    for (int bucket : GemmBucketsFor(min_m, product.m)) {
+      GemmArgs at = product;
+      at.m = std::min(GemmBucketHi(bucket), product.m);  // the buffers hold product.m rows
+      const GemmPlanKey key = GemmPlanKeyOf(at);
+      if (plans.Find(key) != nullptr) continue;  // another product of the same shape
+      const int lo = GemmBucketLo(bucket), hi = GemmBucketHi(bucket);
+      GemmArgs top = at;
+      top.m = hi;  // the heuristic answers for the bucket's largest m
+      Plan p(api);
+      std::vector<cublasLtMatmulHeuristicResult_t> cands;
+      RETURN_IF_ERROR(Describe(top, key, kCandidates, &p, &cands));
+      GemmPlanChoice choice;
+      choice.key = key;
+      choice.timed_m = at.m;
+      for (const cublasLtMatmulHeuristicResult_t& c : cands) {
+        GemmCandidateTime t;
+        t.workspace_bytes = c.workspaceSize;
+        // Any m of the bucket may come: the algorithm must run at both of its ends.
+        t.usable = c.state == CUBLAS_STATUS_SUCCESS && AlgoRunsAt(api, handle, p, c.algo, lo, ws) &&
+                   AlgoRunsAt(api, handle, p, c.algo, hi, ws);
+        if (t.usable) {
+          ASSIGN_OR_RETURN(t.ms, Time(at, p, c.algo, start, stop, stream));
+          t.usable = t.ms > 0.0f;
+        }
+        choice.candidates.push_back(t);
+      }
+      choice.chosen = PickFastestCandidate(choice.candidates, ws);
+      if (choice.chosen < 0) {
+        return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM n=", at.n,
+                                                " k=", at.k, " valid for m ", lo, "..", hi));
+      }
+      p.algo = cands[choice.chosen].algo;
+      plans.Insert(key, std::move(p), /*pinned=*/true);
+      choices.push_back(std::move(choice));
+    }
+    return absl::OkStatus();
   }
 };
 
@@ -258,23 +385,59 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
 
 size_t Gemm::workspace_bytes() const { return impl_->workspace.bytes(); }
 
+absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
+  impl_->plans.Clear();
+  impl_->choices.clear();
+  for (const GemmArgs& p : products) RETURN_IF_ERROR(ValidateGemmArgs(p));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  DCF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start), "cudaEventCreate");
+  if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    cudaEventDestroy(start);
+    return CudaStatus(e, "cudaEventCreate");
+  }
+  absl::Status st;
+  for (const GemmArgs& p : products) {
+    st = impl_->PrepareProduct(p, min_m, start, stop, stream);
+    if (!st.ok()) break;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return st;
+}
+
+Gemm::Stats Gemm::stats() const {
+  Stats s;
+  s.pinned_plans = impl_->plans.pinned();
+  s.cached_plans = impl_->plans.unpinned();
+  s.plans_built_on_use = impl_->built_on_use;
+  s.evictions = impl_->plans.evictions();
+  return s;
+}
+
+const std::vector<GemmPlanChoice>& Gemm::choices() const { return impl_->choices; }
+
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
   if (a.m == 0) return absl::OkStatus();
   const LtApi* api = impl_->api;
-  absl::StatusOr<Plan*> plan = impl_->GetPlan(a);
-  if (!plan.ok()) return plan.status();
-  Plan& p = **plan;
+  const GemmPlanKey key = GemmPlanKeyOf(a);
+  Plan* p = impl_->plans.Find(key);
+  if (p == nullptr) {
+    absl::StatusOr<Plan*> built = impl_->BuildOnUse(a, key);
+    if (!built.ok()) return built.status();
+    p = *built;
+  }
+  RETURN_IF_ERROR(SetCols(api, *p, a.m));
   if (a.bias != nullptr) {
     const void* bias = a.bias;
     DCF_LT_RETURN_IF_ERROR(
-        api->MatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+        api->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
         "GEMM bias");
   }
   const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
   DCF_LT_RETURN_IF_ERROR(
-      api->Matmul(impl_->handle, p.op, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c,
-                  &p.algo, impl_->workspace.get(), impl_->workspace.bytes(), stream),
+      api->Matmul(impl_->handle, p->op, &alpha, a.w, p->a, a.x, p->b, &beta, a.y, p->c, a.y, p->c,
+                  &p->algo, impl_->workspace.get(), impl_->workspace.bytes(), stream),
       absl::StrCat("GEMM m=", a.m, " n=", a.n, " k=", a.k));
   return absl::OkStatus();
 }

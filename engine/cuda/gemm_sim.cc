@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,12 @@ struct Gemm::Impl {
   };
   // Shared with queued and captured GEMMs, which may run after the Gemm is gone.
   std::shared_ptr<Buffers> buffers = std::make_shared<Buffers>();
+  // OpenBLAS needs no plan: the cache holds empty ones, so that the bookkeeping (which
+  // products Prepare covered, what a step had to build) is the library build's.
+  struct NoPlan {};
+  GemmPlanCache<NoPlan> plans{kLazyPlanCapacity};
+  std::vector<GemmPlanChoice> choices;
+  int64_t built_on_use = 0;
 };
 
 Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,9 +59,45 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t /*workspace_bytes*/) {
 
 size_t Gemm::workspace_bytes() const { return 0; }
 
+absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m,
+                           cudaStream_t /*stream*/) {
+  impl_->plans.Clear();
+  impl_->choices.clear();
+  for (const GemmArgs& p : products) {
+    if (absl::Status s = ValidateGemmArgs(p); !s.ok()) return s;
+    for (int b : GemmBucketsFor(min_m, p.m)) {
+      GemmArgs at = p;
+      at.m = std::min(GemmBucketHi(b), p.m);
+      const GemmPlanKey key = GemmPlanKeyOf(at);
+      if (impl_->plans.Find(key) != nullptr) continue;
+      impl_->plans.Insert(key, Impl::NoPlan{}, /*pinned=*/true);
+      GemmPlanChoice c;
+      c.key = key;
+      c.timed_m = at.m;
+      impl_->choices.push_back(c);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Gemm::Stats Gemm::stats() const {
+  Stats s;
+  s.pinned_plans = impl_->plans.pinned();
+  s.cached_plans = impl_->plans.unpinned();
+  s.plans_built_on_use = impl_->built_on_use;
+  s.evictions = impl_->plans.evictions();
+  return s;
+}
+
+const std::vector<GemmPlanChoice>& Gemm::choices() const { return impl_->choices; }
+
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
   if (a.m == 0) return absl::OkStatus();
+  if (const GemmPlanKey key = GemmPlanKeyOf(a); impl_->plans.Find(key) == nullptr) {
+    impl_->plans.Insert(key, Impl::NoPlan{}, /*pinned=*/false);
+    ++impl_->built_on_use;
+  }
   // Fails after a sticky device error, as a real library call does.
   return CudaStatus(simt::EnqueueGemm(stream, a.m, a.n, a.k, [a, buf = impl_->buffers] {
                       int64_t ldx = 0, ldw = 0;

@@ -20,9 +20,27 @@ struct Params {
   int per_block;  // features per block
 };
 
+// The prologue (gemv.h, GemvIn): none, RMSNorm (dcformer) or LayerNorm (dcpythia).
+constexpr int kNoNorm = 0, kRmsNorm = 1, kLayerNorm = 2;
+
+// act[at] = v in `type` (the epilogues that write the activation, as LaunchActivation does).
+__device__ __forceinline__ void StoreAct(void* act, ElemType type, int64_t at, float v) {
+  switch (type) {
+    case ElemType::kF32:
+      static_cast<float*>(act)[at] = v;
+      break;
+    case ElemType::kBF16:
+      static_cast<__nv_bfloat16*>(act)[at] = __float2bfloat16_rn(v);
+      break;
+    case ElemType::kF16:
+      static_cast<__half*>(act)[at] = __float2half_rn(v);
+      break;
+  }
+}
+
 // Row `row` of x or w as VEC-element slices; P weight rows per feature (2 for SwiGLU); NORM:
-// the RMSNorm prologue (gemv.h).
-template <typename T, int VEC, int MT, int P, bool NORM>
+// the prologue (kNoNorm, kRmsNorm or kLayerNorm).
+template <typename T, int VEC, int MT, int P, int NORM>
 __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   DCF_SHARED(float, red, kWarps * 2 * kGemvMaxRows);  // [warp][P][MT] partial sums
   const GemmArgs& a = p.a;
@@ -35,8 +53,10 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   const int64_t K = a.k;
   const T* x = static_cast<const T*>(a.x);
   const float* xf = static_cast<const float*>(a.x);  // NORM: the f32 rows
-  float inv[MT];  // NORM: each row's 1 / rms, as NormKernel computes it
-  if constexpr (NORM) {
+  float inv[MT];      // kRmsNorm: each row's 1 / rms, as NormKernel computes it
+  double mean[MT];    // kLayerNorm: each row's mean and 1 / sqrt(var + eps), as NormKernel
+  double inv_sd[MT];  //   computes them (f64, the same 256-thread order)
+  if constexpr (NORM == kRmsNorm) {
     DCF_SHARED(double, red_norm, 32);
     DCF_UNROLL
     for (int mm = 0; mm < MT; ++mm) {
@@ -49,6 +69,26 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
         }
         ss = dev::BlockSum(ss, red_norm);
         inv[mm] = static_cast<float>(1.0 / sqrt(ss / a.k + p.in.eps));
+      }
+    }
+  } else if constexpr (NORM == kLayerNorm) {
+    DCF_SHARED(double, red_norm, 32);
+    DCF_UNROLL
+    for (int mm = 0; mm < MT; ++mm) {
+      mean[mm] = 0.0;
+      inv_sd[mm] = 0.0;
+      if (mm < M) {  // uniform across the block
+        const float* row = xf + mm * a.ldx;
+        double s = 0;
+        for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) s += row[e];
+        mean[mm] = dev::BlockSum(s, red_norm) / a.k;
+        double v = 0;
+        for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) {
+          const double d = row[e] - mean[mm];
+          v += d * d;
+        }
+        const double var = dev::BlockSum(v, red_norm) / a.k;
+        inv_sd[mm] = 1.0 / sqrt(var + p.in.eps);
       }
     }
   }
@@ -88,18 +128,33 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
         float wf[P][VEC];
         DCF_UNROLL
         for (int q = 0; q < P; ++q) wv[u][q].Unpack(wf[q]);
-        float nw[VEC];
-        if constexpr (NORM) dev::LoadVec<float, VEC>(p.in.norm_weight + kk, nw);
+        float nw[VEC], nb[VEC];
+        if constexpr (NORM != kNoNorm) dev::LoadVec<float, VEC>(p.in.norm_weight + kk, nw);
+        if constexpr (NORM == kLayerNorm) {
+          if (p.in.norm_bias != nullptr) {
+            dev::LoadVec<float, VEC>(p.in.norm_bias + kk, nb);
+          } else {
+            DCF_UNROLL
+            for (int e = 0; e < VEC; ++e) nb[e] = 0.0f;  // NormKernel's `+ 0.0f`
+          }
+        }
         DCF_UNROLL
         for (int mm = 0; mm < MT; ++mm) {
           if (mm < M) {
             float xv[VEC];
-            if constexpr (NORM) {
+            if constexpr (NORM == kRmsNorm) {
               dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
               DCF_UNROLL
               for (int e = 0; e < VEC; ++e) {
                 const float n = xv[e] * inv[mm];
                 xv[e] = dev::ToFloat(dev::FromFloat<T>(n * nw[e]));
+              }
+            } else if constexpr (NORM == kLayerNorm) {
+              dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
+              DCF_UNROLL
+              for (int e = 0; e < VEC; ++e) {
+                const float n = static_cast<float>((xv[e] - mean[mm]) * inv_sd[mm]);
+                xv[e] = dev::ToFloat(dev::FromFloat<T>(fmaf(n, nw[e], nb[e])));  // as NormKernel
               }
             } else {
               dev::LoadVec<T, VEC>(x + mm * a.ldx + kk, xv);
@@ -137,25 +192,16 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   if constexpr (P == 2) {
     const float g = v[0], u = v[1];
     const float act = g / (1.0f + expf(-g)) * u;  // LaunchActivation's kSwiGlu
-    const int64_t at = mm * p.o.act_ld + j;
-    switch (p.o.act_type) {
-      case ElemType::kF32:
-        static_cast<float*>(p.o.act)[at] = act;
-        break;
-      case ElemType::kBF16:
-        static_cast<__nv_bfloat16*>(p.o.act)[at] = __float2bfloat16_rn(act);
-        break;
-      case ElemType::kF16:
-        static_cast<__half*>(p.o.act)[at] = __float2half_rn(act);
-        break;
-    }
+    StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, act);
+  } else if (p.o.epilogue == GemvEpilogue::kGelu) {
+    StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, dev::GeluErf(v[0]));  // LaunchActivation's kGelu
   } else {
     float* y = a.y + mm * a.ldy + j;
     *y = a.accumulate ? *y + v[0] : v[0];
   }
 }
 
-template <int VEC, int P, bool NORM>
+template <int VEC, int P, int NORM>
 struct ByType {
   template <typename T>
   static cudaError_t Run(const Params& p, int blocks, cudaStream_t stream) {
@@ -175,15 +221,18 @@ struct ByType {
   }
 };
 
-template <int P, bool NORM>
+template <int P, int NORM>
 cudaError_t DispatchVec(const Params& p, bool vec, int blocks, cudaStream_t stream) {
   return vec ? dev::DispatchElem<ByType<kVecElems, P, NORM>>(p.a.dtype, p, blocks, stream)
              : dev::DispatchElem<ByType<1, P, NORM>>(p.a.dtype, p, blocks, stream);
 }
 template <int P>
 cudaError_t Dispatch(const Params& p, bool vec, int blocks, cudaStream_t stream) {
-  return p.in.norm_weight != nullptr ? DispatchVec<P, true>(p, vec, blocks, stream)
-                                     : DispatchVec<P, false>(p, vec, blocks, stream);
+  if (p.in.norm_weight == nullptr) return DispatchVec<P, kNoNorm>(p, vec, blocks, stream);
+  if (!p.in.layer_norm) return DispatchVec<P, kRmsNorm>(p, vec, blocks, stream);
+  // LayerNorm models have no SwiGLU MLP: not instantiated (LaunchGemv refuses it).
+  if constexpr (P == 1) return DispatchVec<P, kLayerNorm>(p, vec, blocks, stream);
+  return cudaErrorInvalidValue;
 }
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -204,7 +253,12 @@ cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
                        cudaStream_t stream) {
   if (!GemvHandles(a)) return cudaErrorInvalidValue;
   const bool glu = out.epilogue == GemvEpilogue::kSwiGlu;
-  if (glu && (a.n % 2 != 0 || out.act == nullptr || out.act_ld < a.n / 2 || a.accumulate)) {
+  if (glu && (a.n % 2 != 0 || out.act == nullptr || out.act_ld < a.n / 2 || a.accumulate ||
+              (in.norm_weight != nullptr && in.layer_norm))) {
+    return cudaErrorInvalidValue;
+  }
+  if (out.epilogue == GemvEpilogue::kGelu &&
+      (out.act == nullptr || out.act_ld < a.n || a.accumulate)) {
     return cudaErrorInvalidValue;
   }
   Params p;
@@ -216,7 +270,8 @@ cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
   p.per_block = g.features_per_block;
   // 16-byte vectors when every row starts 16-byte aligned.
   const bool vec = a.k % kVecElems == 0 && a.ldx % kVecElems == 0 && Aligned16(a.x) &&
-                   Aligned16(a.w) && (in.norm_weight == nullptr || Aligned16(in.norm_weight));
+                   Aligned16(a.w) && (in.norm_weight == nullptr || Aligned16(in.norm_weight)) &&
+                   (in.norm_bias == nullptr || Aligned16(in.norm_bias));
   return glu ? Dispatch<2>(p, vec, g.blocks, stream) : Dispatch<1>(p, vec, g.blocks, stream);
 }
 

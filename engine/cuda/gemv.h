@@ -25,6 +25,12 @@
 // LaunchNorm then LaunchGemv and the fused call agree bit for bit and the decode layer saves
 // a kernel and the round trip of the normalised row.
 //
+// With GemvIn::layer_norm (dcpythia) the prologue is NormKernel's LayerNorm instead: each
+// row's mean and 1 / sqrt(var + eps) in f64 (two sums over 256 threads, in NormKernel's
+// order), then FromFloat<T>(fmaf(float((x - mean) * inv), norm_weight, norm_bias or 0)), again
+// the value NormKernel writes. Epilogue kGelu writes LaunchActivation's kGelu of the f32
+// product (+ bias) in act_type: a dcpythia decode layer's MLP input is one GEMV.
+//
 // A weight-only quantised variant (int8 / fp8 rows with a per-output-channel scale) slots in
 // as another weight type for LoadVec and a multiply by scale[n] in the epilogue: x and the
 // accumulation stay as they are.
@@ -45,25 +51,30 @@ inline constexpr int kGemvUnroll = 4;
 enum class GemvEpilogue {
   kLinear,  // y = (or +=) x . w^T + bias, as GemmArgs says
   kSwiGlu,  // act = silu(x . w[0:n)^T + b[0:n)) * (x . w[n:2n)^T + b[n:2n)); GemmArgs::n = 2n
+  kGelu,    // act = gelu_erf(x . w^T + bias) (the dcpythia MLP's w1 product); no y, no accumulate
 };
 
 struct GemvOut {
   GemvEpilogue epilogue = GemvEpilogue::kLinear;
-  void* act = nullptr;  // kSwiGlu: [M, n/2] of act_type, rows act_ld elements apart
+  void* act = nullptr;  // kSwiGlu: [M, n/2], kGelu: [M, n] of act_type, rows act_ld apart
   ElemType act_type = ElemType::kF32;
   int64_t act_ld = 0;
 };
 
 struct GemvIn {
   const float* norm_weight = nullptr;  // [K] f32; null: x is the product's input as it is
+  bool layer_norm = false;             // LayerNorm (dcpythia) instead of RMSNorm
+  const float* norm_bias = nullptr;    // [K] f32 or null (LayerNorm only)
   double eps = 1e-6;
 };
 
 // Whether LaunchGemv takes `a`: 1 <= m <= kGemvMaxRows and well-formed (ValidateGemmArgs).
 bool GemvHandles(const GemmArgs& a);
 
-// Enqueues the product. cudaErrorInvalidValue for arguments GemvHandles refuses, or a kSwiGlu
-// epilogue with an odd n, no act buffer or act_ld < n / 2 (a.y is not written then).
+// Enqueues the product. cudaErrorInvalidValue for arguments GemvHandles refuses, a kSwiGlu
+// epilogue with an odd n, no act buffer, act_ld < n / 2 or a LayerNorm prologue (no model has
+// both), or a kGelu one with no act buffer, act_ld < n or accumulation (a.y is not written by
+// either).
 cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
                        cudaStream_t stream);
 inline cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, cudaStream_t stream) {

@@ -30,11 +30,15 @@ __global__ void NormKernel(NormParams p) {
     const double inv_d = 1.0 / sqrt(var + p.eps);
     T* out = static_cast<T*>(p.out) + static_cast<int64_t>(r) * E;
     T* out2 = p.out2 != nullptr ? static_cast<T*>(p.out2) + static_cast<int64_t>(r) * E : nullptr;
+    // An explicit fused multiply-add (what nvcc contracts n * w + b to anyway): the GEMV's
+    // LayerNorm prologue (gemv.h) computes the same value bit for bit, whatever the host
+    // compiler of an emulator build contracts.
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
       const float n = static_cast<float>((x[e] - mean) * inv_d);
-      out[e] = dev::FromFloat<T>(n * p.weight[e] + (p.bias != nullptr ? p.bias[e] : 0.0f));
+      out[e] = dev::FromFloat<T>(fmaf(n, p.weight[e], p.bias != nullptr ? p.bias[e] : 0.0f));
       if (out2 != nullptr) {
-        out2[e] = dev::FromFloat<T>(n * p.weight2[e] + (p.bias2 != nullptr ? p.bias2[e] : 0.0f));
+        out2[e] =
+            dev::FromFloat<T>(fmaf(n, p.weight2[e], p.bias2 != nullptr ? p.bias2[e] : 0.0f));
       }
     }
     return;

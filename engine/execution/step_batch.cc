@@ -140,6 +140,9 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
     }
     // Every block read (cached keys) or kept (new rows that stay) must be present; a new row
     // that is not kept is written where its table names a block, which must be the pool's.
+    // Checked per cache block, not per position: the answer is the same for every position
+    // of a block but whether the position must be present (reported: the first position
+    // that fails, as a per-position scan would find it).
     for (int g = 0; g < kNumLayerGroups; ++g) {
       const LayerGroup group = static_cast<LayerGroup>(g);
       if (config.NumLayersIn(group) == 0) continue;
@@ -147,14 +150,21 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
       const int read_from = FirstKeptPosition(window, start);
       const int write_from = std::max(start, FirstKeptPosition(window, end));
       const int32_t* table = &b.block_tables[g][static_cast<size_t>(s) * b.blocks_per_seq];
-      for (int p = std::min(read_from, write_from); p < end; ++p) {
-        const int blk = p / B;
-        const bool optional = p >= start && p < write_from;  // a new row that is not kept
+      const int from = std::min(read_from, write_from);
+      for (int blk = from / B; blk * B < end; ++blk) {
+        const int lo = std::max(from, blk * B), hi = std::min(end, (blk + 1) * B);  // [lo, hi)
         const bool present = blk < b.blocks_per_seq && table[blk] != kNoBlock;
-        if (optional && !present) continue;
-        if (!present || table[blk] < 0 || table[blk] >= cache.num_blocks[g]) {
+        int fails_at = -1;  // the first position of [lo, hi) that the block fails
+        if (present) {
+          if (table[blk] < 0 || table[blk] >= cache.num_blocks[g]) fails_at = lo;
+        } else if (lo < start) {  // a cached row is read: required
+          fails_at = lo;
+        } else if (std::max(lo, write_from) < hi) {  // the first kept new row
+          fails_at = std::max(lo, write_from);
+        }  // else: only new rows that are not kept, which may go nowhere
+        if (fails_at >= 0) {
           return absl::FailedPreconditionError(
-              absl::StrCat("sequence ", s, ": no KV block for position ", p, " in the ",
+              absl::StrCat("sequence ", s, ": no KV block for position ", fails_at, " in the ",
                            g == 0 ? "global" : "window", " group"));
         }
       }

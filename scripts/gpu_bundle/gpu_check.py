@@ -404,14 +404,24 @@ class Checker:
             cmd += ["--serve-requests", "64", "--serve-prompt", "512", "--serve-new", "256"]
         # Decode steps as CUDA graphs are the default; DCF_CUDA_GRAPHS=0 issues them call by
         # call (docs/CUDA_BACKEND.md, "Decode steps as graphs").
-        env = None if graphs else dict(self.env, DCF_CUDA_GRAPHS="0")
-        rc, _ = self.run(cmd, deadline - time.monotonic(), env)
+        env = dict(self.env) if graphs else dict(self.env, DCF_CUDA_GRAPHS="0")
+        # The backend logs which cuBLASLt candidate Prepare kept per product and m bucket,
+        # with every candidate's time (docs/CUDA_BACKEND.md, GEMMs above 16 rows).
+        env["DCF_GEMM_PLAN_LOG"] = "1"
+        rc, text = self.run(cmd, deadline - time.monotonic(), env)
         if rc is None:
             return "timeout", None
         if rc != 0:
             return "fail", None
         with open(out) as f:
-            return "pass", json.load(f)
+            detail = json.load(f)
+        plans = []
+        for line in text.splitlines():
+            at = line.find("gemm plan ")
+            if at >= 0 and line[at:] not in plans:
+                plans.append(line[at:])
+        detail["gemm_plans"] = plans
+        return "pass", detail
 
     # ---- the whole check ----------------------------------------------------------------
     def targets(self):

@@ -214,6 +214,84 @@ TEST_P(GemvTest, NormPrologueEqualsNormThenGemv) {
   }
 }
 
+// dcpythia's LayerNorm prologue (GemvIn::layer_norm, with and without a bias) and the GELU
+// epilogue against the path they replace, bit for bit: LaunchNorm (LayerNorm) into the
+// compute dtype, LaunchGemv into f32, then LaunchActivation's kGelu.
+TEST_P(GemvTest, LayerNormPrologueAndGeluEqualNormThenGemvThenActivation) {
+  const ElemType type = GetParam();
+  for (const Shape s : {Shape{1, 520, 2560, 2560, 520, true, false},
+                        Shape{3, 700, 264, 272, 704, true, false},
+                        Shape{16, 96, 512, 512, 96, false, false},
+                        Shape{5, 33, 37, 41, 33, true, false}}) {
+    for (const bool gelu : {false, true}) {
+      for (const bool norm_bias : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
+                                        << (gelu ? " GELU" : "") << (norm_bias ? " bias" : ""));
+        std::vector<float> x = RandomVector(s.m * s.ldx, 71);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * (1.0f + i % 5) + 0.3f * (i % 3);
+        const std::vector<float> w = RandomVector(static_cast<size_t>(s.n) * s.k, 72);
+        const std::vector<float> bias = RandomVector(s.n, 73);
+        std::vector<float> norm_w = RandomVector(s.k, 74);
+        for (float& v : norm_w) v += 1.0f;
+        const std::vector<float> norm_b = RandomVector(s.k, 75);
+        TypedBuffer dw(w, type), normed(static_cast<size_t>(s.m) * s.k, type),
+            act_fused(static_cast<size_t>(s.m) * s.n, type),
+            act_plain(static_cast<size_t>(s.m) * s.n, type);
+        DeviceBuffer<float> dx(x), db(bias), dn(norm_w), dnb(norm_b),
+            y_fused(static_cast<size_t>(s.m) * s.ldy), y_plain(static_cast<size_t>(s.m) * s.ldy);
+        cuda::NormParams np;
+        np.rows = 1;
+        np.dim = s.k;
+        np.layer_norm = true;
+        np.eps = 1e-5;
+        np.weight = dn.get();
+        np.bias = norm_bias ? dnb.get() : nullptr;
+        np.out_type = type;
+        for (int r = 0; r < s.m; ++r) {  // the norm kernel reads rows dim apart
+          np.x = dx.get() + r * s.ldx;
+          np.out = static_cast<char*>(normed.get()) + r * s.k * cuda::ElemBytes(type);
+          ASSERT_TRUE(CudaOk(cuda::LaunchNorm(np, nullptr)));
+        }
+        Shape plain = s;
+        plain.ldx = s.k;
+        if (gelu) plain.ldy = s.n;  // the activation kernel reads rows n apart
+        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(
+            Args(plain, normed.get(), dw.get(), type, db.get(), y_plain.get()), nullptr)));
+        if (gelu) {
+          cuda::ActivationParams ap;
+          ap.kind = cuda::Activation::kGelu;
+          ap.rows = s.m;
+          ap.width = s.n;
+          ap.in = y_plain.get();
+          ap.out = act_plain.get();
+          ap.out_type = type;
+          ASSERT_TRUE(CudaOk(cuda::LaunchActivation(ap, nullptr)));
+        }
+        cuda::GemvIn in;
+        in.norm_weight = dn.get();
+        in.layer_norm = true;
+        in.norm_bias = norm_bias ? dnb.get() : nullptr;
+        in.eps = 1e-5;
+        cuda::GemvOut out;
+        if (gelu) {
+          out.epilogue = cuda::GemvEpilogue::kGelu;
+          out.act = act_fused.get();
+          out.act_type = type;
+          out.act_ld = s.n;
+        }
+        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(
+            Args(s, dx.get(), dw.get(), type, db.get(), y_fused.get()), out, in, nullptr)));
+        ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+        const std::vector<float> got = gelu ? act_fused.ToHost() : y_fused.ToHost();
+        const std::vector<float> want = gelu ? act_plain.ToHost() : y_plain.ToHost();
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+        EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, GemvTest,
                          ::testing::Values(ElemType::kF32, ElemType::kBF16, ElemType::kF16),
                          [](const auto& info) { return std::string(TypeName(info.param)); });
@@ -256,6 +334,24 @@ TEST(Gemv, RefusesWhatItDoesNotHandle) {
   glu.act_ld = 2;
   a.n = 3;
   EXPECT_EQ(cuda::LaunchGemv(a, glu, nullptr), cudaErrorInvalidValue);  // odd n
+  a.n = 4;
+  cuda::GemvIn layer_norm;
+  layer_norm.norm_weight = buf.get();
+  layer_norm.layer_norm = true;
+  EXPECT_EQ(cuda::LaunchGemv(a, glu, layer_norm, nullptr), cudaErrorInvalidValue);
+  cuda::GemvOut gelu;
+  gelu.epilogue = cuda::GemvEpilogue::kGelu;
+  EXPECT_EQ(cuda::LaunchGemv(a, gelu, nullptr), cudaErrorInvalidValue);  // no act buffer
+  DeviceBuffer<float> act(16);
+  gelu.act = act.get();
+  gelu.act_ld = 3;
+  EXPECT_EQ(cuda::LaunchGemv(a, gelu, nullptr), cudaErrorInvalidValue);  // act_ld < n
+  gelu.act_ld = 4;
+  cuda::GemmArgs acc = a;
+  acc.accumulate = true;
+  EXPECT_EQ(cuda::LaunchGemv(acc, gelu, nullptr), cudaErrorInvalidValue);  // nothing to add to
+  EXPECT_EQ(cuda::LaunchGemv(a, gelu, nullptr), cudaSuccess);
+  EXPECT_TRUE(CudaOk(cudaDeviceSynchronize()));
 }
 
 }  // namespace

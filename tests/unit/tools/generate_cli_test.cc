@@ -42,24 +42,27 @@ TEST(GenerateCliTest, ReproducesGoldenGreedyTokensAndLogprobs) {
 }
 
 // DCF_SIM_GEMV=1: the CUDA backend's decode-sized products (prompt chunks and decode
-// steps of <= 16 tokens) run LaunchGemv with its SwiGLU epilogue, as on a GPU, instead of the
-// emulator's library GEMM; still the golden tokens and logprobs (8 decode steps: the GEMV's
-// GPU-sized grid costs the emulator ~2 s a step).
+// steps of <= 16 tokens) run LaunchGemv with the norm in its prologue (RMSNorm; dcpythia's
+// LayerNorm) and its SwiGLU / GELU epilogue, as on a GPU, instead of the emulator's library
+// GEMM; still the golden tokens and logprobs (8 decode steps: the GEMV's GPU-sized grid costs
+// the emulator ~2 s a step).
 TEST(GenerateCliTest, CudaSimGemvPathReproducesGoldenGreedy) {
-  const std::string name = "dcformer-f32-short-prompt";
-  const testing::Golden g = testing::LoadGolden(name);
-  const size_t n = std::min<size_t>(8, g.greedy.size());
-  const auto r = testing::RunCommand(
-      "DCF_SIM_GEMV=1 " + kGenerate + " --model " + testing::GoldenDir(name) + " --prompt-ids " +
-      absl::StrJoin(g.prompt, ",") + " --json --backend cuda-sim --dtype float32" +
-      " --max-new-tokens " + std::to_string(n));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(),
-            std::vector<int32_t>(g.greedy.begin(), g.greedy.begin() + n));
-  const auto lp = j.at("logprobs").get<std::vector<double>>();
-  ASSERT_EQ(lp.size(), n);
-  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(lp[i], g.greedy_logprobs[i], 1e-4) << i;
+  for (const std::string name : {"dcformer-f32-short-prompt", "dcpythia-f16-bin"}) {
+    SCOPED_TRACE(name);
+    const testing::Golden g = testing::LoadGolden(name);
+    const size_t n = std::min<size_t>(8, g.greedy.size());
+    const auto r = testing::RunCommand(
+        "DCF_SIM_GEMV=1 " + kGenerate + " --model " + testing::GoldenDir(name) +
+        " --prompt-ids " + absl::StrJoin(g.prompt, ",") +
+        " --json --backend cuda-sim --dtype float32" + " --max-new-tokens " + std::to_string(n));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(),
+              std::vector<int32_t>(g.greedy.begin(), g.greedy.begin() + n));
+    const auto lp = j.at("logprobs").get<std::vector<double>>();
+    ASSERT_EQ(lp.size(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(lp[i], g.greedy_logprobs[i], 1e-4) << i;
+  }
 }
 
 // --backend cuda-sim runs the CUDA backend's kernels on the SIMT emulator; --json names the

@@ -1,0 +1,96 @@
+// The CUDA backend's GEMM plans (gemm_plan.h) on cuda-sim with the golden models: Prepare
+// makes a plan for every m bucket of every product a step within the limits hands the
+// library, so steps of any length (prefill chunks of many sizes, decode, logits of every
+// row) build none; the emulator keeps the library build's bookkeeping. And the tokens do
+// not depend on the chunking that picks the buckets (the plans change nothing they must not).
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/cuda/cuda_backend.h"
+#include "engine/model/model_weights.h"
+#include "engine/serving/sequence_runner.h"
+#include "engine/weights/checkpoint.h"
+#include "gtest/gtest.h"
+#include "tests/testing/golden.h"
+
+namespace dcf {
+namespace {
+
+std::unique_ptr<cuda::CudaBackend> LoadCudaSim(const std::string& model) {
+  const std::string dir = testing::GoldenDir(model);
+  auto config = ModelConfig::FromFile(dir + "/config.json");
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return nullptr;
+  auto reader = OpenCheckpointDir(dir);
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  if (!reader.ok()) return nullptr;
+  auto weights = LoadModelWeights(*config, **reader);
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  if (!weights.ok()) return nullptr;
+  BackendOptions o;
+  o.dtype = DType::kF32;
+  auto backend = cuda::CudaBackend::Create(*config, *std::move(weights), o);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return nullptr;
+  return *std::move(backend);
+}
+
+class CudaGemmPlansTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGemmPlansTest, StepsOfEveryLengthBuildNoPlan) {
+  const testing::Golden golden = testing::LoadGolden(GetParam());
+  std::unique_ptr<cuda::CudaBackend> backend = LoadCudaSim(GetParam());
+  ASSERT_NE(backend, nullptr);
+  auto runner = SequenceRunner::Create(backend.get());  // Prepare: the whole context per step
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const cuda::Gemm::Stats prepared = backend->gemm_stats();
+  EXPECT_EQ(prepared.cached_plans, 0);
+  EXPECT_EQ(prepared.plans_built_on_use, 0);
+  // One pinned plan per bucket of 1..context rows of each distinct product shape.
+  std::set<std::tuple<int, int, bool, bool>> shapes;
+  for (const cuda::GemmPlanChoice& c : backend->gemm_choices()) {
+    shapes.insert({c.key.n, c.key.k, c.key.bias, c.key.accumulate});
+  }
+  const int context = backend->config().max_positions;
+  EXPECT_EQ(prepared.pinned_plans,
+            static_cast<int>(shapes.size() * cuda::GemmBucketsFor(1, context).size()));
+  EXPECT_GE(shapes.size(), 5u);  // in, Wo, up, down, logits (the golden models share none)
+
+  // Prefill chunks of many sizes, logits of every row (the logits product at every m), then
+  // greedy decode.
+  std::vector<float> logits;
+  const std::vector<int32_t>& p = golden.prompt;
+  size_t at = 0;
+  for (int chunk : {1, 2, 3, 5, 8, 13, 21, 34}) {
+    if (at >= p.size()) break;
+    const size_t n = std::min(p.size() - at, static_cast<size_t>(chunk));
+    ASSERT_TRUE((*runner)->Append({p.data() + at, n}, chunk, &logits).ok());
+    at += n;
+  }
+  (*runner)->Reset();
+  auto chunked = (*runner)->Greedy(golden.prompt, 6, 7);
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  (*runner)->Reset();
+  auto whole = (*runner)->Greedy(golden.prompt, 6, static_cast<int>(golden.prompt.size()));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(chunked->tokens, whole->tokens);
+  EXPECT_EQ(backend->gemm_stats().plans_built_on_use, 0);
+  EXPECT_EQ(backend->gemm_stats().cached_plans, 0);
+  EXPECT_EQ(backend->gemm_stats().pinned_plans, prepared.pinned_plans);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CudaGemmPlansTest, ::testing::Values("dcformer-f32-short-prompt", "dcpythia-f16-bin"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace dcf
