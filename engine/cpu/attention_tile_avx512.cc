@@ -34,7 +34,7 @@ namespace {
 constexpr int kRank = ModelConfig::kRank;
 constexpr int kC = ModelConfig::kComposeBranches;
 constexpr int kLanes = QueryTile::kMaxQueries;  // 16
-constexpr int kKeyBlock = 64;                   // keys whose rows are widened / reused at once
+constexpr int kKeyBlock = 32;                   // keys packed (and widened) at once
 
 int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -43,6 +43,7 @@ int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
 // (ScoresTile folds it as it goes). Reduce4's tree is ((B0 + B2) + (B1 + B3)):
 DCF_AVX512_INLINE __m512 Tree4(const __m512* p) {
   __m512 b[4];
+#pragma GCC unroll 16
   for (int i = 0; i < 4; ++i) {
     b[i] = _mm512_add_ps(_mm512_add_ps(p[4 * i], p[4 * i + 2]),
                          _mm512_add_ps(p[4 * i + 1], p[4 * i + 3]));
@@ -53,46 +54,54 @@ DCF_AVX512_INLINE __m512 Tree4(const __m512* p) {
 // The tile's query-side data, transposed to one vector per value (lanes = queries).
 struct TileData {
   int N = 0, hd = 0;
-  __m512i lo, hi;          // visible keys [lo, hi] per lane; empty for lanes past count
-  const float* qt;         // [N][hd][16]
-  const float* terms[2];   // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
+  __m512i lo, hi;         // visible keys [lo, hi] per lane; empty for lanes past count
+  const float* qt;        // [N][hd][16]
+  const float* terms[2];  // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
 };
 
-// S[n] = scale * <q_n, k_n> for the 16 queries, n < N; k: one key's K [N][hd] (f32).
-// Lane l of AttendOneAvx512's accumulator is the chain over dims l, l + 16, ...: here p[l].
-// Lane l of one head's dot products for NK keys: the FMA chain over dims l, l + 16, ...;
-// k[r] + koff is key r's head.
+// Lane l of one head's dot products for NK keys: the FMA chain over dims l, l + 16, ... (lane
+// l of AttendOneAvx512's accumulator); key r's head at k + r * k_stride.
 template <int NK>
-DCF_AVX512_INLINE void LaneChain(const float* qt, const float* const* k, int koff, int hd,
-                                 int hd16, int l, __m512* a) {
+DCF_AVX512_INLINE void LaneChain(const float* qt, const float* k, int k_stride, int hd, int hd16,
+                                 int l, __m512* a) {
   const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 16
   for (int r = 0; r < NK; ++r) a[r] = zero;
   for (int d = l; d < hd16; d += 16) {
     if (d < hd) {
       const __m512 qv = _mm512_loadu_ps(qt + d * kLanes);
-      for (int r = 0; r < NK; ++r) a[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r][koff + d]), a[r]);
+#pragma GCC unroll 16
+      for (int r = 0; r < NK; ++r)
+        a[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r * k_stride + d]), a[r]);
     } else {
+#pragma GCC unroll 16
       for (int r = 0; r < NK; ++r) a[r] = _mm512_add_ps(a[r], zero);  // fma(0, 0, a)
     }
   }
 }
 
+// S[r][n] = scale * <q_n, k_n> of NK keys for the 16 queries, n < N; key r's head n at
+// k + n * head_stride + r * hd (f32).
 template <int NK>
-DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* const* k, float scale,
-                                  float* const* S) {
+DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* k, int64_t head_stride,
+                                  float scale, float* const* S) {
   const int N = td.N, hd = td.hd;
   const int hd16 = static_cast<int>(Up16(hd));
   for (int n = 0; n < N; ++n) {
     const float* qt = td.qt + static_cast<int64_t>(n) * hd * kLanes;
+    const float* kn = k + n * head_stride;
     // Tree16, folded as the lanes are computed (fewer live registers).
     __m512 b01[NK], b23[NK];
+#pragma GCC unroll 16
     for (int i = 0; i < 4; ++i) {
       __m512 x[NK], y[NK], t[NK];
-      LaneChain<NK>(qt, k, n * hd, hd, hd16, 4 * i, x);
-      LaneChain<NK>(qt, k, n * hd, hd, hd16, 4 * i + 2, t);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i, x);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 2, t);
+#pragma GCC unroll 16
       for (int r = 0; r < NK; ++r) x[r] = _mm512_add_ps(x[r], t[r]);
-      LaneChain<NK>(qt, k, n * hd, hd, hd16, 4 * i + 1, y);
-      LaneChain<NK>(qt, k, n * hd, hd, hd16, 4 * i + 3, t);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 1, y);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 3, t);
+#pragma GCC unroll 16
       for (int r = 0; r < NK; ++r) {
         const __m512 b = _mm512_add_ps(x[r], _mm512_add_ps(y[r], t[r]));
         if (i == 0) b01[r] = b;
@@ -102,6 +111,7 @@ DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* const* k, flo
       }
     }
     const __m512 sv = _mm512_set1_ps(scale);
+#pragma GCC unroll 16
     for (int r = 0; r < NK; ++r) {
       _mm512_storeu_ps(S[r] + n * kLanes, _mm512_mul_ps(_mm512_add_ps(b01[r], b23[r]), sv));
     }
@@ -117,8 +127,10 @@ DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, cons
   // d[0], d[1]: <W1q[i], s>; d[2], d[3]: <W1k[i], s>; lane l of ComposeInPlace's
   // accumulators is the chain over heads l, l + 16, ...
   __m512 d[4];
+#pragma GCC unroll 16
   for (int which = 0; which < 4; ++which) {
     __m512 p[16];
+#pragma GCC unroll 16
     for (int l = 0; l < 16; ++l) {
       __m512 a = zero;
       for (int m = l; m < Up16(N); m += 16) {
@@ -151,36 +163,63 @@ DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, cons
   }
 }
 
+// acc[dd] (dims d .. d + DN of one head, [DN][16]) += P[j] * V[j][d + dd] over the nb keys
+// of a block in order, each key masked to the queries that see it: AccumulateHeadGroup's
+// chain per lane. P: key j's probabilities of the head at P + j * p_stride; its values of
+// those dims at v + j * v_stride.
+template <int DN>
+DCF_AVX512 void PvBlock(const float* P, int64_t p_stride, const float* v0, int v_stride,
+                        const __mmask16* vis, int nb, float* acc) {
+  __m512 a[DN];
+#pragma GCC unroll 16
+  for (int dd = 0; dd < DN; ++dd) a[dd] = _mm512_loadu_ps(acc + dd * kLanes);
+  for (int j = 0; j < nb; ++j) {
+    const __m512 pv = _mm512_loadu_ps(P + j * p_stride);
+    const float* v = v0 + static_cast<int64_t>(j) * v_stride;
+    const __mmask16 m = vis[j];
+#pragma GCC unroll 16
+    for (int dd = 0; dd < DN; ++dd) {
+      a[dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(v[dd]), a[dd], m);
+    }
+  }
+#pragma GCC unroll 16
+  for (int dd = 0; dd < DN; ++dd) _mm512_storeu_ps(acc + dd * kLanes, a[dd]);
+}
+
 DCF_AVX512_INLINE __mmask16 Visible(const TileData& td, int64_t p) {
   const __m512i pv = _mm512_set1_epi32(static_cast<int>(p));
   return _mm512_cmple_epi32_mask(td.lo, pv) & _mm512_cmpge_epi32_mask(td.hi, pv);
 }
 
-// The rows of keys [p0, p0 + n) as f32: pointers into the segments (f32 rows) or widened
-// copies in `buf` (16-bit rows; widening is exact).
 template <DType D>
-DCF_AVX512 void KeyRows(const KvRowLayout& layout, const KeySegment* segments, int num_segments,
-                        int64_t p0, int n, float* buf, const float** rows) {
+DCF_AVX512_INLINE void CopyWiden(const typename VecElem<D>::T* src, int count, float* dst) {
+  int c = 0;
+  for (; c + 16 <= count; c += 16) _mm512_storeu_ps(dst + c, VecElem<D>::Load(src + c));
+  if (c < count) {
+    const __mmask16 m = TailMask(count - c);
+    _mm512_mask_storeu_ps(dst + c, m, VecElem<D>::LoadMasked(m, src + c));
+  }
+}
+
+// Copies keys [p0, p0 + n) of the segments, widened to f32 (exact), into a block laid out for
+// the passes: part [N][n][hd] (K or V, from row offset `part`: every key of a head in a row,
+// so the loops stream them) and terms [n][5N] (the key-side branch at row offset `branch`).
+template <DType D>
+DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments, int64_t p0, int n,
+                          int part, int branch, float* heads, float* terms) {
   using T = typename VecElem<D>::T;
-  const int row = layout.row_floats();
+  const int N = layout.n_head, hd = layout.head_dim;
+  const int nt = layout.BranchFloats();
   int si = 0;
   for (int j = 0; j < n; ++j) {
     const int64_t p = p0 + j;
     while (p >= segments[si].pos0 + segments[si].count) ++si;
     const KeySegment& seg = segments[si];
     const T* src = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
-    if constexpr (D == DType::kF32) {
-      rows[j] = src;
-    } else {
-      float* dst = buf + static_cast<int64_t>(j) * row;
-      int c = 0;
-      for (; c + 16 <= row; c += 16) _mm512_storeu_ps(dst + c, VecElem<D>::Load(src + c));
-      if (c < row) {
-        const __mmask16 m = TailMask(row - c);
-        _mm512_mask_storeu_ps(dst + c, m, VecElem<D>::LoadMasked(m, src + c));
-      }
-      rows[j] = dst;
+    for (int h = 0; h < N; ++h) {
+      CopyWiden<D>(src + part + h * hd, hd, heads + (static_cast<int64_t>(h) * n + j) * hd);
     }
+    CopyWiden<D>(src + branch, nt, terms + static_cast<int64_t>(j) * nt);
   }
 }
 
@@ -196,13 +235,14 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   const int64_t L = last - first + 1;  // keys any query of the tile sees
   const int64_t NL = static_cast<int64_t>(N) * kLanes;
 
-  float* S = scratch;                                  // [L][N][16] scores, then P
-  float* qt = S + L * NL;                              // [N][hd][16]
-  float* terms = qt + NL * hd;                         // [2][5N][16]
-  float* mx = terms + 2 * 5 * NL;                      // [N][16]
-  float* inv = mx + NL;                                // [N][16] sum, then 1 / sum
-  float* acc = inv + NL;                               // [N][hd][16] output tile
-  float* wide = acc + NL * hd;                         // [kKeyBlock][row] widened rows
+  float* S = scratch;              // [L][N][16] scores, then P
+  float* qt = S + L * NL;          // [N][hd][16]
+  float* terms = qt + NL * hd;     // [2][5N][16]
+  float* mx = terms + 2 * 5 * NL;  // [N][16]
+  float* inv = mx + NL;            // [N][16] sum, then 1 / sum
+  float* acc = inv + NL;           // [N][hd][16] output tile
+  float* heads = acc + NL * hd;    // [N][kKeyBlock][hd] the block's K, then V (f32)
+  float* kterms = heads + static_cast<int64_t>(kKeyBlock) * N * hd;  // [kKeyBlock][5N]
 
   TileData td;
   td.N = N;
@@ -232,31 +272,30 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   td.terms[0] = terms;
   td.terms[1] = terms + 5 * NL;
 
-  const float* rows[kKeyBlock];
-  const int ko = layout.k_offset();
-  const int pre = layout.branch_offset(0), post = layout.branch_offset(1);
+  const int nt = layout.BranchFloats();
   const int kb = 2 * kRank * N;  // G's offset in a branch
 
   // Pass 1: scores, pre-compose and the running max, per key.
   for (int n = 0; n < N; ++n) _mm512_storeu_ps(mx + n * kLanes, _mm512_set1_ps(-INFINITY));
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
-    KeyRows<D>(layout, segments, num_segments, b0, nb, wide, rows);
+    PackBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), heads,
+                 kterms);
+    const int64_t head_stride = static_cast<int64_t>(nb) * hd;
     int j = 0;
     for (; j + 4 <= nb; j += 4) {
-      const float* k[4] = {rows[j] + ko, rows[j + 1] + ko, rows[j + 2] + ko, rows[j + 3] + ko};
       float* s[4];
       for (int r = 0; r < 4; ++r) s[r] = S + (b0 - first + j + r) * NL;
-      ScoresTile<4>(td, k, scale, s);
+      ScoresTile<4>(td, heads + j * hd, head_stride, scale, s);
     }
     for (; j < nb; ++j) {
       float* s = S + (b0 - first + j) * NL;
-      const float* k = rows[j] + ko;
-      ScoresTile<1>(td, &k, scale, &s);
+      ScoresTile<1>(td, heads + j * hd, head_stride, scale, &s);
     }
     for (j = 0; j < nb; ++j) {
       float* s = S + (b0 - first + j) * NL;
-      if (tile.compose) ComposeTile(N, td.terms[0], rows[j] + pre, rows[j] + pre + kb, s);
+      const float* kt = kterms + j * nt;
+      if (tile.compose) ComposeTile(N, td.terms[0], kt, kt + kb, s);
       const __mmask16 vis = Visible(td, b0 + j);
       for (int n = 0; n < N; ++n) {
         const __m512 m = _mm512_loadu_ps(mx + n * kLanes);
@@ -288,7 +327,8 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   for (int64_t e = 0; e < NL * hd; e += 16) _mm512_storeu_ps(acc + e, _mm512_setzero_ps());
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
-    KeyRows<D>(layout, segments, num_segments, b0, nb, wide, rows);
+    PackBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), heads,
+                 kterms);
     __mmask16 vis[kKeyBlock];
     for (int j = 0; j < nb; ++j) {
       float* s = S + (b0 - first + j) * NL;
@@ -296,33 +336,35 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
         _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
                                                        _mm512_loadu_ps(inv + n * kLanes)));
       }
-      if (tile.compose) ComposeTile(N, td.terms[1], rows[j] + post, rows[j] + post + kb, s);
+      const float* kt = kterms + j * nt;
+      if (tile.compose) ComposeTile(N, td.terms[1], kt, kt + kb, s);
       vis[j] = Visible(td, b0 + j);
     }
-    const int voff = layout.v_offset();
     const float* P = S + (b0 - first) * NL;
     for (int n = 0; n < N; ++n) {
-      for (int d0 = 0; d0 < hd; d0 += 16) {
-        const int dn = std::min(16, hd - d0);
-        float* an = acc + (static_cast<int64_t>(n) * hd + d0) * kLanes;
-        __m512 a[16];
-#pragma GCC unroll 16
-        for (int dd = 0; dd < 16; ++dd) {
-          if (dd < dn) a[dd] = _mm512_loadu_ps(an + dd * kLanes);
-        }
-        for (int j = 0; j < nb; ++j) {
-          const __m512 pv = _mm512_loadu_ps(P + j * NL + n * kLanes);
-          const float* v = rows[j] + voff + n * hd + d0;
-#pragma GCC unroll 16
-          for (int dd = 0; dd < 16; ++dd) {
-            if (dd < dn) a[dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(v[dd]), a[dd], vis[j]);
-          }
-        }
-#pragma GCC unroll 16
-        for (int dd = 0; dd < 16; ++dd) {
-          if (dd < dn) _mm512_storeu_ps(an + dd * kLanes, a[dd]);
-        }
+      // Dims in groups of 16, then 8, 4, 2, 1 (each dim's chain is its own).
+      int d0 = 0;
+      for (; d0 + 16 <= hd; d0 += 16)
+        PvBlock<16>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
+                    acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
+      if (d0 + 8 <= hd) {
+        PvBlock<8>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
+                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
+        d0 += 8;
       }
+      if (d0 + 4 <= hd) {
+        PvBlock<4>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
+                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
+        d0 += 4;
+      }
+      if (d0 + 2 <= hd) {
+        PvBlock<2>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
+                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
+        d0 += 2;
+      }
+      if (d0 < hd)
+        PvBlock<1>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
+                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
     }
   }
 
@@ -339,12 +381,13 @@ int64_t AttendTileAvx512ScratchFloats(const KvRowLayout& layout, int64_t max_key
   const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
   const int64_t L = max_keys + kLanes - 1;
   return L * NL + NL * layout.head_dim + 2 * 5 * NL + 2 * NL + NL * layout.head_dim +
-         static_cast<int64_t>(kKeyBlock) * layout.row_floats();
+         static_cast<int64_t>(kKeyBlock) *
+             (layout.n_head * layout.head_dim + layout.BranchFloats());
 }
 
-void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile,
-                      const KeySegment* segments, int num_segments, DType dtype, float* scratch,
-                      float* out, int64_t out_stride) {
+void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const KeySegment* segments,
+                      int num_segments, DType dtype, float* scratch, float* out,
+                      int64_t out_stride) {
   switch (dtype) {
     case DType::kF32:
       return AttendTileImpl<DType::kF32>(layout, tile, segments, num_segments, scratch, out,

@@ -131,9 +131,9 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
                 for (int64_t e = 0; e < E; ++e) {
                   ASSERT_EQ(Bits(got[i * E + e]), Bits(want[e]))
                       << IsaName(isa) << " " << DTypeName(dtype) << " N " << N << " hd " << hd
-                      << " window " << window << " compose " << compose << " tile " << pos0
-                      << "+" << count << " query " << t << " element " << e << ": "
-                      << got[i * E + e] << " vs " << want[e];
+                      << " window " << window << " compose " << compose << " tile " << pos0 << "+"
+                      << count << " query " << t << " element " << e << ": " << got[i * E + e]
+                      << " vs " << want[e];
                 }
                 ++compared;
               }
@@ -143,7 +143,8 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
       }
     }
   }
-  EXPECT_EQ(compared, static_cast<int>(TestIsas().size()) * 3 * 6 * 4 * 2 * (16 * 3 + 5 + 1 + 1 + 13));
+  EXPECT_EQ(compared,
+            static_cast<int>(TestIsas().size()) * 3 * 6 * 4 * 2 * (16 * 3 + 5 + 1 + 1 + 13));
 }
 
 // One layer's prompt through PagedAttention and a paged cache (block 16), cut into chunks in
@@ -212,24 +213,25 @@ TEST(PagedAttentionTest, TiledPrefillIsBitIdenticalWhateverTheChunking) {
   const std::vector<std::vector<int>> chunkings = {
       {1000}, {1}, {16}, {7, 16, 1, 33}, {17, 3, 64, 5}, {50, 2}, {4, 4, 9}};
   const ChunkCase cases[] = {
-      {8, 64, 100, 0, true, DType::kF32},   {8, 64, 100, 24, true, DType::kF32},
-      {8, 64, 100, 0, false, DType::kF32},  {8, 64, 77, 24, false, DType::kF32},
-      {5, 20, 83, 0, true, DType::kBF16},   {5, 20, 83, 16, true, DType::kF16},
-      {32, 80, 47, 0, true, DType::kF32},   {32, 80, 47, 9, true, DType::kBF16},
-      {8, 64, 16, 0, true, DType::kF32},    {8, 64, 130, 37, true, DType::kF32}};
+      {8, 64, 100, 0, true, DType::kF32},  {8, 64, 100, 24, true, DType::kF32},
+      {8, 64, 100, 0, false, DType::kF32}, {8, 64, 77, 24, false, DType::kF32},
+      {5, 20, 83, 0, true, DType::kBF16},  {5, 20, 83, 16, true, DType::kF16},
+      {32, 80, 47, 0, true, DType::kF32},  {32, 80, 47, 9, true, DType::kBF16},
+      {8, 64, 16, 0, true, DType::kF32},   {8, 64, 130, 37, true, DType::kF32}};
   for (const ChunkCase& c : cases) {
     const KvRowLayout layout(c.n_head, c.head_dim);
-    const Rows rows = RandomRows(c.dtype, static_cast<int64_t>(c.length) * layout.row_floats(), rng);
+    const Rows rows =
+        RandomRows(c.dtype, static_cast<int64_t>(c.length) * layout.row_floats(), rng);
     const Queries qs = RandomQueries(c.length, c.n_head, c.head_dim, rng);
     const std::vector<float> want = Prefill(c, rows, qs, {c.length}, /*tiles=*/false);
     for (const float x : want) ASSERT_NE(x, -7.0f);  // every output written
     for (const bool tiles : {true, false}) {
       for (const std::vector<int>& chunks : chunkings) {
         const std::vector<float> got = Prefill(c, rows, qs, chunks, tiles);
-        std::string name = "N " + std::to_string(c.n_head) + " hd " +
-                           std::to_string(c.head_dim) + " L " + std::to_string(c.length) +
-                           " window " + std::to_string(c.window) + " compose " +
-                           std::to_string(c.compose) + " " + std::string(DTypeName(c.dtype)) + " tiles " +
+        std::string name = "N " + std::to_string(c.n_head) + " hd " + std::to_string(c.head_dim) +
+                           " L " + std::to_string(c.length) + " window " +
+                           std::to_string(c.window) + " compose " + std::to_string(c.compose) +
+                           " " + std::string(DTypeName(c.dtype)) + " tiles " +
                            std::to_string(tiles) + " chunks";
         for (int k : chunks) name += " " + std::to_string(k);
         for (size_t e = 0; e < want.size(); ++e) {
