@@ -33,8 +33,8 @@ namespace {
 
 constexpr int kRank = ModelConfig::kRank;
 constexpr int kC = ModelConfig::kComposeBranches;
-constexpr int kLanes = QueryTile::kMaxQueries;  // 16
-constexpr int kKeyBlock = 32;                   // keys packed (and widened) at once
+constexpr int kLanes = 16;     // queries of a lane group
+constexpr int kKeyBlock = 32;  // keys packed (and widened) at once
 
 int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -223,166 +223,218 @@ DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments,
   }
 }
 
+// Floats of one lane group's state for queries seeing at most max_keys keys each.
+int64_t GroupFloats(const KvRowLayout& layout, int64_t max_keys) {
+  const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
+  return (max_keys + kLanes - 1) * NL + 2 * NL * layout.head_dim + 2 * 5 * NL + 2 * NL;
+}
+
+// One lane group: 16 consecutive queries of the tile, its keys [first, last] and its state.
+struct Group {
+  TileData td;
+  int count = 0;
+  int64_t pos0 = 0, first = 0, last = 0;
+  float* S;    // [last - first + 1][N][16] scores, then probabilities
+  float* mx;   // [N][16]
+  float* inv;  // [N][16] sum, then 1 / sum
+  float* acc;  // [N][hd][16] output
+};
+
 template <DType D>
 DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
-                               const KeySegment* segments, int num_segments, float* scratch,
-                               float* out, int64_t out_stride) {
+                               const KeySegment* segments, float* scratch, float* out,
+                               int64_t out_stride) {
   const int N = layout.n_head, hd = layout.head_dim;
-  const int count = tile.count;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t first = FirstKeptPosition(tile.window, static_cast<int>(tile.pos0));
-  const int64_t last = tile.pos0 + count - 1;
-  const int64_t L = last - first + 1;  // keys any query of the tile sees
   const int64_t NL = static_cast<int64_t>(N) * kLanes;
+  const int64_t max_keys =
+      tile.pos0 + tile.count - 1 - FirstKeptPosition(tile.window, static_cast<int>(tile.pos0)) + 1;
+  const int num_groups = (tile.count + kLanes - 1) / kLanes;
 
-  float* S = scratch;              // [L][N][16] scores, then P
-  float* qt = S + L * NL;          // [N][hd][16]
-  float* terms = qt + NL * hd;     // [2][5N][16]
-  float* mx = terms + 2 * 5 * NL;  // [N][16]
-  float* inv = mx + NL;            // [N][16] sum, then 1 / sum
-  float* acc = inv + NL;           // [N][hd][16] output tile
-  float* heads = acc + NL * hd;    // [N][kKeyBlock][hd] the block's K, then V (f32)
+  // Shared: the packed block of keys.
+  float* heads = scratch;                                            // [N][kKeyBlock][hd]
   float* kterms = heads + static_cast<int64_t>(kKeyBlock) * N * hd;  // [kKeyBlock][5N]
-
-  TileData td;
-  td.N = N;
-  td.hd = hd;
-  alignas(64) int lo[kLanes], hi[kLanes];
-  for (int i = 0; i < kLanes; ++i) {
-    lo[i] = i < count ? FirstKeptPosition(tile.window, static_cast<int>(tile.pos0 + i)) : INT_MAX;
-    hi[i] = i < count ? static_cast<int>(tile.pos0 + i) : INT_MIN;
-  }
-  td.lo = _mm512_load_si512(lo);
-  td.hi = _mm512_load_si512(hi);
-  // Transpose the query side; lanes past count hold zeros.
+  float* next = kterms + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
+  Group groups[QueryTile::kMaxQueries / kLanes];
   const int64_t dw_stride = static_cast<int64_t>(kC) * 2 * kRank * N;
-  for (int i = 0; i < kLanes; ++i) {
-    const bool on = i < count;
-    const float* qi = tile.q + i * tile.q_stride;
-    for (int e = 0; e < N * hd; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
-    for (int b = 0; b < 2; ++b) {
-      const float* w = tile.dw + i * dw_stride + (2 * b) * 2 * kRank * N;  // branch 0 or 2
-      const float* g = tile.g + i * tile.g_stride + (2 * b) * N;
-      float* t = terms + b * 5 * NL;
-      for (int e = 0; e < 4 * N; ++e) t[e * kLanes + i] = on ? w[e] : 0.0f;
-      for (int m = 0; m < N; ++m) t[(4 * N + m) * kLanes + i] = on ? 1.0f + g[m] : 0.0f;
+  for (int gi = 0; gi < num_groups; ++gi) {
+    Group& g = groups[gi];
+    g.count = std::min(kLanes, tile.count - gi * kLanes);
+    g.pos0 = tile.pos0 + gi * kLanes;
+    g.first = FirstKeptPosition(tile.window, static_cast<int>(g.pos0));
+    g.last = g.pos0 + g.count - 1;
+    g.S = next;
+    float* qt = g.S + (max_keys + kLanes - 1) * NL;  // [N][hd][16]
+    float* terms = qt + NL * hd;                     // [2][5N][16]
+    g.mx = terms + 2 * 5 * NL;
+    g.inv = g.mx + NL;
+    g.acc = g.inv + NL;
+    next += GroupFloats(layout, max_keys);
+    TileData& td = g.td;
+    td.N = N;
+    td.hd = hd;
+    alignas(64) int lo[kLanes], hi[kLanes];
+    for (int i = 0; i < kLanes; ++i) {
+      lo[i] = i < g.count ? FirstKeptPosition(tile.window, static_cast<int>(g.pos0 + i)) : INT_MAX;
+      hi[i] = i < g.count ? static_cast<int>(g.pos0 + i) : INT_MIN;
     }
+    td.lo = _mm512_load_si512(lo);
+    td.hi = _mm512_load_si512(hi);
+    // Transpose the query side; lanes past count hold zeros.
+    for (int i = 0; i < kLanes; ++i) {
+      const bool on = i < g.count;
+      const int64_t t = gi * kLanes + i;
+      const float* qi = tile.q + t * tile.q_stride;
+      for (int e = 0; e < N * hd; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
+      for (int b = 0; b < 2; ++b) {
+        const float* w = tile.dw + t * dw_stride + (2 * b) * 2 * kRank * N;  // branch 0 or 2
+        const float* gg = tile.g + t * tile.g_stride + (2 * b) * N;
+        float* tb = terms + b * 5 * NL;
+        for (int e = 0; e < 4 * N; ++e) tb[e * kLanes + i] = on ? w[e] : 0.0f;
+        for (int m = 0; m < N; ++m) tb[(4 * N + m) * kLanes + i] = on ? 1.0f + gg[m] : 0.0f;
+      }
+    }
+    td.qt = qt;
+    td.terms[0] = terms;
+    td.terms[1] = terms + 5 * NL;
   }
-  td.qt = qt;
-  td.terms[0] = terms;
-  td.terms[1] = terms + 5 * NL;
-
+  const int64_t first = groups[0].first;
+  const int64_t last = groups[num_groups - 1].last;
   const int nt = layout.BranchFloats();
   const int kb = 2 * kRank * N;  // G's offset in a branch
 
   // Pass 1: scores, pre-compose and the running max, per key.
-  for (int n = 0; n < N; ++n) _mm512_storeu_ps(mx + n * kLanes, _mm512_set1_ps(-INFINITY));
+  for (int gi = 0; gi < num_groups; ++gi) {
+    for (int n = 0; n < N; ++n) {
+      _mm512_storeu_ps(groups[gi].mx + n * kLanes, _mm512_set1_ps(-INFINITY));
+    }
+  }
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
     PackBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), heads,
                  kterms);
     const int64_t head_stride = static_cast<int64_t>(nb) * hd;
-    int j = 0;
-    for (; j + 4 <= nb; j += 4) {
-      float* s[4];
-      for (int r = 0; r < 4; ++r) s[r] = S + (b0 - first + j + r) * NL;
-      ScoresTile<4>(td, heads + j * hd, head_stride, scale, s);
-    }
-    for (; j < nb; ++j) {
-      float* s = S + (b0 - first + j) * NL;
-      ScoresTile<1>(td, heads + j * hd, head_stride, scale, &s);
-    }
-    for (j = 0; j < nb; ++j) {
-      float* s = S + (b0 - first + j) * NL;
-      const float* kt = kterms + j * nt;
-      if (tile.compose) ComposeTile(N, td.terms[0], kt, kt + kb, s);
-      const __mmask16 vis = Visible(td, b0 + j);
-      for (int n = 0; n < N; ++n) {
-        const __m512 m = _mm512_loadu_ps(mx + n * kLanes);
-        _mm512_storeu_ps(mx + n * kLanes,
-                         _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
+    for (int gi = 0; gi < num_groups; ++gi) {
+      const Group& g = groups[gi];
+      // The block's keys this group sees: [j0, j1).
+      const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
+      const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
+      if (j0 >= j1) continue;
+      float* S = g.S + (b0 - g.first) * NL;  // key j of the block at S + j * NL
+      int j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        float* s[4];
+        for (int r = 0; r < 4; ++r) s[r] = S + (j + r) * NL;
+        ScoresTile<4>(g.td, heads + j * hd, head_stride, scale, s);
+      }
+      for (; j < j1; ++j) {
+        float* s = S + j * NL;
+        ScoresTile<1>(g.td, heads + j * hd, head_stride, scale, &s);
+      }
+      for (j = j0; j < j1; ++j) {
+        float* s = S + j * NL;
+        const float* kt = kterms + j * nt;
+        if (tile.compose) ComposeTile(N, g.td.terms[0], kt, kt + kb, s);
+        const __mmask16 vis = Visible(g.td, b0 + j);
+        for (int n = 0; n < N; ++n) {
+          const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
+          _mm512_storeu_ps(g.mx + n * kLanes,
+                           _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
+        }
       }
     }
   }
 
   // Pass 2: exp and the running sum, per key in position order.
-  for (int n = 0; n < N; ++n) _mm512_storeu_ps(inv + n * kLanes, _mm512_setzero_ps());
-  for (int64_t j = 0; j < L; ++j) {
-    const __mmask16 vis = Visible(td, first + j);
-    float* s = S + j * NL;
-    for (int n = 0; n < N; ++n) {
-      const __m512 e = ExpNonPositive(
-          _mm512_sub_ps(_mm512_loadu_ps(s + n * kLanes), _mm512_loadu_ps(mx + n * kLanes)));
-      _mm512_storeu_ps(s + n * kLanes, e);
-      const __m512 sum = _mm512_loadu_ps(inv + n * kLanes);
-      _mm512_storeu_ps(inv + n * kLanes, _mm512_mask_add_ps(sum, vis, sum, e));
+  for (int gi = 0; gi < num_groups; ++gi) {
+    const Group& g = groups[gi];
+    for (int n = 0; n < N; ++n) _mm512_storeu_ps(g.inv + n * kLanes, _mm512_setzero_ps());
+    for (int64_t p = g.first; p <= g.last; ++p) {
+      const __mmask16 vis = Visible(g.td, p);
+      float* s = g.S + (p - g.first) * NL;
+      for (int n = 0; n < N; ++n) {
+        const __m512 e = ExpNonPositive(
+            _mm512_sub_ps(_mm512_loadu_ps(s + n * kLanes), _mm512_loadu_ps(g.mx + n * kLanes)));
+        _mm512_storeu_ps(s + n * kLanes, e);
+        const __m512 sum = _mm512_loadu_ps(g.inv + n * kLanes);
+        _mm512_storeu_ps(g.inv + n * kLanes, _mm512_mask_add_ps(sum, vis, sum, e));
+      }
     }
-  }
-  for (int n = 0; n < N; ++n) {
-    _mm512_storeu_ps(inv + n * kLanes,
-                     _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(inv + n * kLanes)));
+    for (int n = 0; n < N; ++n) {
+      _mm512_storeu_ps(g.inv + n * kLanes,
+                       _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(g.inv + n * kLanes)));
+    }
+    for (int64_t e = 0; e < NL * hd; e += 16) _mm512_storeu_ps(g.acc + e, _mm512_setzero_ps());
   }
 
   // Pass 3: per block of keys, normalise and post-compose, then accumulate P x V.
-  for (int64_t e = 0; e < NL * hd; e += 16) _mm512_storeu_ps(acc + e, _mm512_setzero_ps());
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
     PackBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), heads,
                  kterms);
-    __mmask16 vis[kKeyBlock];
-    for (int j = 0; j < nb; ++j) {
-      float* s = S + (b0 - first + j) * NL;
+    for (int gi = 0; gi < num_groups; ++gi) {
+      const Group& g = groups[gi];
+      const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
+      const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
+      if (j0 >= j1) continue;
+      float* S = g.S + (b0 - g.first) * NL;
+      __mmask16 vis[kKeyBlock];
+      for (int j = j0; j < j1; ++j) {
+        float* s = S + j * NL;
+        for (int n = 0; n < N; ++n) {
+          _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
+                                                         _mm512_loadu_ps(g.inv + n * kLanes)));
+        }
+        const float* kt = kterms + j * nt;
+        if (tile.compose) ComposeTile(N, g.td.terms[1], kt, kt + kb, s);
+        vis[j] = Visible(g.td, b0 + j);
+      }
+      const int nj = j1 - j0;
       for (int n = 0; n < N; ++n) {
-        _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
-                                                       _mm512_loadu_ps(inv + n * kLanes)));
+        const float* P = S + j0 * NL + n * kLanes;
+        const float* v = heads + (static_cast<int64_t>(n) * nb + j0) * hd;
+        float* an = g.acc + static_cast<int64_t>(n) * hd * kLanes;
+        // Dims in groups of 16, then 8, 4, 2, 1 (each dim's chain is its own).
+        int d0 = 0;
+        for (; d0 + 16 <= hd; d0 += 16) {
+          PvBlock<16>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+        }
+        if (d0 + 8 <= hd) {
+          PvBlock<8>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+          d0 += 8;
+        }
+        if (d0 + 4 <= hd) {
+          PvBlock<4>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+          d0 += 4;
+        }
+        if (d0 + 2 <= hd) {
+          PvBlock<2>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+          d0 += 2;
+        }
+        if (d0 < hd) PvBlock<1>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
       }
-      const float* kt = kterms + j * nt;
-      if (tile.compose) ComposeTile(N, td.terms[1], kt, kt + kb, s);
-      vis[j] = Visible(td, b0 + j);
-    }
-    const float* P = S + (b0 - first) * NL;
-    for (int n = 0; n < N; ++n) {
-      // Dims in groups of 16, then 8, 4, 2, 1 (each dim's chain is its own).
-      int d0 = 0;
-      for (; d0 + 16 <= hd; d0 += 16)
-        PvBlock<16>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
-                    acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
-      if (d0 + 8 <= hd) {
-        PvBlock<8>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
-                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
-        d0 += 8;
-      }
-      if (d0 + 4 <= hd) {
-        PvBlock<4>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
-                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
-        d0 += 4;
-      }
-      if (d0 + 2 <= hd) {
-        PvBlock<2>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
-                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
-        d0 += 2;
-      }
-      if (d0 < hd)
-        PvBlock<1>(P + n * kLanes, NL, heads + static_cast<int64_t>(n) * nb * hd + d0, hd, vis, nb,
-                   acc + (static_cast<int64_t>(n) * hd + d0) * kLanes);
     }
   }
 
   // The output tile back to rows.
-  for (int i = 0; i < count; ++i) {
-    float* o = out + i * out_stride;
-    for (int e = 0; e < N * hd; ++e) o[e] = acc[e * kLanes + i];
+  for (int gi = 0; gi < num_groups; ++gi) {
+    const Group& g = groups[gi];
+    for (int i = 0; i < g.count; ++i) {
+      float* o = out + (gi * kLanes + i) * out_stride;
+      for (int e = 0; e < N * hd; ++e) o[e] = g.acc[e * kLanes + i];
+    }
   }
 }
 
 }  // namespace
 
 int64_t AttendTileAvx512ScratchFloats(const KvRowLayout& layout, int64_t max_keys) {
-  const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
-  const int64_t L = max_keys + kLanes - 1;
-  return L * NL + NL * layout.head_dim + 2 * 5 * NL + 2 * NL + NL * layout.head_dim +
-         static_cast<int64_t>(kKeyBlock) *
-             (layout.n_head * layout.head_dim + layout.BranchFloats());
+  // A tile's queries see at most max_keys + kMaxQueries - 1 keys together (each group's S is
+  // sized for that: simpler than per group, and the same order of size).
+  const int64_t tile_keys = max_keys + QueryTile::kMaxQueries - 1;
+  return static_cast<int64_t>(kKeyBlock) *
+             (layout.n_head * layout.head_dim + layout.BranchFloats()) +
+         QueryTile::kMaxQueries / kLanes * GroupFloats(layout, tile_keys);
 }
 
 void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const KeySegment* segments,
@@ -390,14 +442,11 @@ void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const Ke
                       int64_t out_stride) {
   switch (dtype) {
     case DType::kF32:
-      return AttendTileImpl<DType::kF32>(layout, tile, segments, num_segments, scratch, out,
-                                         out_stride);
+      return AttendTileImpl<DType::kF32>(layout, tile, segments, scratch, out, out_stride);
     case DType::kBF16:
-      return AttendTileImpl<DType::kBF16>(layout, tile, segments, num_segments, scratch, out,
-                                          out_stride);
+      return AttendTileImpl<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
     case DType::kF16:
-      return AttendTileImpl<DType::kF16>(layout, tile, segments, num_segments, scratch, out,
-                                         out_stride);
+      return AttendTileImpl<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
   }
 }
 

@@ -62,7 +62,7 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
 //   dw + i * C * 2I * N               [C, 2I, N]: W1 | W2 of every branch (0 pre, 2 post)
 //   g + i * g_stride                  [C, N]: G of every branch
 struct QueryTile {
-  static constexpr int kMaxQueries = 16;  // one vector lane per query
+  static constexpr int kMaxQueries = 32;  // AVX-512: 2 groups of 16 queries (one per lane)
   int count = 0;                          // 1..kMaxQueries
   int64_t pos0 = 0;
   int window = 0;

@@ -111,6 +111,8 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
       any_tile |= step > 1;
     }
   }
+  // Later queries see more keys: hand the largest items out first (dynamic schedule).
+  std::reverse(items.begin(), items.end());
   const int64_t scratch_floats = any_tile ? AttendTileScratchFloats(layout, max_keys)
                                           : AttendScratchFloats(layout, max_keys);
   const int64_t num_items = static_cast<int64_t>(items.size());

@@ -100,10 +100,12 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
         std::vector<float> one_scratch(AttendScratchFloats(layout, P));
         for (const int window : {0, 1, 7, 40}) {
           for (const bool compose : {true, false}) {
-            // Tiles of 1, 5, 16 queries starting at unaligned and aligned positions.
+            // Tiles of 1 to 32 queries (1 or 2 lane groups, the last one full or not)
+            // starting at unaligned and aligned positions.
             for (const auto& [pos0, count] :
                  {std::pair{0, 16}, std::pair{3, 16}, std::pair{59, 16}, std::pair{17, 5},
-                  std::pair{74, 1}, std::pair{0, 1}, std::pair{40, 13}}) {
+                  std::pair{74, 1}, std::pair{0, 1}, std::pair{40, 13}, std::pair{11, 32},
+                  std::pair{0, 31}, std::pair{30, 27}, std::pair{43, 32}}) {
               QueryTile tile;
               tile.count = count;
               tile.pos0 = pos0;
@@ -143,8 +145,8 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
       }
     }
   }
-  EXPECT_EQ(compared,
-            static_cast<int>(TestIsas().size()) * 3 * 6 * 4 * 2 * (16 * 3 + 5 + 1 + 1 + 13));
+  EXPECT_EQ(compared, static_cast<int>(TestIsas().size()) * 3 * 6 * 4 * 2 *
+                          (16 * 3 + 5 + 1 + 1 + 13 + 32 + 31 + 27 + 32));
 }
 
 // One layer's prompt through PagedAttention and a paged cache (block 16), cut into chunks in
