@@ -141,13 +141,12 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
       S * (decode ? bench::VisiblePairs(len, 1, window) : bench::VisiblePairs(0, len, window));
   // Every visible pair reads its key's row once (K and pre terms, then V and post terms).
   r.kv_bytes_read = static_cast<double>(pairs) * row * sizeof(float);
-  const int64_t max_keys = window > 0 ? std::min(end, window) : end;
   r.bytes = static_cast<int64_t>(sizeof(float)) *
                 static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() + g.size() +
                                      out.size()) +
             static_cast<int64_t>(sizeof(int32_t) * (tables.size() + seq_of.size())) +
             static_cast<int64_t>(sizeof(int64_t) * positions.size()) +
-            cpu::PagedAttentionScratchBytes(layout, max_keys);
+            cpu::PagedAttentionScratchBytes(in);
   return r;
 }
 

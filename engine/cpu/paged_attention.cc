@@ -32,14 +32,32 @@ bool QueryTilesAllowed() {
   return allowed;
 }
 
+// Whether sequence sp's queries attend in tiles.
+bool UsesTiles(const PagedAttentionInputs& in, const PagedSequence& sp) {
+  return in.query_tiles && QueryTilesAllowed() && sp.num_tokens >= kMinTileQueries;
+}
+
+// Floats of the scratch each thread of PagedAttention(in) allocates.
+int64_t ScratchFloats(const PagedAttentionInputs& in) {
+  int64_t max_keys = 0;
+  for (int64_t t = 0; t < in.num_tokens; ++t) {
+    max_keys = std::max<int64_t>(
+        max_keys, in.positions[t] - FirstKeptPosition(in.window, in.positions[t]) + 1);
+  }
+  bool any_tile = false;
+  for (int i = 0; i < in.num_seqs; ++i) any_tile |= UsesTiles(in, in.seqs[i]);
+  return any_tile ? AttendTileScratchFloats(in.layout, max_keys)
+                  : AttendScratchFloats(in.layout, max_keys);
+}
+
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
 
-int64_t PagedAttentionScratchBytes(const KvRowLayout& layout, int64_t max_keys) {
-  return static_cast<int64_t>(omp_get_max_threads()) * AttendTileScratchFloats(layout, max_keys) *
+int64_t PagedAttentionScratchBytes(const PagedAttentionInputs& in) {
+  return static_cast<int64_t>(omp_get_max_threads()) * ScratchFloats(in) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -86,35 +104,25 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
     t0 = std::chrono::steady_clock::now();
   }
 
-  const int64_t T = in.num_tokens;
-  int64_t max_keys = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    max_keys = std::max<int64_t>(max_keys,
-                                 in.positions[t] - FirstKeptPosition(window, in.positions[t]) + 1);
-  }
-  // Work items: a tile of up to 16 consecutive queries of a chunk (AttendTile), or one query
-  // (AttendOne: decode tokens, and every query with query_tiles off). Either gives the same
-  // bits for a query (dcmha.h), so how a chunk is cut into tiles changes nothing.
+  // Work items: a tile of up to QueryTile::kMaxQueries consecutive queries of a chunk
+  // (AttendTile), or one query (AttendOne: decode tokens, and every query with tiles off).
+  // Either gives a query the same bits (dcmha.h), so how a chunk is cut changes nothing.
   struct Item {
     int seq;
     int64_t token;  // first token of the item
     int count;      // queries: 1 .. QueryTile::kMaxQueries
   };
   std::vector<Item> items;
-  bool any_tile = false;
-  const bool tiles = in.query_tiles && QueryTilesAllowed();
   for (int i = 0; i < in.num_seqs; ++i) {
     const PagedSequence& sp = in.seqs[i];
-    const int step = tiles && sp.num_tokens >= kMinTileQueries ? QueryTile::kMaxQueries : 1;
+    const int step = UsesTiles(in, sp) ? QueryTile::kMaxQueries : 1;
     for (int k = 0; k < sp.num_tokens; k += step) {
       items.push_back({i, sp.first_token + k, std::min(step, sp.num_tokens - k)});
-      any_tile |= step > 1;
     }
   }
   // Later queries see more keys: hand the largest items out first (dynamic schedule).
   std::reverse(items.begin(), items.end());
-  const int64_t scratch_floats = any_tile ? AttendTileScratchFloats(layout, max_keys)
-                                          : AttendScratchFloats(layout, max_keys);
+  const int64_t scratch_floats = ScratchFloats(in);
   const int64_t num_items = static_cast<int64_t>(items.size());
 #pragma omp parallel if (num_items > 1)  // one query (batch-1 decode) stays on one thread
   {
@@ -145,8 +153,8 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
       qi.post_g = &in.g[t * in.g_stride + 2 * N];
       qi.compose = in.compose;
       const int64_t pos = in.positions[t];
-      AttendOne(layout, qi, segments[it.seq], FirstKeptPosition(window, pos), pos,
-                scratch.get(), out + t * E);
+      AttendOne(layout, qi, segments[it.seq], FirstKeptPosition(window, pos), pos, scratch.get(),
+                out + t * E);
     }
   }
   if (times != nullptr) times->attention += Since(t0);

@@ -82,8 +82,8 @@ struct PagedAttentionTimes {
 void PagedAttention(const PagedAttentionInputs& in, float* out,
                     PagedAttentionTimes* times = nullptr);
 
-// Bytes of per-thread scratch PagedAttention allocates for a step whose longest query sees
-// `max_keys` keys (the memory figure of benchmarks).
-int64_t PagedAttentionScratchBytes(const KvRowLayout& layout, int64_t max_keys);
+// Bytes of scratch PagedAttention(in) allocates, all threads together (the memory figure of
+// benchmarks).
+int64_t PagedAttentionScratchBytes(const PagedAttentionInputs& in);
 
 }  // namespace dcf::cpu
