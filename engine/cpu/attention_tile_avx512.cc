@@ -10,8 +10,8 @@
 // Bit-identical to AttendOneAvx512 (dcmha_avx512.cc) for each query: every reduction of that
 // kernel is reproduced per lane in its own order. A head's dot product there sums 16 lanes
 // (lane l: the FMA chain over dims l, l + 16, ...) by the Reduce16 tree; here lane l's chain
-// is its own vector (queries in lanes) and the same tree is written as vertical adds (Tree16).
-// The compose dot products over heads likewise (Reduce4's tree: Tree4). Softmax max and sum
+// is its own vector (queries in lanes) and the same tree is written as vertical adds.
+// The compose dot products over heads likewise (Reduce4's tree). Softmax max and sum
 // and the PV accumulation run over keys in position order per query, masked to the keys the
 // query sees (a masked lane keeps its value: no 0 * v terms). Lanes past a kernel's data (dims
 // past hd, heads past N) add +0, as the masked loads there do. exp, the widening of 16-bit
@@ -39,17 +39,8 @@ constexpr int kKeyBlock = 32;  // keys packed (and widened) at once
 int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Reduce16's tree (dcmha_avx512.cc) of the lanes p[0..16) of one dot product, per vector
-// lane, is ((B0 + B1) + (B2 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3])
-// (ScoresTile folds it as it goes). Reduce4's tree is ((B0 + B2) + (B1 + B3)):
-DCF_AVX512_INLINE __m512 Tree4(const __m512* p) {
-  __m512 b[4];
-#pragma GCC unroll 16
-  for (int i = 0; i < 4; ++i) {
-    b[i] = _mm512_add_ps(_mm512_add_ps(p[4 * i], p[4 * i + 2]),
-                         _mm512_add_ps(p[4 * i + 1], p[4 * i + 3]));
-  }
-  return _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
-}
+// lane, is ((B0 + B1) + (B2 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3]);
+// Reduce4's is ((B0 + B2) + (B1 + B3)). ScoresTile and ComposeTile fold them as they go.
 
 // The tile's query-side data, transposed to one vector per value (lanes = queries).
 struct TileData {
@@ -90,7 +81,7 @@ DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* k, int64_t he
   for (int n = 0; n < N; ++n) {
     const float* qt = td.qt + static_cast<int64_t>(n) * hd * kLanes;
     const float* kn = k + n * head_stride;
-    // Tree16, folded as the lanes are computed (fewer live registers).
+    // Reduce16's tree, folded as the lanes are computed (fewer live registers).
     __m512 b01[NK], b23[NK];
 #pragma GCC unroll 16
     for (int i = 0; i < 4; ++i) {
@@ -125,29 +116,42 @@ DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, cons
   static_assert(kRank == 2, "four dot products, as ComposeInPlace folds them");
   const __m512 zero = _mm512_setzero_ps();
   // d[0], d[1]: <W1q[i], s>; d[2], d[3]: <W1k[i], s>; lane l of ComposeInPlace's
-  // accumulators is the chain over heads l, l + 16, ...
-  __m512 d[4];
-#pragma GCC unroll 16
-  for (int which = 0; which < 4; ++which) {
-    __m512 p[16];
-#pragma GCC unroll 16
-    for (int l = 0; l < 16; ++l) {
-      __m512 a = zero;
-      for (int m = l; m < Up16(N); m += 16) {
+  // accumulators is the chain over heads l, l + 16, ... (a lane with no head, l >= N, stays
+  // +0: 0 + 0 is +0). The four dot products share each load of s, and Reduce4's tree is folded as
+  // the lane quads are done: B_b per quad, then (B0 + B2) + (B1 + B3).
+  const int n16 = static_cast<int>(Up16(N));
+  __m512 b0[4], b1[4], d[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m512 a[4][4];  // [dot][lane of the quad]
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; ++e) {
+      const int l = 4 * q + e;
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) a[w][e] = zero;
+      if (l >= N) continue;
+      for (int m = l; m < n16; m += 16) {
         if (m < N) {
           const __m512 sv = _mm512_loadu_ps(s + m * kLanes);
-          if (which < 2) {
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(qt + (which * N + m) * kLanes), sv, a);
-          } else {
-            a = _mm512_fmadd_ps(_mm512_set1_ps(kw[(which - 2) * N + m]), sv, a);
-          }
+          a[0][e] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + m * kLanes), sv, a[0][e]);
+          a[1][e] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + (N + m) * kLanes), sv, a[1][e]);
+          a[2][e] = _mm512_fmadd_ps(_mm512_set1_ps(kw[m]), sv, a[2][e]);
+          a[3][e] = _mm512_fmadd_ps(_mm512_set1_ps(kw[N + m]), sv, a[3][e]);
         } else {
-          a = _mm512_add_ps(a, zero);
+#pragma GCC unroll 4
+          for (int w = 0; w < 4; ++w) a[w][e] = _mm512_add_ps(a[w][e], zero);
         }
       }
-      p[l] = a;
     }
-    d[which] = Tree4(p);
+#pragma GCC unroll 4
+    for (int w = 0; w < 4; ++w) {
+      const __m512 bq =
+          _mm512_add_ps(_mm512_add_ps(a[w][0], a[w][2]), _mm512_add_ps(a[w][1], a[w][3]));
+      if (q == 0) b0[w] = bq;
+      if (q == 1) b1[w] = bq;
+      if (q == 2) b0[w] = _mm512_add_ps(b0[w], bq);
+      if (q == 3) d[w] = _mm512_add_ps(b0[w], _mm512_add_ps(b1[w], bq));
+    }
   }
   const float* q2 = qt + 2 * N * kLanes;
   const float* g1 = qt + 4 * N * kLanes;  // 1 + G
