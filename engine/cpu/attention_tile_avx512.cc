@@ -1,7 +1,8 @@
-// AVX-512 version of cpu::AttendTile (dcmha.h): up to 16 consecutive queries of one sequence
-// attend at once, one query per vector lane, so every key row read from the cache serves the
-// whole tile and the loops are GEMM-shaped (a vector of 16 queries' values times a broadcast
-// key element, accumulated):
+// AVX-512 version of cpu::AttendTile (dcmha.h): up to 32 consecutive queries of one sequence
+// attend at once, in groups of 16 with one query per vector lane. Each block of 32 keys is
+// packed once for the tile (K, then V, per head, widened to f32) and serves both groups, and
+// the loops are GEMM-shaped (a vector of 16 queries' values times a broadcast key element,
+// accumulated):
 //   1. per key: scores S[key][head][query] = Q^T tile x broadcast K elements, pre-compose,
 //      running max;
 //   2. per key: exp(S - max) and the running sum, per head and query;
