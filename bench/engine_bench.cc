@@ -29,6 +29,7 @@
 #include "engine/backends/backend_factory.h"
 #include "engine/backends/backend_flags.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/fma_throughput.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/engine.h"
 
@@ -58,8 +59,20 @@ ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
 ABSL_FLAG(bool, profile, false,
           "print the time breakdown of (a)'s steps, decode-only and with prefill (cpu backend)");
 
+ABSL_FLAG(bool, fma_peak, false,
+          "measure the fp32 FMA peak (engine/cpu/fma_throughput.h) before and after the run, "
+          "to state compute-bound phases (prefill) against the peak of the same run");
+
 namespace dcf {
 namespace {
+
+void PrintFmaPeak(const char* when) {
+  const FmaThroughput one = MeasureFmaThroughput(1);
+  const FmaThroughput all =
+      MeasureFmaThroughput(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  std::printf("FMA peak %s (fp32, %s): %.1f GFLOP/s with 1 thread, %.1f GFLOP/s with %d\n", when,
+              all.isa, one.gflop_per_s, all.gflop_per_s, all.threads);
+}
 
 struct Workload {
   std::vector<std::vector<int32_t>> prompts;
@@ -293,6 +306,7 @@ int Main() {
               dir.c_str(), probe->config.max_positions, w.prompts.size(),
               static_cast<long long>(prompt_tokens), static_cast<long long>(w.total_new));
   probe->backend.reset();
+  if (absl::GetFlag(FLAGS_fma_peak)) PrintFmaPeak("before");
 
   Recorder batched_rec;
   int64_t batched_tokens = 0;
@@ -302,6 +316,7 @@ int Main() {
     return 1;
   }
   batched_rec.Report("(a) continuous", *batched, batched_tokens);
+  if (absl::GetFlag(FLAGS_fma_peak)) PrintFmaPeak("after (a)");
   if (absl::GetFlag(FLAGS_skip_sequential)) return 0;
   Recorder seq_rec;
   int64_t seq_tokens = 0;

@@ -11,8 +11,10 @@
 //   dcformer-cpu-attention-bench [--mode prefill|decode] [--batch 32 --dim 512 --n-head 8]
 //       [--seq-lens 128,256,512,1024,2048 --windows 0,256 --variants mha,dcmha]
 //       [--warmup 10 --iters 100 | --quick] [--json-out FILE --plot-out FILE.png]
+//       [--noquery-tiles] [--nofma-peak]
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +27,7 @@
 #include "bench/attention/attention_report.h"
 #include "engine/common/flag_names.h"
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/fma_throughput.h"
 #include "engine/cpu/large_buffer.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/model/model_config.h"
@@ -42,6 +45,12 @@ ABSL_FLAG(int, block_size, 16, "KV cache block size (tokens)");
 ABSL_FLAG(int, warmup, 10, "untimed forwards first");
 ABSL_FLAG(int, iters, 100, "timed forwards (the mean is reported)");
 ABSL_FLAG(bool, quick, false, "1 warm-up and 3 timed forwards (a smoke run)");
+ABSL_FLAG(bool, query_tiles, true,
+          "prefill chunks attend in tiles of 16 queries (cpu::AttendTile); false: query by "
+          "query (cpu::AttendOne, the path the tiles replaced; same bits)");
+ABSL_FLAG(bool, fma_peak, true,
+          "measure the fp32 FMA peak (engine/cpu/fma_throughput.h) before and after the sweep "
+          "and state each row's GFLOP/s against it");
 ABSL_FLAG(std::string, json_out, "", "also write the report as JSON to this file");
 ABSL_FLAG(std::string, plot_out, "",
           "also draw ms per forward against sequence length to this PNG (needs gnuplot)");
@@ -106,6 +115,7 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   in.layout = layout;
   in.window = window;
   in.compose = compose;
+  in.query_tiles = absl::GetFlag(FLAGS_query_tiles);
   in.seqs = seqs.data();
   in.num_seqs = S;
   in.positions = positions.data();
@@ -131,13 +141,12 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
       S * (decode ? bench::VisiblePairs(len, 1, window) : bench::VisiblePairs(0, len, window));
   // Every visible pair reads its key's row once (K and pre terms, then V and post terms).
   r.kv_bytes_read = static_cast<double>(pairs) * row * sizeof(float);
-  const int64_t max_keys = window > 0 ? std::min(end, window) : end;
   r.bytes = static_cast<int64_t>(sizeof(float)) *
                 static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() + g.size() +
                                      out.size()) +
             static_cast<int64_t>(sizeof(int32_t) * (tables.size() + seq_of.size())) +
             static_cast<int64_t>(sizeof(int64_t) * positions.size()) +
-            cpu::PagedAttentionScratchBytes(layout, max_keys);
+            cpu::PagedAttentionScratchBytes(in);
   return r;
 }
 
@@ -216,6 +225,20 @@ int Main() {
   const std::vector<std::string>& variants = sweep->variants;
 
   const bool decode = report.mode == "decode";
+  // The compute ceiling, measured in the same run (before and after the sweep: the load of a
+  // shared machine moves it); rows are stated against the higher of the two.
+  const bool fma_peak = absl::GetFlag(FLAGS_fma_peak);
+  const auto measure_peak = [](const char* when) {
+    const FmaThroughput one = MeasureFmaThroughput(1);
+    const FmaThroughput all = MeasureFmaThroughput(omp_get_max_threads());
+    std::printf("FMA peak %s (fp32, %s): %.1f GFLOP/s with 1 thread, %.1f GFLOP/s with %d\n", when,
+                all.isa, one.gflop_per_s, all.gflop_per_s, all.threads);
+    return all.gflop_per_s;
+  };
+  double peak = fma_peak ? measure_peak("before") : 0;
+  std::printf("attention path: %s\n", absl::GetFlag(FLAGS_query_tiles)
+                                          ? "query tiles (cpu::AttendTile) for prefill chunks"
+                                          : "query by query (cpu::AttendOne)");
   for (int window : windows) {
     for (const std::string& variant : variants) {
       for (int len : seq_lens) {
@@ -231,10 +254,18 @@ int Main() {
                                                      : bench::VisiblePairs(0, len, window));
         bench::Finish(report, row, r.query_tokens, pairs, r.kv_bytes_read);
         report.rows.push_back(row);
-        std::fprintf(stderr, "%s %s %d: %.3f ms\n", variant.c_str(),
+        std::fprintf(stderr, "%s %s %d: %.3f ms, %.1f GFLOP/s\n", variant.c_str(),
                      window > 0 ? std::to_string(window).c_str() : "global", len,
-                     row.ms_per_forward);
+                     row.ms_per_forward, row.tflop_per_s * 1e3);
       }
+    }
+  }
+  if (fma_peak) {
+    peak = std::max(peak, measure_peak("after"));
+    for (const bench::AttentionRow& r : report.rows) {
+      std::printf("%s %s %d: %.1f GFLOP/s = %.0f%% of the FMA peak (%.1f GFLOP/s)\n",
+                  r.variant.c_str(), r.window > 0 ? std::to_string(r.window).c_str() : "global",
+                  r.seq_len, r.tflop_per_s * 1e3, 100 * r.tflop_per_s * 1e3 / peak, peak);
     }
   }
   std::fputs(bench::FormatTable(report).c_str(), stdout);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/cpu/dcmha_kernels.h"
+#include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model_config.h"
 
 namespace dcf::cpu {
@@ -158,6 +159,36 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
       return AttendOnePortable<DType::kBF16>(layout, qi, segments, lo, hi, scratch, out);
     case DType::kF16:
       return AttendOnePortable<DType::kF16>(layout, qi, segments, lo, hi, scratch, out);
+  }
+}
+
+int64_t AttendTileScratchFloats(const KvRowLayout& layout, int64_t max_keys) {
+  return std::max(AttendScratchFloats(layout, max_keys),
+                  kernels::AttendTileAvx512ScratchFloats(layout, max_keys));
+}
+
+void AttendTile(const KvRowLayout& layout, const QueryTile& tile,
+                absl::Span<const KeySegment> segments, float* scratch, float* out,
+                int64_t out_stride, Isa isa) {
+  const DType dtype = segments.empty() ? DType::kF32 : segments[0].dtype;
+  if (SupportedIsa(isa) == Isa::kAvx512 && kernels::AttendOneAvx512Supports(layout)) {
+    kernels::AttendTileAvx512(layout, tile, segments.data(), static_cast<int>(segments.size()),
+                              dtype, scratch, out, out_stride);
+    return;
+  }
+  const int N = layout.n_head;
+  const int64_t dw_stride = static_cast<int64_t>(ModelConfig::kComposeBranches) * 2 * kRank * N;
+  for (int i = 0; i < tile.count; ++i) {
+    QueryInputs qi;
+    qi.q = tile.q + i * tile.q_stride;
+    qi.pre_w = tile.dw + i * dw_stride + 0 * 2 * kRank * N;
+    qi.pre_g = tile.g + i * tile.g_stride + 0 * N;
+    qi.post_w = tile.dw + i * dw_stride + 2 * 2 * kRank * N;
+    qi.post_g = tile.g + i * tile.g_stride + 2 * N;
+    qi.compose = tile.compose;
+    const int64_t pos = tile.pos0 + i;
+    AttendOne(layout, qi, segments, FirstKeptPosition(tile.window, static_cast<int>(pos)), pos,
+              scratch, out + i * out_stride, isa);
   }
 }
 

@@ -55,4 +55,37 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
                absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
                float* out, Isa isa = ActiveIsa());
 
+// A tile of consecutive queries of one sequence: query i (i < count) is at position
+// pos0 + i and sees the keys [FirstKeptPosition(window, pos0 + i), pos0 + i] (window 0:
+// global), as AttendOne's lo and hi. Its inputs are those of a QueryInputs, row i of each:
+//   q + i * q_stride                  [N, hd]
+//   dw + i * C * 2I * N               [C, 2I, N]: W1 | W2 of every branch (0 pre, 2 post)
+//   g + i * g_stride                  [C, N]: G of every branch
+struct QueryTile {
+  static constexpr int kMaxQueries = 32;  // AVX-512: 2 groups of 16 queries (one per lane)
+  int count = 0;                          // 1..kMaxQueries
+  int64_t pos0 = 0;
+  int window = 0;
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  const float* dw = nullptr;
+  const float* g = nullptr;
+  int64_t g_stride = 0;
+  bool compose = true;
+};
+
+// Floats of AttendTile's scratch for a tile whose queries see at most `max_keys` keys each.
+int64_t AttendTileScratchFloats(const KvRowLayout& layout, int64_t max_keys);
+
+// Attends every query of `tile` to its visible keys in `segments` (which must cover them all,
+// all of one dtype) and writes query i's o [N, hd] at out + i * out_stride. Bit for bit what
+// AttendOne with the same `isa` writes for each query alone (the tiled kernel keeps every
+// per-query reduction, over head dims, heads and keys, in AttendOne's order: DESIGN.md,
+// "CPU prefill attention"), so results never depend on how a prompt is cut into chunks or
+// tiles. With AVX-512: query-tiled, GEMM-shaped loops over blocks of keys; otherwise
+// AttendOne per query. `scratch` holds AttendTileScratchFloats(layout, max_keys) floats.
+void AttendTile(const KvRowLayout& layout, const QueryTile& tile,
+                absl::Span<const KeySegment> segments, float* scratch, float* out,
+                int64_t out_stride, Isa isa = ActiveIsa());
+
 }  // namespace dcf::cpu

@@ -9,56 +9,15 @@
 
 #include <cmath>
 
+#include "engine/cpu/dcmha_avx512_inl.h"
 #include "engine/cpu/dcmha_kernels.h"
 #include "engine/model/model_config.h"
-
-#define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-#define DCF_AVX512_INLINE DCF_AVX512 inline __attribute__((always_inline))
 
 namespace dcf::cpu::kernels {
 namespace {
 
 constexpr int kRank = ModelConfig::kRank;
 constexpr int kMaxHeads = 256;
-
-// Loads of 16 row elements of each KV dtype, widened exactly to f32 (masked lanes are 0).
-template <DType D>
-struct VecElem;
-template <>
-struct VecElem<DType::kF32> {
-  using T = float;
-  static DCF_AVX512_INLINE __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
-  static DCF_AVX512_INLINE __m512 LoadMasked(__mmask16 m, const float* p) {
-    return _mm512_maskz_loadu_ps(m, p);
-  }
-};
-template <>
-struct VecElem<DType::kBF16> {
-  using T = uint16_t;
-  static DCF_AVX512_INLINE __m512 Widen(__m256i b) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
-  static DCF_AVX512_INLINE __m512 Load(const uint16_t* p) {
-    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static DCF_AVX512_INLINE __m512 LoadMasked(__mmask16 m, const uint16_t* p) {
-    return Widen(_mm256_maskz_loadu_epi16(m, p));
-  }
-};
-template <>
-struct VecElem<DType::kF16> {
-  using T = uint16_t;
-  static DCF_AVX512_INLINE __m512 Load(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static DCF_AVX512_INLINE __m512 LoadMasked(__mmask16 m, const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-  }
-};
-
-DCF_AVX512_INLINE __mmask16 TailMask(int n) {
-  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-}
 
 // r[i] = sum of the lanes of v[i], for 16 vectors (a transpose-and-add tree: 15 adds and 30
 // shuffles instead of 16 separate horizontal sums).
@@ -81,25 +40,6 @@ DCF_AVX512_INLINE __m512 Reduce16(const __m512* v) {
   const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
                                   _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
   return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xdd));
-}
-
-// exp(x) for x <= 0 (scores minus their maximum), ~1 ulp (Cephes expf polynomial on
-// x - n ln2 with |x - n ln2| <= ln2 / 2, then scaled by 2^n); 0 below -87.3.
-DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
 }
 
 // Lanes 0..3 of the result: the sums of a, b, c and d.

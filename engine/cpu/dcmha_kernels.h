@@ -14,4 +14,11 @@ void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const Key
                      int num_segments, int64_t lo, int64_t hi, DType dtype, float* scratch,
                      float* out);
 
+
+// AttendTile with AVX-512 (attention_tile_avx512.cc); same preconditions as AttendOneAvx512.
+int64_t AttendTileAvx512ScratchFloats(const KvRowLayout& layout, int64_t max_keys);
+void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile,
+                      const KeySegment* segments, int num_segments, DType dtype, float* scratch,
+                      float* out, int64_t out_stride);
+
 }  // namespace dcf::cpu::kernels

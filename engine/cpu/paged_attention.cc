@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string_view>
 
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model_config.h"
@@ -15,14 +18,46 @@ namespace {
 constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
 
+// Chunks of fewer new tokens attend query by query (a decode token; tiles pay off from a few
+// queries on).
+constexpr int kMinTileQueries = 4;
+
+// DCF_CPU_QUERY_TILES=0 turns the tiles off process-wide (the per-query reference path, for
+// before/after measurements of whole models in one binary).
+bool QueryTilesAllowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("DCF_CPU_QUERY_TILES");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return allowed;
+}
+
+// Whether sequence sp's queries attend in tiles.
+bool UsesTiles(const PagedAttentionInputs& in, const PagedSequence& sp) {
+  return in.query_tiles && QueryTilesAllowed() && sp.num_tokens >= kMinTileQueries;
+}
+
+// Floats of the scratch each thread of PagedAttention(in) allocates.
+int64_t ScratchFloats(const PagedAttentionInputs& in) {
+  int64_t max_keys = 0;
+  for (int64_t t = 0; t < in.num_tokens; ++t) {
+    max_keys = std::max<int64_t>(
+        max_keys, in.positions[t] - FirstKeptPosition(in.window, in.positions[t]) + 1);
+  }
+  bool any_tile = false;
+  for (int i = 0; i < in.num_seqs; ++i) any_tile |= UsesTiles(in, in.seqs[i]);
+  return any_tile ? AttendTileScratchFloats(in.layout, max_keys)
+                  : AttendScratchFloats(in.layout, max_keys);
+}
+
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
 
-int64_t PagedAttentionScratchBytes(const KvRowLayout& layout, int64_t max_keys) {
-  return static_cast<int64_t>(omp_get_max_threads()) * AttendScratchFloats(layout, max_keys) *
+int64_t PagedAttentionScratchBytes(const PagedAttentionInputs& in) {
+  return static_cast<int64_t>(omp_get_max_threads()) * ScratchFloats(in) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -69,17 +104,47 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
     t0 = std::chrono::steady_clock::now();
   }
 
-  const int64_t T = in.num_tokens;
-  int64_t max_keys = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    max_keys = std::max<int64_t>(max_keys,
-                                 in.positions[t] - FirstKeptPosition(window, in.positions[t]) + 1);
+  // Work items: a tile of up to QueryTile::kMaxQueries consecutive queries of a chunk
+  // (AttendTile), or one query (AttendOne: decode tokens, and every query with tiles off).
+  // Either gives a query the same bits (dcmha.h), so how a chunk is cut changes nothing.
+  struct Item {
+    int seq;
+    int64_t token;  // first token of the item
+    int count;      // queries: 1 .. QueryTile::kMaxQueries
+  };
+  std::vector<Item> items;
+  for (int i = 0; i < in.num_seqs; ++i) {
+    const PagedSequence& sp = in.seqs[i];
+    const int step = UsesTiles(in, sp) ? QueryTile::kMaxQueries : 1;
+    for (int k = 0; k < sp.num_tokens; k += step) {
+      items.push_back({i, sp.first_token + k, std::min(step, sp.num_tokens - k)});
+    }
   }
-#pragma omp parallel if (T > 1)  // one query (batch-1 decode) stays on one thread
+  // Later queries see more keys: hand the largest items out first (dynamic schedule).
+  std::reverse(items.begin(), items.end());
+  const int64_t scratch_floats = ScratchFloats(in);
+  const int64_t num_items = static_cast<int64_t>(items.size());
+#pragma omp parallel if (num_items > 1)  // one query (batch-1 decode) stays on one thread
   {
-    std::vector<float> scratch(AttendScratchFloats(layout, max_keys));
+    std::unique_ptr<float[]> scratch(new float[scratch_floats]);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t w = 0; w < num_items; ++w) {
+      const Item& it = items[w];
+      const int64_t t = it.token;
+      if (it.count > 1) {
+        QueryTile tile;
+        tile.count = it.count;
+        tile.pos0 = in.positions[t];
+        tile.window = window;
+        tile.q = in.q + t * in.q_stride;
+        tile.q_stride = in.q_stride;
+        tile.dw = &in.dw[t * C * W2I];
+        tile.g = in.g + t * in.g_stride;
+        tile.g_stride = in.g_stride;
+        tile.compose = in.compose;
+        AttendTile(layout, tile, segments[it.seq], scratch.get(), out + t * E, E);
+        continue;
+      }
       QueryInputs qi;
       qi.q = in.q + t * in.q_stride;
       qi.pre_w = &in.dw[(t * C + 0) * W2I];
@@ -88,8 +153,8 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
       qi.post_g = &in.g[t * in.g_stride + 2 * N];
       qi.compose = in.compose;
       const int64_t pos = in.positions[t];
-      AttendOne(layout, qi, segments[in.seq_of[t]], FirstKeptPosition(window, pos), pos,
-                scratch.data(), out + t * E);
+      AttendOne(layout, qi, segments[it.seq], FirstKeptPosition(window, pos), pos, scratch.get(),
+                out + t * E);
     }
   }
   if (times != nullptr) times->attention += Since(t0);

@@ -1,6 +1,6 @@
 // One layer's attention over the paged KV cache for one step, on the CPU: the fresh cache
 // rows of every sequence are written into its blocks (only the positions the layer keeps,
-// step_batch.h's window rule), then every query attends to its visible keys (cpu::AttendOne;
+// step_batch.h's window rule), then every query attends to its visible keys (cpu::AttendTile / AttendOne;
 // the chunk's own keys come from the fresh rows). The projections around it (q, k, v, the
 // dynamic compose terms, Wo) are the caller's.
 //
@@ -9,7 +9,12 @@
 // key came from this step's rows or from the cache, and results never depend on chunking,
 // batching or a prefix-cache hit.
 //
-// Thread-safety: uses OpenMP threads over the queries; the caller owns every buffer and must
+// A chunk of several new tokens attends in tiles of 16 queries (cpu::AttendTile: every key row
+// read once per tile), a decode token alone (cpu::AttendOne); both give a query the same bits.
+// The environment variable DCF_CPU_QUERY_TILES=0 makes every query attend alone (benchmarks
+// of the per-query path in the same binary).
+//
+// Thread-safety: uses OpenMP threads over the tiles and queries; the caller owns every buffer and must
 // not touch them concurrently.
 #pragma once
 
@@ -50,6 +55,8 @@ struct PagedAttentionInputs {
   KvRowLayout layout{0, 0};
   int window = 0;                             // 0: global layer
   bool compose = true;                        // false: plain multi-head attention
+  bool query_tiles = true;                    // false: every query alone (AttendOne; the
+                                              //   reference of tests and benchmarks)
   const PagedSequence* seqs = nullptr;        // [S]
   int num_seqs = 0;
   const int64_t* positions = nullptr;         // [T]
@@ -75,8 +82,8 @@ struct PagedAttentionTimes {
 void PagedAttention(const PagedAttentionInputs& in, float* out,
                     PagedAttentionTimes* times = nullptr);
 
-// Bytes of per-thread scratch PagedAttention allocates for a step whose longest query sees
-// `max_keys` keys (the memory figure of benchmarks).
-int64_t PagedAttentionScratchBytes(const KvRowLayout& layout, int64_t max_keys);
+// Bytes of scratch PagedAttention(in) allocates, all threads together (the memory figure of
+// benchmarks).
+int64_t PagedAttentionScratchBytes(const PagedAttentionInputs& in);
 
 }  // namespace dcf::cpu

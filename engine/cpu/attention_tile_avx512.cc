@@ -1,0 +1,458 @@
+// AVX-512 version of cpu::AttendTile (dcmha.h): up to 32 consecutive queries of one sequence
+// attend at once, in groups of 16 with one query per vector lane. Each block of 32 keys is
+// packed once for the tile (K, then V, per head, widened to f32) and serves both groups, and
+// the loops are GEMM-shaped (a vector of 16 queries' values times a broadcast key element,
+// accumulated):
+//   1. per key: scores S[key][head][query] = Q^T tile x broadcast K elements, pre-compose,
+//      running max;
+//   2. per key: exp(S - max) and the running sum, per head and query;
+//   3. per block of keys: normalise, post-compose, then PV = P x broadcast V elements into
+//      the output tile [head][dim][query].
+// Bit-identical to AttendOneAvx512 (dcmha_avx512.cc) for each query: every reduction of that
+// kernel is reproduced per lane in its own order. A head's dot product there sums 16 lanes
+// (lane l: the FMA chain over dims l, l + 16, ...) by the Reduce16 tree; here lane l's chain
+// is its own vector (queries in lanes) and the same tree is written as vertical adds.
+// The compose dot products over heads likewise (Reduce4's tree). Softmax max and sum
+// and the PV accumulation run over keys in position order per query, masked to the keys the
+// query sees (a masked lane keeps its value: no 0 * v terms). Lanes past a kernel's data (dims
+// past hd, heads past N) add +0, as the masked loads there do. exp, the widening of 16-bit
+// rows and every elementwise operation are the very ones of dcmha_avx512_inl.h.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its own intrinsics
+#include <immintrin.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "engine/cpu/dcmha_avx512_inl.h"
+#include "engine/cpu/dcmha_kernels.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model/model_config.h"
+
+namespace dcf::cpu::kernels {
+namespace {
+
+constexpr int kRank = ModelConfig::kRank;
+constexpr int kC = ModelConfig::kComposeBranches;
+constexpr int kLanes = 16;     // queries of a lane group
+constexpr int kKeyBlock = 32;  // keys packed (and widened) at once
+
+int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Reduce16's tree (dcmha_avx512.cc) of the lanes p[0..16) of one dot product, per vector
+// lane, is ((B0 + B1) + (B2 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3]);
+// Reduce4's is ((B0 + B2) + (B1 + B3)). ScoresTile and ComposeTile fold them as they go.
+
+// The tile's query-side data, transposed to one vector per value (lanes = queries).
+struct TileData {
+  int N = 0, hd = 0;
+  __m512i lo, hi;         // visible keys [lo, hi] per lane; empty for lanes past count
+  const float* qt;        // [N][hd][16]
+  const float* terms[2];  // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
+};
+
+// Lane l of one head's dot products for NK keys: the FMA chain over dims l, l + 16, ... (lane
+// l of AttendOneAvx512's accumulator); key r's head at k + r * k_stride.
+template <int NK>
+DCF_AVX512_INLINE void LaneChain(const float* qt, const float* k, int k_stride, int hd, int hd16,
+                                 int l, __m512* a) {
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int r = 0; r < NK; ++r) a[r] = zero;
+  for (int d = l; d < hd16; d += 16) {
+    if (d < hd) {
+      const __m512 qv = _mm512_loadu_ps(qt + d * kLanes);
+#pragma GCC unroll 16
+      for (int r = 0; r < NK; ++r)
+        a[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r * k_stride + d]), a[r]);
+    } else {
+#pragma GCC unroll 16
+      for (int r = 0; r < NK; ++r) a[r] = _mm512_add_ps(a[r], zero);  // fma(0, 0, a)
+    }
+  }
+}
+
+// S[r][n] = scale * <q_n, k_n> of NK keys for the 16 queries, n < N; key r's head n at
+// k + n * head_stride + r * hd (f32).
+template <int NK>
+DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* k, int64_t head_stride,
+                                  float scale, float* const* S) {
+  const int N = td.N, hd = td.hd;
+  const int hd16 = static_cast<int>(Up16(hd));
+  for (int n = 0; n < N; ++n) {
+    const float* qt = td.qt + static_cast<int64_t>(n) * hd * kLanes;
+    const float* kn = k + n * head_stride;
+    // Reduce16's tree, folded as the lanes are computed (fewer live registers).
+    __m512 b01[NK], b23[NK];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; ++i) {
+      __m512 x[NK], y[NK], t[NK];
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i, x);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 2, t);
+#pragma GCC unroll 16
+      for (int r = 0; r < NK; ++r) x[r] = _mm512_add_ps(x[r], t[r]);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 1, y);
+      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 3, t);
+#pragma GCC unroll 16
+      for (int r = 0; r < NK; ++r) {
+        const __m512 b = _mm512_add_ps(x[r], _mm512_add_ps(y[r], t[r]));
+        if (i == 0) b01[r] = b;
+        if (i == 1) b01[r] = _mm512_add_ps(b01[r], b);
+        if (i == 2) b23[r] = b;
+        if (i == 3) b23[r] = _mm512_add_ps(b23[r], b);
+      }
+    }
+    const __m512 sv = _mm512_set1_ps(scale);
+#pragma GCC unroll 16
+    for (int r = 0; r < NK; ++r) {
+      _mm512_storeu_ps(S[r] + n * kLanes, _mm512_mul_ps(_mm512_add_ps(b01[r], b23[r]), sv));
+    }
+  }
+}
+
+// ComposeInPlace (dcmha_avx512.cc) of one key's s [N][16] for the 16 queries: query terms
+// `qt` (TileData::terms), key terms kw = W1 [I][N] | W2 [I][N], kg = G [N] (f32).
+DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, const float* kg,
+                                   float* s) {
+  static_assert(kRank == 2, "four dot products, as ComposeInPlace folds them");
+  const __m512 zero = _mm512_setzero_ps();
+  // d[0], d[1]: <W1q[i], s>; d[2], d[3]: <W1k[i], s>; lane l of ComposeInPlace's
+  // accumulators is the chain over heads l, l + 16, ... (a lane with no head, l >= N, stays
+  // +0: 0 + 0 is +0). The four dot products share each load of s, and Reduce4's tree is folded as
+  // the lane quads are done: B_b per quad, then (B0 + B2) + (B1 + B3).
+  const int n16 = static_cast<int>(Up16(N));
+  __m512 b0[4], b1[4], d[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m512 a[4][4];  // [dot][lane of the quad]
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; ++e) {
+      const int l = 4 * q + e;
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) a[w][e] = zero;
+      if (l >= N) continue;
+      for (int m = l; m < n16; m += 16) {
+        if (m < N) {
+          const __m512 sv = _mm512_loadu_ps(s + m * kLanes);
+          a[0][e] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + m * kLanes), sv, a[0][e]);
+          a[1][e] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + (N + m) * kLanes), sv, a[1][e]);
+          a[2][e] = _mm512_fmadd_ps(_mm512_set1_ps(kw[m]), sv, a[2][e]);
+          a[3][e] = _mm512_fmadd_ps(_mm512_set1_ps(kw[N + m]), sv, a[3][e]);
+        } else {
+#pragma GCC unroll 4
+          for (int w = 0; w < 4; ++w) a[w][e] = _mm512_add_ps(a[w][e], zero);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int w = 0; w < 4; ++w) {
+      const __m512 bq =
+          _mm512_add_ps(_mm512_add_ps(a[w][0], a[w][2]), _mm512_add_ps(a[w][1], a[w][3]));
+      if (q == 0) b0[w] = bq;
+      if (q == 1) b1[w] = bq;
+      if (q == 2) b0[w] = _mm512_add_ps(b0[w], bq);
+      if (q == 3) d[w] = _mm512_add_ps(b0[w], _mm512_add_ps(b1[w], bq));
+    }
+  }
+  const float* q2 = qt + 2 * N * kLanes;
+  const float* g1 = qt + 4 * N * kLanes;  // 1 + G
+  const float* k2 = kw + 2 * N;
+  for (int m = 0; m < N; ++m) {
+    const __m512 g = _mm512_add_ps(_mm512_loadu_ps(g1 + m * kLanes), _mm512_set1_ps(kg[m]));
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + m * kLanes), g);
+    v = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + m * kLanes), d[0], v);
+    v = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + (N + m) * kLanes), d[1], v);
+    v = _mm512_fmadd_ps(_mm512_set1_ps(k2[m]), d[2], v);
+    v = _mm512_fmadd_ps(_mm512_set1_ps(k2[N + m]), d[3], v);
+    _mm512_storeu_ps(s + m * kLanes, v);
+  }
+}
+
+// acc[dd] (dims d .. d + DN of one head, [DN][16]) += P[j] * V[j][d + dd] over the nb keys
+// of a block in order, each key masked to the queries that see it: AccumulateHeadGroup's
+// chain per lane. P: key j's probabilities of the head at P + j * p_stride; its values of
+// those dims at v + j * v_stride.
+template <int DN>
+DCF_AVX512 void PvBlock(const float* P, int64_t p_stride, const float* v0, int v_stride,
+                        const __mmask16* vis, int nb, float* acc) {
+  __m512 a[DN];
+#pragma GCC unroll 16
+  for (int dd = 0; dd < DN; ++dd) a[dd] = _mm512_loadu_ps(acc + dd * kLanes);
+  for (int j = 0; j < nb; ++j) {
+    const __m512 pv = _mm512_loadu_ps(P + j * p_stride);
+    const float* v = v0 + static_cast<int64_t>(j) * v_stride;
+    const __mmask16 m = vis[j];
+#pragma GCC unroll 16
+    for (int dd = 0; dd < DN; ++dd) {
+      a[dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(v[dd]), a[dd], m);
+    }
+  }
+#pragma GCC unroll 16
+  for (int dd = 0; dd < DN; ++dd) _mm512_storeu_ps(acc + dd * kLanes, a[dd]);
+}
+
+DCF_AVX512_INLINE __mmask16 Visible(const TileData& td, int64_t p) {
+  const __m512i pv = _mm512_set1_epi32(static_cast<int>(p));
+  return _mm512_cmple_epi32_mask(td.lo, pv) & _mm512_cmpge_epi32_mask(td.hi, pv);
+}
+
+template <DType D>
+DCF_AVX512_INLINE void CopyWiden(const typename VecElem<D>::T* src, int count, float* dst) {
+  int c = 0;
+  for (; c + 16 <= count; c += 16) _mm512_storeu_ps(dst + c, VecElem<D>::Load(src + c));
+  if (c < count) {
+    const __mmask16 m = TailMask(count - c);
+    _mm512_mask_storeu_ps(dst + c, m, VecElem<D>::LoadMasked(m, src + c));
+  }
+}
+
+// Copies keys [p0, p0 + n) of the segments, widened to f32 (exact), into a block laid out for
+// the passes: part [N][n][hd] (K or V, from row offset `part`: every key of a head in a row,
+// so the loops stream them) and terms [n][5N] (the key-side branch at row offset `branch`).
+template <DType D>
+DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments, int64_t p0, int n,
+                          int part, int branch, float* heads, float* terms) {
+  using T = typename VecElem<D>::T;
+  const int N = layout.n_head, hd = layout.head_dim;
+  const int nt = layout.BranchFloats();
+  int si = 0;
+  for (int j = 0; j < n; ++j) {
+    const int64_t p = p0 + j;
+    while (p >= segments[si].pos0 + segments[si].count) ++si;
+    const KeySegment& seg = segments[si];
+    const T* src = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
+    for (int h = 0; h < N; ++h) {
+      CopyWiden<D>(src + part + h * hd, hd, heads + (static_cast<int64_t>(h) * n + j) * hd);
+    }
+    CopyWiden<D>(src + branch, nt, terms + static_cast<int64_t>(j) * nt);
+  }
+}
+
+// Floats of one lane group's state for queries seeing at most max_keys keys each.
+int64_t GroupFloats(const KvRowLayout& layout, int64_t max_keys) {
+  const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
+  return (max_keys + kLanes - 1) * NL + 2 * NL * layout.head_dim + 2 * 5 * NL + 2 * NL;
+}
+
+// One lane group: 16 consecutive queries of the tile, its keys [first, last] and its state.
+struct Group {
+  TileData td;
+  int count = 0;
+  int64_t pos0 = 0, first = 0, last = 0;
+  float* S;    // [last - first + 1][N][16] scores, then probabilities
+  float* mx;   // [N][16]
+  float* inv;  // [N][16] sum, then 1 / sum
+  float* acc;  // [N][hd][16] output
+};
+
+template <DType D>
+DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
+                               const KeySegment* segments, float* scratch, float* out,
+                               int64_t out_stride) {
+  const int N = layout.n_head, hd = layout.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t NL = static_cast<int64_t>(N) * kLanes;
+  const int64_t max_keys =
+      tile.pos0 + tile.count - 1 - FirstKeptPosition(tile.window, static_cast<int>(tile.pos0)) + 1;
+  const int num_groups = (tile.count + kLanes - 1) / kLanes;
+
+  // Shared: the packed block of keys.
+  float* heads = scratch;                                            // [N][kKeyBlock][hd]
+  float* kterms = heads + static_cast<int64_t>(kKeyBlock) * N * hd;  // [kKeyBlock][5N]
+  float* next = kterms + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
+  Group groups[QueryTile::kMaxQueries / kLanes];
+  const int64_t dw_stride = static_cast<int64_t>(kC) * 2 * kRank * N;
+  for (int gi = 0; gi < num_groups; ++gi) {
+    Group& g = groups[gi];
+    g.count = std::min(kLanes, tile.count - gi * kLanes);
+    g.pos0 = tile.pos0 + gi * kLanes;
+    g.first = FirstKeptPosition(tile.window, static_cast<int>(g.pos0));
+    g.last = g.pos0 + g.count - 1;
+    g.S = next;
+    float* qt = g.S + (max_keys + kLanes - 1) * NL;  // [N][hd][16]
+    float* terms = qt + NL * hd;                     // [2][5N][16]
+    g.mx = terms + 2 * 5 * NL;
+    g.inv = g.mx + NL;
+    g.acc = g.inv + NL;
+    next += GroupFloats(layout, max_keys);
+    TileData& td = g.td;
+    td.N = N;
+    td.hd = hd;
+    alignas(64) int lo[kLanes], hi[kLanes];
+    for (int i = 0; i < kLanes; ++i) {
+      lo[i] = i < g.count ? FirstKeptPosition(tile.window, static_cast<int>(g.pos0 + i)) : INT_MAX;
+      hi[i] = i < g.count ? static_cast<int>(g.pos0 + i) : INT_MIN;
+    }
+    td.lo = _mm512_load_si512(lo);
+    td.hi = _mm512_load_si512(hi);
+    // Transpose the query side; lanes past count hold zeros.
+    for (int i = 0; i < kLanes; ++i) {
+      const bool on = i < g.count;
+      const int64_t t = gi * kLanes + i;
+      const float* qi = tile.q + t * tile.q_stride;
+      for (int e = 0; e < N * hd; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
+      for (int b = 0; b < 2; ++b) {
+        const float* w = tile.dw + t * dw_stride + (2 * b) * 2 * kRank * N;  // branch 0 or 2
+        const float* gg = tile.g + t * tile.g_stride + (2 * b) * N;
+        float* tb = terms + b * 5 * NL;
+        for (int e = 0; e < 4 * N; ++e) tb[e * kLanes + i] = on ? w[e] : 0.0f;
+        for (int m = 0; m < N; ++m) tb[(4 * N + m) * kLanes + i] = on ? 1.0f + gg[m] : 0.0f;
+      }
+    }
+    td.qt = qt;
+    td.terms[0] = terms;
+    td.terms[1] = terms + 5 * NL;
+  }
+  const int64_t first = groups[0].first;
+  const int64_t last = groups[num_groups - 1].last;
+  const int nt = layout.BranchFloats();
+  const int kb = 2 * kRank * N;  // G's offset in a branch
+
+  // Pass 1: scores, pre-compose and the running max, per key.
+  for (int gi = 0; gi < num_groups; ++gi) {
+    for (int n = 0; n < N; ++n) {
+      _mm512_storeu_ps(groups[gi].mx + n * kLanes, _mm512_set1_ps(-INFINITY));
+    }
+  }
+  for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
+    const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
+    PackBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), heads,
+                 kterms);
+    const int64_t head_stride = static_cast<int64_t>(nb) * hd;
+    for (int gi = 0; gi < num_groups; ++gi) {
+      const Group& g = groups[gi];
+      // The block's keys this group sees: [j0, j1).
+      const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
+      const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
+      if (j0 >= j1) continue;
+      float* S = g.S + (b0 - g.first) * NL;  // key j of the block at S + j * NL
+      int j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        float* s[4];
+        for (int r = 0; r < 4; ++r) s[r] = S + (j + r) * NL;
+        ScoresTile<4>(g.td, heads + j * hd, head_stride, scale, s);
+      }
+      for (; j < j1; ++j) {
+        float* s = S + j * NL;
+        ScoresTile<1>(g.td, heads + j * hd, head_stride, scale, &s);
+      }
+      for (j = j0; j < j1; ++j) {
+        float* s = S + j * NL;
+        const float* kt = kterms + j * nt;
+        if (tile.compose) ComposeTile(N, g.td.terms[0], kt, kt + kb, s);
+        const __mmask16 vis = Visible(g.td, b0 + j);
+        for (int n = 0; n < N; ++n) {
+          const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
+          _mm512_storeu_ps(g.mx + n * kLanes,
+                           _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
+        }
+      }
+    }
+  }
+
+  // Pass 2: exp and the running sum, per key in position order.
+  for (int gi = 0; gi < num_groups; ++gi) {
+    const Group& g = groups[gi];
+    for (int n = 0; n < N; ++n) _mm512_storeu_ps(g.inv + n * kLanes, _mm512_setzero_ps());
+    for (int64_t p = g.first; p <= g.last; ++p) {
+      const __mmask16 vis = Visible(g.td, p);
+      float* s = g.S + (p - g.first) * NL;
+      for (int n = 0; n < N; ++n) {
+        const __m512 e = ExpNonPositive(
+            _mm512_sub_ps(_mm512_loadu_ps(s + n * kLanes), _mm512_loadu_ps(g.mx + n * kLanes)));
+        _mm512_storeu_ps(s + n * kLanes, e);
+        const __m512 sum = _mm512_loadu_ps(g.inv + n * kLanes);
+        _mm512_storeu_ps(g.inv + n * kLanes, _mm512_mask_add_ps(sum, vis, sum, e));
+      }
+    }
+    for (int n = 0; n < N; ++n) {
+      _mm512_storeu_ps(g.inv + n * kLanes,
+                       _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(g.inv + n * kLanes)));
+    }
+    for (int64_t e = 0; e < NL * hd; e += 16) _mm512_storeu_ps(g.acc + e, _mm512_setzero_ps());
+  }
+
+  // Pass 3: per block of keys, normalise and post-compose, then accumulate P x V.
+  for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
+    const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
+    PackBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), heads,
+                 kterms);
+    for (int gi = 0; gi < num_groups; ++gi) {
+      const Group& g = groups[gi];
+      const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
+      const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
+      if (j0 >= j1) continue;
+      float* S = g.S + (b0 - g.first) * NL;
+      __mmask16 vis[kKeyBlock];
+      for (int j = j0; j < j1; ++j) {
+        float* s = S + j * NL;
+        for (int n = 0; n < N; ++n) {
+          _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
+                                                         _mm512_loadu_ps(g.inv + n * kLanes)));
+        }
+        const float* kt = kterms + j * nt;
+        if (tile.compose) ComposeTile(N, g.td.terms[1], kt, kt + kb, s);
+        vis[j] = Visible(g.td, b0 + j);
+      }
+      const int nj = j1 - j0;
+      for (int n = 0; n < N; ++n) {
+        const float* P = S + j0 * NL + n * kLanes;
+        const float* v = heads + (static_cast<int64_t>(n) * nb + j0) * hd;
+        float* an = g.acc + static_cast<int64_t>(n) * hd * kLanes;
+        // Dims in groups of 16, then 8, 4, 2, 1 (each dim's chain is its own).
+        int d0 = 0;
+        for (; d0 + 16 <= hd; d0 += 16) {
+          PvBlock<16>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+        }
+        if (d0 + 8 <= hd) {
+          PvBlock<8>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+          d0 += 8;
+        }
+        if (d0 + 4 <= hd) {
+          PvBlock<4>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+          d0 += 4;
+        }
+        if (d0 + 2 <= hd) {
+          PvBlock<2>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+          d0 += 2;
+        }
+        if (d0 < hd) PvBlock<1>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+      }
+    }
+  }
+
+  // The output tile back to rows.
+  for (int gi = 0; gi < num_groups; ++gi) {
+    const Group& g = groups[gi];
+    for (int i = 0; i < g.count; ++i) {
+      float* o = out + (gi * kLanes + i) * out_stride;
+      for (int e = 0; e < N * hd; ++e) o[e] = g.acc[e * kLanes + i];
+    }
+  }
+}
+
+}  // namespace
+
+int64_t AttendTileAvx512ScratchFloats(const KvRowLayout& layout, int64_t max_keys) {
+  // A tile's queries see at most max_keys + kMaxQueries - 1 keys together (each group's S is
+  // sized for that: simpler than per group, and the same order of size).
+  const int64_t tile_keys = max_keys + QueryTile::kMaxQueries - 1;
+  return static_cast<int64_t>(kKeyBlock) *
+             (layout.n_head * layout.head_dim + layout.BranchFloats()) +
+         QueryTile::kMaxQueries / kLanes * GroupFloats(layout, tile_keys);
+}
+
+void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const KeySegment* segments,
+                      int num_segments, DType dtype, float* scratch, float* out,
+                      int64_t out_stride) {
+  switch (dtype) {
+    case DType::kF32:
+      return AttendTileImpl<DType::kF32>(layout, tile, segments, scratch, out, out_stride);
+    case DType::kBF16:
+      return AttendTileImpl<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
+    case DType::kF16:
+      return AttendTileImpl<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
+  }
+}
+
+}  // namespace dcf::cpu::kernels
