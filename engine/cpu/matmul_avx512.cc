@@ -42,63 +42,158 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
   }
 }
 
-// y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias).
+// Masks of the valid outputs of a panel in its two vectors (outputs 0-15, 16-31).
+DCF_AVX512_INLINE void ValidMasks(int valid, __mmask16* m0, __mmask16* m1) {
+  *m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+  *m1 = valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
+}
+
+// The bf16 scales of one group (32 outputs) as two vectors of 16 floats.
+DCF_AVX512_INLINE void LoadScales(const uint16_t* s, __m512* s0, __m512* s1) {
+  const __m512i sv = _mm512_loadu_si512(s);
+  *s0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
+  *s1 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
+}
+
+// Columns of one scale: a sub-block of kSubBlock columns never straddles a group when G >=
+// kSubBlock (G is a multiple of it); smaller groups split a sub-block at the same offsets.
+template <int WT>
+DCF_AVX512_INLINE int64_t ScaleStep(int64_t group) {
+  if constexpr (WT == kWeightI8) return group < kSubBlock ? group : kSubBlock;
+  return kSubBlock;
+}
+
+// y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias), the summation rule of
+// matmul_kernels.h: columns in sub-blocks of kSubBlock, each summed from zero in column order
+// (one FMA chain per row and vector), the sub-block sums added to y in order.
 // x[r][k] is at x[r * xr + k * xk]: rows of the caller's matrix (xr = ldx, xk = 1) or a
-// packed group (xr = 1, xk = MR). With `accumulate` the products are added to y (a later
-// column block), else y = products + bias. Every row accumulates its columns in order into
-// its own registers whatever MR is, so a row's result does not depend on the batch.
+// packed group (xr = 1, xk = MR). With `accumulate` the first sub-block is added to y (a
+// later column block), else to the bias (or 0). Every row's arithmetic is the same whatever
+// MR is, and the same as RowChains' for one row, so a row's result does not depend on the
+// batch. `in` starts at a column block (a multiple of kColumnBlock, hence of the group).
 // kWeightI8: `scales` [ceil(in / group), 32] bf16 are those of the panel's columns from the
 // first of `in`; each column is widened to q * scale (exact) before its multiply-adds.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
                       const uint16_t* scales, int64_t group, const float* bias, bool accumulate,
                       float* y, int64_t ldy, int valid) {
-  __m512 a0[MR], a1[MR];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
-  const int64_t chunk = WT == kWeightI8 ? group : in;
-  for (int64_t c0 = 0; c0 < in; c0 += chunk) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    if constexpr (WT == kWeightI8) {
-      const __m512i sv = _mm512_loadu_si512(scales + (c0 / group) * kPanel);
-      s0 = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
-      s1 = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
-    }
-    const int64_t c1 = in - c0 < chunk ? in : c0 + chunk;
-    for (int64_t k = c0; k < c1; ++k) {
-      __m512 w0, w1;
-      LoadColumn<WT>(panel, k, &w0, &w1);
-      if constexpr (WT == kWeightI8) {
-        w0 = _mm512_mul_ps(w0, s0);
-        w1 = _mm512_mul_ps(w1, s1);
-      }
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
-        a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
-        a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
-      }
-    }
-  }
-  const __mmask16 m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
-  const __mmask16 m1 =
-      valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
   if (bias != nullptr) {
     b0 = _mm512_maskz_loadu_ps(m0, bias);
     b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
   }
+  const int64_t step = ScaleStep<WT>(group);
+  for (int64_t sb = 0; sb < in; sb += kSubBlock) {
+    const int64_t se = in - sb < kSubBlock ? in : sb + kSubBlock;
+    __m512 a0[MR], a1[MR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (accumulate) {
-      b0 = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      b1 = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+    for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
+    for (int64_t c0 = sb; c0 < se; c0 += step) {
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      if constexpr (WT == kWeightI8) LoadScales(scales + (c0 / group) * kPanel, &s0, &s1);
+      const int64_t c1 = se - c0 < step ? se : c0 + step;
+      for (int64_t k = c0; k < c1; ++k) {
+        __m512 w0, w1;
+        LoadColumn<WT>(panel, k, &w0, &w1);
+        if constexpr (WT == kWeightI8) {
+          w0 = _mm512_mul_ps(w0, s0);
+          w1 = _mm512_mul_ps(w1, s1);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
+          a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
+          a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
+        }
+      }
     }
-    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], b0));
-    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], b1));
+    const bool first = sb == 0 && !accumulate;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 y0 = first ? b0 : _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      const __m512 y1 = first ? b1 : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+      _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], y0));
+      _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], y1));
+    }
   }
+}
+
+// One row: NS consecutive sub-blocks of the panel, columns [k0 + c kSubBlock,
+// k0 + c kSubBlock + len) for c < NS, summed as Block sums them (each from zero, in column
+// order) but interleaved, so NS x 2 independent FMA chains hide the FMA latency; the sums are
+// then added to y0, y1 (the panel's 32 outputs) in sub-block order, as Block adds them to y.
+// `panel`, `scales` and `x` start at column 0; k0 is a multiple of kSubBlock.
+template <int NS, int WT>
+DCF_AVX512_INLINE void RowChains(const float* x, const void* panel, const uint16_t* scales,
+                                 int64_t group, int64_t k0, int64_t len, __m512* y0,
+                                 __m512* y1) {
+  __m512 a0[NS], a1[NS];
+#pragma GCC unroll 4
+  for (int c = 0; c < NS; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
+  const int64_t step = ScaleStep<WT>(group);
+  for (int64_t c0 = 0; c0 < len; c0 += step) {
+    __m512 s0[NS], s1[NS];
+#pragma GCC unroll 4
+    for (int c = 0; c < NS; ++c) {
+      s0[c] = s1[c] = _mm512_setzero_ps();
+      if constexpr (WT == kWeightI8) {
+        LoadScales(scales + ((k0 + c * kSubBlock + c0) / group) * kPanel, &s0[c], &s1[c]);
+      }
+    }
+    const int64_t c1 = len - c0 < step ? len : c0 + step;
+    for (int64_t k = k0 + c0; k < k0 + c1; ++k) {
+#pragma GCC unroll 4
+      for (int c = 0; c < NS; ++c) {
+        __m512 w0, w1;
+        LoadColumn<WT>(panel, k + c * kSubBlock, &w0, &w1);
+        if constexpr (WT == kWeightI8) {
+          w0 = _mm512_mul_ps(w0, s0[c]);
+          w1 = _mm512_mul_ps(w1, s1[c]);
+        }
+        const __m512 b = _mm512_set1_ps(x[k + c * kSubBlock]);
+        a0[c] = _mm512_fmadd_ps(b, w0, a0[c]);
+        a1[c] = _mm512_fmadd_ps(b, w1, a1[c]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < NS; ++c) {
+    *y0 = _mm512_add_ps(a0[c], *y0);
+    *y1 = _mm512_add_ps(a1[c], *y1);
+  }
+}
+
+// y[valid outputs of panel p] = x[in] * panel^T (+ bias) for one row, in the arithmetic of
+// Block (same bits), the panel's sub-blocks kRowChains at a time.
+template <int WT>
+DCF_AVX512 void Row(const float* x, const void* panel, int64_t in, const uint16_t* scales,
+                    int64_t group, const float* bias, float* y, int valid) {
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  __m512 y0 = _mm512_setzero_ps(), y1 = _mm512_setzero_ps();
+  if (bias != nullptr) {
+    y0 = _mm512_maskz_loadu_ps(m0, bias);
+    y1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+  constexpr int64_t kSpan = int64_t{kRowChains} * kSubBlock;
+  int64_t k0 = 0;
+  for (; k0 + kSpan <= in; k0 += kSpan) {
+    RowChains<kRowChains, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1);
+  }
+  static_assert(kRowChains == 4, "the tail below handles up to 3 full sub-blocks");
+  switch ((in - k0) / kSubBlock) {
+    case 3: RowChains<3, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1); break;
+    case 2: RowChains<2, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1); break;
+    case 1: RowChains<1, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1); break;
+    default: break;
+  }
+  k0 += (in - k0) / kSubBlock * kSubBlock;
+  if (k0 < in) RowChains<1, WT>(x, panel, scales, group, k0, in - k0, &y0, &y1);
+  _mm512_mask_storeu_ps(y, m0, y0);
+  _mm512_mask_storeu_ps(y + 16, m1, y1);
 }
 
 template <int WT>
@@ -117,10 +212,10 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
   }
 }
 
-// Columns (k) in blocks of kColumnBlock for every row count, partial sums added to y in
-// order, so each row's arithmetic is the same in a batch of 1 or of 200.
-// One row (decode of one sequence): each panel streamed once, its column blocks in turn.
-// More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
+// Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
+// zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
+// One row (decode of one sequence): each panel streamed once by Row, its sub-blocks
+// interleaved. More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
 // k-major (in L2) while every panel's slice of those columns passes over them (the weights
 // are streamed rows / kRowBlock times).
 template <int WT>
@@ -143,12 +238,8 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t o = p * kPanel;
       const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
-      for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
-        const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
-        Block<1, WT>(a.x + k0, 0, 1, panel_at(p, k0), kc, scales_at(p, k0), a.group,
-                     a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr, k0 > 0, a.y + o, 0,
-                     valid);
-      }
+      Row<WT>(a.x, panel_at(p, 0), a.in, scales_at(p, 0), a.group,
+              a.bias != nullptr ? a.bias + o : nullptr, a.y + o, valid);
     }
     return;
   }

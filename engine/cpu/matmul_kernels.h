@@ -42,6 +42,14 @@ inline constexpr int kRowsPerPass = 12;
 // together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
 inline constexpr int kRowBlock = 192;
 inline constexpr int kColumnBlock = 256;
+// Summation rule of the AVX-512 kernel, the same for every row count so that a row's bits
+// never depend on the batch: a row's columns are summed in sub-blocks of kSubBlock, each
+// from zero in column order, and the sub-block sums are added to y (first to the bias, or
+// 0) in order. Multi-row passes have independent chains across rows; one row interleaves
+// kRowChains sub-blocks, so 2 x kRowChains FMA chains hide the FMA latency.
+inline constexpr int kSubBlock = 64;
+inline constexpr int kRowChains = 4;
+static_assert(kColumnBlock % kSubBlock == 0, "a column block holds whole sub-blocks");
 // Bytes of the per-thread pack buffer (PanelArgs::xpack).
 inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
 
