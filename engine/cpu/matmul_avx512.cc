@@ -56,24 +56,41 @@ DCF_AVX512_INLINE void LoadScales(const uint16_t* s, __m512* s0, __m512* s1) {
       _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
 }
 
-// Columns of one scale: a sub-block of kSubBlock columns never straddles a group when G >=
-// kSubBlock (G is a multiple of it); smaller groups split a sub-block at the same offsets.
+// Columns of a sub-block: kSubBlock, for int8 at most one group (G is 32 or a multiple of
+// kSubBlock, so a sub-block never straddles two scales).
 template <int WT>
-DCF_AVX512_INLINE int64_t ScaleStep(int64_t group) {
+DCF_AVX512_INLINE int64_t SubBlock(int64_t group) {
   if constexpr (WT == kWeightI8) return group < kSubBlock ? group : kSubBlock;
   return kSubBlock;
 }
 
+// y0, y1 (32 outputs) += one sub-block's sums a0, a1; int8: times the sub-block's 32 scales
+// `s` (one FMA per vector, not a multiply per column).
+template <int WT>
+DCF_AVX512_INLINE void AddSubBlock(__m512 a0, __m512 a1, const uint16_t* s, __m512* y0,
+                                   __m512* y1) {
+  if constexpr (WT == kWeightI8) {
+    __m512 s0, s1;
+    LoadScales(s, &s0, &s1);
+    *y0 = _mm512_fmadd_ps(a0, s0, *y0);
+    *y1 = _mm512_fmadd_ps(a1, s1, *y1);
+  } else {
+    *y0 = _mm512_add_ps(a0, *y0);
+    *y1 = _mm512_add_ps(a1, *y1);
+  }
+}
+
 // y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias), the summation rule of
-// matmul_kernels.h: columns in sub-blocks of kSubBlock, each summed from zero in column order
-// (one FMA chain per row and vector), the sub-block sums added to y in order.
+// matmul_kernels.h: columns in sub-blocks, each summed from zero in column order (one FMA
+// chain per row and vector), the sub-block sums added to y in order (int8: multiplied by
+// their scales in the same FMA).
 // x[r][k] is at x[r * xr + k * xk]: rows of the caller's matrix (xr = ldx, xk = 1) or a
 // packed group (xr = 1, xk = MR). With `accumulate` the first sub-block is added to y (a
 // later column block), else to the bias (or 0). Every row's arithmetic is the same whatever
-// MR is, and the same as RowChains' for one row, so a row's result does not depend on the
+// MR is, and the same as Row's for one row, so a row's result does not depend on the
 // batch. `in` starts at a column block (a multiple of kColumnBlock, hence of the group).
 // kWeightI8: `scales` [ceil(in / group), 32] bf16 are those of the panel's columns from the
-// first of `in`; each column is widened to q * scale (exact) before its multiply-adds.
+// first of `in`; the int8 weights are widened to exact integers for the multiply-adds.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
                       const uint16_t* scales, int64_t group, const float* bias, bool accumulate,
@@ -85,84 +102,61 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
     b0 = _mm512_maskz_loadu_ps(m0, bias);
     b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
   }
-  const int64_t step = ScaleStep<WT>(group);
-  for (int64_t sb = 0; sb < in; sb += kSubBlock) {
-    const int64_t se = in - sb < kSubBlock ? in : sb + kSubBlock;
+  const int64_t sub = SubBlock<WT>(group);
+  for (int64_t sb = 0; sb < in; sb += sub) {
+    const int64_t se = in - sb < sub ? in : sb + sub;
     __m512 a0[MR], a1[MR];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
-    for (int64_t c0 = sb; c0 < se; c0 += step) {
-      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-      if constexpr (WT == kWeightI8) LoadScales(scales + (c0 / group) * kPanel, &s0, &s1);
-      const int64_t c1 = se - c0 < step ? se : c0 + step;
-      for (int64_t k = c0; k < c1; ++k) {
-        __m512 w0, w1;
-        LoadColumn<WT>(panel, k, &w0, &w1);
-        if constexpr (WT == kWeightI8) {
-          w0 = _mm512_mul_ps(w0, s0);
-          w1 = _mm512_mul_ps(w1, s1);
-        }
+    for (int64_t k = sb; k < se; ++k) {
+      __m512 w0, w1;
+      LoadColumn<WT>(panel, k, &w0, &w1);
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r) {
-          const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
-          a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
-          a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
-        }
+      for (int r = 0; r < MR; ++r) {
+        const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
+        a0[r] = _mm512_fmadd_ps(b, w0, a0[r]);
+        a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
       }
     }
     const bool first = sb == 0 && !accumulate;
+    const uint16_t* s = WT == kWeightI8 ? scales + (sb / group) * kPanel : nullptr;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512 y0 = first ? b0 : _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      const __m512 y1 = first ? b1 : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
-      _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], y0));
-      _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], y1));
+      __m512 y0 = first ? b0 : _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      __m512 y1 = first ? b1 : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+      AddSubBlock<WT>(a0[r], a1[r], s, &y0, &y1);
+      _mm512_mask_storeu_ps(y + r * ldy, m0, y0);
+      _mm512_mask_storeu_ps(y + r * ldy + 16, m1, y1);
     }
   }
 }
 
-// One row: NS consecutive sub-blocks of the panel, columns [k0 + c kSubBlock,
-// k0 + c kSubBlock + len) for c < NS, summed as Block sums them (each from zero, in column
-// order) but interleaved, so NS x 2 independent FMA chains hide the FMA latency; the sums are
-// then added to y0, y1 (the panel's 32 outputs) in sub-block order, as Block adds them to y.
-// `panel`, `scales` and `x` start at column 0; k0 is a multiple of kSubBlock.
+// One row: NS consecutive sub-blocks of `sub` columns, [k0 + c sub, k0 + c sub + len) for
+// c < NS, summed as Block sums them (each from zero, in column order) but interleaved, so
+// NS x 2 independent FMA chains hide the FMA latency; the sums are then added to y0, y1 (the
+// panel's 32 outputs) in sub-block order, as Block adds them to y. `panel`, `scales` and `x`
+// start at column 0; k0 is a multiple of `sub`.
 template <int NS, int WT>
 DCF_AVX512_INLINE void RowChains(const float* x, const void* panel, const uint16_t* scales,
-                                 int64_t group, int64_t k0, int64_t len, __m512* y0,
-                                 __m512* y1) {
+                                 int64_t group, int64_t sub, int64_t k0, int64_t len,
+                                 __m512* y0, __m512* y1) {
   __m512 a0[NS], a1[NS];
 #pragma GCC unroll 4
   for (int c = 0; c < NS; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
-  const int64_t step = ScaleStep<WT>(group);
-  for (int64_t c0 = 0; c0 < len; c0 += step) {
-    __m512 s0[NS], s1[NS];
+  for (int64_t k = k0; k < k0 + len; ++k) {
 #pragma GCC unroll 4
     for (int c = 0; c < NS; ++c) {
-      s0[c] = s1[c] = _mm512_setzero_ps();
-      if constexpr (WT == kWeightI8) {
-        LoadScales(scales + ((k0 + c * kSubBlock + c0) / group) * kPanel, &s0[c], &s1[c]);
-      }
-    }
-    const int64_t c1 = len - c0 < step ? len : c0 + step;
-    for (int64_t k = k0 + c0; k < k0 + c1; ++k) {
-#pragma GCC unroll 4
-      for (int c = 0; c < NS; ++c) {
-        __m512 w0, w1;
-        LoadColumn<WT>(panel, k + c * kSubBlock, &w0, &w1);
-        if constexpr (WT == kWeightI8) {
-          w0 = _mm512_mul_ps(w0, s0[c]);
-          w1 = _mm512_mul_ps(w1, s1[c]);
-        }
-        const __m512 b = _mm512_set1_ps(x[k + c * kSubBlock]);
-        a0[c] = _mm512_fmadd_ps(b, w0, a0[c]);
-        a1[c] = _mm512_fmadd_ps(b, w1, a1[c]);
-      }
+      __m512 w0, w1;
+      LoadColumn<WT>(panel, k + c * sub, &w0, &w1);
+      const __m512 b = _mm512_set1_ps(x[k + c * sub]);
+      a0[c] = _mm512_fmadd_ps(b, w0, a0[c]);
+      a1[c] = _mm512_fmadd_ps(b, w1, a1[c]);
     }
   }
 #pragma GCC unroll 4
   for (int c = 0; c < NS; ++c) {
-    *y0 = _mm512_add_ps(a0[c], *y0);
-    *y1 = _mm512_add_ps(a1[c], *y1);
+    const uint16_t* s = WT == kWeightI8 ? scales + ((k0 + c * sub) / group) * kPanel : nullptr;
+    AddSubBlock<WT>(a0[c], a1[c], s, y0, y1);
   }
 }
 
@@ -178,20 +172,22 @@ DCF_AVX512 void Row(const float* x, const void* panel, int64_t in, const uint16_
     y0 = _mm512_maskz_loadu_ps(m0, bias);
     y1 = _mm512_maskz_loadu_ps(m1, bias + 16);
   }
-  constexpr int64_t kSpan = int64_t{kRowChains} * kSubBlock;
+  const int64_t sub = SubBlock<WT>(group);
+  const int64_t span = kRowChains * sub;
   int64_t k0 = 0;
-  for (; k0 + kSpan <= in; k0 += kSpan) {
-    RowChains<kRowChains, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1);
+  for (; k0 + span <= in; k0 += span) {
+    RowChains<kRowChains, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1);
   }
   static_assert(kRowChains == 4, "the tail below handles up to 3 full sub-blocks");
-  switch ((in - k0) / kSubBlock) {
-    case 3: RowChains<3, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1); break;
-    case 2: RowChains<2, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1); break;
-    case 1: RowChains<1, WT>(x, panel, scales, group, k0, kSubBlock, &y0, &y1); break;
+  const int64_t full = (in - k0) / sub;
+  switch (full) {
+    case 3: RowChains<3, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1); break;
+    case 2: RowChains<2, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1); break;
+    case 1: RowChains<1, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1); break;
     default: break;
   }
-  k0 += (in - k0) / kSubBlock * kSubBlock;
-  if (k0 < in) RowChains<1, WT>(x, panel, scales, group, k0, in - k0, &y0, &y1);
+  k0 += full * sub;
+  if (k0 < in) RowChains<1, WT>(x, panel, scales, group, sub, k0, in - k0, &y0, &y1);
   _mm512_mask_storeu_ps(y, m0, y0);
   _mm512_mask_storeu_ps(y + 16, m1, y1);
 }

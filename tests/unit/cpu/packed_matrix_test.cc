@@ -241,8 +241,10 @@ INSTANTIATE_TEST_SUITE_P(
     CaseName);
 
 // int8 weight-only matrices (QuantizeInt8): the quantization rule, and every kernel against
-// the fp32 matrix of the same dequantized values (bit for bit: the kernels widen q * scale
-// exactly and multiply as for fp32) and against a double reference.
+// a double reference and against the fp32 matrix of the same dequantized values: bit for bit
+// for the portable and AVX2 kernels (they widen q * scale exactly and multiply as for fp32);
+// the AVX-512 kernel sums x * q per sub-block and applies the scale once per sub-block
+// (matmul_kernels.h), so it is held to the double reference's bound instead.
 class Int8MatrixTest : public ::testing::TestWithParam<std::tuple<Isa, int>> {
  protected:
   void SetUp() override {
@@ -312,7 +314,7 @@ TEST_P(Int8MatrixTest, QuantizesSymmetricallyPerGroup) {
   }
 }
 
-TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrixBitForBit) {
+TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrix) {
   const auto [isa, group] = GetParam();
   std::mt19937 rng(12);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -332,7 +334,7 @@ TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrixBitForBit) {
         MatMul(x.data(), ldx, rows, m, bias.data(), y.data(), ldy, isa);
         MatMul(x.data(), ldx, rows, f, bias.data(), yf.data(), ldy, isa);
         for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t o = 0; o < ldy; ++o) {
+          for (int64_t o = isa == Isa::kAvx512 ? out : 0; o < ldy; ++o) {  // padding only
             ASSERT_EQ(y[r * ldy + o], yf[r * ldy + o])
                 << "out " << out << " in " << in << " rows " << rows << " at " << r << "," << o;
           }
