@@ -131,65 +131,72 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
   }
 }
 
-// One row: NS consecutive sub-blocks of `sub` columns, [k0 + c sub, k0 + c sub + len) for
-// c < NS, summed as Block sums them (each from zero, in column order) but interleaved, so
-// NS x 2 independent FMA chains hide the FMA latency; the sums are then added to y0, y1 (the
-// panel's 32 outputs) in sub-block order, as Block adds them to y. `panel`, `scales` and `x`
-// start at column 0; k0 is a multiple of `sub`.
-template <int NS, int WT>
-DCF_AVX512_INLINE void RowChains(const float* x, const void* panel, const uint16_t* scales,
-                                 int64_t group, int64_t sub, int64_t k0, int64_t len,
-                                 __m512* y0, __m512* y1) {
-  __m512 a0[NS], a1[NS];
+// MR rows (1-3): NS consecutive sub-blocks of `sub` columns, [k0 + c sub, k0 + c sub + len)
+// for c < NS, summed as Block sums them (each from zero, in column order) but interleaved, so
+// NS x MR x 2 independent FMA chains hide the FMA latency; the sums are then added to y0, y1
+// (each row's 32 outputs) in sub-block order, as Block adds them to y. x (row r at
+// x + r * ldx), `panel` and `scales` start at column 0; k0 is a multiple of `sub`.
+template <int MR, int NS, int WT>
+DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
+                                 const uint16_t* scales, int64_t group, int64_t sub, int64_t k0,
+                                 int64_t len, __m512* y0, __m512* y1) {
+  __m512 a0[NS][MR], a1[NS][MR];
 #pragma GCC unroll 4
-  for (int c = 0; c < NS; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
+  for (int c = 0; c < NS; ++c) {
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) a0[c][r] = a1[c][r] = _mm512_setzero_ps();
+  }
   for (int64_t k = k0; k < k0 + len; ++k) {
 #pragma GCC unroll 4
     for (int c = 0; c < NS; ++c) {
       __m512 w0, w1;
       LoadColumn<WT>(panel, k + c * sub, &w0, &w1);
-      const __m512 b = _mm512_set1_ps(x[k + c * sub]);
-      a0[c] = _mm512_fmadd_ps(b, w0, a0[c]);
-      a1[c] = _mm512_fmadd_ps(b, w1, a1[c]);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        const __m512 b = _mm512_set1_ps(x[r * ldx + k + c * sub]);
+        a0[c][r] = _mm512_fmadd_ps(b, w0, a0[c][r]);
+        a1[c][r] = _mm512_fmadd_ps(b, w1, a1[c][r]);
+      }
     }
   }
 #pragma GCC unroll 4
   for (int c = 0; c < NS; ++c) {
     const uint16_t* s = WT == kWeightI8 ? scales + ((k0 + c * sub) / group) * kPanel : nullptr;
-    AddSubBlock<WT>(a0[c], a1[c], s, y0, y1);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) AddSubBlock<WT>(a0[c][r], a1[c][r], s, &y0[r], &y1[r]);
   }
 }
 
-// y[valid outputs of panel p] = x[in] * panel^T (+ bias) for one row, in the arithmetic of
-// Block (same bits), the panel's sub-blocks kRowChains at a time.
-template <int WT>
-DCF_AVX512 void Row(const float* x, const void* panel, int64_t in, const uint16_t* scales,
-                    int64_t group, const float* bias, float* y, int valid) {
+// y[MR, valid outputs of panel p] = x[MR, in] * panel^T (+ bias) for 1-3 rows (row stride
+// ldx, ldy), in the arithmetic of Block (same bits), the panel's sub-blocks kRowChains / MR
+// at a time (at least 8 chains) and the panel streamed once.
+template <int MR, int WT>
+DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
+                     const uint16_t* scales, int64_t group, const float* bias, float* y,
+                     int64_t ldy, int valid) {
+  constexpr int kNS = kRowChains / MR > 1 ? kRowChains / MR : 2;
   __mmask16 m0, m1;
   ValidMasks(valid, &m0, &m1);
-  __m512 y0 = _mm512_setzero_ps(), y1 = _mm512_setzero_ps();
-  if (bias != nullptr) {
-    y0 = _mm512_maskz_loadu_ps(m0, bias);
-    y1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  __m512 y0[MR], y1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    y0[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    y1[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
   }
   const int64_t sub = SubBlock<WT>(group);
-  const int64_t span = kRowChains * sub;
   int64_t k0 = 0;
-  for (; k0 + span <= in; k0 += span) {
-    RowChains<kRowChains, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1);
+  for (; k0 + kNS * sub <= in; k0 += kNS * sub) {
+    RowChains<MR, kNS, WT>(x, ldx, panel, scales, group, sub, k0, sub, y0, y1);
   }
-  static_assert(kRowChains == 4, "the tail below handles up to 3 full sub-blocks");
-  const int64_t full = (in - k0) / sub;
-  switch (full) {
-    case 3: RowChains<3, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1); break;
-    case 2: RowChains<2, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1); break;
-    case 1: RowChains<1, WT>(x, panel, scales, group, sub, k0, sub, &y0, &y1); break;
-    default: break;
+  for (; k0 < in; k0 += sub) {  // the last sub-blocks, one at a time
+    RowChains<MR, 1, WT>(x, ldx, panel, scales, group, sub, k0, in - k0 < sub ? in - k0 : sub,
+                         y0, y1);
   }
-  k0 += full * sub;
-  if (k0 < in) RowChains<1, WT>(x, panel, scales, group, sub, k0, in - k0, &y0, &y1);
-  _mm512_mask_storeu_ps(y, m0, y0);
-  _mm512_mask_storeu_ps(y + 16, m1, y1);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, y0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, y1[r]);
+  }
 }
 
 template <int WT>
@@ -210,7 +217,7 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
 
 // Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
 // zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
-// One row (decode of one sequence): each panel streamed once by Row, its sub-blocks
+// 1-3 rows (decode of a few sequences): each panel streamed once by Rows, its sub-blocks
 // interleaved. More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
 // k-major (in L2) while every panel's slice of those columns passes over them (the weights
 // are streamed rows / kRowBlock times).
@@ -230,12 +237,16 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     return reinterpret_cast<const uint16_t*>(w + p * panel_bytes + a.in * kPanel) +
            (k0 / a.group) * kPanel;
   };
-  if (a.rows == 1) {
+  if (a.rows <= 3) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t o = p * kPanel;
       const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
-      Row<WT>(a.x, panel_at(p, 0), a.in, scales_at(p, 0), a.group,
-              a.bias != nullptr ? a.bias + o : nullptr, a.y + o, valid);
+      const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
+      switch (a.rows) {
+        case 1: Rows<1, WT>(a.x, a.ldx, panel_at(p, 0), a.in, scales_at(p, 0), a.group, bias, a.y + o, a.ldy, valid); break;
+        case 2: Rows<2, WT>(a.x, a.ldx, panel_at(p, 0), a.in, scales_at(p, 0), a.group, bias, a.y + o, a.ldy, valid); break;
+        default: Rows<3, WT>(a.x, a.ldx, panel_at(p, 0), a.in, scales_at(p, 0), a.group, bias, a.y + o, a.ldy, valid); break;
+      }
     }
     return;
   }
