@@ -51,7 +51,8 @@ DCF_AVX512_INLINE void ValidMasks(int valid, __mmask16* m0, __mmask16* m1) {
 // The bf16 scales of one group (32 outputs) as two vectors of 16 floats.
 DCF_AVX512_INLINE void LoadScales(const uint16_t* s, __m512* s0, __m512* s1) {
   const __m512i sv = _mm512_loadu_si512(s);
-  *s0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
+  *s0 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
   *s1 = _mm512_castsi512_ps(
       _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
 }
@@ -218,9 +219,9 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
 // Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
 // zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
 // 1-3 rows (decode of a few sequences): each panel streamed once by Rows, its sub-blocks
-// interleaved. More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
-// k-major (in L2) while every panel's slice of those columns passes over them (the weights
-// are streamed rows / kRowBlock times).
+// interleaved. More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x
+// packed k-major (in L2) while every panel's slice of those columns passes over them (the
+// weights are streamed rows / kRowBlock times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;
@@ -242,10 +243,13 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
       const int64_t o = p * kPanel;
       const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
       const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
+      const void* panel = panel_at(p, 0);
+      const uint16_t* scales = scales_at(p, 0);
+      float* y = a.y + o;
       switch (a.rows) {
-        case 1: Rows<1, WT>(a.x, a.ldx, panel_at(p, 0), a.in, scales_at(p, 0), a.group, bias, a.y + o, a.ldy, valid); break;
-        case 2: Rows<2, WT>(a.x, a.ldx, panel_at(p, 0), a.in, scales_at(p, 0), a.group, bias, a.y + o, a.ldy, valid); break;
-        default: Rows<3, WT>(a.x, a.ldx, panel_at(p, 0), a.in, scales_at(p, 0), a.group, bias, a.y + o, a.ldy, valid); break;
+        case 1: Rows<1, WT>(a.x, a.ldx, panel, a.in, scales, a.group, bias, y, a.ldy, valid); break;
+        case 2: Rows<2, WT>(a.x, a.ldx, panel, a.in, scales, a.group, bias, y, a.ldy, valid); break;
+        default: Rows<3, WT>(a.x, a.ldx, panel, a.in, scales, a.group, bias, y, a.ldy, valid);
       }
     }
     return;
