@@ -188,9 +188,10 @@ TEST_P(PackedMatrixTest, RowsGiveTheSameBitsAloneAndInLargeProductsOnThreads) {
   }
 }
 
-// Rows of x, each multiplied alone (the one-row kernel, its sub-blocks interleaved) and in
-// every pass size of the multi-row kernel, must give the same bits: `in` covers a partial
-// sub-block, 1-3 whole sub-blocks after the interleaved spans, and partial column blocks.
+// Rows of x, each multiplied alone (the 1-3-row kernel, its sub-blocks interleaved) and with
+// 1-24 others (that kernel for 2-3 rows, every pass size of the blocked one from 4 rows on),
+// must give the same bits: `in` covers a partial sub-block, 1-3 whole sub-blocks after the
+// interleaved spans, and partial column blocks.
 void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1, 1);
