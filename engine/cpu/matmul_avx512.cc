@@ -42,38 +42,76 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
   }
 }
 
-// y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias).
+// Masks of the valid outputs of a panel in its two vectors (outputs 0-15, 16-31).
+DCF_AVX512_INLINE void ValidMasks(int valid, __mmask16* m0, __mmask16* m1) {
+  *m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
+  *m1 = valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
+}
+
+// The bf16 scales of one group (32 outputs) as two vectors of 16 floats.
+DCF_AVX512_INLINE void LoadScales(const uint16_t* s, __m512* s0, __m512* s1) {
+  const __m512i sv = _mm512_loadu_si512(s);
+  *s0 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
+  *s1 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
+}
+
+// Columns of a sub-block: kSubBlock, for int8 at most one group (G is 32 or a multiple of
+// kSubBlock, so a sub-block never straddles two scales).
+template <int WT>
+DCF_AVX512_INLINE int64_t SubBlock(int64_t group) {
+  if constexpr (WT == kWeightI8) return group < kSubBlock ? group : kSubBlock;
+  return kSubBlock;
+}
+
+// y0, y1 (32 outputs) += one sub-block's sums a0, a1; int8: times the sub-block's 32 scales
+// `s` (one FMA per vector, not a multiply per column).
+template <int WT>
+DCF_AVX512_INLINE void AddSubBlock(__m512 a0, __m512 a1, const uint16_t* s, __m512* y0,
+                                   __m512* y1) {
+  if constexpr (WT == kWeightI8) {
+    __m512 s0, s1;
+    LoadScales(s, &s0, &s1);
+    *y0 = _mm512_fmadd_ps(a0, s0, *y0);
+    *y1 = _mm512_fmadd_ps(a1, s1, *y1);
+  } else {
+    *y0 = _mm512_add_ps(a0, *y0);
+    *y1 = _mm512_add_ps(a1, *y1);
+  }
+}
+
+// y[MR, valid outputs of the panel] = x[MR, in] * panel^T (+ bias), the summation rule of
+// matmul_kernels.h: columns in sub-blocks, each summed from zero in column order (one FMA
+// chain per row and vector), the sub-block sums added to y in order (int8: multiplied by
+// their scales in the same FMA).
 // x[r][k] is at x[r * xr + k * xk]: rows of the caller's matrix (xr = ldx, xk = 1) or a
-// packed group (xr = 1, xk = MR). With `accumulate` the products are added to y (a later
-// column block), else y = products + bias. Every row accumulates its columns in order into
-// its own registers whatever MR is, so a row's result does not depend on the batch.
+// packed group (xr = 1, xk = MR). With `accumulate` the first sub-block is added to y (a
+// later column block), else to the bias (or 0). Every row's arithmetic is the same whatever
+// MR is, and the same as Row's for one row, so a row's result does not depend on the
+// batch. `in` starts at a column block (a multiple of kColumnBlock, hence of the group).
 // kWeightI8: `scales` [ceil(in / group), 32] bf16 are those of the panel's columns from the
-// first of `in`; each column is widened to q * scale (exact) before its multiply-adds.
+// first of `in`; the int8 weights are widened to exact integers for the multiply-adds.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
                       const uint16_t* scales, int64_t group, const float* bias, bool accumulate,
                       float* y, int64_t ldy, int valid) {
-  __m512 a0[MR], a1[MR];
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (bias != nullptr) {
+    b0 = _mm512_maskz_loadu_ps(m0, bias);
+    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+  const int64_t sub = SubBlock<WT>(group);
+  for (int64_t sb = 0; sb < in; sb += sub) {
+    const int64_t se = in - sb < sub ? in : sb + sub;
+    __m512 a0[MR], a1[MR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
-  const int64_t chunk = WT == kWeightI8 ? group : in;
-  for (int64_t c0 = 0; c0 < in; c0 += chunk) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    if constexpr (WT == kWeightI8) {
-      const __m512i sv = _mm512_loadu_si512(scales + (c0 / group) * kPanel);
-      s0 = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(sv)), 16));
-      s1 = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(sv, 1)), 16));
-    }
-    const int64_t c1 = in - c0 < chunk ? in : c0 + chunk;
-    for (int64_t k = c0; k < c1; ++k) {
+    for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
+    for (int64_t k = sb; k < se; ++k) {
       __m512 w0, w1;
       LoadColumn<WT>(panel, k, &w0, &w1);
-      if constexpr (WT == kWeightI8) {
-        w0 = _mm512_mul_ps(w0, s0);
-        w1 = _mm512_mul_ps(w1, s1);
-      }
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const __m512 b = _mm512_set1_ps(x[r * xr + k * xk]);
@@ -81,23 +119,84 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
         a1[r] = _mm512_fmadd_ps(b, w1, a1[r]);
       }
     }
-  }
-  const __mmask16 m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
-  const __mmask16 m1 =
-      valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
-  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-  if (bias != nullptr) {
-    b0 = _mm512_maskz_loadu_ps(m0, bias);
-    b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
-  }
+    const bool first = sb == 0 && !accumulate;
+    const uint16_t* s = WT == kWeightI8 ? scales + (sb / group) * kPanel : nullptr;
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (accumulate) {
-      b0 = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      b1 = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+    for (int r = 0; r < MR; ++r) {
+      __m512 y0 = first ? b0 : _mm512_maskz_loadu_ps(m0, y + r * ldy);
+      __m512 y1 = first ? b1 : _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
+      AddSubBlock<WT>(a0[r], a1[r], s, &y0, &y1);
+      _mm512_mask_storeu_ps(y + r * ldy, m0, y0);
+      _mm512_mask_storeu_ps(y + r * ldy + 16, m1, y1);
     }
-    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], b0));
-    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], b1));
+  }
+}
+
+// MR rows (1-3): NS consecutive sub-blocks of `sub` columns, [k0 + c sub, k0 + c sub + len)
+// for c < NS, summed as Block sums them (each from zero, in column order) but interleaved, so
+// NS x MR x 2 independent FMA chains hide the FMA latency; the sums are then added to y0, y1
+// (each row's 32 outputs) in sub-block order, as Block adds them to y. x (row r at
+// x + r * ldx), `panel` and `scales` start at column 0; k0 is a multiple of `sub`.
+template <int MR, int NS, int WT>
+DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
+                                 const uint16_t* scales, int64_t group, int64_t sub, int64_t k0,
+                                 int64_t len, __m512* y0, __m512* y1) {
+  __m512 a0[NS][MR], a1[NS][MR];
+#pragma GCC unroll 4
+  for (int c = 0; c < NS; ++c) {
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) a0[c][r] = a1[c][r] = _mm512_setzero_ps();
+  }
+  for (int64_t k = k0; k < k0 + len; ++k) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NS; ++c) {
+      __m512 w0, w1;
+      LoadColumn<WT>(panel, k + c * sub, &w0, &w1);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        const __m512 b = _mm512_set1_ps(x[r * ldx + k + c * sub]);
+        a0[c][r] = _mm512_fmadd_ps(b, w0, a0[c][r]);
+        a1[c][r] = _mm512_fmadd_ps(b, w1, a1[c][r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < NS; ++c) {
+    const uint16_t* s = WT == kWeightI8 ? scales + ((k0 + c * sub) / group) * kPanel : nullptr;
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) AddSubBlock<WT>(a0[c][r], a1[c][r], s, &y0[r], &y1[r]);
+  }
+}
+
+// y[MR, valid outputs of panel p] = x[MR, in] * panel^T (+ bias) for 1-3 rows (row stride
+// ldx, ldy), in the arithmetic of Block (same bits), the panel's sub-blocks kRowChains / MR
+// at a time (at least 8 chains) and the panel streamed once.
+template <int MR, int WT>
+DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
+                     const uint16_t* scales, int64_t group, const float* bias, float* y,
+                     int64_t ldy, int valid) {
+  constexpr int kNS = kRowChains / MR > 1 ? kRowChains / MR : 2;
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  __m512 y0[MR], y1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    y0[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    y1[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  }
+  const int64_t sub = SubBlock<WT>(group);
+  int64_t k0 = 0;
+  for (; k0 + kNS * sub <= in; k0 += kNS * sub) {
+    RowChains<MR, kNS, WT>(x, ldx, panel, scales, group, sub, k0, sub, y0, y1);
+  }
+  for (; k0 < in; k0 += sub) {  // the last sub-blocks, one at a time
+    RowChains<MR, 1, WT>(x, ldx, panel, scales, group, sub, k0, in - k0 < sub ? in - k0 : sub,
+                         y0, y1);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, y0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, y1[r]);
   }
 }
 
@@ -117,12 +216,12 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
   }
 }
 
-// Columns (k) in blocks of kColumnBlock for every row count, partial sums added to y in
-// order, so each row's arithmetic is the same in a batch of 1 or of 200.
-// One row (decode of one sequence): each panel streamed once, its column blocks in turn.
-// More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x packed
-// k-major (in L2) while every panel's slice of those columns passes over them (the weights
-// are streamed rows / kRowBlock times).
+// Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
+// zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
+// 1-3 rows (decode of a few sequences): each panel streamed once by Rows, its sub-blocks
+// interleaved. More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x
+// packed k-major (in L2) while every panel's slice of those columns passes over them (the
+// weights are streamed rows / kRowBlock times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;
@@ -139,15 +238,18 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     return reinterpret_cast<const uint16_t*>(w + p * panel_bytes + a.in * kPanel) +
            (k0 / a.group) * kPanel;
   };
-  if (a.rows == 1) {
+  if (a.rows <= 3) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t o = p * kPanel;
       const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
-      for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
-        const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
-        Block<1, WT>(a.x + k0, 0, 1, panel_at(p, k0), kc, scales_at(p, k0), a.group,
-                     a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr, k0 > 0, a.y + o, 0,
-                     valid);
+      const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
+      const void* panel = panel_at(p, 0);
+      const uint16_t* scales = scales_at(p, 0);
+      float* y = a.y + o;
+      switch (a.rows) {
+        case 1: Rows<1, WT>(a.x, a.ldx, panel, a.in, scales, a.group, bias, y, a.ldy, valid); break;
+        case 2: Rows<2, WT>(a.x, a.ldx, panel, a.in, scales, a.group, bias, y, a.ldy, valid); break;
+        default: Rows<3, WT>(a.x, a.ldx, panel, a.in, scales, a.group, bias, y, a.ldy, valid);
       }
     }
     return;

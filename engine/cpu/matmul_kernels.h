@@ -12,7 +12,8 @@
 namespace dcf::cpu::kernels {
 
 // Weight storage of a packed matrix (mirrors DType without including it).
-// kWeightI8: int8 panels followed by their bf16 group scales (packed_matrix.h).
+// kWeightI8: int8 panels followed by their bf16 group scales (packed_matrix.h); G divides
+// kColumnBlock and is 32 or a multiple of kSubBlock.
 enum WeightType : int { kWeightF32 = 0, kWeightF16 = 1, kWeightBF16 = 2, kWeightI8 = 3 };
 
 struct PanelArgs {
@@ -42,6 +43,17 @@ inline constexpr int kRowsPerPass = 12;
 // together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
 inline constexpr int kRowBlock = 192;
 inline constexpr int kColumnBlock = 256;
+// Summation rule of the AVX-512 kernel, the same for every row count so that a row's bits
+// never depend on the batch: a row's columns are summed in sub-blocks of kSubBlock columns
+// (int8: min(kSubBlock, G), inside one group), each from zero in column order, and the
+// sub-block sums are added to y (first to the bias, or 0) in order; int8 sums are of
+// x * q (q widened exactly) and are multiplied by their group's scales in that addition
+// (one FMA per sub-block instead of a multiply per column). Passes of 4-12 rows have
+// independent chains across rows; 1-3 rows interleave max(2, kRowChains / rows)
+// sub-blocks, so at least 2 x kRowChains FMA chains hide the FMA latency.
+inline constexpr int kSubBlock = 64;
+inline constexpr int kRowChains = 4;
+static_assert(kColumnBlock % kSubBlock == 0, "a column block holds whole sub-blocks");
 // Bytes of the per-thread pack buffer (PanelArgs::xpack).
 inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
 

@@ -188,6 +188,46 @@ TEST_P(PackedMatrixTest, RowsGiveTheSameBitsAloneAndInLargeProductsOnThreads) {
   }
 }
 
+// Rows of x, each multiplied alone (the 1-3-row kernel, its sub-blocks interleaved) and with
+// 1-24 others (that kernel for 2-3 rows, every pass size of the blocked one from 4 rows on),
+// must give the same bits: `in` covers a partial sub-block, 1-3 whole sub-blocks after the
+// interleaved spans, and partial column blocks.
+void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t in = m.in(), out = m.out();
+  std::vector<float> bias(out);
+  for (float& b : bias) b = u(rng);
+  for (const int64_t rows : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 24, 25}) {
+    const int64_t ldx = in + 1, ldy = out + 2;
+    std::vector<float> x(rows * ldx);
+    for (float& v : x) v = u(rng);
+    for (const bool with_bias : {false, true}) {
+      const float* b = with_bias ? bias.data() : nullptr;
+      std::vector<float> y(rows * ldy), one(out);
+      MatMul(x.data(), ldx, rows, m, b, y.data(), ldy, isa);
+      for (int64_t r = 0; r < rows; ++r) {
+        MatMul(&x[r * ldx], ldx, 1, m, b, one.data(), out, isa);
+        for (int64_t o = 0; o < out; ++o) {
+          ASSERT_EQ(y[r * ldy + o], one[o]) << "in " << in << " rows " << rows << " bias "
+                                            << with_bias << " at " << r << "," << o;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PackedMatrixTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
+  const auto [isa, dtype] = GetParam();
+  std::mt19937 rng(5);
+  for (const int64_t in : {1, 63, 64, 200, 256, 257, 300, 700, 1027}) {
+    const int64_t out = 45;  // a partial last panel
+    const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
+    ExpectOneRowBitsInEveryPassSize(PackedMatrix::FromRows(w.data(), dtype, out, in, dtype), isa,
+                                    static_cast<uint32_t>(in));
+  }
+}
+
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return std::string(IsaName(info.param.isa)) + "_" + std::string(DTypeName(info.param.dtype));
 }
@@ -202,8 +242,10 @@ INSTANTIATE_TEST_SUITE_P(
     CaseName);
 
 // int8 weight-only matrices (QuantizeInt8): the quantization rule, and every kernel against
-// the fp32 matrix of the same dequantized values (bit for bit: the kernels widen q * scale
-// exactly and multiply as for fp32) and against a double reference.
+// a double reference and against the fp32 matrix of the same dequantized values: bit for bit
+// for the portable and AVX2 kernels (they widen q * scale exactly and multiply as for fp32);
+// the AVX-512 kernel sums x * q per sub-block and applies the scale once per sub-block
+// (matmul_kernels.h), so it is held to the double reference's bound instead.
 class Int8MatrixTest : public ::testing::TestWithParam<std::tuple<Isa, int>> {
  protected:
   void SetUp() override {
@@ -273,7 +315,7 @@ TEST_P(Int8MatrixTest, QuantizesSymmetricallyPerGroup) {
   }
 }
 
-TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrixBitForBit) {
+TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrix) {
   const auto [isa, group] = GetParam();
   std::mt19937 rng(12);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -293,7 +335,7 @@ TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrixBitForBit) {
         MatMul(x.data(), ldx, rows, m, bias.data(), y.data(), ldy, isa);
         MatMul(x.data(), ldx, rows, f, bias.data(), yf.data(), ldy, isa);
         for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t o = 0; o < ldy; ++o) {
+          for (int64_t o = isa == Isa::kAvx512 ? out : 0; o < ldy; ++o) {  // padding only
             ASSERT_EQ(y[r * ldy + o], yf[r * ldy + o])
                 << "out " << out << " in " << in << " rows " << rows << " at " << r << "," << o;
           }
@@ -329,6 +371,19 @@ TEST_P(Int8MatrixTest, RowsGiveTheSameBitsAloneAndInLargeProductsOnThreads) {
   }
   for (int64_t i = 0; i < rows * out; ++i) {
     ASSERT_EQ(y[i], ref[i]) << "row " << i / out << " output " << i % out;
+  }
+}
+
+TEST_P(Int8MatrixTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(14);
+  for (const int64_t in : {int64_t{1}, int64_t{group} + 5, int64_t{200}, int64_t{256},
+                           int64_t{257}, int64_t{700}, int64_t{1027}}) {
+    const int64_t out = 45;
+    const std::vector<float> w = SpreadWeights(out, in, rng);
+    ExpectOneRowBitsInEveryPassSize(
+        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group), isa,
+        static_cast<uint32_t>(in));
   }
 }
 
