@@ -140,13 +140,22 @@ cudaDataType_t DataType(ElemType t) {
   return CUDA_R_32F;
 }
 
-// One m bucket's descriptors and algorithm. The B and C layouts hold `cols` columns (m, in
+// One m bucket's descriptors and algorithms. The B and C layouts hold `cols` columns (m, in
 // the column-major view below); Linear sets the real m as an attribute before each call.
+// `ranked`: the algorithms that run at both ends of the bucket, the chosen one first, then
+// the rest in the heuristic's order. The library is asked once per m of the bucket whether
+// the first runs there (cublasLtMatmulAlgoCheck, host only); `algo_at[m - lo]` remembers the
+// answer: the index in `ranked` of the first that does, kNoAlgo when none does, kUnchecked
+// before the first product at that m.
 struct Plan {
+  static constexpr int16_t kUnchecked = -1;
+  static constexpr int16_t kNoAlgo = -2;
   const LtApi* api = nullptr;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> ranked;
+  int lo = 0;
+  std::vector<int16_t> algo_at;
   uint64_t cols = 0;
 
   Plan() = default;
@@ -160,7 +169,9 @@ struct Plan {
       a = std::exchange(o.a, nullptr);
       b = std::exchange(o.b, nullptr);
       c = std::exchange(o.c, nullptr);
-      algo = o.algo;
+      ranked = std::move(o.ranked);
+      lo = o.lo;
+      algo_at = std::move(o.algo_at);
       cols = o.cols;
     }
     return *this;
@@ -200,6 +211,21 @@ bool AlgoRunsAt(const LtApi* api, cublasLtHandle_t handle, Plan& p,
   return api->MatmulAlgoCheck(handle, p.op, p.a, p.b, p.c, p.c, &algo, &check) ==
              CUBLAS_STATUS_SUCCESS &&
          check.workspaceSize <= workspace;
+}
+
+// Fills `p`'s ranks for the bucket [lo, hi] from the usable candidates `usable` (indices into
+// `cands`), `first` going first (it must be among them).
+void Rank(Plan& p, const std::vector<cublasLtMatmulHeuristicResult_t>& cands,
+          const std::vector<int>& usable, int first, int lo, int hi) {
+  p.ranked.clear();
+  p.ranked.push_back(cands[first].algo);
+  for (int i : usable) {
+    if (i != first) p.ranked.push_back(cands[i].algo);
+  }
+  p.lo = lo;
+  p.algo_at.assign(static_cast<size_t>(hi - lo + 1), Plan::kUnchecked);
+  p.algo_at.front() = 0;  // checked while ranking
+  p.algo_at.back() = 0;
 }
 
 }  // namespace
@@ -281,18 +307,39 @@ struct Gemm::Impl {
     std::vector<cublasLtMatmulHeuristicResult_t> cands;
     RETURN_IF_ERROR(Describe(at, key, kCandidates, &p, &cands));
     const size_t ws = workspace.bytes();
-    for (const cublasLtMatmulHeuristicResult_t& c : cands) {
-      if (c.state != CUBLAS_STATUS_SUCCESS) continue;
-      if (AlgoRunsAt(api, handle, p, c.algo, lo, ws) && AlgoRunsAt(api, handle, p, c.algo, hi, ws)) {
-        p.algo = c.algo;
-        ++built_on_use;
-        Plan* stored = plans.Insert(key, std::move(p), /*pinned=*/false);
-        if (stored == nullptr) return absl::InternalError("GEMM plan cache holds nothing");
-        return stored;
+    std::vector<int> usable;
+    for (int i = 0; i < static_cast<int>(cands.size()); ++i) {
+      const cublasLtMatmulHeuristicResult_t& c = cands[i];
+      if (c.state == CUBLAS_STATUS_SUCCESS && AlgoRunsAt(api, handle, p, c.algo, lo, ws) &&
+          AlgoRunsAt(api, handle, p, c.algo, hi, ws)) {
+        usable.push_back(i);
       }
     }
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM n=", a.n, " k=",
-                                            a.k, " valid for m ", lo, "..", hi));
+    if (usable.empty()) {
+      return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM n=", a.n,
+                                              " k=", a.k, " valid for m ", lo, "..", hi));
+    }
+    Rank(p, cands, usable, usable.front(), lo, hi);
+    ++built_on_use;
+    Plan* stored = plans.Insert(key, std::move(p), /*pinned=*/false);
+    if (stored == nullptr) return absl::InternalError("GEMM plan cache holds nothing");
+    return stored;
+  }
+
+  // The algorithm of `p` for m (checked with the library the first time m comes; a later
+  // candidate where the first does not run there); null when none does.
+  const cublasLtMatmulAlgo_t* AlgoFor(Plan& p, int m) {
+    int16_t& at = p.algo_at[static_cast<size_t>(m - p.lo)];
+    if (at == Plan::kUnchecked) {
+      at = Plan::kNoAlgo;
+      for (size_t i = 0; i < p.ranked.size(); ++i) {
+        if (AlgoRunsAt(api, handle, p, p.ranked[i], m, workspace.bytes())) {
+          at = static_cast<int16_t>(i);
+          break;
+        }
+      }
+    }
+    return at >= 0 ? &p.ranked[static_cast<size_t>(at)] : nullptr;
   }
 
   // The mean time of `runs` products of `a` with `algo`, after one warm-up; a negative time
@@ -342,6 +389,7 @@ struct Gemm::Impl {
       GemmPlanChoice choice;
       choice.key = key;
       choice.timed_m = at.m;
+      std::vector<int> usable;
       for (const cublasLtMatmulHeuristicResult_t& c : cands) {
         GemmCandidateTime t;
         t.workspace_bytes = c.workspaceSize;
@@ -352,6 +400,7 @@ struct Gemm::Impl {
           ASSIGN_OR_RETURN(t.ms, Time(at, p, c.algo, start, stop, stream));
           t.usable = t.ms > 0.0f;
         }
+        if (t.usable) usable.push_back(static_cast<int>(choice.candidates.size()));
         choice.candidates.push_back(t);
       }
       choice.chosen = PickFastestCandidate(choice.candidates, ws);
@@ -359,7 +408,7 @@ struct Gemm::Impl {
         return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM n=", at.n,
                                                 " k=", at.k, " valid for m ", lo, "..", hi));
       }
-      p.algo = cands[choice.chosen].algo;
+      Rank(p, cands, usable, choice.chosen, lo, hi);
       plans.Insert(key, std::move(p), /*pinned=*/true);
       choices.push_back(std::move(choice));
     }
@@ -427,6 +476,11 @@ absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
     if (!built.ok()) return built.status();
     p = *built;
   }
+  const cublasLtMatmulAlgo_t* algo = impl_->AlgoFor(*p, a.m);
+  if (algo == nullptr) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM m=", a.m, " n=",
+                                            a.n, " k=", a.k, " among the plan's candidates"));
+  }
   RETURN_IF_ERROR(SetCols(api, *p, a.m));
   if (a.bias != nullptr) {
     const void* bias = a.bias;
@@ -437,7 +491,7 @@ absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
   DCF_LT_RETURN_IF_ERROR(
       api->Matmul(impl_->handle, p->op, &alpha, a.w, p->a, a.x, p->b, &beta, a.y, p->c, a.y, p->c,
-                  &p->algo, impl_->workspace.get(), impl_->workspace.bytes(), stream),
+                  algo, impl_->workspace.get(), impl_->workspace.bytes(), stream),
       absl::StrCat("GEMM m=", a.m, " n=", a.n, " k=", a.k));
   return absl::OkStatus();
 }

@@ -10,7 +10,8 @@
 namespace dcf {
 
 absl::StatusOr<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(Backend* backend,
-                                                                       int block_size) {
+                                                                       int block_size,
+                                                                       int max_draft_rows) {
   if (block_size <= 0) return absl::InvalidArgumentError("block_size must be positive");
   const ModelConfig& c = backend->config();
   const int context_blocks = (c.max_positions + block_size - 1) / block_size;
@@ -20,9 +21,9 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(Backend* 
   limits.max_logit_rows = c.max_positions;
   limits.blocks_per_seq = context_blocks;
   limits.num_penalty_slots = 0;
-  // A step of the sequence may verify drafts (the decode bench's verify cost), where the
-  // backend can.
-  limits.max_draft_rows = backend->VerifiesDrafts() ? c.max_positions : 0;
+  // Steps that verify drafts (the decode bench's verify cost), where the backend can.
+  limits.max_draft_rows =
+      backend->VerifiesDrafts() ? std::clamp(max_draft_rows, 0, c.max_positions) : 0;
   RETURN_IF_ERROR(backend->Prepare(limits).status());
   KvCacheShape shape;
   shape.block_size = block_size;

@@ -26,11 +26,14 @@ struct GreedyResult {
 
 class SequenceRunner {
  public:
-  // Prepares the backend for one sequence of the model's full context (steps of it may verify
-  // drafts, StepBatch::sample_rows, where the backend VerifiesDrafts()) and allocates a cache
-  // that holds it. Replaces any workspace and cache the backend had.
+  // Prepares the backend for one sequence of the model's full context and allocates a cache
+  // that holds it. Replaces any workspace and cache the backend had. `max_draft_rows` > 0
+  // lets steps verify up to that many drafted tokens (StepBatch::sample_rows; the decode
+  // bench's verify cost), where the backend VerifiesDrafts(); the sampler's workspace grows
+  // with it (a row of the vocabulary per draft on cuda), so only a caller that verifies asks.
   static absl::StatusOr<std::unique_ptr<SequenceRunner>> Create(Backend* backend,
-                                                                int block_size = 16);
+                                                                int block_size = 16,
+                                                                int max_draft_rows = 0);
 
   // Appends `tokens`, feeding them in chunks of at most `chunk` tokens. When `logits` is not
   // null, the logits of every appended token are appended to it ([n, vocab] f32).

@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dcformer-decode-bench: %s\n", st.ToString().c_str());
     return 1;
   };
-  auto runner = dcf::SequenceRunner::Create(model->backend.get());
+  auto runner = dcf::SequenceRunner::Create(model->backend.get(), /*block_size=*/16,
+                                            absl::GetFlag(FLAGS_verify_tokens));
   if (!runner.ok()) return fail(runner.status());
   std::vector<double> prefill_tps, decode_tps;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {

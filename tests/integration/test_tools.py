@@ -250,6 +250,16 @@ class FlagsTest(unittest.TestCase):
         self.assertIsNotNone(m, p.stdout)
         self.assertGreater(float(m.group(2)), 0.1)
         self.assertIn("of the FMA peak", p.stdout)
+        # The verify cost: the runner is prepared for the drafts only when asked (a step of
+        # 4 drafts is refused by a backend prepared for one sampled row).
+        p = run([DECODE_BENCH, f"--model={model}", "--backend=cpu", "--prompt-tokens=8",
+                 "--new-tokens=2", "--repeats=1", "--verify-tokens=4"], timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        m = re.search(r"^verify step: 4 drafted tokens at position 8: ([0-9.]+) ms, plain "
+                      r"decode step ([0-9.]+) ms", p.stdout, re.M)
+        self.assertIsNotNone(m, p.stdout)
+        self.assertGreater(float(m.group(1)), 0)
+        self.assertGreater(float(m.group(2)), 0)
 
 
 class WaitReadyTest(unittest.TestCase):
