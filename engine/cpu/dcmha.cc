@@ -143,11 +143,21 @@ int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys) {
   return num_keys * ((layout.n_head + 15) / 16 * 16);
 }
 
+namespace {
+
+// Whether AttendOne and AttendTile run the AVX-512 kernels for `layout`: one rule for both,
+// since a tile gives each query the per-query kernel's bits only when both take the same one.
+bool UsesAvx512Attention(const KvRowLayout& layout, Isa isa) {
+  return SupportedIsa(isa) == Isa::kAvx512 && kernels::AttendOneAvx512Supports(layout);
+}
+
+}  // namespace
+
 void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
                absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
                float* out, Isa isa) {
   const DType dtype = segments.empty() ? DType::kF32 : segments[0].dtype;
-  if (SupportedIsa(isa) == Isa::kAvx512 && kernels::AttendOneAvx512Supports(layout)) {
+  if (UsesAvx512Attention(layout, isa)) {
     kernels::AttendOneAvx512(layout, qi, segments.data(), static_cast<int>(segments.size()), lo,
                              hi, dtype, scratch, out);
     return;
@@ -171,7 +181,7 @@ void AttendTile(const KvRowLayout& layout, const QueryTile& tile,
                 absl::Span<const KeySegment> segments, float* scratch, float* out,
                 int64_t out_stride, Isa isa) {
   const DType dtype = segments.empty() ? DType::kF32 : segments[0].dtype;
-  if (SupportedIsa(isa) == Isa::kAvx512 && kernels::AttendOneAvx512Supports(layout)) {
+  if (UsesAvx512Attention(layout, isa)) {
     kernels::AttendTileAvx512(layout, tile, segments.data(), static_cast<int>(segments.size()),
                               dtype, scratch, out, out_stride);
     return;

@@ -112,10 +112,22 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
     int64_t token;  // first token of the item
     int count;      // queries: 1 .. QueryTile::kMaxQueries
   };
+  // Tiles are as large as they can be while every thread still gets an item (a short chunk,
+  // e.g. a verify step's k + 1 queries, as one tile would run on one thread).
+  const int threads = omp_get_max_threads();
+  int tile = QueryTile::kMaxQueries;
+  for (; tile > 1; tile /= 2) {
+    int64_t n = 0;
+    for (int i = 0; i < in.num_seqs; ++i) {
+      const PagedSequence& sp = in.seqs[i];
+      n += UsesTiles(in, sp) ? (sp.num_tokens + tile - 1) / tile : sp.num_tokens;
+    }
+    if (n >= threads) break;
+  }
   std::vector<Item> items;
   for (int i = 0; i < in.num_seqs; ++i) {
     const PagedSequence& sp = in.seqs[i];
-    const int step = UsesTiles(in, sp) ? QueryTile::kMaxQueries : 1;
+    const int step = UsesTiles(in, sp) ? tile : 1;
     for (int k = 0; k < sp.num_tokens; k += step) {
       items.push_back({i, sp.first_token + k, std::min(step, sp.num_tokens - k)});
     }

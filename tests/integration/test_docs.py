@@ -52,6 +52,9 @@ RULES = [  # (pattern searched in the command, action, reason)
     (r"dcformer-loadgen .*(--shared-prefix-tokens 1024|--chat-turns 8)", CHECK_ARGS,
      "prompts past the default model's 256-token context (the 261M model's workload; "
      "integration.test_loadgen runs both workloads at a small shape)"),
+    (r"(--out |--model_dir=)/tmp/m261c4k", CHECK_ARGS,
+     "the 261M model with a 4096-token context (0.5 GB) and a 2048-token prefill of it: "
+     "minutes on 2 cores"),
     (r"torch_generate_bench\.py|bench/compare\.sh", SKIP,
      "the PyTorch baseline (python3-torch, minutes on a 261M-parameter model); tests/baseline "
      "checks the baseline itself"),
@@ -297,7 +300,8 @@ class DocsTest(unittest.TestCase):
         self.assertNotIn(" ERROR ", output, doc)
 
     def check_args(self, doc, text):
-        program_end = re.match(r"\S+", self.substitute(text)).end()
+        # After the program (past any VAR=value words before it).
+        program_end = re.match(r"(?:\w+=\S*\s+)*\S+", self.substitute(text)).end()
         command = self.substitute(text)
         command = command[:program_end] + " --only_check_args" + command[program_end:]
         p = self.run_shell(command, timeout=60)

@@ -5,6 +5,7 @@ and a chat template."""
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -397,7 +398,10 @@ class OpenAiAuthAndDrainTest(unittest.TestCase):
                 first = r.readline()
                 self.assertTrue(first.startswith(b"data: "), first)
                 server.proc.send_signal(signal.SIGTERM)
-                h.wait_until(lambda: "draining" in server.read_log(), what="drain")
+                # "draining N stream(s)": logged once the HTTP front refuses new requests
+                # ("received SIGTERM: draining" comes before, while it may still accept one).
+                h.wait_until(lambda: re.search(r"draining \d+ stream", server.read_log()),
+                             what="drain")
                 status = None
                 try:
                     status, _, got = server.post("/v1/completions", {

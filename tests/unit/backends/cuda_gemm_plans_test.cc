@@ -16,27 +16,13 @@
 #include "engine/weights/checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
+#include "tests/testing/golden_cuda_sim.h"
 
 namespace dcf {
 namespace {
 
 std::unique_ptr<cuda::CudaBackend> LoadCudaSim(const std::string& model) {
-  const std::string dir = testing::GoldenDir(model);
-  auto config = ModelConfig::FromFile(dir + "/config.json");
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return nullptr;
-  auto reader = OpenCheckpointDir(dir);
-  EXPECT_TRUE(reader.ok()) << reader.status();
-  if (!reader.ok()) return nullptr;
-  auto weights = LoadModelWeights(*config, **reader);
-  EXPECT_TRUE(weights.ok()) << weights.status();
-  if (!weights.ok()) return nullptr;
-  BackendOptions o;
-  o.dtype = DType::kF32;
-  auto backend = cuda::CudaBackend::Create(*config, *std::move(weights), o);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return nullptr;
-  return *std::move(backend);
+  return testing::LoadGoldenCudaSim(model);
 }
 
 class CudaGemmPlansTest : public ::testing::TestWithParam<std::string> {};

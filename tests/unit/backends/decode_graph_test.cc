@@ -14,29 +14,17 @@
 #include "engine/weights/checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
+#include "tests/testing/golden_cuda_sim.h"
 
 namespace dcf {
 namespace {
 
 std::unique_ptr<cuda::CudaBackend> LoadCudaSim(const std::string& model, bool graphs) {
-  const std::string dir = testing::GoldenDir(model);
-  auto config = ModelConfig::FromFile(dir + "/config.json");
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return nullptr;
-  auto reader = OpenCheckpointDir(dir);
-  EXPECT_TRUE(reader.ok()) << reader.status();
-  if (!reader.ok()) return nullptr;
-  auto weights = LoadModelWeights(*config, **reader);
-  EXPECT_TRUE(weights.ok()) << weights.status();
-  if (!weights.ok()) return nullptr;
-  BackendOptions o;
-  o.dtype = DType::kF32;
-  auto backend = cuda::CudaBackend::Create(*config, *std::move(weights), o);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return nullptr;
-  (*backend)->set_graphs(graphs);
-  EXPECT_EQ((*backend)->graphs(), graphs);
-  return *std::move(backend);
+  std::unique_ptr<cuda::CudaBackend> backend = testing::LoadGoldenCudaSim(model);
+  if (backend == nullptr) return nullptr;
+  backend->set_graphs(graphs);
+  EXPECT_EQ(backend->graphs(), graphs);
+  return backend;
 }
 
 class DecodeGraphTest : public ::testing::TestWithParam<std::string> {};

@@ -2,6 +2,7 @@
 // every kernel this CPU can run (portable, avx2, avx512), every weight dtype, shapes that hit
 // every row-block size and a partial last panel, strided x and y, with and without bias.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -198,7 +199,8 @@ void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t se
   const int64_t in = m.in(), out = m.out();
   std::vector<float> bias(out);
   for (float& b : bias) b = u(rng);
-  for (const int64_t rows : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 24, 25}) {
+  // 193-195: a pass of 192 rows, then the 1-3-row kernel on the rest.
+  for (const int64_t rows : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 24, 25, 193, 194, 195}) {
     const int64_t ldx = in + 1, ldy = out + 2;
     std::vector<float> x(rows * ldx);
     for (float& v : x) v = u(rng);
@@ -208,9 +210,10 @@ void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t se
       MatMul(x.data(), ldx, rows, m, b, y.data(), ldy, isa);
       for (int64_t r = 0; r < rows; ++r) {
         MatMul(&x[r * ldx], ldx, 1, m, b, one.data(), out, isa);
-        for (int64_t o = 0; o < out; ++o) {
-          ASSERT_EQ(y[r * ldy + o], one[o]) << "in " << in << " rows " << rows << " bias "
-                                            << with_bias << " at " << r << "," << o;
+        for (int64_t o = 0; o < out; ++o) {  // bits: a zero's sign too
+          ASSERT_EQ(std::bit_cast<uint32_t>(y[r * ldy + o]), std::bit_cast<uint32_t>(one[o]))
+              << "in " << in << " rows " << rows << " bias " << with_bias << " at " << r << ","
+              << o << ": " << y[r * ldy + o] << " vs " << one[o];
         }
       }
     }
