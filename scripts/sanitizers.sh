@@ -15,7 +15,10 @@
 # CTest pass with detect_stack_use_after_return=0: with it, ASan maps a fake stack for every
 # emulated thread of every block, which made cuda_contract_test_sim 50x slower (7.5 s -> 389 s
 # under load); every other test keeps it. The schedule, thread-pool and ucontext repeats of
-# the cuda-sim tests are not run again here (same code, another order). Left out of ASan, as
+# the cuda-sim tests are not run again here (same code, another order), nor the golden cases
+# of speculation on cuda-sim (each runs a whole model twice, ~15 s plain: the verify path's
+# host code runs under ASan in SpecDecodeStopTest, SpecDecodeStreamTest and
+# BackendTest.VerifyRowsSampleLikePlainDecoding on cuda-sim). Left out of ASan, as
 # they run no server or engine code of their own: the packaging checks (deploy, kubernetes,
 # gpu bundle, monitoring queries), the PyTorch baseline, and the golden cases repeated on the
 # portable kernels.
@@ -42,7 +45,7 @@ configure() {  # build_dir sanitizer
 # CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, parameters named
 # after the backend, and the runs of dcformer-attention-bench (cuda-sim without a GPU).
 SIM_TESTS='DecodeTraceTest|DecodeGraphTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
-REPEATS='\.schedule_|_sim\.(threads|ucontext)$'
+REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)$'
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
