@@ -45,6 +45,9 @@ RULES = [  # (pattern searched in the command, action, reason)
      "a 2.8B-parameter model (5.6 GB) for the GPU benchmark"),
     (r"dcformer-model-bench .*--backend cuda", CHECK_ARGS, "needs a GPU"),
     (r"--target llm\.example\.com", CHECK_ARGS, "a remote server with TLS and an API key"),
+    (r"dcformer-matmul-bench --rows 2,4,8,16,32,128", CHECK_ARGS,
+     "a benchmark: every product of the 261M shape at 6 row counts and 2 dtypes, at least "
+     "0.2 s each, minutes under ASan"),
     (r"dcformer-cpu-attention-bench", CHECK_ARGS,
      "sweeps sequence lengths up to 2048: minutes to an hour on 2 cores"),
     (r"dcformer-loadgen --protocol openai --http-target 127\.0\.0\.1:8000", CHECK_ARGS,
