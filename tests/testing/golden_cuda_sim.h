@@ -33,4 +33,13 @@ inline std::unique_ptr<cuda::CudaBackend> LoadGoldenCudaSim(const std::string& m
   return *std::move(backend);
 }
 
+// A test name for a golden model parameter: its name with '-' as '_'.
+inline std::string GoldenParamName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& ch : n) {
+    if (ch == '-') ch = '_';
+  }
+  return n;
+}
+
 }  // namespace dcf::testing

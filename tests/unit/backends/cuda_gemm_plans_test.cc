@@ -70,13 +70,7 @@ TEST_P(CudaGemmPlansTest, StepsOfEveryLengthBuildNoPlan) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaGemmPlansTest, ::testing::Values("dcformer-f32-short-prompt", "dcpythia-f16-bin"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           for (char& ch : n) {
-                             if (ch == '-') ch = '_';
-                           }
-                           return n;
-                         });
+                         testing::GoldenParamName);
 
 }  // namespace
 }  // namespace dcf
