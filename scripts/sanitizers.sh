@@ -20,17 +20,19 @@
 # host code runs under ASan in SpecDecodeStopTest, SpecDecodeStreamTest and
 # BackendTest.VerifyRowsSampleLikePlainDecoding on cuda-sim). Nor the five whole-model
 # cuda-sim runs that were 145 of the pass's 168 s of plain test time and ~85% of its 22
-# minutes under ASan (CI ran out of room): GenerateCliTest.CudaSimGemvPathReproducesGoldenGreedy
-# (its kernels: cuda_kernels_test_sim's Gemv cases), DecodeTraceTest (operation counts of a
-# traced step; DecodeGraphTest's capture and replay stay), PrefixCacheCudaSimTest and
-# EngineTest.CudaSimBatchingWithPreemptionMatchesSoloRuns (their engine paths run under ASan
-# on the cpu backend: PrefixCacheStreamTest, EngineTest.*Preemption*). Nor, in the first
-# pass, the two held-out perplexity tests of the trained model (50 s plain: 27,330 scored
-# tokens of kernels the golden cases run). All of these run in the plain CTest pass.
-# Left out of ASan, as
-# they run no server or engine code of their own: the packaging checks (deploy, kubernetes,
-# gpu bundle, monitoring queries), the PyTorch baseline, and the golden cases repeated on the
-# portable kernels.
+# minutes under ASan (CI ran out of room; 440 s without them):
+# GenerateCliTest.CudaSimGemvPathReproducesGoldenGreedy and DecodeTraceTest (DCF_SIM_GEMV=1:
+# the GEMV kernels run under ASan in cuda_kernels_test_sim's Gemv cases, but the backend's
+# wiring of them, the norm prologue and activation epilogue of each layer and dcpythia's
+# parallel block, now runs under ASan in no test: a known gap), PrefixCacheCudaSimTest and
+# EngineTest.CudaSimBatchingWithPreemptionMatchesSoloRuns (preemption on cuda-sim still runs
+# in EngineBackendTest.*ThroughPreemption/cuda_sim and SpecDecodeStreamTest.UnderPreemption*;
+# prefix caching in PrefixCacheStreamTest on the cpu backend). Nor, in the first pass, the
+# two held-out perplexity tests of the trained model (50 s plain: 27,330 scored tokens of
+# kernels the golden cases run). All of these run in the plain CTest pass. Left out of ASan,
+# as they run no server or engine code of their own: the packaging checks (deploy,
+# kubernetes, gpu bundle, monitoring queries), the PyTorch baseline, and the golden cases
+# repeated on the portable kernels.
 # Usage: scripts/sanitizers.sh [asan|tsan|all=all]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -147,13 +147,14 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) a0[c][r] = a1[c][r] = _mm512_setzero_ps();
   }
-  // int8: the NS sub-blocks are NS streams of 2 KiB (sub x 32 bytes), too short for the
-  // hardware prefetcher to train on before they end, so a row streamed from memory waited on
-  // its lines (1-row products at 52-65% of the read bandwidth, where F16's 4 KiB streams
-  // reach it). Each column step prefetches its share of the span two spans ahead (the
-  // panel's later columns, its scales, the next panel): NS x 32 bytes per step. Measured in
-  // docs/QUANTIZATION.md; F16 lost speed with it (already at the bandwidth), so only int8.
-  // No effect on the arithmetic.
+  // int8: the NS sub-blocks are NS streams of sub x 32 bytes (2 KiB; 1 KiB at G = 32), too
+  // short for the hardware prefetcher to train on before they end, so a row streamed from
+  // memory waited on its lines (1-row products at 52-65% of the read bandwidth, where F16's
+  // 4 KiB streams reach it). A span is the NS x sub x 32 bytes summed here; each column step
+  // prefetches its share of the span two spans ahead (the panel's later columns, its scales,
+  // the next panel), NS x 32 bytes rounded up to a line (so the 1-sub-block tail fetches
+  // more than it needs). Measured in docs/QUANTIZATION.md; F16 lost speed with it (already
+  // at the bandwidth), so only int8. Prefetches never fault: no effect but on timing.
   constexpr int kPrefetchLines = WT == kWeightI8 ? (NS * kPanel + 63) / 64 : 0;
   const char* ahead = static_cast<const char*>(panel) + (k0 + 2 * NS * sub) * kPanel;
   for (int64_t k = k0; k < k0 + len; ++k) {
