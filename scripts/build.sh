@@ -5,5 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 bash scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
+source scripts/cmake_generator.sh
+# shellcheck disable=SC2046  # the -G flag is two words or none
+cmake -S . -B build $(dcf_generator_args build) -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build build -j"$(nproc)"

@@ -44,18 +44,22 @@ if command -v ccache >/dev/null 2>&1; then
   LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 SUPP="${ROOT}/tests/sanitizers"
+source scripts/cmake_generator.sh
+source scripts/ctest_lanes.sh
 
 configure() {  # build_dir sanitizer
   # -O1 -g1: line tables for the reports, and less to compile than -O2 -g (the CI machine
   # has 2 cores); the engine tests are compute-bound, so not -O0.
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  # shellcheck disable=SC2046  # the -G flag is two words or none
+  cmake -S . -B "$1" $(dcf_generator_args "$1") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DDCFORMER_CUDA=OFF -DDCFORMER_SANITIZE="$2" \
     "${LAUNCHER[@]}" >/dev/null
 }
 
 # CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, parameters named
 # after the backend, and the runs of dcformer-attention-bench (cuda-sim without a GPU).
-SIM_TESTS='DecodeTraceTest|DecodeGraphTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
+# The first pass runs its integration tests beside the others (scripts/ctest_lanes.sh).
+SIM_TESTS='DecodeTraceTest|DecodeGraphTest|CudaGemmPlansTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)$'
 WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.HeldoutPerplexity'
@@ -65,19 +69,19 @@ if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   configure build-asan "address,undefined"
   cmake --build build-asan -j"${JOBS}"
   built=$(date +%s)
-  asan_ctest() {  # detect_stack_use_after_return ctest-args...
-    local suar="$1"
-    shift
+  asan_ctest() {  # ctest|dcf_ctest_lanes detect_stack_use_after_return ctest-args...
+    local RUNNER="$1" suar="$2"
+    shift 2
     DCF_SANITIZE="address,undefined" \
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=${suar}" \
     LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp:print_suppressions=0" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-      ctest --test-dir build-asan -L "unit|integration" --output-on-failure -j"${JOBS}" \
+      "${RUNNER}" --test-dir build-asan -L "unit|integration" --output-on-failure -j"${JOBS}" \
         --timeout 1800 "$@"
   }
-  asan_ctest 1 -E "${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
+  asan_ctest dcf_ctest_lanes 1 -E "${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
   others=$(date +%s)
-  asan_ctest 0 -R "${SIM_TESTS}" -E "${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
+  asan_ctest ctest 0 -R "${SIM_TESTS}" -E "${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
   echo "sanitizers: asan+ubsan build $((built - start)) s, tests $((others - built)) s," \
     "cuda-sim tests $(( $(date +%s) - others )) s"
 fi

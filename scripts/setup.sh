@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
+  ninja-build  # the build tool of scripts/*.sh (scripts/cmake_generator.sh says why)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcurl4-openssl-dev zlib1g-dev
   libboost-dev  # Boost.Beast/Asio (header-only): the server's HTTP listener (/metrics)

@@ -3,7 +3,8 @@
 # runs (tokenizer, request bytes), the sanitizer builds and runs (scripts/sanitizers.sh;
 # SANITIZERS=0 skips them), then every CTest test (labels unit and integration, plus gpu when
 # a CUDA toolkit exists: those skip without a device, while their emulator builds run as unit
-# tests, docs/CUDA_SIM.md). CTest runs last so its summary closes the output.
+# tests, docs/CUDA_SIM.md). CTest runs last, the integration tests beside the others
+# (scripts/ctest_lanes.sh), so its summaries close the output.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
@@ -19,4 +20,5 @@ phase "fuzzing" bash tests/fuzz/run_fuzz.sh "${FUZZ_SECONDS}" "${ROOT}/build-fuz
 if [[ "${SANITIZERS:-1}" != 0 ]]; then
   phase "sanitizers" bash scripts/sanitizers.sh all
 fi
-phase "ctest" ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
+source scripts/ctest_lanes.sh
+phase "ctest" dcf_ctest_lanes --test-dir build --output-on-failure -j"$(nproc)" --timeout 900

@@ -3,6 +3,15 @@
 
 #include "engine/cuda/device_util.cuh"
 
+#if !defined(__CUDACC__)
+// On the emulator the loops below are left to g++'s own unrolling: DCF_UNROLL's full unroll
+// of 150 instantiations (3 types x 2 vector widths x 5 row counts x 5 prologue/epilogue forms,
+// up to 4 x 16 x 2 x 8 multiply-adds per step) took g++ 190 s for this one file (15 s without),
+// and unrolling changes no result (every sum keeps its order).
+#undef DCF_UNROLL
+#define DCF_UNROLL
+#endif
+
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
 namespace {

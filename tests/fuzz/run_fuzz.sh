@@ -20,7 +20,9 @@ if grep -q "tests/fuzz" "${ROOT}/CMakeLists.txt"; then
 else
   SRC="${ROOT}/tests/fuzz"
 fi
-cmake -S "${SRC}" -B "${BUILD}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCFORMER_FUZZ=ON \
+source "${ROOT}/scripts/cmake_generator.sh"
+# shellcheck disable=SC2046  # the -G flag is two words or none
+cmake -S "${SRC}" -B "${BUILD}" $(dcf_generator_args "${BUILD}") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCFORMER_FUZZ=ON \
   -DDCFORMER_CUDA=OFF -DDCFORMER_BUILD_TESTS=OFF \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 TARGETS=(tokenizer_fuzz openai_fuzz)
