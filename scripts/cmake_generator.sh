@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the build and test scripts. dcf_generator_args BUILD_DIR prints the -G flag for
 # a new build directory: Ninja when it is installed (scripts/setup.sh installs it), since the
 # Makefiles CMake writes build a list of targets one after another (the top-level Makefile is

@@ -58,7 +58,6 @@ configure() {  # build_dir sanitizer
 
 # CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, parameters named
 # after the backend, and the runs of dcformer-attention-bench (cuda-sim without a GPU).
-# The first pass runs its integration tests beside the others (scripts/ctest_lanes.sh).
 SIM_TESTS='DecodeTraceTest|DecodeGraphTest|CudaGemmPlansTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)$'
@@ -79,6 +78,7 @@ if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
       "${RUNNER}" --test-dir build-asan -L "unit|integration" --output-on-failure -j"${JOBS}" \
         --timeout 1800 "$@"
   }
+  # The first pass runs its integration tests beside the others (scripts/ctest_lanes.sh).
   asan_ctest dcf_ctest_lanes 1 -E "${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
   others=$(date +%s)
   asan_ctest ctest 0 -R "${SIM_TESTS}" -E "${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"

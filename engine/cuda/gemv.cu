@@ -3,13 +3,15 @@
 
 #include "engine/cuda/device_util.cuh"
 
-#if !defined(__CUDACC__)
-// On the emulator the loops below are left to g++'s own unrolling: DCF_UNROLL's full unroll
-// of 150 instantiations (3 types x 2 vector widths x 5 row counts x 5 prologue/epilogue forms,
-// up to 4 x 16 x 2 x 8 multiply-adds per step) took g++ 190 s for this one file (15 s without),
-// and unrolling changes no result (every sum keeps its order).
-#undef DCF_UNROLL
-#define DCF_UNROLL
+// DCF_UNROLL on a GPU; on the emulator the loops are left to g++'s own unrolling: full
+// unrolls of 150 instantiations (3 types x 2 vector widths x 5 row counts x 5 prologue and
+// epilogue forms, up to 4 x 16 x 2 x 8 multiply-adds a step) took g++ 193 s for this file
+// (15 s without, and the same test times). Unrolling changes no result: every sum keeps its
+// order, and each a * b + c stays one statement for -ffp-contract.
+#if defined(__CUDACC__)
+#define DCF_GEMV_UNROLL DCF_UNROLL
+#else
+#define DCF_GEMV_UNROLL
 #endif
 
 namespace dcf::cuda {
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   double inv_sd[MT];  //   computes them (f64, the same 256-thread order)
   if constexpr (NORM == kRmsNorm) {
     DCF_SHARED(double, red_norm, 32);
-    DCF_UNROLL
+    DCF_GEMV_UNROLL
     for (int mm = 0; mm < MT; ++mm) {
       inv[mm] = 0.0f;
       if (mm < M) {  // uniform across the block
@@ -82,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
     }
   } else if constexpr (NORM == kLayerNorm) {
     DCF_SHARED(double, red_norm, 32);
-    DCF_UNROLL
+    DCF_GEMV_UNROLL
     for (int mm = 0; mm < MT; ++mm) {
       mean[mm] = 0.0;
       inv_sd[mm] = 0.0;
@@ -102,14 +104,14 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
     }
   }
   const T* w[P];
-  DCF_UNROLL
+  DCF_GEMV_UNROLL
   for (int q = 0; q < P; ++q) {
     w[q] = static_cast<const T*>(a.w) + (live ? j + static_cast<int64_t>(q) * p.features : 0) * K;
   }
   float acc[P][MT];
-  DCF_UNROLL
+  DCF_GEMV_UNROLL
   for (int q = 0; q < P; ++q) {
-    DCF_UNROLL
+    DCF_GEMV_UNROLL
     for (int mm = 0; mm < MT; ++mm) acc[q][mm] = 0.0f;
   }
   const int64_t step = static_cast<int64_t>(team_warps) * 32 * VEC;
@@ -118,10 +120,10 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
          k0 += step * kGemvUnroll) {
       // kGemvUnroll slices of each weight row in flight before any is used.
       dev::RawSlice<T, VEC> wv[kGemvUnroll][P];
-      DCF_UNROLL
+      DCF_GEMV_UNROLL
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t kk = k0 + u * step;
-        DCF_UNROLL
+        DCF_GEMV_UNROLL
         for (int q = 0; q < P; ++q) {
           if (kk < K) {
             wv[u][q].Load(w[q] + kk);
@@ -130,12 +132,12 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
           }
         }
       }
-      DCF_UNROLL
+      DCF_GEMV_UNROLL
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t kk = k0 + u * step;
         if (kk >= K) break;
         float wf[P][VEC];
-        DCF_UNROLL
+        DCF_GEMV_UNROLL
         for (int q = 0; q < P; ++q) wv[u][q].Unpack(wf[q]);
         float nw[VEC], nb[VEC];
         if constexpr (NORM != kNoNorm) dev::LoadVec<float, VEC>(p.in.norm_weight + kk, nw);
@@ -143,24 +145,24 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
           if (p.in.norm_bias != nullptr) {
             dev::LoadVec<float, VEC>(p.in.norm_bias + kk, nb);
           } else {
-            DCF_UNROLL
+            DCF_GEMV_UNROLL
             for (int e = 0; e < VEC; ++e) nb[e] = 0.0f;  // NormKernel's `+ 0.0f`
           }
         }
-        DCF_UNROLL
+        DCF_GEMV_UNROLL
         for (int mm = 0; mm < MT; ++mm) {
           if (mm < M) {
             float xv[VEC];
             if constexpr (NORM == kRmsNorm) {
               dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
-              DCF_UNROLL
+              DCF_GEMV_UNROLL
               for (int e = 0; e < VEC; ++e) {
                 const float n = xv[e] * inv[mm];
                 xv[e] = dev::ToFloat(dev::FromFloat<T>(n * nw[e]));
               }
             } else if constexpr (NORM == kLayerNorm) {
               dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
-              DCF_UNROLL
+              DCF_GEMV_UNROLL
               for (int e = 0; e < VEC; ++e) {
                 const float n = static_cast<float>((xv[e] - mean[mm]) * inv_sd[mm]);
                 xv[e] = dev::ToFloat(dev::FromFloat<T>(fmaf(n, nw[e], nb[e])));  // as NormKernel
@@ -168,9 +170,9 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
             } else {
               dev::LoadVec<T, VEC>(x + mm * a.ldx + kk, xv);
             }
-            DCF_UNROLL
+            DCF_GEMV_UNROLL
             for (int q = 0; q < P; ++q) {
-              DCF_UNROLL
+              DCF_GEMV_UNROLL
               for (int e = 0; e < VEC; ++e) acc[q][mm] += wf[q][e] * xv[e];
             }
           }
@@ -179,9 +181,9 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
     }
   }
   // Lanes by a butterfly, then the team's warps in warp order.
-  DCF_UNROLL
+  DCF_GEMV_UNROLL
   for (int q = 0; q < P; ++q) {
-    DCF_UNROLL
+    DCF_GEMV_UNROLL
     for (int mm = 0; mm < MT; ++mm) {
       const float s = dev::WarpSum(acc[q][mm]);
       if (lane == 0) red[(warp * 2 + q) * kGemvMaxRows + mm] = s;
@@ -191,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   if (!live || slice != 0 || lane >= M) return;
   const int mm = lane;
   float v[P];
-  DCF_UNROLL
+  DCF_GEMV_UNROLL
   for (int q = 0; q < P; ++q) {
     float s = 0.0f;
     for (int t = 0; t < team_warps; ++t) s += red[((warp + t) * 2 + q) * kGemvMaxRows + mm];

@@ -280,10 +280,37 @@ def target_dir(name):
     return None
 
 
+def in_source_tree(paths):
+    """The paths under the source tree but not in the build tree, relative to the source."""
+    source, build = os.path.realpath(h.SOURCE_DIR), os.path.realpath(BUILD_DIR)
+    out = set()
+    for path in paths:
+        path = os.path.realpath(os.path.join(BUILD_DIR, path))
+        if path.startswith(source + "/") and not path.startswith(build + "/"):
+            out.add(os.path.relpath(path, source))
+    return out
+
+
+def ninja_build_sources():
+    """image_build_sources() of a Ninja build tree: every input of IMAGE_TARGETS, recursively
+    (`ninja -t inputs`), and the files each of their objects was compiled from, headers
+    included (`ninja -t deps`, the dependency log of the last build)."""
+    def ninja(*args):
+        out = subprocess.run(["ninja", "-C", BUILD_DIR, "-t", *args], capture_output=True,
+                             text=True, timeout=120, check=True).stdout
+        return out.splitlines()
+    inputs = ninja("inputs", *IMAGE_TARGETS)
+    objects = [p for p in inputs if p.endswith(".o")]
+    deps = [line.strip() for line in ninja("deps", *objects) if line.startswith(" ")]
+    return in_source_tree(inputs + deps)
+
+
 def image_build_sources():
     """The source-tree files (relative paths) the compilers read to build IMAGE_TARGETS and
-    the libraries they link, from the Makefile generator's compiler_depend.make; None when
-    the build tree has none (another generator)."""
+    the libraries they link: from Ninja's dependency log, or from the Makefile generator's
+    compiler_depend.make; None when the build tree has neither (not built)."""
+    if os.path.exists(os.path.join(BUILD_DIR, "build.ninja")):
+        return ninja_build_sources() or None
     dirs, queue = set(), [t for t in IMAGE_TARGETS if target_dir(t)]
     while queue:
         d = target_dir(queue.pop())
@@ -294,15 +321,10 @@ def image_build_sources():
         if os.path.exists(link):
             queue += re.findall(r"(?:^|[\s/])lib([\w.+-]+?)\.(?:a|so)\b", read(link))
     out = set()
-    source, build = os.path.realpath(h.SOURCE_DIR), os.path.realpath(BUILD_DIR)
     for d in dirs:
         depend = os.path.join(d, "compiler_depend.make")
-        if not os.path.exists(depend):
-            continue
-        for path in re.findall(r"(/[^\s\\:]+)", read(depend)):
-            path = os.path.realpath(path)
-            if path.startswith(source + "/") and not path.startswith(build + "/"):
-                out.add(os.path.relpath(path, source))
+        if os.path.exists(depend):
+            out |= in_source_tree(re.findall(r"(/[^\s\\:]+)", read(depend)))
     return out or None
 
 
@@ -392,8 +414,7 @@ class DockerignoreTest(unittest.TestCase):
     def test_every_source_the_image_targets_compile_is_in_the_context(self):
         sources = image_build_sources()
         if sources is None:
-            self.skipTest("the build tree has no compiler_depend.make (not the Makefile "
-                          "generator, or not built)")
+            self.skipTest("the build tree has no dependency information (not built)")
         self.assertIn("server/server_main.cc", sources)
         self.assertEqual(sorted(p for p in sources if not self.in_context(p)), [])
 
