@@ -51,9 +51,9 @@ configure() {  # build_dir sanitizer
   # -O1 -g1: line tables for the reports, and less to compile than -O2 -g (the CI machine
   # has 2 cores); the engine tests are compute-bound, so not -O0.
   # shellcheck disable=SC2046  # the -G flag is two words or none
-  cmake -S . -B "$1" $(dcf_generator_args "$1") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DDCFORMER_CUDA=OFF -DDCFORMER_SANITIZE="$2" \
-    "${LAUNCHER[@]}" >/dev/null
+  cmake -S . -B "$1" $(dcf_generator_args "$1") -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DDCFORMER_CUDA=OFF -DDCFORMER_SANITIZE="$2" "${LAUNCHER[@]}" >/dev/null
 }
 
 # CTest names of the cuda-sim cases: the *_test_sim binaries' prefix, parameters named

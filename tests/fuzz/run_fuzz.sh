@@ -22,8 +22,8 @@ else
 fi
 source "${ROOT}/scripts/cmake_generator.sh"
 # shellcheck disable=SC2046  # the -G flag is two words or none
-cmake -S "${SRC}" -B "${BUILD}" $(dcf_generator_args "${BUILD}") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCFORMER_FUZZ=ON \
-  -DDCFORMER_CUDA=OFF -DDCFORMER_BUILD_TESTS=OFF \
+cmake -S "${SRC}" -B "${BUILD}" $(dcf_generator_args "${BUILD}") -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DDCFORMER_FUZZ=ON -DDCFORMER_CUDA=OFF -DDCFORMER_BUILD_TESTS=OFF \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 TARGETS=(tokenizer_fuzz openai_fuzz)
 if [[ "${SRC}" == "${ROOT}" ]]; then TARGETS+=(request_fuzz); fi
