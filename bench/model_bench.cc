@@ -287,8 +287,10 @@ int Main() {
       absl::GetFlag(FLAGS_weight_bytes) > 0
           ? static_cast<double>(absl::GetFlag(FLAGS_weight_bytes))
           : static_cast<double>(StepParameters(model->config)) *
-                (info.int8_weight_group > 0 ? 1.0 + 2.0 / info.int8_weight_group  // + scales
-                                            : DTypeSize(info.dtype));
+                (info.int8_weight_group > 0
+                     // + scales (int8 x int8: and the sums of q)
+                     ? 1.0 + (info.int8_activations ? 4.0 : 2.0) / info.int8_weight_group
+                     : DTypeSize(info.dtype));
   nlohmann::json report = {{"benchmark", "model"},
                            {"model", dir},
                            {"backend", info.name},

@@ -3,7 +3,7 @@
 // read bandwidth measured in the same run (so the weight GB/s of a decode-sized product can
 // be read as a fraction of the roofline).
 //
-//   dcformer-matmul-bench [--dim 1024 --ffn 2816 --vocab 50257 --rows 1,8,32 --dtypes f32,f16,bf16,int8]
+//   dcformer-matmul-bench [--dim 1024 --ffn 2816 --vocab 50257 --rows 1,8,32 --dtypes f32,f16,bf16,int8,int8a8]
 //
 // Each case cycles through enough copies of the matrix to exceed the last-level cache (so
 // weights come from memory, as in a decode step), runs for at least --min_seconds and
@@ -32,8 +32,8 @@ ABSL_FLAG(int, ffn, 2816, "FFN size F");
 ABSL_FLAG(int, vocab, 50257, "vocabulary (output head rows)");
 ABSL_FLAG(std::string, rows, "1,8,32", "rows of x (sequences in a decode step), comma-separated");
 ABSL_FLAG(std::string, dtypes, "f32,f16,bf16",
-          "weight dtypes: f32, f16, bf16, and int8 (weight-only, --group-size columns per "
-          "bf16 scale: docs/QUANTIZATION.md)");
+          "weight dtypes: f32, f16, bf16, int8 (weight-only, --group-size columns per "
+          "bf16 scale: docs/QUANTIZATION.md) and int8a8 (the same weights, int8 x int8)");
 ABSL_FLAG(int, group_size, 64, "input columns per scale of the int8 matrices: 32, 64 or 128");
 ABSL_FLAG(std::string, isas, "", "kernels (avx512,avx2,portable); default: the best one");
 ABSL_FLAG(bool, blas, true, "also time OpenBLAS on fp32 weights");
@@ -83,15 +83,19 @@ int Main() {
   const std::vector<Shape> shapes = {
       {"wqkv", 3 * E, E}, {"wo", E, E}, {"w1|w3", F, E}, {"w2", E, F}, {"output", V, E}};
   const std::vector<int> rows = ParseInts(absl::GetFlag(FLAGS_rows));
-  std::vector<DType> dtypes;
+  struct Kind {
+    DType dtype;
+    bool a8 = false;  // int8 x int8
+  };
+  std::vector<Kind> dtypes;
   const int group = absl::GetFlag(FLAGS_group_size);
   if (!ValidInt8GroupSize(group)) {
     std::fprintf(stderr, "--group-size: %d (choose 32, 64 or 128)\n", group);
     return 2;
   }
   for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',', absl::SkipEmpty())) {
-    if (d == "int8") {
-      dtypes.push_back(DType::kI8);
+    if (d == "int8" || d == "int8a8") {
+      dtypes.push_back({DType::kI8, d == "int8a8"});
       continue;
     }
     auto parsed = ParseComputeDType(d);
@@ -99,7 +103,7 @@ int Main() {
       std::fprintf(stderr, "--dtypes: %s\n", std::string(parsed.status().message()).c_str());
       return 2;
     }
-    dtypes.push_back(*parsed);
+    dtypes.push_back({*parsed});
   }
   std::vector<cpu::Isa> isas;
   for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_isas), ',', absl::SkipEmpty())) {
@@ -134,17 +138,17 @@ int Main() {
                   s * 1e6, gbs, 2.0 * r * sh.in * sh.out / s / 1e9, 100.0 * gbs / bwn.gb_per_s);
       std::fflush(stdout);
     };
-    for (DType d : dtypes) {
-      // int8: the weights and their bf16 scales.
+    for (const auto [d, a8] : dtypes) {
+      // int8: the weights and their bf16 scales (int8 x int8: and the sums of q).
       const double bytes = static_cast<double>(sh.out) * sh.in *
-                           (d == DType::kI8 ? 1.0 + 2.0 / group : DTypeSize(d));
+                           (d == DType::kI8 ? 1.0 + (a8 ? 4.0 : 2.0) / group : DTypeSize(d));
       const int copies = static_cast<int>(
           std::max<int64_t>(1, absl::GetFlag(FLAGS_cache_bytes) / static_cast<int64_t>(bytes)));
       std::vector<cpu::PackedMatrix> m;
       for (int c = 0; c < copies; ++c) {
         m.push_back(d == DType::kI8
                         ? cpu::PackedMatrix::QuantizeInt8(
-                              {{w.data(), DType::kF32, sh.out, false, sh.in}}, sh.in, group)
+                              {{w.data(), DType::kF32, sh.out, false, sh.in}}, sh.in, group, a8)
                         : cpu::PackedMatrix::FromRows(w.data(), DType::kF32, sh.out, sh.in, d));
       }
       for (cpu::Isa isa : isas) {
@@ -152,7 +156,7 @@ int Main() {
           const double s = TimeBest(copies, [&](int c) {
             cpu::MatMul(x.data(), sh.in, r, m[c], nullptr, y.data(), sh.out, isa);
           });
-          report(ComputeDTypeName(d), cpu::IsaName(isa), r, s, bytes);
+          report(a8 ? "int8a8" : ComputeDTypeName(d), cpu::IsaName(isa), r, s, bytes);
         }
       }
       if (d == DType::kF32 && absl::GetFlag(FLAGS_blas)) {

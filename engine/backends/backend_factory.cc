@@ -163,6 +163,18 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
+  if (options.activation_quant == ActivationQuant::kInt8) {
+    if (kind != BackendKind::kCpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--activation-dtype int8: the ", BackendKindName(kind),
+          " backend has no int8 x int8 kernels (only --backend cpu runs them)"));
+    }
+    if (options.weight_quant != WeightQuant::kInt8 && m.config.int8_group_size == 0) {
+      return absl::InvalidArgumentError(
+          "--activation-dtype int8 multiplies int8 weights: give --weight-dtype int8 (or load "
+          "an int8 checkpoint from dcformer-quantize)");
+    }
+  }
   if (m.config.int8_group_size > 0 && kind != BackendKind::kCpu) {
     return absl::InvalidArgumentError(absl::StrCat(
         dir, " holds an int8 checkpoint (config.json quantization_config): the ",
@@ -184,7 +196,8 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
         options.weight_quant == WeightQuant::kInt8 ? options.weight_group_size : 0;
     ASSIGN_OR_RETURN(m.backend,
                      CpuBackend::Create(m.config, std::move(weights), options.compose, int8_group,
-                                        options.kv_cache_dtype.value_or(DType::kF32)));
+                                        options.kv_cache_dtype.value_or(DType::kF32),
+                                        options.activation_quant == ActivationQuant::kInt8));
     return m;
   }
 #if defined(DCF_HAVE_CUDA_SIM_BACKEND)

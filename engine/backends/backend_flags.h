@@ -1,4 +1,5 @@
-// The --backend, --dtype, --kv-cache-dtype, --check-weights, --weight-dtype and --weight-group-size flags, shared by dcformer-server,
+// The --backend, --dtype, --kv-cache-dtype, --check-weights, --weight-dtype, --weight-group-size
+// and --activation-dtype flags, shared by dcformer-server,
 // dcformer-generate and the benchmarks (so they spell and document them alike). A separate
 // library from the factory: the inference library itself defines no flags.
 #pragma once

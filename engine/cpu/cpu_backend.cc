@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
                                                                ModelWeights weights,
                                                                bool compose,
                                                                int int8_group,
-                                                               DType kv_cache_dtype) {
+                                                               DType kv_cache_dtype,
+                                                               bool int8_activations) {
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
@@ -62,14 +63,19 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
     }
     int8_group = config.int8_group_size;
   }
-  return std::unique_ptr<CpuBackend>(
-      new CpuBackend(config, std::move(weights), compose, int8_group, kv_cache_dtype));
+  if (int8_activations && int8_group == 0) {
+    return absl::InvalidArgumentError(
+        "int8 activations need int8 matrices (an int8 weight group size or an int8 checkpoint)");
+  }
+  return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose,
+                                                    int8_group, kv_cache_dtype,
+                                                    int8_activations));
 }
 
 CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose,
-                       int int8_group, DType kv_cache_dtype)
+                       int int8_group, DType kv_cache_dtype, bool int8_activations)
     : config_(config),
-      weights_(cpu::PackWeights(config, std::move(weights), int8_group)),
+      weights_(cpu::PackWeights(config, std::move(weights), int8_group, int8_activations)),
       layout_(config),
       compose_(compose),
       kv_dtype_(kv_cache_dtype) {
@@ -83,6 +89,7 @@ BackendInfo CpuBackend::info() const {
   info.name = "cpu";
   info.dtype = weights_.matrix_dtype;
   info.int8_weight_group = weights_.int8_group;
+  info.int8_activations = weights_.int8_activations;
   info.kv_cache_dtype = kv_dtype_;
   // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
   std::ifstream in("/proc/cpuinfo");

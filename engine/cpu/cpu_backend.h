@@ -36,9 +36,11 @@ class CpuBackend final : public Backend {
   // InvalidArgument. `kv_cache_dtype` is the dtype of the cache's elements (F32, BF16 or
   // F16): with a 16-bit one every fresh row is rounded (to nearest even) once, before the step
   // uses it, cached or not, so results never depend on chunking, batching or a prefix hit.
+  // `int8_activations` (with int8 matrices only, else InvalidArgument): their products
+  // quantize the activations too (cpu::PackedMatrix::QuantizeInt8, int8 x int8).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
       const ModelConfig& config, ModelWeights weights, bool compose = true, int int8_group = 0,
-      DType kv_cache_dtype = DType::kF32);
+      DType kv_cache_dtype = DType::kF32, bool int8_activations = false);
 
   const ModelConfig& config() const override { return config_; }
   BackendInfo info() const override;
@@ -66,7 +68,7 @@ class CpuBackend final : public Backend {
 
  private:
   CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose, int int8_group,
-             DType kv_cache_dtype);
+             DType kv_cache_dtype, bool int8_activations);
 
   // The new tokens of one sequence of the batch and its block tables.
   struct SeqView {

@@ -25,6 +25,18 @@ Isa DetectedIsa() {
 #endif
 }
 
+bool HasAvx512Vnni() {
+#if defined(__x86_64__)
+  static const bool vnni = [] {
+    __builtin_cpu_init();
+    return DetectedIsa() == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  }();
+  return vnni;
+#else
+  return false;
+#endif
+}
+
 Isa SupportedIsa(Isa requested) { return std::min(requested, DetectedIsa()); }
 
 Isa ActiveIsa() {

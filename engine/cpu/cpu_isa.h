@@ -22,6 +22,10 @@ Isa DetectedIsa();
 Isa ActiveIsa();
 // Clamps a requested level to what the CPU supports.
 Isa SupportedIsa(Isa requested);
+// Whether the CPU has AVX-512 VNNI (vpdpbusd), which the AVX-512 int8 x int8 kernel needs
+// beside kAvx512 (Intel Cascade Lake and later, AMD Zen 4); without it those products run
+// the AVX2 or portable kernel.
+bool HasAvx512Vnni();
 
 const char* IsaName(Isa isa);  // "avx512", "avx2", "portable"
 std::optional<Isa> ParseIsa(std::string_view name);

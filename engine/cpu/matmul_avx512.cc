@@ -9,6 +9,8 @@
 
 #define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define DCF_AVX512_INLINE DCF_AVX512 inline __attribute__((always_inline))
+#define DCF_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define DCF_VNNI_INLINE DCF_VNNI inline __attribute__((always_inline))
 
 namespace dcf::cpu::kernels {
 namespace {
@@ -320,6 +322,135 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// int8 x int8 (kWeightI8A8, layout and arithmetic in matmul_kernels.h). One group block of
+// one panel for MR rows (xq: row 0's quantized x at the group's first column, row stride
+// ldxq): the integer sums s0, s1 (outputs 0-15, 16-31) of (x_q + 128) * q, vpdpbusd adding
+// four columns per lane. The group's 4-column steps are spread over NC accumulator sets
+// (integer sums: any split gives the same result), so 1-2 rows still have 8 chains.
+template <int MR, int NC>
+DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q, int64_t steps,
+                               __m512i* s0, __m512i* s1) {
+  __m512i a0[NC][MR], a1[NC][MR];
+#pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) {
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) a0[c][r] = a1[c][r] = _mm512_setzero_si512();
+  }
+  int64_t s = 0;
+  for (; s + NC <= steps; s += NC) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) {
+      const __m512i w0 = _mm512_loadu_si512(q + (s + c) * 128);
+      const __m512i w1 = _mm512_loadu_si512(q + (s + c) * 128 + 64);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        int32_t four;
+        __builtin_memcpy(&four, xq + r * ldxq + (s + c) * 4, 4);
+        const __m512i b = _mm512_set1_epi32(four);
+        a0[c][r] = _mm512_dpbusd_epi32(a0[c][r], b, w0);
+        a1[c][r] = _mm512_dpbusd_epi32(a1[c][r], b, w1);
+      }
+    }
+  }
+  for (; s < steps; ++s) {
+    const __m512i w0 = _mm512_loadu_si512(q + s * 128);
+    const __m512i w1 = _mm512_loadu_si512(q + s * 128 + 64);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      int32_t four;
+      __builtin_memcpy(&four, xq + r * ldxq + s * 4, 4);
+      const __m512i b = _mm512_set1_epi32(four);
+      a0[0][r] = _mm512_dpbusd_epi32(a0[0][r], b, w0);
+      a1[0][r] = _mm512_dpbusd_epi32(a1[0][r], b, w1);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    s0[r] = a0[0][r];
+    s1[r] = a1[0][r];
+#pragma GCC unroll 4
+    for (int c = 1; c < NC; ++c) {
+      s0[r] = _mm512_add_epi32(s0[r], a0[c][r]);
+      s1[r] = _mm512_add_epi32(s1[r], a1[c][r]);
+    }
+  }
+}
+
+// y[MR rows, valid outputs of one panel] for MR <= 4 rows of quantized x (row r at
+// xq + r * ldxq, scales at xs + r * ldxs): every group's sums, corrected by 128 * qsum and
+// added to y as fma(float(S), x_scale * w_scale, y), groups in order.
+template <int MR>
+DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t ldxs,
+                       const uint8_t* panel, int64_t in, int64_t group, const float* bias,
+                       float* y, int64_t ldy, int valid) {
+  constexpr int kNC = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  __m512 y0[MR], y1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    y0[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    y1[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  }
+  const uint8_t* block = panel;
+  for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
+    const int64_t len = in - k0 < group ? in - k0 : group;
+    const int64_t steps = (len + 3) / 4;
+    __m512i s0[MR], s1[MR];
+    GroupSums<MR, kNC>(xq + k0, ldxq, reinterpret_cast<const int8_t*>(block), steps, s0, s1);
+    const uint8_t* tail = block + steps * 128;
+    __m512 sc0, sc1;
+    LoadScales(reinterpret_cast<const uint16_t*>(tail), &sc0, &sc1);
+    const __m512i qsum = _mm512_loadu_si512(tail + 64);
+    const __m512i c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(qsum)), 7);
+    const __m512i c1 =
+        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(qsum, 1)), 7);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xscale = _mm512_set1_ps(xs[r * ldxs + g]);
+      y0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0[r], c0)),
+                              _mm512_mul_ps(xscale, sc0), y0[r]);
+      y1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1[r], c1)),
+                              _mm512_mul_ps(xscale, sc1), y1[r]);
+    }
+    block += I8A8BlockBytes(len);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, y0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, y1[r]);
+  }
+}
+
+// Every panel, rows in passes of at most 4 (the remainder split evenly); a panel (in + its
+// scales) is read from memory once and from cache by the later passes.
+DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
+  constexpr int kMaxRows = 4;
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const int64_t panel_bytes = I8A8PanelBytes(a.in, a.group);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t o = p * kPanel;
+    const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+    const float* bias = a.bias != nullptr ? a.bias + o : nullptr;
+    const uint8_t* panel = w + p * panel_bytes;
+    for (int64_t r = 0; r < a.rows;) {
+      const int64_t left = a.rows - r;
+      const int64_t passes = (left + kMaxRows - 1) / kMaxRows;
+      const int64_t n = (left + passes - 1) / passes;
+      const uint8_t* xq = a.xq + r * a.ldxq;
+      const float* xs = a.xs + r * a.ldxs;
+      float* y = a.y + r * a.ldy + o;
+      switch (n) {
+        case 1: RowsI8A8<1>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid); break;
+        case 2: RowsI8A8<2>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid); break;
+        case 3: RowsI8A8<3>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid); break;
+        default: RowsI8A8<4>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid);
+      }
+      r += n;
+    }
+  }
+}
+
 }  // namespace
 
 DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
@@ -328,6 +459,7 @@ DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t pa
     case kWeightF16: Panels<kWeightF16>(a, panel_begin, panel_end); break;
     case kWeightBF16: Panels<kWeightBF16>(a, panel_begin, panel_end); break;
     case kWeightI8: Panels<kWeightI8>(a, panel_begin, panel_end); break;
+    case kWeightI8A8: PanelsI8A8(a, panel_begin, panel_end); break;
     default: break;
   }
 }

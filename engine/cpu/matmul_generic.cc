@@ -107,6 +107,41 @@ DCF_ALWAYS_INLINE void Panels(const Widen& widen, int64_t panel_bytes, const Pan
   }
 }
 
+// int8 x int8 (kWeightI8A8): the arithmetic of matmul_kernels.h written out, one output at a
+// time; the integer sums are of x_q * q directly (the AVX-512 kernel's qsum correction is
+// checked against them).
+DCF_ALWAYS_INLINE void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  const int64_t panel_bytes = I8A8PanelBytes(a.in, a.group);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t o = p * kPanel;
+    const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const uint8_t* xq = a.xq + r * a.ldxq;
+      const float* xs = a.xs + r * a.ldxs;
+      for (int j = 0; j < valid; ++j) {
+        float y = a.bias != nullptr ? a.bias[o + j] : 0.0f;
+        const uint8_t* block = w + p * panel_bytes;
+        for (int64_t g = 0, k0 = 0; k0 < a.in; ++g, k0 += a.group) {
+          const int64_t len = a.in - k0 < a.group ? a.in - k0 : a.group;
+          const int8_t* q = reinterpret_cast<const int8_t*>(block);
+          int32_t sum = 0;
+          for (int64_t k = 0; k < len; ++k) {
+            sum += (static_cast<int32_t>(xq[k0 + k]) - 128) * q[(k / 4) * 128 + j * 4 + k % 4];
+          }
+          const int64_t steps = (len + 3) / 4;
+          uint16_t bits;
+          __builtin_memcpy(&bits, block + steps * 128 + 2 * j, 2);
+          const float scale = __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
+          y = __builtin_fmaf(static_cast<float>(sum), xs[g] * scale, y);
+          block += I8A8BlockBytes(len);
+        }
+        a.y[r * a.ldy + o + j] = y;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
@@ -118,6 +153,7 @@ void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) 
       Panels(WidenI8{a.in, a.group}, kPanel * (a.in + 2 * ((a.in + a.group - 1) / a.group)), a,
              panel_begin, panel_end);
       break;
+    case kWeightI8A8: PanelsI8A8(a, panel_begin, panel_end); break;
     default: break;
   }
 }
@@ -131,6 +167,7 @@ DCF_AVX2 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_
       Panels(WidenI8{a.in, a.group}, kPanel * (a.in + 2 * ((a.in + a.group - 1) / a.group)), a,
              panel_begin, panel_end);
       break;
+    case kWeightI8A8: PanelsI8A8(a, panel_begin, panel_end); break;
     default: break;
   }
 }

@@ -14,7 +14,31 @@ namespace dcf::cpu::kernels {
 // Weight storage of a packed matrix (mirrors DType without including it).
 // kWeightI8: int8 panels followed by their bf16 group scales (packed_matrix.h); G divides
 // kColumnBlock and is 32 or a multiple of kSubBlock.
-enum WeightType : int { kWeightF32 = 0, kWeightF16 = 1, kWeightBF16 = 2, kWeightI8 = 3 };
+// kWeightI8A8: int8 weights for int8 x int8 products (layout below), x quantized per row
+// and group by MatMul before the kernel runs (PanelArgs::xq, xs).
+enum WeightType : int {
+  kWeightF32 = 0,
+  kWeightF16 = 1,
+  kWeightBF16 = 2,
+  kWeightI8 = 3,
+  kWeightI8A8 = 4
+};
+
+// kWeightI8A8 panels: one block per group g of G columns (the last may be partial, len
+// columns), one after the other, so a panel is one sequential stream:
+//   q     [ceil(len / 4)][32][4] int8: q[s][j][b] = W[32 p + j][g G + 4 s + b] (0 past `in`),
+//         the four columns of each output VNNI's vpdpbusd multiplies and adds into one lane
+//   scale [32] bf16, the group's weight scales
+//   qsum  [32] int16, sum over the group of q (<= 127 * 128 in magnitude), which turns the
+//         sum of (x_q + 128) * q that vpdpbusd computes back into the sum of x_q * q
+// Arithmetic, the same in every kernel and for every row count (so all kernels give the same
+// bits, and a row's bits never depend on the batch): y = bias (or 0), then for each group in
+// order y = fma(float(S), x_scale * w_scale, y), S the group's exact integer sum of x_q * q
+// (|S| < 2^24, so float(S) is exact).
+inline constexpr int64_t I8A8BlockBytes(int64_t len) { return (len + 3) / 4 * 128 + 128; }
+inline constexpr int64_t I8A8PanelBytes(int64_t in, int64_t group) {
+  return in / group * I8A8BlockBytes(group) + (in % group != 0 ? I8A8BlockBytes(in % group) : 0);
+}
 
 struct PanelArgs {
   const float* x = nullptr;  // [rows, in], row stride ldx
@@ -31,8 +55,16 @@ struct PanelArgs {
   // Scratch of kPackFloats floats the kernel may pack rows of x into (null: no packing).
   // Per thread: each call writes it.
   float* xpack = nullptr;
+  // kWeightI8A8: x quantized by QuantizeActivationRowInt8 (engine/weights/int8_quant.h), row
+  // r's q + 128 at xq + r * ldxq (ldxq >= in rounded up to 4) and its group scales at
+  // xs + r * ldxs.
+  const uint8_t* xq = nullptr;
+  int64_t ldxq = 0;
+  const float* xs = nullptr;
+  int64_t ldxs = 0;
 };
 
+// kWeightI8A8 needs AVX-512 VNNI as well (MatMul checks HasAvx512Vnni()).
 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);

@@ -18,6 +18,8 @@ namespace {
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 // Work items per thread of a parallel product.
 constexpr int64_t kChunksPerThread = 8;
+// Rows of x from which int8 x int8 products quantize them on the threads.
+constexpr int64_t kMinParallelQuantRows = 64;
 
 uint16_t NarrowBits(float v, DType dtype) {
   return dtype == DType::kBF16 ? FloatToBF16(v) : FloatToHalf(v);
@@ -98,8 +100,14 @@ DType PackedMatrix::CommonDType(const std::vector<Source>& sources) {
   return sources.empty() ? DType::kF32 : sources.front().dtype;
 }
 
+size_t PackedMatrix::panel_bytes() const {
+  if (int8_activations_) return static_cast<size_t>(kernels::I8A8PanelBytes(in_, int8_group_));
+  return int8_group_ != 0 ? static_cast<size_t>(kPanel) * (in_ + 2 * num_groups())
+                          : static_cast<size_t>(kPanel) * in_ * DTypeSize(dtype_);
+}
+
 PackedMatrix PackedMatrix::QuantizeInt8(const std::vector<Source>& sources, int64_t in,
-                                        int group) {
+                                        int group, bool int8_activations) {
   int64_t out = 0;
   for (const Source& src : sources) out += src.rows;
   if (out == 0 || in == 0 || !ValidInt8GroupSize(group)) return PackedMatrix();
@@ -129,21 +137,51 @@ PackedMatrix PackedMatrix::QuantizeInt8(const std::vector<Source>& sources, int6
     }
     QuantizeRowInt8(v.data(), in, group, &q[o * in], &scales[o * groups]);
   }
-  return FromInt8Rows(q.data(), scales.data(), out, in, group);
+  return FromInt8Rows(q.data(), scales.data(), out, in, group, int8_activations);
 }
 
 PackedMatrix PackedMatrix::FromInt8Rows(const int8_t* q, const uint16_t* scales, int64_t out,
-                                        int64_t in, int group) {
+                                        int64_t in, int group, bool int8_activations) {
   PackedMatrix m;
   if (out == 0 || in == 0 || !ValidInt8GroupSize(group)) return m;
   m.in_ = in;
   m.out_ = out;
   m.dtype_ = DType::kF32;
   m.int8_group_ = group;
+  m.int8_activations_ = int8_activations;
   m.data_ = LargeBuffer(m.nbytes());
   const int64_t panels = m.num_panels(), groups = m.num_groups();
   const size_t panel_bytes = m.panel_bytes();
   uint8_t* base = static_cast<uint8_t*>(m.data_.data());
+  if (int8_activations) {  // kernels::kWeightI8A8: group blocks of q, scales, sums of q
+#pragma omp parallel for schedule(static)
+    for (int64_t pi = 0; pi < panels; ++pi) {
+      uint8_t* block = base + pi * panel_bytes;
+      for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
+        const int64_t len = std::min<int64_t>(group, in - k0), steps = (len + 3) / 4;
+        int8_t* pq = reinterpret_cast<int8_t*>(block);
+        std::memset(pq, 0, steps * 128);
+        for (int j = 0; j < kPanel; ++j) {
+          const int64_t o = pi * kPanel + j;
+          int sum = 0;
+          uint16_t scale = 0;
+          if (o < out) {
+            for (int64_t k = 0; k < len; ++k) {
+              const int8_t v = q[o * in + k0 + k];
+              pq[(k / 4) * 128 + j * 4 + k % 4] = v;
+              sum += v;
+            }
+            scale = scales[o * groups + g];
+          }
+          const int16_t sum16 = static_cast<int16_t>(sum);  // |sum| <= 127 * 128
+          std::memcpy(block + steps * 128 + 2 * j, &scale, 2);
+          std::memcpy(block + steps * 128 + 64 + 2 * j, &sum16, 2);
+        }
+        block += kernels::I8A8BlockBytes(len);
+      }
+    }
+    return m;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t pi = 0; pi < panels; ++pi) {
     int8_t* pq = reinterpret_cast<int8_t*>(base + pi * panel_bytes);  // [in, 32]
@@ -169,11 +207,24 @@ PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int
 
 int8_t PackedMatrix::QuantAt(int64_t o, int64_t k) const {
   const uint8_t* panel = static_cast<const uint8_t*>(data_.data()) + (o / kPanel) * panel_bytes();
+  if (int8_activations_) {
+    const int64_t g = k / int8_group_, c = k % int8_group_;
+    const uint8_t* block = panel + g * kernels::I8A8BlockBytes(int8_group_);
+    return static_cast<int8_t>(block[(c / 4) * 128 + (o % kPanel) * 4 + c % 4]);
+  }
   return reinterpret_cast<const int8_t*>(panel)[k * kPanel + o % kPanel];
 }
 
 uint16_t PackedMatrix::ScaleBitsAt(int64_t o, int64_t k) const {
   const uint8_t* panel = static_cast<const uint8_t*>(data_.data()) + (o / kPanel) * panel_bytes();
+  if (int8_activations_) {
+    const int64_t g = k / int8_group_;
+    const int64_t len = std::min<int64_t>(int8_group_, in_ - g * int8_group_);
+    const uint8_t* block = panel + g * kernels::I8A8BlockBytes(int8_group_);
+    uint16_t bits;
+    std::memcpy(&bits, block + (len + 3) / 4 * 128 + 2 * (o % kPanel), 2);
+    return bits;
+  }
   const uint16_t* scales = reinterpret_cast<const uint16_t*>(panel + in_ * kPanel);
   return scales[(k / int8_group_) * kPanel + o % kPanel];
 }
@@ -193,7 +244,8 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   a.ldx = ldx;
   a.rows = rows;
   a.w = w.data();
-  a.weight_type = w.int8_group() != 0       ? kernels::kWeightI8
+  a.weight_type = w.int8_activations()      ? kernels::kWeightI8A8
+                  : w.int8_group() != 0      ? kernels::kWeightI8
                   : w.dtype() == DType::kF32 ? kernels::kWeightF32
                   : w.dtype() == DType::kF16 ? kernels::kWeightF16
                                              : kernels::kWeightBF16;
@@ -204,7 +256,30 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   a.y = y;
   a.ldy = ldy;
   void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
-  switch (SupportedIsa(isa)) {
+  Isa level = SupportedIsa(isa);
+  if (w.int8_activations()) {
+    // Each row of x quantized once, before the threads split the panels (rows * in, small
+    // next to the product; a prefill's rows on the threads too); every kernel reads the
+    // same quantized rows.
+    thread_local std::vector<uint8_t> xq;
+    thread_local std::vector<float> xs;
+    a.ldxq = RoundUpTo4(w.in());
+    a.ldxs = w.num_groups();
+    xq.resize(static_cast<size_t>(rows * a.ldxq));
+    xs.resize(static_cast<size_t>(rows * a.ldxs));
+    uint8_t* const q = xq.data();
+    float* const qs = xs.data();
+    const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
+    const int group = w.int8_group();
+#pragma omp parallel for schedule(static) if (rows >= kMinParallelQuantRows && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeActivationRowInt8(x + r * ldx, in, group, q + r * ldq, qs + r * ldqs);
+    }
+    a.xq = q;
+    a.xs = qs;
+    if (level == Isa::kAvx512 && !HasAvx512Vnni()) level = Isa::kAvx2;
+  }
+  switch (level) {
     case Isa::kAvx512: kernel = kernels::PanelsAvx512; break;
     case Isa::kAvx2: kernel = kernels::PanelsAvx2; break;
     case Isa::kPortable: break;
@@ -214,7 +289,7 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   // Each thread packs its own copy of the rows it multiplies (cheap next to the product).
   const auto run = [&](int64_t p0, int64_t p1) {
     kernels::PanelArgs mine = a;
-    if (rows > 1) {
+    if (rows > 1 && !w.int8_activations()) {
       thread_local std::vector<float> pack;
       const size_t need = static_cast<size_t>(kernels::kPackFloats);
       if (pack.size() < need) pack.resize(need);

@@ -16,6 +16,12 @@
 //             widens q * scale to fp32 (exact: 7 by 8 significant bits) and multiplies as
 //             for the other dtypes, so an int8 matrix gives the same products as the fp32
 //             matrix of its dequantized values.
+//   int8 for int8 x int8 products (QuantizeInt8 with int8_activations): the same q and
+//             scales, laid out for VNNI (kernels::kWeightI8A8 in matmul_kernels.h: per
+//             group, four columns of each output together, the group's scales and sums of
+//             q after it); MatMul quantizes each row of x per group (QuantizeActivationRowInt8
+//             in engine/weights/int8_quant.h) and sums x_q * q exactly in integers, so the
+//             products differ from the weight-only ones by the activations' rounding.
 // One pass over a panel computes its 32 outputs for up to 12 rows of x at once, so a
 // decode step of M <= 12 sequences reads every weight from memory exactly once; larger M
 // re-reads a panel from cache, not from memory.
@@ -74,11 +80,13 @@ class PackedMatrix {
   // `group` columns by QuantizeRowInt8 (engine/weights/int8_quant.h); kI8 sources (an int8
   // checkpoint) are copied with their scales. An empty matrix when `group` fails
   // ValidInt8GroupSize.
-  static PackedMatrix QuantizeInt8(const std::vector<Source>& sources, int64_t in, int group);
+  // With `int8_activations`, laid out for int8 x int8 products (above).
+  static PackedMatrix QuantizeInt8(const std::vector<Source>& sources, int64_t in, int group,
+                                   bool int8_activations = false);
   // An int8 matrix from already quantized values (a checkpoint written by
   // dcformer-quantize): q [out, in] int8 row-major, scales [out, ceil(in / group)] bf16 bits.
   static PackedMatrix FromInt8Rows(const int8_t* q, const uint16_t* scales, int64_t out,
-                                   int64_t in, int group);
+                                   int64_t in, int group, bool int8_activations = false);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -86,14 +94,13 @@ class PackedMatrix {
   DType dtype() const { return dtype_; }
   // The group size of an int8 matrix; 0 for the others.
   int int8_group() const { return int8_group_; }
+  // An int8 matrix whose products quantize x to int8 too.
+  bool int8_activations() const { return int8_activations_; }
   int64_t num_groups() const { return int8_group_ == 0 ? 0 : (in_ + int8_group_ - 1) / int8_group_; }
   bool empty() const { return out_ == 0; }
   int64_t num_panels() const { return (out_ + kPanel - 1) / kPanel; }
   // Bytes of one panel (weights, and for int8 its scales).
-  size_t panel_bytes() const {
-    return int8_group_ != 0 ? static_cast<size_t>(kPanel) * (in_ + 2 * num_groups())
-                            : static_cast<size_t>(kPanel) * in_ * DTypeSize(dtype_);
-  }
+  size_t panel_bytes() const;
   size_t nbytes() const { return static_cast<size_t>(num_panels()) * panel_bytes(); }
   const void* data() const { return data_.data(); }
 
@@ -108,6 +115,7 @@ class PackedMatrix {
   int64_t in_ = 0, out_ = 0;
   DType dtype_ = DType::kF32;
   int int8_group_ = 0;
+  bool int8_activations_ = false;
   LargeBuffer data_;  // num_panels panels of panel_bytes() (huge pages when large)
 };
 

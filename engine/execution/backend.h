@@ -42,11 +42,13 @@ struct BackendInfo {
   // > 0: the matrices are int8 with one scale per this many columns (docs/QUANTIZATION.md);
   // `dtype` is then that of the rest (vectors, embeddings).
   int int8_weight_group = 0;
+  // With int8 matrices: the products quantize their activations to int8 too (int8 x int8).
+  bool int8_activations = false;
   DType kv_cache_dtype = DType::kF32;  // the dtype of the KV cache's elements
 };
 
 // How the weight matrices are stored, for logs and benchmarks: the dtype's name
-// ("bfloat16"), or "int8 (group 64)".
+// ("bfloat16"), "int8 (group 64)", or "int8 x int8 (group 64)".
 std::string WeightsName(const BackendInfo& info);
 
 class Backend {

@@ -69,8 +69,23 @@ const char* WeightQuantName(WeightQuant quant) {
 }
 
 std::string WeightsName(const BackendInfo& info) {
-  if (info.int8_weight_group > 0) return absl::StrCat("int8 (group ", info.int8_weight_group, ")");
+  if (info.int8_weight_group > 0) {
+    return absl::StrCat(info.int8_activations ? "int8 x int8" : "int8", " (group ",
+                        info.int8_weight_group, ")");
+  }
   return ComputeDTypeName(info.dtype);
+}
+
+absl::StatusOr<ActivationQuant> ParseActivationQuant(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "float32" || n == "f32" || n == "fp32") return ActivationQuant::kFloat32;
+  if (n == "int8") return ActivationQuant::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown activation dtype '", name, "' (choose float32 or int8)"));
+}
+
+const char* ActivationQuantName(ActivationQuant quant) {
+  return quant == ActivationQuant::kInt8 ? "int8" : "float32";
 }
 
 absl::Status ValidateWeightGroupSize(int group) {

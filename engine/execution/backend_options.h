@@ -35,6 +35,15 @@ enum class WeightQuant {
 // "none" | "int8" (InvalidArgument otherwise).
 absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name);
 const char* WeightQuantName(WeightQuant quant);  // "none", "int8"
+// What the int8 matrices' products multiply their weights with (docs/QUANTIZATION.md).
+enum class ActivationQuant {
+  kFloat32,  // fp32 activations, int8 weights widened in the kernel (weight-only)
+  kInt8,     // activations quantized per row and weight group (int8 x int8, VNNI on AVX-512)
+};
+// "float32" | "int8" (InvalidArgument otherwise).
+absl::StatusOr<ActivationQuant> ParseActivationQuant(absl::string_view name);
+const char* ActivationQuantName(ActivationQuant quant);  // "float32", "int8"
+
 // Group sizes of int8 weights: 32, 64 or 128 input columns share one scale.
 inline constexpr int kDefaultWeightGroupSize = 64;
 // InvalidArgument naming the choices unless `group` is 32, 64 or 128.
@@ -63,6 +72,9 @@ struct BackendOptions {
   // columns; the cuda backends refuse it (InvalidArgument).
   WeightQuant weight_quant = WeightQuant::kNone;
   int weight_group_size = kDefaultWeightGroupSize;
+  // kInt8: the int8 matrices (weight_quant kInt8, or an int8 checkpoint) also quantize their
+  // activations (cpu only; the factory refuses it without int8 matrices).
+  ActivationQuant activation_quant = ActivationQuant::kFloat32;
 };
 
 }  // namespace dcf

@@ -25,4 +25,20 @@ void QuantizeRowInt8(const float* v, int64_t n, int group, int8_t* q, uint16_t* 
   }
 }
 
+void QuantizeActivationRowInt8(const float* x, int64_t n, int group, uint8_t* u,
+                               float* scales) {
+  for (int64_t g = 0, k0 = 0; k0 < n; ++g, k0 += group) {
+    const int64_t k1 = std::min<int64_t>(n, k0 + group);
+    float absmax = 0;
+    for (int64_t k = k0; k < k1; ++k) absmax = std::max(absmax, std::abs(x[k]));
+    scales[g] = absmax / 127.0f;
+    const float inv = absmax > 0 ? 127.0f / absmax : 0.0f;
+    for (int64_t k = k0; k < k1; ++k) {
+      const float r = std::nearbyint(x[k] * inv);
+      u[k] = static_cast<uint8_t>(128 + (std::isnan(r) ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f))));
+    }
+  }
+  for (int64_t k = n; k < RoundUpTo4(n); ++k) u[k] = 128;
+}
+
 }  // namespace dcf

@@ -24,4 +24,15 @@ inline int64_t Int8Groups(int64_t n, int group) { return (n + group - 1) / group
 // Quantizes one row: v[n] fp32 -> q[n] int8 and scales[Int8Groups(n, group)] bf16 bits.
 void QuantizeRowInt8(const float* v, int64_t n, int group, int8_t* q, uint16_t* scales);
 
+// The activation rule of int8 x int8 products (--activation-dtype int8; docs/QUANTIZATION.md),
+// applied to each row of x a product reads, per group of `group` columns (the weights'
+// groups), with fp32 scales:
+//   scale = max |x| / 127 (fp32 division; 0 for an all-zero group)
+//   q     = clamp(round_half_even(x * (127 / max |x|)), -127, 127)  (0 when max |x| is 0,
+//           and where the product is NaN, e.g. an infinite x)
+// Written as q + 128 (so u[k] in [1, 255], the unsigned operand of VNNI's u8 x s8
+// multiply-add) to u[RoundUpTo4(n)], padded with 128 (q = 0), and scales[Int8Groups(n, group)].
+inline int64_t RoundUpTo4(int64_t n) { return (n + 3) / 4 * 4; }
+void QuantizeActivationRowInt8(const float* x, int64_t n, int group, uint8_t* u, float* scales);
+
 }  // namespace dcf

@@ -42,9 +42,17 @@ const char kModel[] = "dcformer-f32-long-prompt";
 
 // The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
 // factory sits above the engine). `corrupt`: every 7th entry of layer 1's wo is NaN.
-// `int8_group` > 0 (cpu only): int8 weight-only matrices in groups of that many columns.
+// int8 matrices (cpu only): `group` > 0 quantizes them in groups of that many columns,
+// weight-only, or int8 x int8 with `activations`.
+struct Int8 {
+  int group = 0;
+  bool activations = false;
+  auto key() const { return std::make_pair(group, activations); }
+};
+
+// `int8`: the cpu backend's matrices (above).
 std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool corrupt = false,
-                                     int int8_group = 0) {
+                                     Int8 int8 = {}) {
   const std::string dir = testing::GoldenDir(kModel);
   auto config = ModelConfig::FromFile(dir + "/config.json");
   DCF_CHECK(config.ok()) << config.status();
@@ -59,7 +67,8 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool 
   DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
   absl::StatusOr<std::unique_ptr<Backend>> backend;
   if (kind == BackendKind::kCpu) {
-    auto cpu = CpuBackend::Create(*config, *std::move(weights), /*compose=*/true, int8_group);
+    auto cpu = CpuBackend::Create(*config, *std::move(weights), /*compose=*/true, int8.group,
+                                  DType::kF32, int8.activations);
     backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
   } else {
     BackendOptions o;
@@ -86,15 +95,17 @@ std::vector<int32_t> RandomPrompt(int len, uint64_t seed) {
 // Greedy reference, cached: one sequence alone on a backend of `kind`, prompt fed in chunks
 // of 16.
 std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_new,
-                               BackendKind kind = BackendKind::kCpu, int int8_group = 0) {
-  static auto* backends = new std::map<std::pair<BackendKind, int>, std::unique_ptr<Backend>>();
-  static auto* cache = new std::map<std::tuple<std::vector<int32_t>, int, BackendKind, int>,
-                                    std::vector<int32_t>>();
-  auto key = std::make_tuple(prompt, max_new, kind, int8_group);
+                               BackendKind kind = BackendKind::kCpu, Int8 int8 = {}) {
+  static auto* backends =
+      new std::map<std::pair<BackendKind, std::pair<int, bool>>, std::unique_ptr<Backend>>();
+  static auto* cache =
+      new std::map<std::tuple<std::vector<int32_t>, int, BackendKind, std::pair<int, bool>>,
+                   std::vector<int32_t>>();
+  auto key = std::make_tuple(prompt, max_new, kind, int8.key());
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  std::unique_ptr<Backend>& backend = (*backends)[{kind, int8_group}];
-  if (backend == nullptr) backend = LoadBackend(kind, false, int8_group);
+  std::unique_ptr<Backend>& backend = (*backends)[{kind, int8.key()}];
+  if (backend == nullptr) backend = LoadBackend(kind, false, int8);
   auto runner = SequenceRunner::Create(backend.get());
   DCF_CHECK(runner.ok()) << runner.status();
   auto r = (*runner)->Greedy(prompt, max_new, 16);
@@ -116,8 +127,8 @@ using testing::Collected;
 using testing::RunToEnd;
 
 std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr,
-                                   BackendKind kind = BackendKind::kCpu, int int8_group = 0) {
-  auto e = Engine::Create(LoadBackend(kind, false, int8_group), tok, options);
+                                   BackendKind kind = BackendKind::kCpu, Int8 int8 = {}) {
+  auto e = Engine::Create(LoadBackend(kind, false, int8), tok, options);
   DCF_CHECK(e.ok()) << e.status();
   return std::move(*e);
 }
@@ -132,8 +143,8 @@ const std::vector<Case> kGrowingCases = {{5, 150}, {6, 140}, {7, 130}, {40, 60},
 // Runs kCases with staggered arrivals: the first three, then (after the first token of the
 // first one) the rest. Compares every output with its solo reference.
 void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>& kCases,
-                           BackendKind kind, int64_t* preemptions, int int8_group = 0) {
-  auto engine = MakeEngine(options, nullptr, kind, int8_group);
+                           BackendKind kind, int64_t* preemptions, Int8 int8 = {}) {
+  auto engine = MakeEngine(options, nullptr, kind, int8);
   std::vector<RequestHandle> handles;
   std::vector<Collected> got(kCases.size());
   std::vector<std::vector<int32_t>> prompts;
@@ -148,7 +159,7 @@ void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>
     got[i].Drain(handles[i].stream());
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     EXPECT_EQ(got[i].final_chunk.finish_reason, FinishReason::kLength);
-    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new, kind, int8_group))
+    EXPECT_EQ(got[i].ids(), Reference(prompts[i], kCases[i].max_new, kind, int8))
         << "request " << i;
     EXPECT_EQ(got[i].final_chunk.usage.generated_tokens, kCases[i].max_new);
     EXPECT_EQ(got[i].final_chunk.usage.prompt_tokens, kCases[i].len);
@@ -188,11 +199,11 @@ TEST_P(BatchingInvarianceTest, TinyPoolForcesPreemptionAndStillMatches) {
 
 INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values(1, 7, 64));
 
-// int8 weight-only matrices (--weight-dtype int8) keep batch invariance: continuous batching,
-// chunked prefill and preemption give every request its solo run's tokens on the same
-// quantized weights.
+// int8 matrices (--weight-dtype int8), weight-only and int8 x int8 (--activation-dtype int8),
+// keep batch invariance: continuous batching, chunked prefill and preemption give every
+// request its solo run's tokens on the same quantized weights.
 TEST(EngineTest, Int8WeightsBatchingWithPreemptionMatchesSoloRuns) {
-  for (const int group : {32, 128}) {
+  for (const Int8 int8 : {Int8{32, false}, Int8{128, false}, Int8{64, true}}) {
     EngineOptions o;
     o.max_prefill_chunk_tokens = 7;
     o.max_num_batched_tokens = 8;
@@ -200,8 +211,8 @@ TEST(EngineTest, Int8WeightsBatchingWithPreemptionMatchesSoloRuns) {
     o.watermark = 0;
     o.kv_num_blocks = {12, 6};
     int64_t preemptions = -1;
-    RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions, group);
-    EXPECT_GT(preemptions, 0) << "group " << group;
+    RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions, int8);
+    EXPECT_GT(preemptions, 0) << "group " << int8.group << " activations " << int8.activations;
   }
 }
 

@@ -123,6 +123,45 @@ TEST_F(Int8CheckpointTest, LoadsToTheSameLogitsAsQuantizingAtLoad) {
       << mismatch.status();
 }
 
+// --activation-dtype int8 on an offline int8 checkpoint gives the bits of quantizing at load
+// with it, differs from weight-only, and is refused without int8 matrices or off the cpu.
+TEST_F(Int8CheckpointTest, Int8ActivationsLoadFromEitherAndNeedInt8Matrices) {
+  BackendOptions options;
+  options.kind = BackendKind::kCpu;
+  options.activation_quant = ActivationQuant::kInt8;
+  auto offline = LoadModel(dir_->path(), options);
+  ASSERT_TRUE(offline.ok()) << offline.status();
+  EXPECT_TRUE(offline->backend->info().int8_activations);
+  EXPECT_EQ(WeightsName(offline->backend->info()), "int8 x int8 (group 64)");
+  options.weight_quant = WeightQuant::kInt8;
+  options.weight_group_size = 64;
+  auto at_load = LoadModel(kModelDir, options);
+  ASSERT_TRUE(at_load.ok()) << at_load.status();
+  const std::vector<float> a = Logits(offline->backend.get()), b = Logits(at_load->backend.get());
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  options.activation_quant = ActivationQuant::kFloat32;
+  auto weight_only = LoadModel(kModelDir, options);
+  ASSERT_TRUE(weight_only.ok());
+  const std::vector<float> c = Logits(weight_only->backend.get());
+  EXPECT_NE(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
+  // Without int8 matrices.
+  options.weight_quant = WeightQuant::kNone;
+  options.activation_quant = ActivationQuant::kInt8;
+  auto plain = LoadModel(kModelDir, options);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plain.status().message().find("give --weight-dtype int8"), std::string::npos)
+      << plain.status();
+  // On the emulated CUDA backend.
+  options.kind = BackendKind::kCudaSim;
+  auto sim = LoadModel(kModelDir, options);
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("no int8 x int8 kernels"), std::string::npos)
+      << sim.status();
+}
+
 TEST_F(Int8CheckpointTest, CudaBackendsRefuseInt8) {
   BackendOptions options;
   options.kind = BackendKind::kCudaSim;

@@ -5,6 +5,7 @@
 // against a random-weight model of the same shape and tokenizer.
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,8 @@ constexpr double kMaxHeldoutPerplexity = 70;
 constexpr double kMinRandomFactor = 50;
 // The most int8 weight-only may raise the held-out perplexity (the goal: +1%).
 constexpr double kMaxInt8PerplexityRatio = 1.01;
+// And int8 x int8 (--activation-dtype int8; the goal: +3%).
+constexpr double kMaxInt8x8PerplexityRatio = 1.03;
 
 const std::string kModelDir = std::string(DCF_SOURCE_DIR) + "/models/dcformer-kjv";
 const std::string kGenerate = std::string(DCF_BIN_DIR) + "/dcformer-generate";
@@ -176,6 +179,22 @@ TEST_F(KjvModelTest, HeldoutPerplexityWithInt8WeightsIsWithinOnePercentOfBf16) {
   EXPECT_NE(int8, bf16);
   RecordProperty("heldout_perplexity_bf16", std::to_string(bf16));
   RecordProperty("heldout_perplexity_int8", std::to_string(int8));
+}
+
+// int8 x int8 (--activation-dtype int8 on int8 weights) costs at most 3%.
+TEST_F(KjvModelTest, HeldoutPerplexityWithInt8ActivationsIsWithinThreePercentOfBf16) {
+  const std::string heldout = std::string(DCF_TEST_DATA_DIR) + "/kjv/heldout.txt";
+  const double bf16 = ScorePerplexity(kModelDir, heldout, " --backend cpu");
+  const std::string int8 = " --backend cpu --weight-dtype int8";
+  const double w8 = ScorePerplexity(kModelDir, heldout, int8);
+  const double w8a8 = ScorePerplexity(kModelDir, heldout, int8 + " --activation-dtype int8");
+  EXPECT_LE(w8a8, kMaxInt8x8PerplexityRatio * bf16) << "bf16 " << bf16 << ", int8 x int8 " << w8a8;
+  // The activations' rounding changes the logits: equal to weight-only would mean the flag
+  // did nothing.
+  EXPECT_NE(w8a8, w8);
+  std::cout << "held-out perplexity: bf16 " << bf16 << ", int8 weights " << w8 << ", int8 x int8 "
+            << w8a8 << "\n";
+  RecordProperty("heldout_perplexity_int8x8", std::to_string(w8a8));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_matrix.h"
+#include "engine/weights/int8_quant.h"
 #include "gtest/gtest.h"
 
 namespace dcf::cpu {
@@ -399,6 +401,189 @@ TEST(Int8GroupSizeTest, RefusesOtherGroupSizes) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllKernels, Int8MatrixTest,
+    ::testing::Combine(::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
+                       ::testing::Values(32, 64, 128)),
+    [](const ::testing::TestParamInfo<std::tuple<Isa, int>>& info) {
+      return std::string(IsaName(std::get<0>(info.param))) + "_g" +
+             std::to_string(std::get<1>(info.param));
+    });
+
+// int8 x int8 matrices (QuantizeInt8 with int8 activations): x quantized per row and group,
+// the integer sums of x_q * q exact, combined as matmul_kernels.h says. Every kernel must give
+// the reference's bits (integer sums have no order), a row's bits must not depend on the
+// batch, and the result must be within the activations' rounding of the weight-only product.
+class Int8ActivationsTest : public ::testing::TestWithParam<std::tuple<Isa, int>> {
+ protected:
+  void SetUp() override {
+    if (SupportedIsa(std::get<0>(GetParam())) != std::get<0>(GetParam())) {
+      GTEST_SKIP() << "this CPU cannot run the " << IsaName(std::get<0>(GetParam())) << " kernel";
+    }
+  }
+};
+
+PackedMatrix QuantizeA8(const std::vector<float>& w, int64_t out, int64_t in, int group) {
+  return PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group, true);
+}
+
+TEST(Int8ActivationRuleTest, QuantizesEachGroupToItsLargestMagnitude) {
+  const int group = 32;
+  const int64_t n = 2 * group + 3;  // a partial last group, padding to a multiple of 4
+  std::vector<float> x(n);
+  for (int64_t k = 0; k < n; ++k) x[k] = std::sin(0.37f * k) * (k < group ? 1.0f : 100.0f);
+  x[group + 1] = 0.0f;
+  for (int64_t k = 2 * group; k < n; ++k) x[k] = 0.0f;  // an all-zero group
+  std::vector<uint8_t> u(RoundUpTo4(n) + 1, 0xAB);
+  std::vector<float> scales(3, -1.0f);
+  QuantizeActivationRowInt8(x.data(), n, group, u.data(), scales.data());
+  for (int g = 0; g < 3; ++g) {
+    float absmax = 0;
+    for (int64_t k = g * group; k < std::min<int64_t>(n, (g + 1) * group); ++k) {
+      absmax = std::max(absmax, std::abs(x[k]));
+    }
+    ASSERT_EQ(scales[g], absmax / 127.0f) << g;
+    for (int64_t k = g * group; k < std::min<int64_t>(n, (g + 1) * group); ++k) {
+      const int want = absmax == 0 ? 0 : static_cast<int>(std::nearbyint(x[k] * (127.0f / absmax)));
+      ASSERT_EQ(static_cast<int>(u[k]) - 128, want) << k;
+      ASSERT_LE(std::abs(want), 127);
+      // Within half a step of x.
+      ASSERT_LE(std::abs(want * scales[g] - x[k]), 0.5f * scales[g] * 1.0001f + 1e-30f) << k;
+    }
+  }
+  for (int64_t k = n; k < RoundUpTo4(n); ++k) EXPECT_EQ(u[k], 128) << "padding " << k;
+  EXPECT_EQ(u[RoundUpTo4(n)], 0xAB) << "wrote past the padded row";
+  // The group's largest value maps to +-127; a non-finite value never becomes garbage.
+  float y[4] = {2.0f, -2.0f, 1.0f, std::numeric_limits<float>::infinity()};
+  uint8_t v[4];
+  float s;
+  QuantizeActivationRowInt8(y, 3, 32, v, &s);
+  EXPECT_EQ(v[0], 128 + 127);
+  EXPECT_EQ(v[1], 128 - 127);
+  EXPECT_EQ(v[2], 128 + 64);  // 63.5 rounds half to even
+  QuantizeActivationRowInt8(y, 4, 32, v, &s);
+  EXPECT_EQ(v[3], 128) << "inf";
+}
+
+TEST_P(Int8ActivationsTest, KeepsTheWeightOnlyQuantization) {
+  const int group = std::get<1>(GetParam());
+  std::mt19937 rng(21);
+  for (const int64_t in : {int64_t{3}, int64_t{group}, int64_t{2} * group + 5}) {
+    const int64_t out = 37;
+    const std::vector<float> w = SpreadWeights(out, in, rng);
+    const PackedMatrix a =
+        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+    const PackedMatrix b = QuantizeA8(w, out, in, group);
+    ASSERT_TRUE(b.int8_activations());
+    ASSERT_FALSE(a.int8_activations());
+    // Per panel: each group's q (columns rounded up to 4) plus 32 scales and 32 sums of q.
+    int64_t bytes = 0;
+    for (int64_t k0 = 0; k0 < in; k0 += group) {
+      bytes += (std::min<int64_t>(group, in - k0) + 3) / 4 * 128 + 128;
+    }
+    EXPECT_EQ(b.nbytes(), static_cast<size_t>(2 * bytes)) << in;
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t k = 0; k < in; ++k) {
+        ASSERT_EQ(b.QuantAt(o, k), a.QuantAt(o, k)) << o << "," << k;
+        ASSERT_EQ(b.ScaleBitsAt(o, k), a.ScaleBitsAt(o, k)) << o << "," << k;
+        ASSERT_EQ(b.At(o, k), a.At(o, k)) << o << "," << k;
+      }
+    }
+  }
+}
+
+TEST_P(Int8ActivationsTest, GivesTheBitsOfTheIntegerReference) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const int64_t out : {1, 31, 33, 70}) {
+    for (const int64_t in : {int64_t{1}, int64_t{group} - 1, int64_t{3} * group + 7,
+                             int64_t{4} * group + 2, int64_t{300}}) {
+      const std::vector<float> w = SpreadWeights(out, in, rng);
+      const PackedMatrix m = QuantizeA8(w, out, in, group);
+      std::vector<float> bias(out);
+      for (float& b : bias) b = u(rng);
+      for (const int64_t rows : {1, 2, 3, 4, 5, 7, 12, 29}) {
+        const int64_t ldx = in + 3, ldy = out + 5;
+        std::vector<float> x(rows * ldx);
+        for (int64_t i = 0; i < rows * ldx; ++i) x[i] = u(rng) * (i % 5 == 0 ? 30.0f : 1.0f);
+        for (const bool with_bias : {false, true}) {
+          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> y(rows * ldy, -7.0f);
+          MatMul(x.data(), ldx, rows, m, b, y.data(), ldy, isa);
+          std::vector<uint8_t> xq(RoundUpTo4(in));
+          std::vector<float> xs(m.num_groups());
+          for (int64_t r = 0; r < rows; ++r) {
+            QuantizeActivationRowInt8(&x[r * ldx], in, group, xq.data(), xs.data());
+            for (int64_t o = 0; o < out; ++o) {
+              float want = b != nullptr ? b[o] : 0.0f;
+              for (int64_t g = 0; g < m.num_groups(); ++g) {
+                int64_t sum = 0;
+                for (int64_t k = g * group; k < std::min<int64_t>(in, (g + 1) * group); ++k) {
+                  sum += (static_cast<int64_t>(xq[k]) - 128) * m.QuantAt(o, k);
+                }
+                want = std::fma(static_cast<float>(sum),
+                                xs[g] * BF16ToFloat(m.ScaleBitsAt(o, g * group)), want);
+              }
+              ASSERT_EQ(std::bit_cast<uint32_t>(y[r * ldy + o]), std::bit_cast<uint32_t>(want))
+                  << "out " << out << " in " << in << " rows " << rows << " bias " << with_bias
+                  << " at " << r << "," << o << ": " << y[r * ldy + o] << " vs " << want;
+            }
+            for (int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], -7.0f) << "padding";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Int8ActivationsTest, IsWithinTheActivationRoundingOfTheWeightOnlyProduct) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t out = 70, in = 3 * group + 7, rows = 9;
+  const std::vector<float> w = SpreadWeights(out, in, rng);
+  const PackedMatrix m = QuantizeA8(w, out, in, group);
+  std::vector<float> x(rows * in);
+  for (float& v : x) v = u(rng);
+  std::vector<float> y(rows * out);
+  MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa);
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      // |x - x_q * s| <= s / 2 per column, s = the group's max |x| / 127.
+      double ref = 0, bound = 1e-30;
+      for (int64_t g = 0; g * group < in; ++g) {
+        double absmax = 0;
+        for (int64_t k = g * group; k < std::min<int64_t>(in, (g + 1) * group); ++k) {
+          absmax = std::max(absmax, static_cast<double>(std::abs(x[r * in + k])));
+        }
+        for (int64_t k = g * group; k < std::min<int64_t>(in, (g + 1) * group); ++k) {
+          ref += static_cast<double>(x[r * in + k]) * m.At(o, k);
+          bound += 0.5 * absmax / 127.0 * std::abs(m.At(o, k)) * 1.001;
+        }
+      }
+      ASSERT_LE(std::abs(y[r * out + o] - ref), bound) << r << "," << o;
+      worst = std::max(worst, std::abs(y[r * out + o] - ref) / bound);
+    }
+  }
+  // The rounding errors of many columns partly cancel: the worst case bound is loose, but a
+  // product that ignored them (equal to the weight-only one) would give 0.
+  EXPECT_GT(worst, 0.0);
+}
+
+TEST_P(Int8ActivationsTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(24);
+  for (const int64_t in : {int64_t{1}, int64_t{group} + 5, int64_t{256}, int64_t{257},
+                           int64_t{1027}}) {
+    const int64_t out = 45;
+    const std::vector<float> w = SpreadWeights(out, in, rng);
+    ExpectOneRowBitsInEveryPassSize(QuantizeA8(w, out, in, group), isa,
+                                    static_cast<uint32_t>(in));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllKernels, Int8ActivationsTest,
     ::testing::Combine(::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
                        ::testing::Values(32, 64, 128)),
     [](const ::testing::TestParamInfo<std::tuple<Isa, int>>& info) {
