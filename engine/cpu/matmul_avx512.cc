@@ -441,10 +441,12 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
       const float* xs = a.xs + r * a.ldxs;
       float* y = a.y + r * a.ldy + o;
       switch (n) {
-        case 1: RowsI8A8<1>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid); break;
-        case 2: RowsI8A8<2>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid); break;
-        case 3: RowsI8A8<3>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid); break;
-        default: RowsI8A8<4>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid);
+#define DCF_ROWS(m) RowsI8A8<m>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid)
+        case 1: DCF_ROWS(1); break;
+        case 2: DCF_ROWS(2); break;
+        case 3: DCF_ROWS(3); break;
+        default: DCF_ROWS(4);
+#undef DCF_ROWS
       }
       r += n;
     }

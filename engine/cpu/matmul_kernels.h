@@ -29,7 +29,7 @@ enum WeightType : int {
 //   q     [ceil(len / 4)][32][4] int8: q[s][j][b] = W[32 p + j][g G + 4 s + b] (0 past `in`),
 //         the four columns of each output VNNI's vpdpbusd multiplies and adds into one lane
 //   scale [32] bf16, the group's weight scales
-//   qsum  [32] int16, sum over the group of q (<= 127 * 128 in magnitude), which turns the
+//   qsum  [32] int16, sum over the group of q (<= 128 * 128 in magnitude), which turns the
 //         sum of (x_q + 128) * q that vpdpbusd computes back into the sum of x_q * q
 // Arithmetic, the same in every kernel and for every row count (so all kernels give the same
 // bits, and a row's bits never depend on the batch): y = bias (or 0), then for each group in

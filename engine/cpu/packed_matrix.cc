@@ -18,8 +18,8 @@ namespace {
 constexpr int64_t kMinParallelMacs = int64_t{1} << 17;
 // Work items per thread of a parallel product.
 constexpr int64_t kChunksPerThread = 8;
-// Rows of x from which int8 x int8 products quantize them on the threads.
-constexpr int64_t kMinParallelQuantRows = 64;
+// Elements of x from which int8 x int8 products quantize them on the threads.
+constexpr int64_t kMinParallelQuantElements = int64_t{1} << 15;
 
 uint16_t NarrowBits(float v, DType dtype) {
   return dtype == DType::kBF16 ? FloatToBF16(v) : FloatToHalf(v);
@@ -173,7 +173,7 @@ PackedMatrix PackedMatrix::FromInt8Rows(const int8_t* q, const uint16_t* scales,
             }
             scale = scales[o * groups + g];
           }
-          const int16_t sum16 = static_cast<int16_t>(sum);  // |sum| <= 127 * 128
+          const int16_t sum16 = static_cast<int16_t>(sum);  // |sum| <= 128 * 128
           std::memcpy(block + steps * 128 + 2 * j, &scale, 2);
           std::memcpy(block + steps * 128 + 64 + 2 * j, &sum16, 2);
         }
@@ -259,8 +259,8 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   Isa level = SupportedIsa(isa);
   if (w.int8_activations()) {
     // Each row of x quantized once, before the threads split the panels (rows * in, small
-    // next to the product; a prefill's rows on the threads too); every kernel reads the
-    // same quantized rows.
+    // next to the product; many rows on the threads too); every kernel reads the same
+    // quantized rows.
     thread_local std::vector<uint8_t> xq;
     thread_local std::vector<float> xs;
     a.ldxq = RoundUpTo4(w.in());
@@ -271,7 +271,8 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     float* const qs = xs.data();
     const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
     const int group = w.int8_group();
-#pragma omp parallel for schedule(static) if (rows >= kMinParallelQuantRows && !omp_in_parallel())
+#pragma omp parallel for schedule(static) \
+    if (rows > 1 && rows * in >= kMinParallelQuantElements && !omp_in_parallel())
     for (int64_t r = 0; r < rows; ++r) {
       QuantizeActivationRowInt8(x + r * ldx, in, group, q + r * ldq, qs + r * ldqs);
     }

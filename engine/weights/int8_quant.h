@@ -30,6 +30,8 @@ void QuantizeRowInt8(const float* v, int64_t n, int group, int8_t* q, uint16_t* 
 //   scale = max |x| / 127 (fp32 division; 0 for an all-zero group)
 //   q     = clamp(round_half_even(x * (127 / max |x|)), -127, 127)  (0 when max |x| is 0,
 //           and where the product is NaN, e.g. an infinite x)
+//   A group holding a NaN gets a NaN scale (so the products it reaches are NaN, as in fp32);
+//   one holding an infinity gets an infinite one (inf * 0 is NaN there too).
 // Written as q + 128 (so u[k] in [1, 255], the unsigned operand of VNNI's u8 x s8
 // multiply-add) to u[RoundUpTo4(n)], padded with 128 (q = 0), and scales[Int8Groups(n, group)].
 inline int64_t RoundUpTo4(int64_t n) { return (n + 3) / 4 * 4; }

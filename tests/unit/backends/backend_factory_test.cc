@@ -25,6 +25,15 @@ TEST(BackendFactoryTest, ParsesNamesAndRefusesOthers) {
   }
   EXPECT_EQ(*ParseComputeDType("bf16"), DType::kBF16);
   EXPECT_EQ(ParseComputeDType("int8").status().code(), absl::StatusCode::kInvalidArgument);
+  for (ActivationQuant a : {ActivationQuant::kFloat32, ActivationQuant::kInt8}) {
+    auto parsed = ParseActivationQuant(ActivationQuantName(a));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, a);
+  }
+  EXPECT_EQ(*ParseActivationQuant("FP32"), ActivationQuant::kFloat32);
+  const absl::Status act = ParseActivationQuant("int4").status();
+  EXPECT_EQ(act.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(act.message().find("float32 or int8"), std::string::npos) << act.message();
 }
 
 TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {

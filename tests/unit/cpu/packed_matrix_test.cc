@@ -415,8 +415,12 @@ INSTANTIATE_TEST_SUITE_P(
 class Int8ActivationsTest : public ::testing::TestWithParam<std::tuple<Isa, int>> {
  protected:
   void SetUp() override {
-    if (SupportedIsa(std::get<0>(GetParam())) != std::get<0>(GetParam())) {
-      GTEST_SKIP() << "this CPU cannot run the " << IsaName(std::get<0>(GetParam())) << " kernel";
+    const Isa isa = std::get<0>(GetParam());
+    if (SupportedIsa(isa) != isa) {
+      GTEST_SKIP() << "this CPU cannot run the " << IsaName(isa) << " kernel";
+    }
+    if (isa == Isa::kAvx512 && !HasAvx512Vnni()) {
+      GTEST_SKIP() << "no AVX-512 VNNI: the avx512 case would run the avx2 kernel";
     }
   }
 };
@@ -568,6 +572,35 @@ TEST_P(Int8ActivationsTest, IsWithinTheActivationRoundingOfTheWeightOnlyProduct)
   // The rounding errors of many columns partly cancel: the worst case bound is loose, but a
   // product that ignored them (equal to the weight-only one) would give 0.
   EXPECT_GT(worst, 0.0);
+}
+
+// A NaN in x makes every output of its row NaN (as the fp32 product would), and only its
+// row's; also when the product runs inside an OpenMP parallel region (one thread each).
+TEST_P(Int8ActivationsTest, NaNReachesItsRowAndInsideParallelRegions) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(25);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t out = 40, in = 2 * group + 3, rows = 5;
+  const std::vector<float> w = SpreadWeights(out, in, rng);  // row 3 all zero
+  const PackedMatrix m = QuantizeA8(w, out, in, group);
+  std::vector<float> x(rows * in);
+  for (float& v : x) v = u(rng);
+  x[2 * in + group + 1] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> y(rows * out);
+  MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      ASSERT_EQ(std::isnan(y[r * out + o]), r == 2) << r << "," << o;
+    }
+  }
+  std::vector<float> z(rows * out);
+#pragma omp parallel for num_threads(2)
+  for (int64_t r = 0; r < rows; ++r) {
+    MatMul(&x[r * in], in, 1, m, nullptr, &z[r * out], out, isa);
+  }
+  for (int64_t i = 0; i < rows * out; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(z[i]), std::bit_cast<uint32_t>(y[i])) << i;
+  }
 }
 
 TEST_P(Int8ActivationsTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
