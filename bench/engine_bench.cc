@@ -52,6 +52,9 @@ ABSL_FLAG(int, spec_tokens, 0, "EngineOptions::spec_tokens (speculative decoding
 ABSL_FLAG(int, spec_ngram_min, 2, "EngineOptions::spec_ngram_min");
 ABSL_FLAG(int, spec_ngram_max, 4, "EngineOptions::spec_ngram_max");
 ABSL_FLAG(bool, spec_adaptive, true, "EngineOptions::spec_adaptive");
+ABSL_FLAG(int, spec_step_tokens, 0,
+          "EngineOptions::spec_step_tokens (drafts fill a step up to this many tokens; 0 = "
+          "measured by the backend)");
 ABSL_FLAG(int, copy_phrase, 0,
           "if > 0: each prompt is a random phrase of this many tokens repeated to its length (a "
           "copy-heavy workload for speculative decoding); 0: random tokens");
@@ -237,6 +240,7 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   o.spec_ngram_min = absl::GetFlag(FLAGS_spec_ngram_min);
   o.spec_ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
   o.spec_adaptive = absl::GetFlag(FLAGS_spec_adaptive);
+  o.spec_step_tokens = absl::GetFlag(FLAGS_spec_step_tokens);
   o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
   if (batched && absl::GetFlag(FLAGS_profile)) {
     rec->set_cpu(dynamic_cast<const CpuBackend*>(model->backend.get()));

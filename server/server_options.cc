@@ -41,6 +41,10 @@ ABSL_FLAG(int, spec_ngram_max, 4, "speculative decoding: longest suffix matched 
 ABSL_FLAG(int, spec_max_step_drafts, 0,
           "speculative decoding: drafted tokens verified per step, all sequences; 0 = 4 x "
           "--spec-tokens");
+ABSL_FLAG(int, spec_step_tokens, 0,
+          "speculative decoding: drafts fill a step only up to this many tokens (decodes and "
+          "prefill chunks included); 0 = measured at startup, the largest step the backend "
+          "still runs at the cost of reading its weights (cpu; no cap on cuda)");
 ABSL_FLAG(int, threads, 0,
           "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
           "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");
@@ -139,6 +143,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.spec_ngram_min = absl::GetFlag(FLAGS_spec_ngram_min);
   o.engine.spec_ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
   o.engine.spec_max_step_drafts = absl::GetFlag(FLAGS_spec_max_step_drafts);
+  o.engine.spec_step_tokens = absl::GetFlag(FLAGS_spec_step_tokens);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

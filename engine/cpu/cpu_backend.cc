@@ -3,14 +3,17 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <new>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/common/logging.h"
 #include "engine/common/memory_info.h"
 #include "engine/common/status_macros.h"
 #include "engine/cpu/cpu_isa.h"
@@ -18,6 +21,7 @@
 #include "engine/cpu/packed_matrix.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/cpu/dcmha.h"
+#include "engine/execution/memory_bound.h"
 #include "engine/execution/step_plan.h"
 
 namespace dcf {
@@ -66,6 +70,11 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig
   if (int8_activations && int8_group == 0) {
     return absl::InvalidArgumentError(
         "int8 activations need int8 matrices (an int8 weight group size or an int8 checkpoint)");
+  }
+  if (int8_activations && !cpu::HasAvx512Vnni()) {
+    DCF_LOG(Warning) << "int8 x int8 products: this CPU has no AVX-512 VNNI, so they run the "
+                        "portable kernel, one output at a time: likely slower than int8 "
+                        "weight-only (--activation-dtype float32)";
   }
   return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose,
                                                     int8_group, kv_cache_dtype,
@@ -181,6 +190,44 @@ absl::Status CpuBackend::AllocateCache(const KvCacheShape& shape) {
   }
   cache_shape_ = shape;
   return absl::OkStatus();
+}
+
+int CpuBackend::MeasureMemoryBoundTokens(int max_tokens) {
+  const int64_t E = config_.dim;
+  int64_t widest_in = E, widest_out = weights_.output.out();
+  for (const cpu::CpuLayerWeights& L : weights_.layers) {
+    for (const cpu::PackedMatrix* m : {&L.in_proj, &L.wo, &L.up, &L.w2}) {
+      widest_in = std::max(widest_in, m->in());
+      widest_out = std::max(widest_out, m->out());
+    }
+  }
+  // Bounded like a step: at most kMaxTried rows are ever timed (the rule stops earlier on
+  // any machine where the arithmetic shows).
+  constexpr int kMaxTried = 64;
+  const int most = std::min(max_tokens, kMaxTried);
+  std::vector<float> x(static_cast<size_t>(most * widest_in), 0.01f);
+  std::vector<float> y(static_cast<size_t>(most * widest_out));
+  const auto products = [&](int rows) {
+    for (const cpu::CpuLayerWeights& L : weights_.layers) {
+      for (const cpu::PackedMatrix* m : {&L.in_proj, &L.wo, &L.up, &L.w2}) {
+        if (!m->empty()) cpu::MatMul(x.data(), m->in(), rows, *m, nullptr, y.data(), m->out());
+      }
+    }
+    cpu::MatMul(x.data(), E, rows, weights_.output, nullptr, y.data(), weights_.output.out());
+  };
+  products(1);  // warm-up: pages, thread pool
+  return MemoryBoundTokens(
+      [&](int rows) {
+        double best = std::numeric_limits<double>::infinity();
+        for (int i = 0; i < 3; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          products(rows);
+          best = std::min(
+              best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return best;
+      },
+      most);
 }
 
 absl::Status CpuBackend::Launch(const StepBatch& batch) {

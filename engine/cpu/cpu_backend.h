@@ -54,6 +54,10 @@ class CpuBackend final : public Backend {
   absl::Status Wait(StepOutput* out) override;
   // Samples every marked row of a verifying sequence (step_batch.h): speculative decoding.
   bool VerifiesDrafts() const override { return true; }
+  // Times the step's matrix products (every layer's, and the output head: a verify step
+  // samples every row) for T rows, the best of 3 runs each, and applies MemoryBoundTokens
+  // to them. Attention and the vector work, which also grow with T, are left out.
+  int MeasureMemoryBoundTokens(int max_tokens) override;
 
   // Wall time per phase of the steps since the last ResetProfile (benchmarks).
   const cpu::CpuStepProfile& profile() const { return profile_; }

@@ -68,7 +68,7 @@ class EngineImpl {
         kv_(shape, options.prefix_caching),
         scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                    options.max_prefill_chunk_tokens, options.watermark,
-                                   options.spec_max_step_drafts},
+                                   options.spec_max_step_drafts, options.spec_step_tokens},
                    &kv_),
         blocks_per_seq_(limits.blocks_per_seq) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
@@ -88,6 +88,7 @@ class EngineImpl {
     stats_.loop_alive = true;
     stats_.prefix_caching = options.prefix_caching;
     stats_.spec_tokens = options.spec_tokens;
+    stats_.spec_step_tokens = options.spec_step_tokens;
     stats_.backend = backend_->info();
     stats_.last_progress = absl::Now();
   }
@@ -648,11 +649,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   if (options.spec_tokens < 0 || options.spec_tokens > kMaxSpecTokens ||
       options.spec_max_step_drafts < 0 ||
       options.spec_max_step_drafts > options.max_num_batched_tokens ||
+      options.spec_step_tokens < 0 || options.spec_step_tokens > options.max_num_batched_tokens ||
       options.spec_ngram_min < 1 || options.spec_ngram_max < options.spec_ngram_min ||
       options.spec_ngram_max > kMaxSpecNgram) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "spec_tokens must be in [0, ", kMaxSpecTokens, "], spec_max_step_drafts in [0, "
-        "max_num_batched_tokens], and 1 <= spec_ngram_min <= spec_ngram_max <= ",
+        "spec_tokens must be in [0, ", kMaxSpecTokens, "], spec_max_step_drafts and "
+        "spec_step_tokens in [0, max_num_batched_tokens], and 1 <= spec_ngram_min <= "
+        "spec_ngram_max <= ",
         kMaxSpecNgram));
   }
   // The speculation in effect: the options' draft length, capped where the window rule
@@ -672,6 +675,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
     resolved.spec_max_step_drafts = 4 * resolved.spec_tokens;
   }
   if (resolved.spec_tokens == 0) resolved.spec_max_step_drafts = 0;
+  // The step token budget of the drafts: given, else measured (0 = no cap).
+  std::string step_tokens_source = "given";
+  if (resolved.spec_tokens == 0) {
+    resolved.spec_step_tokens = 0;
+  } else if (resolved.spec_step_tokens == 0) {
+    resolved.spec_step_tokens = backend->MeasureMemoryBoundTokens(options.max_num_batched_tokens);
+    step_tokens_source = resolved.spec_step_tokens > 0 ? "measured" : "not measured";
+  }
   StepLimits limits;
   limits.max_tokens = options.max_num_batched_tokens;
   limits.max_draft_rows = resolved.spec_max_step_drafts;
@@ -738,8 +749,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
                 << shape.num_blocks[1] << " window blocks of " << shape.block_size
                 << " tokens; prefix caching " << (options.prefix_caching ? "on" : "off")
                 << "; speculative decoding "
-                << (resolved.spec_tokens > 0 ? absl::StrCat(resolved.spec_tokens, " tokens")
-                                             : std::string("off"));
+                << (resolved.spec_tokens > 0
+                        ? absl::StrCat(resolved.spec_tokens, " tokens, drafts while a step holds "
+                                       "at most ",
+                                       resolved.spec_step_tokens > 0
+                                           ? absl::StrCat(resolved.spec_step_tokens)
+                                           : std::string("any number of"),
+                                       " tokens (", step_tokens_source, ")")
+                        : std::string("off"));
   impl->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

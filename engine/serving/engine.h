@@ -57,6 +57,11 @@ struct EngineOptions {
   // Drafted tokens verified per step, all sequences together (0: 4 * spec_tokens). Steps
   // stay memory-bound while small; beyond this, drafts are left out.
   int spec_max_step_drafts = 0;
+  // Tokens a step may hold, decodes and prefill chunks included, for drafts to be added to
+  // it: drafts only fill a step up to here. 0: measured by the backend at Create
+  // (Backend::MeasureMemoryBoundTokens: the largest step still bound by reading the weights);
+  // no cap where the backend does not measure (cuda). Speculation off: unused.
+  int spec_step_tokens = 0;
   // Per sequence, shrink the draft after low acceptance and pause drafting for a while
   // after repeated misses (engine.cc, SpecFeedback); false: always draft spec_tokens (tests).
   bool spec_adaptive = true;
@@ -90,6 +95,9 @@ struct EngineStats {
   int64_t spec_drafted_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   int spec_tokens = 0;                 // the draft length in effect (0: off)
+  // The step token budget of the drafts in effect (EngineOptions::spec_step_tokens, given or
+  // measured; 0: no cap).
+  int spec_step_tokens = 0;
   int64_t prompt_tokens_computed = 0;  // prefill tokens run (recomputation included)
   bool healthy = true;                 // false once a backend step failed (fatal)
   std::string failure;                 // the failure's message when !healthy

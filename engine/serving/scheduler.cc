@@ -155,6 +155,9 @@ SchedulerOutput Scheduler::Schedule() {
 
   // 4: drafts, from what is left.
   int draft_budget = std::min(budget, config_.max_draft_tokens);
+  if (config_.max_draft_step_tokens > 0) {
+    draft_budget = std::min(draft_budget, config_.max_draft_step_tokens - out.num_tokens);
+  }
   for (ScheduledChunk& c : out.chunks) {
     if (draft_budget <= 0) break;
     Sequence* s = c.seq;

@@ -31,7 +31,8 @@
 //     prefill chunks or admissions, and never cause a preemption): when nothing was
 //     preempted, each decode chunk of a sequence with a draft (Sequence::draft), oldest first,
 //     grows by the longest prefix of its draft that the budget left, max_draft_tokens (the
-//     step's total) and the free blocks above the watermark allow. Its blocks past what
+//     step's total), max_draft_step_tokens (the step's tokens with the drafts, when set) and
+//     the free blocks above the watermark allow. Its blocks past what
 //     Commit keeps go back at Commit.
 //
 // After the model ran the step, Commit marks the chunks computed (window blocks out of the
@@ -59,6 +60,9 @@ struct SchedulerConfig {
   int max_prefill_chunk = 0;  // tokens per prefill chunk; 0 = up to the step budget
   double watermark = 0.01;    // fraction of each pool kept free when admitting
   int max_draft_tokens = 0;   // drafted tokens verified per step, all sequences; 0 = none
+  // > 0: drafts fill a step only up to this many tokens, everything scheduled before them
+  // included (the memory-bound budget, engine.h EngineOptions::spec_step_tokens); 0: no cap.
+  int max_draft_step_tokens = 0;
 };
 
 struct ScheduledChunk {

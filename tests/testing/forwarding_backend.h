@@ -28,6 +28,9 @@ class ForwardingBackend : public Backend {
   absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
   absl::Status health() const override { return inner_->health(); }
   bool VerifiesDrafts() const override { return inner_->VerifiesDrafts(); }
+  int MeasureMemoryBoundTokens(int max_tokens) override {
+    return inner_->MeasureMemoryBoundTokens(max_tokens);
+  }
 
  protected:
   Backend& inner() { return *inner_; }

@@ -158,6 +158,7 @@ EngineOptions SpecOptions(int block_size, bool prefix_caching, int spec_tokens) 
   o.prefix_caching = prefix_caching;
   o.kv_num_blocks = {256, 256};
   o.spec_tokens = spec_tokens;
+  o.spec_step_tokens = o.max_num_batched_tokens;  // not the measured budget: draft always
   o.spec_ngram_min = 1;      // draft as often as possible: rejections are the point
   o.spec_adaptive = false;   // likewise
   return o;
@@ -251,6 +252,40 @@ TEST_P(SpecDecodeGoldenTest, BitIdenticalWithSpeculationOnAndOff) {
   EXPECT_GT(on->Stats().spec_drafted_tokens, alone.spec_drafted_tokens);
   EXPECT_EQ(on->Stats().kv_blocks_used[0], 0);
   EXPECT_EQ(on->Stats().kv_blocks_used[1], 0);
+}
+
+// The step token budget of the drafts: a budget of one token (a step already holding a
+// decode) drafts nothing, and the output is unchanged; the CPU backend's measured budget is
+// within [1, what it was asked for], and used when none is given.
+TEST(SpecDecodeStepBudgetTest, DraftsOnlyFitTheStepTokenBudget) {
+  const std::string name = "dcformer-f32-long-prompt";
+  const testing::Golden g = testing::LoadGolden(name);
+  const std::string dir = testing::GoldenDir(name);
+  EngineOptions o = SpecOptions(16, false, 4);
+  o.spec_step_tokens = 1;
+  auto one = MakeEngine(dir, BackendKind::kCpu, o);
+  auto off = MakeEngine(dir, BackendKind::kCpu, SpecOptions(16, false, 0));
+  ASSERT_TRUE(one != nullptr && off != nullptr);
+  EXPECT_EQ(one->Stats().spec_step_tokens, 1);
+  for (const std::vector<int32_t>& prompt : Prompts(g, 3)) {
+    const GenerationRequest r = Request(prompt, 24, Kind::kGreedy, 5);
+    ExpectSameStream(RunToEnd(*off, r), RunToEnd(*one, r), "budget 1");
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_EQ(one->Stats().spec_drafted_tokens, 0);
+  o.spec_step_tokens = 0;  // measured
+  auto measured = MakeEngine(dir, BackendKind::kCpu, o);
+  ASSERT_TRUE(measured != nullptr);
+  EXPECT_GE(measured->Stats().spec_step_tokens, 1);
+  EXPECT_LE(measured->Stats().spec_step_tokens, o.max_num_batched_tokens);
+  BackendOptions cpu;
+  cpu.kind = BackendKind::kCpu;
+  auto m = LoadModel(dir, cpu);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->backend->MeasureMemoryBoundTokens(1), 1);
+  const int t = m->backend->MeasureMemoryBoundTokens(16);
+  EXPECT_GE(t, 1);
+  EXPECT_LE(t, 16);
 }
 
 std::vector<GoldenParam> GoldenParams() {
@@ -352,6 +387,7 @@ TEST_P(SpecDecodeStreamTest, UnderPreemptionMatchesSpeculationOff) {
     o.prefix_caching = cached;
     EngineOptions o_on = o;
     o_on.spec_tokens = 4;
+    o_on.spec_step_tokens = o.max_num_batched_tokens;
     auto off = MakeEngine(dir, backend, o);
     auto on = MakeEngine(dir, backend, o_on);
     ASSERT_TRUE(off != nullptr && on != nullptr);
@@ -396,6 +432,7 @@ TEST(SpecDecodeKjvTest, CopyingPassageWithStopStringsMatchesSpeculationOff) {
   o.spec_adaptive = false;
   EngineOptions o_on = o;
   o_on.spec_tokens = 5;
+  o_on.spec_step_tokens = o.max_num_batched_tokens;
   auto off = MakeEngine(dir, BackendKind::kCpu, o, tok->get());
   auto on = MakeEngine(dir, BackendKind::kCpu, o_on, tok->get());
   ASSERT_TRUE(off != nullptr && on != nullptr);

@@ -1,6 +1,7 @@
 // Scheduler tests without a model: a fake step "samples" a deterministic token per sequence.
 #include "engine/serving/scheduler.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -327,6 +328,31 @@ TEST(SchedulerPrefixTest, CachedButFreeBlocksCountAsFree) {
 namespace dcf {
 namespace {
 
+// The step token budget of the drafts (max_draft_step_tokens, the memory-bound budget):
+// three decoding sequences with 4-token drafts get drafts, oldest first, only until the step
+// holds that many tokens; 0 leaves only the other limits.
+TEST(SchedulerSpecTest, DraftsFillAStepOnlyUpToTheStepTokenBudget) {
+  for (const int step_tokens : {0, 1, 3, 4, 5, 9, 16}) {
+    SchedulerConfig config{4, 16, 0, 0.0, /*max_draft_tokens=*/12, step_tokens};
+    Harness h(Shape(64, 64, 8), config);
+    for (int i = 0; i < 3; ++i) h.Add(4, 30);
+    for (int i = 0; i < 10 && h.Step().num_prefill_tokens > 0; ++i) {
+    }
+    ASSERT_EQ(h.sched.running().size(), 3u);
+    for (Sequence* s : h.sched.running()) {
+      ASSERT_EQ(s->state, RequestState::kDecode);
+      s->draft.assign(4, 1);
+    }
+    const SchedulerOutput out = h.sched.Schedule();
+    const int want = step_tokens == 0 ? 12 : std::clamp(step_tokens - 3, 0, 12);
+    EXPECT_EQ(out.num_draft_tokens, want) << "budget " << step_tokens;
+    EXPECT_EQ(out.num_tokens, 3 + want) << "budget " << step_tokens;
+    ASSERT_EQ(out.chunks.size(), 3u);
+    EXPECT_EQ(out.chunks[0].num_draft, std::min(4, want)) << "oldest first";
+    h.sched.Commit(out, std::vector<int>(out.chunks.size(), 0));
+  }
+}
+
 // Speculative decoding's bookkeeping, randomized: decoding sequences carry drafts that are
 // partly right (FakeToken's future) and partly wrong; a fake verify accepts the right prefix
 // plus one sampled token. Every sequence must end with exactly the tokens plain decoding
@@ -339,7 +365,9 @@ TEST(SchedulerSpecTest, RandomDraftsKeepTokensAndBlocksExact) {
     for (int trial = 0; trial < 20; ++trial) {
       const int B = 1 + static_cast<int>(rng() % 6);
       KvCacheShape shape = Shape(40 + static_cast<int>(rng() % 80), 40, /*window=*/8, B);
-      SchedulerConfig config{4, 16, 0, 0.0, 1 + static_cast<int>(rng() % 10)};
+      // A step token budget above max_num_seqs (else some trials could never draft).
+      SchedulerConfig config{4, 16, 0, 0.0, 1 + static_cast<int>(rng() % 10),
+                             rng() % 3 == 0 ? 0 : 5 + static_cast<int>(rng() % 12)};
       Harness h(shape, config, cached);
       for (int i = 0; i < 6; ++i) h.Add(2 + static_cast<int>(rng() % 12), 4 + static_cast<int>(rng() % 20));
       int drafted = 0, accepted_total = 0;
@@ -358,6 +386,9 @@ TEST(SchedulerSpecTest, RandomDraftsKeepTokensAndBlocksExact) {
         SchedulerOutput out = h.sched.Schedule();
         ASSERT_LE(out.num_tokens, config.max_num_batched_tokens);
         ASSERT_LE(out.num_draft_tokens, config.max_draft_tokens);
+        if (out.num_draft_tokens > 0 && config.max_draft_step_tokens > 0) {
+          ASSERT_LE(out.num_tokens, config.max_draft_step_tokens);
+        }
         std::vector<int> accepted(out.chunks.size(), 0);
         for (size_t i = 0; i < out.chunks.size(); ++i) {
           const ScheduledChunk& c = out.chunks[i];
