@@ -50,6 +50,19 @@ DCF_AVX512_INLINE void ValidMasks(int valid, __mmask16* m0, __mmask16* m1) {
   *m1 = valid >= 32 ? 0xffff : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
 }
 
+// The masks of a panel's valid outputs, and MR rows' 32 outputs (two vectors each) set to
+// the bias (or 0): where Rows and RowsI8A8 start.
+template <int MR>
+DCF_AVX512_INLINE void StartRows(const float* bias, int valid, __mmask16* m0, __mmask16* m1,
+                                 __m512* y0, __m512* y1) {
+  ValidMasks(valid, m0, m1);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    y0[r] = bias != nullptr ? _mm512_maskz_loadu_ps(*m0, bias) : _mm512_setzero_ps();
+    y1[r] = bias != nullptr ? _mm512_maskz_loadu_ps(*m1, bias + 16) : _mm512_setzero_ps();
+  }
+}
+
 // The bf16 scales of one group (32 outputs) as two vectors of 16 floats.
 DCF_AVX512_INLINE void LoadScales(const uint16_t* s, __m512* s0, __m512* s1) {
   const __m512i sv = _mm512_loadu_si512(s);
@@ -193,13 +206,8 @@ DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
                      int64_t ldy, int valid) {
   constexpr int kNS = kRowChains / MR > 1 ? kRowChains / MR : 2;
   __mmask16 m0, m1;
-  ValidMasks(valid, &m0, &m1);
   __m512 y0[MR], y1[MR];
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) {
-    y0[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    y1[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-  }
+  StartRows<MR>(bias, valid, &m0, &m1, y0, y1);
   const int64_t sub = SubBlock<WT>(group);
   int64_t k0 = 0;
   for (; k0 + kNS * sub <= in; k0 += kNS * sub) {
@@ -385,13 +393,8 @@ DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t
                        float* y, int64_t ldy, int valid) {
   constexpr int kNC = MR == 1 ? 4 : MR == 2 ? 2 : 1;
   __mmask16 m0, m1;
-  ValidMasks(valid, &m0, &m1);
   __m512 y0[MR], y1[MR];
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) {
-    y0[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    y1[r] = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-  }
+  StartRows<MR>(bias, valid, &m0, &m1, y0, y1);
   const uint8_t* block = panel;
   for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
     const int64_t len = in - k0 < group ? in - k0 : group;

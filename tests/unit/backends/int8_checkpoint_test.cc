@@ -36,6 +36,15 @@ std::vector<float> Logits(Backend* backend) {
   return logits;
 }
 
+// Both backends' Logits, bit for bit; a's in `logits`.
+void ExpectSameLogits(Backend* a, Backend* b, std::vector<float>* logits) {
+  *logits = Logits(a);
+  const std::vector<float> other = Logits(b);
+  ASSERT_EQ(logits->size(), other.size());
+  ASSERT_FALSE(logits->empty());
+  EXPECT_EQ(0, std::memcmp(logits->data(), other.data(), other.size() * sizeof(float)));
+}
+
 // Every tensor of a checkpoint file, as stored.
 struct StoredFile {
   std::vector<StoredTensor> tensors;
@@ -104,10 +113,8 @@ TEST_F(Int8CheckpointTest, LoadsToTheSameLogitsAsQuantizingAtLoad) {
   options.weight_group_size = 64;
   auto at_load = LoadModel(kModelDir, options);
   ASSERT_TRUE(at_load.ok()) << at_load.status();
-  const std::vector<float> a = Logits(offline->backend.get()), b = Logits(at_load->backend.get());
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  std::vector<float> a;
+  ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(offline->backend.get(), at_load->backend.get(), &a));
   // And quantization did something: the bf16 model's logits differ.
   options.weight_quant = WeightQuant::kNone;
   auto plain = LoadModel(kModelDir, options);
@@ -137,10 +144,8 @@ TEST_F(Int8CheckpointTest, Int8ActivationsLoadFromEitherAndNeedInt8Matrices) {
   options.weight_group_size = 64;
   auto at_load = LoadModel(kModelDir, options);
   ASSERT_TRUE(at_load.ok()) << at_load.status();
-  const std::vector<float> a = Logits(offline->backend.get()), b = Logits(at_load->backend.get());
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  std::vector<float> a;
+  ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(offline->backend.get(), at_load->backend.get(), &a));
   options.activation_quant = ActivationQuant::kFloat32;
   auto weight_only = LoadModel(kModelDir, options);
   ASSERT_TRUE(weight_only.ok());
