@@ -92,8 +92,8 @@ class Backend {
   // Tokens a step may hold (<= max_tokens) while it stays bound by reading the weights,
   // measured now on this backend's weights and hardware with MemoryBoundTokens
   // (memory_bound.h); speculative decoding drafts only up to it. 0: not measured (the
-  // engine then drafts up to its other limits). Takes up to about a second (it runs the
-  // step's weight-reading work a few times); call it outside any step.
+  // engine then drafts up to its other limits). Costs a few times the step work of each
+  // size it tries (it stops at the first size past the budget); call it outside any step.
   virtual int MeasureMemoryBoundTokens(int max_tokens) { return 0; }
 
   // OK while the backend can run steps; the sticky failure once it cannot.
