@@ -3,7 +3,8 @@
 // read bandwidth measured in the same run (so the weight GB/s of a decode-sized product can
 // be read as a fraction of the roofline).
 //
-//   dcformer-matmul-bench [--dim 1024 --ffn 2816 --vocab 50257 --rows 1,8,32 --dtypes f32,f16,bf16,int8,int8a8]
+//   dcformer-matmul-bench [--dim 1024 --ffn 2816 --vocab 50257 --rows 1,8,32]
+//       [--dtypes f32,f16,bf16,int8,int8a8]
 //
 // Each case cycles through enough copies of the matrix to exceed the last-level cache (so
 // weights come from memory, as in a decode step), runs for at least --min_seconds and
@@ -148,7 +149,7 @@ int Main() {
       for (int c = 0; c < copies; ++c) {
         m.push_back(d == DType::kI8
                         ? cpu::PackedMatrix::QuantizeInt8(
-                              {{w.data(), DType::kF32, sh.out, false, sh.in}}, sh.in, group, a8)
+                              {{w.data(), DType::kF32, sh.out, false, sh.in}}, sh.in, {group, a8})
                         : cpu::PackedMatrix::FromRows(w.data(), DType::kF32, sh.out, sh.in, d));
       }
       for (cpu::Isa isa : isas) {
@@ -185,9 +186,13 @@ int Main() {
 int main(int argc, char** argv) {
   std::vector<std::string> arg_storage;
   const std::vector<char*> rest = dcf::ParseToolCommandLine(
-      argc, argv, "times the CPU matmul kernels on a model's weight shapes\n  dcformer-matmul-bench [--dim E] [--ffn F] [--rows 1,8,32] [--dtypes f32,f16,bf16] ...", arg_storage);
+      argc, argv,
+      "times the CPU matmul kernels on a model's weight shapes\n"
+      "  dcformer-matmul-bench [--dim E] [--ffn F] [--rows 1,8,32] [--dtypes f32,f16,bf16] ...",
+      arg_storage);
   if (rest.size() > 1) {
-    std::fprintf(stderr, "dcformer-matmul-bench: unexpected argument '%s' (--help lists the flags)\n",
+    std::fprintf(stderr,
+                 "dcformer-matmul-bench: unexpected argument '%s' (--help lists the flags)\n",
                  rest[1]);
     return 2;
   }

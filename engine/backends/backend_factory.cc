@@ -192,12 +192,12 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
   reader.reset();  // unmaps the files before the backend allocates anything
   DCF_LOG(Debug) << "loaded " << weights.NumParameters() << " parameters from " << dir;
   if (kind == BackendKind::kCpu) {
-    const int int8_group =
-        options.weight_quant == WeightQuant::kInt8 ? options.weight_group_size : 0;
-    ASSIGN_OR_RETURN(m.backend,
-                     CpuBackend::Create(m.config, std::move(weights), options.compose, int8_group,
-                                        options.kv_cache_dtype.value_or(DType::kF32),
-                                        options.activation_quant == ActivationQuant::kInt8));
+    CpuBackendOptions cpu;
+    cpu.compose = options.compose;
+    cpu.int8.group = options.weight_quant == WeightQuant::kInt8 ? options.weight_group_size : 0;
+    cpu.int8.activations = options.activation_quant == ActivationQuant::kInt8;
+    cpu.kv_cache_dtype = options.kv_cache_dtype.value_or(DType::kF32);
+    ASSIGN_OR_RETURN(m.backend, CpuBackend::Create(m.config, std::move(weights), cpu));
     return m;
   }
 #if defined(DCF_HAVE_CUDA_SIM_BACKEND)

@@ -30,7 +30,7 @@ ABSL_FLAG(int32_t, weight_group_size, dcf::kDefaultWeightGroupSize,
           "input columns per scale of --weight-dtype int8: 32, 64 or 128");
 
 ABSL_FLAG(std::string, activation_dtype, "float32",
-          "float32, or int8: the int8 matrices (--weight-dtype int8, or an int8 checkpoint) "
+          "float32 (also f32, fp32), or int8: the int8 matrices (--weight-dtype int8, or an int8 checkpoint) "
           "also quantize their inputs per row and weight group and multiply int8 x int8 "
           "(AVX-512 VNNI where the CPU has it; docs/QUANTIZATION.md); cpu only");
 
@@ -53,9 +53,11 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--weight-dtype: ", quant.status().message()));
   }
   o.weight_quant = *quant;
-  absl::StatusOr<ActivationQuant> act = ParseActivationQuant(absl::GetFlag(FLAGS_activation_dtype));
+  absl::StatusOr<ActivationQuant> act =
+      ParseActivationQuant(absl::GetFlag(FLAGS_activation_dtype));
   if (!act.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--activation-dtype: ", act.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--activation-dtype: ", act.status().message()));
   }
   o.activation_quant = *act;
   o.weight_group_size = absl::GetFlag(FLAGS_weight_group_size);

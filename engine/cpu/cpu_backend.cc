@@ -46,48 +46,44 @@ void HeadRmsNorm(float* x, const float* scale, int hd) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
-                                                               ModelWeights weights,
-                                                               bool compose,
-                                                               int int8_group,
-                                                               DType kv_cache_dtype,
-                                                               bool int8_activations) {
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
+    const ModelConfig& config, ModelWeights weights, const CpuBackendOptions& options) {
   if (config.n_head > 256) {
     return absl::InvalidArgumentError("n_head > 256 is not supported by the CPU backend");
   }
-  if (int8_group != 0 && !cpu::PackedMatrix::ValidInt8GroupSize(int8_group)) {
+  CpuBackendOptions o = options;
+  const int asked = o.int8.group;
+  if (asked != 0 && !cpu::PackedMatrix::ValidInt8GroupSize(asked)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("int8 weight group size ", int8_group, " (choose 32, 64 or 128)"));
+        absl::StrCat("int8 weight group size ", asked, " (choose 32, 64 or 128)"));
   }
   if (config.int8_group_size > 0) {  // an int8 checkpoint: its group size, whatever asked
-    if (int8_group != 0 && int8_group != config.int8_group_size) {
+    if (asked != 0 && asked != config.int8_group_size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "int8 weight group size ", int8_group, " asked, but the checkpoint is quantized in "
+          "int8 weight group size ", asked, " asked, but the checkpoint is quantized in "
           "groups of ", config.int8_group_size, " (config.json quantization_config)"));
     }
-    int8_group = config.int8_group_size;
+    o.int8.group = config.int8_group_size;
   }
-  if (int8_activations && int8_group == 0) {
+  if (o.int8.activations && !o.int8.enabled()) {
     return absl::InvalidArgumentError(
         "int8 activations need int8 matrices (an int8 weight group size or an int8 checkpoint)");
   }
-  if (int8_activations && !cpu::HasAvx512Vnni()) {
+  if (o.int8.activations && !cpu::HasAvx512Vnni()) {
     DCF_LOG(Warning) << "int8 x int8 products: this CPU has no AVX-512 VNNI, so they run the "
                         "portable kernel, one output at a time: likely slower than int8 "
                         "weight-only (--activation-dtype float32)";
   }
-  return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), compose,
-                                                    int8_group, kv_cache_dtype,
-                                                    int8_activations));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), o));
 }
 
-CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose,
-                       int int8_group, DType kv_cache_dtype, bool int8_activations)
+CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights,
+                       const CpuBackendOptions& options)
     : config_(config),
-      weights_(cpu::PackWeights(config, std::move(weights), int8_group, int8_activations)),
+      weights_(cpu::PackWeights(config, std::move(weights), options.int8)),
       layout_(config),
-      compose_(compose),
-      kv_dtype_(kv_cache_dtype) {
+      compose_(options.compose),
+      kv_dtype_(options.kv_cache_dtype) {
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -97,8 +93,8 @@ BackendInfo CpuBackend::info() const {
   BackendInfo info;
   info.name = "cpu";
   info.dtype = weights_.matrix_dtype;
-  info.int8_weight_group = weights_.int8_group;
-  info.int8_activations = weights_.int8_activations;
+  info.int8_weight_group = weights_.int8.group;
+  info.int8_activations = weights_.int8.activations;
   info.kv_cache_dtype = kv_dtype_;
   // The CPU model, as /proc/cpuinfo names it, and the threads OpenMP will use.
   std::ifstream in("/proc/cpuinfo");
@@ -136,6 +132,10 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     s_.up.reserve(T * 2 * F);
     s_.act.reserve(T * F);
     s_.logits.reserve(rows * config_.vocab_size);
+    // int8 x int8: every product's quantized x (the widest input is E or F columns).
+    if (weights_.int8.activations) {
+      s_.quant.Reserve(std::max<int64_t>(T, rows), std::max(E, F), weights_.int8.group);
+    }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("cannot allocate the CPU backend's step workspace");
   }
@@ -210,10 +210,14 @@ int CpuBackend::MeasureMemoryBoundTokens(int max_tokens) {
   const auto products = [&](int rows) {
     for (const cpu::CpuLayerWeights& L : weights_.layers) {
       for (const cpu::PackedMatrix* m : {&L.in_proj, &L.wo, &L.up, &L.w2}) {
-        if (!m->empty()) cpu::MatMul(x.data(), m->in(), rows, *m, nullptr, y.data(), m->out());
+        if (!m->empty()) {
+          cpu::MatMul(x.data(), m->in(), rows, *m, nullptr, y.data(), m->out(), cpu::ActiveIsa(),
+                      &s_.quant);
+        }
       }
     }
-    cpu::MatMul(x.data(), E, rows, weights_.output, nullptr, y.data(), weights_.output.out());
+    cpu::MatMul(x.data(), E, rows, weights_.output, nullptr, y.data(), weights_.output.out(),
+                cpu::ActiveIsa(), &s_.quant);
   };
   products(1);  // warm-up: pages, thread pool
   return MemoryBoundTokens(
@@ -392,7 +396,8 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
   }
   norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
   s.logits.resize(R * V);
-  cpu::MatMul(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
+  cpu::MatMul(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V, cpu::ActiveIsa(),
+              &s.quant);
   timer.Next(P::kLogits);
 }
 
@@ -411,7 +416,8 @@ void CpuBackend::AttentionLayer(int layer) {
   const int row = layout_.row_floats();
 
   // One product for q, k, v and the dynamic-weight projections of every token.
-  cpu::MatMul(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld);
+  cpu::MatMul(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld,
+              cpu::ActiveIsa(), &s.quant);
   timer.Next(P::kInProj);
 
   // Per token: the dynamic weights (gelu, the qkw products, tanh, W1 normalised over
@@ -500,7 +506,8 @@ void CpuBackend::AttentionLayer(int layer) {
   profile_.seconds[P::kCacheWrite] += times.cache_write;
   profile_.seconds[P::kAttention] += times.attention;
   timer = cpu::PhaseTimer(&profile_);
-  cpu::MatMul(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
+  cpu::MatMul(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E, cpu::ActiveIsa(),
+              &s.quant);
   timer.Next(P::kOutProj);
 }
 
@@ -512,7 +519,7 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
   const int64_t up = L.up.out();  // 2F: [w1 h | w3 h] per token (dcformer), or F
-  cpu::MatMul(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up);
+  cpu::MatMul(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up, cpu::ActiveIsa(), &s.quant);
   timer.Next(P::kFfnMatMul);
   const bool pythia = config_.architecture == Architecture::kDcPythia;
 #pragma omp parallel for schedule(static) if (T * F >= kMinParallelElements)
@@ -526,7 +533,8 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
     }
   }
   timer.Next(P::kFfnAct);
-  cpu::MatMul(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
+  cpu::MatMul(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E, cpu::ActiveIsa(),
+              &s.quant);
   timer.Next(P::kFfnMatMul);
 }
 

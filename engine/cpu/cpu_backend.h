@@ -20,27 +20,35 @@
 #include "engine/execution/step_plan.h"
 #include "engine/model/model_weights.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/weights/int8_quant.h"
 
 namespace dcf {
+
+// How CpuBackend::Create builds the backend (the defaults serve a checkpoint as it is).
+struct CpuBackendOptions {
+  // false skips the DCMHA compose (plain multi-head attention): for benchmarks that price
+  // DCMHA, never for serving a DCFormer.
+  bool compose = true;
+  // int8.group > 0 quantizes the matrices to int8 in groups of that many columns
+  // (cpu::PackWeights; 32, 64 or 128, else InvalidArgument). An int8 checkpoint
+  // (config.int8_group_size > 0) always gives int8 matrices; a different group is
+  // InvalidArgument. int8.activations (with int8 matrices only, else InvalidArgument): their
+  // products quantize the activations too (cpu::PackedMatrix::QuantizeInt8, int8 x int8).
+  Int8Matrices int8;
+  // The dtype of the cache's elements (F32, BF16 or F16): with a 16-bit one every fresh row
+  // is rounded (to nearest even) once, before the step uses it, cached or not, so results
+  // never depend on chunking, batching or a prefix hit.
+  DType kv_cache_dtype = DType::kF32;
+};
 
 class CpuBackend final : public Backend {
  public:
   // Takes ownership of the weights and packs them for its kernels: matrices keep their dtype
-  // (convert before calling to change it), vectors become fp32. InvalidArgument when the
-  // config exceeds what the kernels support (n_head > 256). `compose` false skips the DCMHA
-  // compose (plain multi-head attention): for benchmarks that price DCMHA, never for
-  // serving a DCFormer.
-  // `int8_group` > 0 quantizes the matrices to int8 in groups of that many columns
-  // (cpu::PackWeights; 32, 64 or 128, else InvalidArgument). An int8 checkpoint
-  // (config.int8_group_size > 0) always gives int8 matrices; a different `int8_group` is
-  // InvalidArgument. `kv_cache_dtype` is the dtype of the cache's elements (F32, BF16 or
-  // F16): with a 16-bit one every fresh row is rounded (to nearest even) once, before the step
-  // uses it, cached or not, so results never depend on chunking, batching or a prefix hit.
-  // `int8_activations` (with int8 matrices only, else InvalidArgument): their products
-  // quantize the activations too (cpu::PackedMatrix::QuantizeInt8, int8 x int8).
+  // (convert before calling to change it) unless `options` quantizes them, vectors become
+  // fp32. InvalidArgument when the config exceeds what the kernels support (n_head > 256) or
+  // `options` is invalid for it (above).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
-      const ModelConfig& config, ModelWeights weights, bool compose = true, int int8_group = 0,
-      DType kv_cache_dtype = DType::kF32, bool int8_activations = false);
+      const ModelConfig& config, ModelWeights weights, const CpuBackendOptions& options = {});
 
   const ModelConfig& config() const override { return config_; }
   BackendInfo info() const override;
@@ -71,8 +79,7 @@ class CpuBackend final : public Backend {
   double MatMulFlopsPerToken() const;
 
  private:
-  CpuBackend(const ModelConfig& config, ModelWeights weights, bool compose, int int8_group,
-             DType kv_cache_dtype, bool int8_activations);
+  CpuBackend(const ModelConfig& config, ModelWeights weights, const CpuBackendOptions& options);
 
   // The new tokens of one sequence of the batch and its block tables.
   struct SeqView {
@@ -124,6 +131,7 @@ class CpuBackend final : public Backend {
     std::vector<float> act;                    // [T, F]
     std::vector<float> rope_cos, rope_sin;     // [T, r/2]
     std::vector<float> logits;                 // [rows, V]
+    cpu::MatMulScratch quant;                  // int8 x int8: the products' quantized x
   } s_;
 };
 

@@ -17,26 +17,19 @@ PackedMatrix::Source Matrix(const Tensor& t, const Tensor& scales, int64_t out, 
   return s;
 }
 
-// How the layer matrices are stored: int8_group > 0 quantizes them to int8 (and lays them out
-// for int8 x int8 products with `activations`), else they keep their common dtype.
-struct Quant {
-  int int8_group = 0;
-  bool activations = false;
-};
-
-PackedMatrix Pack(const std::vector<PackedMatrix::Source>& sources, int64_t in, Quant quant) {
-  if (quant.int8_group > 0) {
-    return PackedMatrix::QuantizeInt8(sources, in, quant.int8_group, quant.activations);
-  }
+// int8 matrices as `int8` says, else the sources' common dtype.
+PackedMatrix Pack(const std::vector<PackedMatrix::Source>& sources, int64_t in,
+                  Int8Matrices int8) {
+  if (int8.enabled()) return PackedMatrix::QuantizeInt8(sources, in, int8);
   return PackedMatrix::Concat(sources, in, PackedMatrix::CommonDType(sources));
 }
 
 // Linear weight [out, in] (shape from the tensor), then the tensor is released.
 // `scales`: those of an I8 tensor (an int8 checkpoint), else empty.
-PackedMatrix Rows(Tensor& t, Tensor& scales, Quant quant) {
+PackedMatrix Rows(Tensor& t, Tensor& scales, Int8Matrices int8) {
   if (t.empty()) return PackedMatrix();
   const int64_t out = t.shape()[0], in = t.numel() / out;
-  PackedMatrix m = Pack({Matrix(t, scales, out, in)}, in, quant);
+  PackedMatrix m = Pack({Matrix(t, scales, out, in)}, in, int8);
   t = Tensor();
   scales = Tensor();
   return m;
@@ -51,9 +44,8 @@ size_t Bytes(const Tensor& t) { return t.nbytes(); }
 
 }  // namespace
 
-CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group,
-                       bool int8_activations) {
-  const Quant quant{int8_group, int8_group > 0 && int8_activations};
+CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, Int8Matrices int8) {
+  if (!int8.enabled()) int8.activations = false;
   const int64_t E = config.dim, N = config.n_head, K = config.dynamic_hidden();
   const int64_t F = config.intermediate_size;
   const int64_t W2I = 2 * kI * N;
@@ -61,10 +53,9 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group
   out.tok_embeddings = std::move(w.tok_embeddings);
   out.norm_w = F32(w.norm_w);
   out.norm_b = F32(w.norm_b);
-  out.int8_group = int8_group;
-  out.int8_activations = quant.activations;
-  out.matrix_dtype = int8_group > 0 ? out.tok_embeddings.dtype() : w.output.dtype();
-  out.output = Rows(w.output, w.output_s, quant);
+  out.int8 = int8;
+  out.matrix_dtype = int8.enabled() ? out.tok_embeddings.dtype() : w.output.dtype();
+  out.output = Rows(w.output, w.output_s, int8);
   out.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& s = w.layers[l];
@@ -73,7 +64,7 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group
     const std::vector<Source> in_proj = {Matrix(s.wqkv_w, s.wqkv_s, 3 * E, E),
                                          {s.dw1.data(), s.dw1.dtype(), C * K, true, C * K},
                                          {s.dd.data(), s.dd.dtype(), C * N, true, C * N}};
-    d.in_proj = Pack(in_proj, E, quant);
+    d.in_proj = Pack(in_proj, E, int8);
     if (!s.wqkv_b.empty()) {
       d.in_proj_b = Tensor(DType::kF32, {FusedInputWidth(config)});
       float* b = d.in_proj_b.f32();
@@ -84,7 +75,7 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group
     s.wqkv_s = Tensor();
     s.dw1 = Tensor();
     s.dd = Tensor();
-    d.wo = Rows(s.wo_w, s.wo_s, quant);
+    d.wo = Rows(s.wo_w, s.wo_s, int8);
     const size_t branch_bytes = static_cast<size_t>(K * W2I) * DTypeSize(s.qkw.dtype());
     for (int c = 0; c < C; ++c) {
       d.qkw[c] = PackedMatrix::FromColumns(static_cast<const uint8_t*>(s.qkw.data()) +
@@ -93,17 +84,17 @@ CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group
     }
     s.qkw = Tensor();
     if (s.w3_w.empty()) {
-      d.up = Rows(s.w1_w, s.w1_s, quant);
+      d.up = Rows(s.w1_w, s.w1_s, int8);
     } else {
       const std::vector<Source> up = {Matrix(s.w1_w, s.w1_s, F, E), Matrix(s.w3_w, s.w3_s, F, E)};
-      d.up = Pack(up, E, quant);
+      d.up = Pack(up, E, int8);
       s.w1_w = Tensor();
       s.w3_w = Tensor();
       s.w1_s = Tensor();
       s.w3_s = Tensor();
     }
-    d.w2 = Rows(s.w2_w, s.w2_s, quant);
-    if (l == 0 && int8_group == 0) out.matrix_dtype = d.in_proj.dtype();
+    d.w2 = Rows(s.w2_w, s.w2_s, int8);
+    if (l == 0 && !int8.enabled()) out.matrix_dtype = d.in_proj.dtype();
     d.attention_norm_w = F32(s.attention_norm_w);
     d.attention_norm_b = F32(s.attention_norm_b);
     d.ffn_norm_w = F32(s.ffn_norm_w);

@@ -43,24 +43,24 @@ struct CpuWeights {
   PackedMatrix output;    // [V, E]
   // dtype of the layer matrices (layer 0's in_proj); with int8 matrices the checkpoint's.
   DType matrix_dtype = DType::kF32;
-  int int8_group = 0;  // > 0: every matrix but qkw is int8 with this group size
-  bool int8_activations = false;  // and their products are int8 x int8
+  // int8.group > 0: every matrix but qkw is int8 in groups of that many columns (and with
+  // int8.activations their products are int8 x int8).
+  Int8Matrices int8;
 
   // Bytes of the weights one decode step reads: every matrix and vector, one embedding row.
   size_t BytesReadPerToken() const;
 };
 
 // Packs `w` (consumed tensor by tensor, so peak memory stays near one copy) for `config`.
-// Matrices keep their dtype, or with `int8_group` > 0 (32, 64 or 128) are quantized to int8
-// weight-only in groups of that many columns (PackedMatrix::QuantizeInt8), except the small
-// compose matrices qkw (under 1% of the bytes, and DCMHA's composition is the part of the
-// model most sensitive to its weights); vectors are converted to fp32. The I8 matrices of an
-// int8 checkpoint (config.int8_group_size, which `int8_group` must then equal) are copied
-// with their scales, the rest quantized as above: the same matrices as quantizing the float
-// checkpoint it was made from. `int8_activations` lays the int8 matrices out for int8 x int8
-// products (their activations quantized too); ignored without `int8_group`.
-CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, int int8_group = 0,
-                       bool int8_activations = false);
+// Matrices keep their dtype, or with int8.group > 0 (32, 64 or 128) are quantized to int8
+// in groups of that many columns (PackedMatrix::QuantizeInt8), except the small compose
+// matrices qkw (under 1% of the bytes, and DCMHA's composition is the part of the model most
+// sensitive to its weights); vectors are converted to fp32. The I8 matrices of an int8
+// checkpoint (config.int8_group_size, which int8.group must then equal) are copied with their
+// scales, the rest quantized as above: the same matrices as quantizing the float checkpoint
+// it was made from. int8.activations lays the int8 matrices out for int8 x int8 products
+// (their activations quantized too); ignored without a group.
+CpuWeights PackWeights(const ModelConfig& config, ModelWeights w, Int8Matrices int8 = {});
 
 // Writes row `token` of the embedding table as fp32 to out[E].
 void EmbeddingRow(const Tensor& table, int64_t token, float* out);

@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/matmul_kernels.h"
 
 #define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
@@ -32,7 +33,8 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
     // Widened without the scale (Block multiplies by it): exact integers. Two 16-byte loads
     // fold into vpmovsxbd's memory operand (no lane extract).
     const int8_t* p = static_cast<const int8_t*>(panel) + k * kPanel;
-    *w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    *w0 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     *w1 = _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
   } else {
@@ -40,7 +42,8 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
     const uint16_t* p = static_cast<const uint16_t*>(panel) + k * kPanel;
     const __m512i v = _mm512_loadu_si512(p);
     *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    *w1 = _mm512_castsi512_ps(
+        _mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
 }
 
@@ -250,9 +253,8 @@ template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  const int64_t groups = WT == kWeightI8 ? (a.in + a.group - 1) / a.group : 0;
   // Bytes of a panel; int8 ones end with their scales [groups, 32] bf16.
-  const int64_t panel_bytes = kPanel * (a.in * elem + 2 * groups);
+  const int64_t panel_bytes = PanelBytes(static_cast<WeightType>(WT), a.in, a.group);
   // Columns [k0, ...) of panel p, and (int8) their scales from k0's group on.
   const auto panel_at = [&](int64_t p, int64_t k0) -> const void* {
     return w + p * panel_bytes + k0 * kPanel * elem;
@@ -398,13 +400,12 @@ DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t
   const uint8_t* block = panel;
   for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
     const int64_t len = in - k0 < group ? in - k0 : group;
-    const int64_t steps = (len + 3) / 4;
     __m512i s0[MR], s1[MR];
-    GroupSums<MR, kNC>(xq + k0, ldxq, reinterpret_cast<const int8_t*>(block), steps, s0, s1);
-    const uint8_t* tail = block + steps * 128;
+    GroupSums<MR, kNC>(xq + k0, ldxq, reinterpret_cast<const int8_t*>(block), I8A8Steps(len),
+                       s0, s1);
     __m512 sc0, sc1;
-    LoadScales(reinterpret_cast<const uint16_t*>(tail), &sc0, &sc1);
-    const __m512i qsum = _mm512_loadu_si512(tail + 64);
+    LoadScales(reinterpret_cast<const uint16_t*>(block + I8A8ScalesOffset(len)), &sc0, &sc1);
+    const __m512i qsum = _mm512_loadu_si512(block + I8A8SumsOffset(len));
     const __m512i c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(qsum)), 7);
     const __m512i c1 =
         _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(qsum, 1)), 7);
@@ -425,10 +426,11 @@ DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t
   }
 }
 
-// Every panel, rows in passes of at most 4 (the remainder split evenly); a panel (in + its
-// scales) is read from memory once and from cache by the later passes.
+// Every panel, rows in passes of at most kI8A8RowsPerPass (the remainder split evenly); a
+// panel (its q, scales and sums) is read from memory once and from cache by later passes.
 DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
-  constexpr int kMaxRows = 4;
+  constexpr int kMaxRows = kI8A8RowsPerPass;
+  static_assert(kMaxRows == 4, "the switch below has cases for 1-4 rows");
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const int64_t panel_bytes = I8A8PanelBytes(a.in, a.group);
   for (int64_t p = p0; p < p1; ++p) {
@@ -444,7 +446,8 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
       const float* xs = a.xs + r * a.ldxs;
       float* y = a.y + r * a.ldy + o;
       switch (n) {
-#define DCF_ROWS(m) RowsI8A8<m>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid)
+#define DCF_ROWS(m) \
+  RowsI8A8<m>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid)
         case 1: DCF_ROWS(1); break;
         case 2: DCF_ROWS(2); break;
         case 3: DCF_ROWS(3); break;
@@ -464,7 +467,14 @@ DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t pa
     case kWeightF16: Panels<kWeightF16>(a, panel_begin, panel_end); break;
     case kWeightBF16: Panels<kWeightBF16>(a, panel_begin, panel_end); break;
     case kWeightI8: Panels<kWeightI8>(a, panel_begin, panel_end); break;
-    case kWeightI8A8: PanelsI8A8(a, panel_begin, panel_end); break;
+    case kWeightI8A8:
+      // Called directly on a CPU without VNNI (MatMul never does), the same bits from AVX2.
+      if (HasAvx512Vnni()) {
+        PanelsI8A8(a, panel_begin, panel_end);
+      } else {
+        PanelsAvx2(a, panel_begin, panel_end);
+      }
+      break;
     default: break;
   }
 }

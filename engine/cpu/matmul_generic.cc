@@ -60,7 +60,8 @@ struct WidenI8 {
         reinterpret_cast<const uint16_t*>(static_cast<const int8_t*>(panel) + in * kPanel) +
         (k / group) * kPanel;
     for (int j = 0; j < kPanel; ++j) {
-      w[j] = static_cast<float>(q[j]) * __builtin_bit_cast(float, static_cast<uint32_t>(s[j]) << 16);
+      const float scale = __builtin_bit_cast(float, static_cast<uint32_t>(s[j]) << 16);
+      w[j] = static_cast<float>(q[j]) * scale;
     }
   }
 };
@@ -127,11 +128,10 @@ DCF_ALWAYS_INLINE void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
           const int8_t* q = reinterpret_cast<const int8_t*>(block);
           int32_t sum = 0;
           for (int64_t k = 0; k < len; ++k) {
-            sum += (static_cast<int32_t>(xq[k0 + k]) - 128) * q[(k / 4) * 128 + j * 4 + k % 4];
+            sum += (static_cast<int32_t>(xq[k0 + k]) - 128) * q[I8A8QOffset(k, j)];
           }
-          const int64_t steps = (len + 3) / 4;
           uint16_t bits;
-          __builtin_memcpy(&bits, block + steps * 128 + 2 * j, 2);
+          __builtin_memcpy(&bits, block + I8A8ScalesOffset(len) + 2 * j, 2);
           const float scale = __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
           y = __builtin_fmaf(static_cast<float>(sum), xs[g] * scale, y);
           block += I8A8BlockBytes(len);
@@ -142,34 +142,27 @@ DCF_ALWAYS_INLINE void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
-}  // namespace
-
-void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
-  switch (a.weight_type) {
-    case kWeightF32: Panels(WidenF32{}, a.in * kPanel * 4, a, panel_begin, panel_end); break;
-    case kWeightF16: Panels(WidenF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
-    case kWeightBF16: Panels(WidenBF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
-    case kWeightI8:
-      Panels(WidenI8{a.in, a.group}, kPanel * (a.in + 2 * ((a.in + a.group - 1) / a.group)), a,
-             panel_begin, panel_end);
-      break;
-    case kWeightI8A8: PanelsI8A8(a, panel_begin, panel_end); break;
-    default: break;
+// Every weight type, compiled for the caller's target.
+DCF_ALWAYS_INLINE void AllPanels(const PanelArgs& a, int64_t p0, int64_t p1) {
+  const auto type = static_cast<WeightType>(a.weight_type);
+  const int64_t bytes = PanelBytes(type, a.in, a.group);
+  switch (type) {
+    case kWeightF32: Panels(WidenF32{}, bytes, a, p0, p1); break;
+    case kWeightF16: Panels(WidenF16{}, bytes, a, p0, p1); break;
+    case kWeightBF16: Panels(WidenBF16{}, bytes, a, p0, p1); break;
+    case kWeightI8: Panels(WidenI8{a.in, a.group}, bytes, a, p0, p1); break;
+    case kWeightI8A8: PanelsI8A8(a, p0, p1); break;
   }
 }
 
+}  // namespace
+
+void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
+  AllPanels(a, panel_begin, panel_end);
+}
+
 DCF_AVX2 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
-  switch (a.weight_type) {
-    case kWeightF32: Panels(WidenF32{}, a.in * kPanel * 4, a, panel_begin, panel_end); break;
-    case kWeightF16: Panels(WidenF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
-    case kWeightBF16: Panels(WidenBF16{}, a.in * kPanel * 2, a, panel_begin, panel_end); break;
-    case kWeightI8:
-      Panels(WidenI8{a.in, a.group}, kPanel * (a.in + 2 * ((a.in + a.group - 1) / a.group)), a,
-             panel_begin, panel_end);
-      break;
-    case kWeightI8A8: PanelsI8A8(a, panel_begin, panel_end); break;
-    default: break;
-  }
+  AllPanels(a, panel_begin, panel_end);
 }
 
 }  // namespace dcf::cpu::kernels

@@ -11,6 +11,9 @@
 
 namespace dcf::cpu::kernels {
 
+// Outputs per panel (packed_matrix.h).
+inline constexpr int kPanelOutputs = 32;
+
 // Weight storage of a packed matrix (mirrors DType without including it).
 // kWeightI8: int8 panels followed by their bf16 group scales (packed_matrix.h); G divides
 // kColumnBlock and is 32 or a multiple of kSubBlock.
@@ -29,15 +32,38 @@ enum WeightType : int {
 //   q     [ceil(len / 4)][32][4] int8: q[s][j][b] = W[32 p + j][g G + 4 s + b] (0 past `in`),
 //         the four columns of each output VNNI's vpdpbusd multiplies and adds into one lane
 //   scale [32] bf16, the group's weight scales
-//   qsum  [32] int16, sum over the group of q (<= 128 * 128 in magnitude), which turns the
-//         sum of (x_q + 128) * q that vpdpbusd computes back into the sum of x_q * q
+//   qsum  [32] int16, sum over the group of q (<= 128 * 128 in magnitude: a checkpoint may
+//         hold -128), which turns the sum of (x_q + 128) * q that vpdpbusd computes back
+//         into the sum of x_q * q
 // Arithmetic, the same in every kernel and for every row count (so all kernels give the same
 // bits, and a row's bits never depend on the batch): y = bias (or 0), then for each group in
 // order y = fma(float(S), x_scale * w_scale, y), S the group's exact integer sum of x_q * q
-// (|S| < 2^24, so float(S) is exact).
-inline constexpr int64_t I8A8BlockBytes(int64_t len) { return (len + 3) / 4 * 128 + 128; }
+// (|S| <= 127 * 128 * 128 < 2^24, so float(S) is exact).
+// The addressing, used by the packer, PackedMatrix's accessors and every kernel: byte
+// offsets in a block of `len` columns (the q of output j at column c of the group; the
+// scales; the sums), and of group g's block in a panel (every block before it is whole).
+inline constexpr int64_t I8A8Steps(int64_t len) { return (len + 3) / 4; }
+inline constexpr int64_t I8A8QOffset(int64_t c, int j) { return c / 4 * 128 + j * 4 + c % 4; }
+inline constexpr int64_t I8A8ScalesOffset(int64_t len) { return I8A8Steps(len) * 128; }
+inline constexpr int64_t I8A8SumsOffset(int64_t len) { return I8A8ScalesOffset(len) + 64; }
+inline constexpr int64_t I8A8BlockBytes(int64_t len) { return I8A8ScalesOffset(len) + 128; }
+inline constexpr int64_t I8A8BlockOffset(int64_t g, int64_t group) {
+  return g * I8A8BlockBytes(group);
+}
 inline constexpr int64_t I8A8PanelBytes(int64_t in, int64_t group) {
   return in / group * I8A8BlockBytes(group) + (in % group != 0 ? I8A8BlockBytes(in % group) : 0);
+}
+
+// Bytes of one panel of `in` columns (`group`: the int8 types' columns per scale).
+inline constexpr int64_t PanelBytes(WeightType type, int64_t in, int64_t group) {
+  switch (type) {
+    case kWeightF32: return int64_t{kPanelOutputs} * in * 4;
+    case kWeightF16:
+    case kWeightBF16: return int64_t{kPanelOutputs} * in * 2;
+    case kWeightI8: return int64_t{kPanelOutputs} * (in + 2 * ((in + group - 1) / group));
+    case kWeightI8A8: return I8A8PanelBytes(in, group);
+  }
+  return 0;
 }
 
 struct PanelArgs {
@@ -46,7 +72,7 @@ struct PanelArgs {
   int64_t rows = 0;
   const void* w = nullptr;  // packed [num_panels, in, 32] (+ scales for int8)
   int weight_type = kWeightF32;
-  int64_t group = 0;  // kWeightI8: columns per scale (a divisor of kColumnBlock)
+  int64_t group = 0;  // kWeightI8, kWeightI8A8: columns per scale (a divisor of kColumnBlock)
   int64_t in = 0;
   int64_t out = 0;
   const float* bias = nullptr;  // [out] or null
@@ -64,13 +90,15 @@ struct PanelArgs {
   int64_t ldxs = 0;
 };
 
-// kWeightI8A8 needs AVX-512 VNNI as well (MatMul checks HasAvx512Vnni()).
+// kWeightI8A8 needs AVX-512 VNNI as well: without it PanelsAvx512 runs PanelsAvx2's.
 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 
-// Rows of x one pass over a panel serves at most (the row block of each kernel).
+// Rows of x one pass over a panel serves at most (the row block of each kernel), and for
+// kWeightI8A8 (whose AVX-512 kernel keeps two accumulators per row and 4-column step).
 inline constexpr int kRowsPerPass = 12;
+inline constexpr int kI8A8RowsPerPass = 4;
 // Blocking of the AVX-512 kernel for more than one row: rows of x and columns (k) packed
 // together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
 inline constexpr int kRowBlock = 192;

@@ -35,6 +35,14 @@ float ToFloat(const void* src, DType dtype, int64_t i) {
   return 0;
 }
 
+kernels::WeightType WeightTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return kernels::kWeightF16;
+    case DType::kBF16: return kernels::kWeightBF16;
+    default: return kernels::kWeightF32;
+  }
+}
+
 // Slot of output j (0..31) of a panel column: pairs (j, j + 16) share a word in bf16.
 int Slot(DType dtype, int j) {
   if (dtype != DType::kBF16) return j;
@@ -51,7 +59,7 @@ PackedMatrix PackedMatrix::Concat(const std::vector<Source>& sources, int64_t in
   if (out == 0 || in == 0) return m;
   m.in_ = in;
   m.out_ = out;
-  m.dtype_ = dtype;
+  m.type_ = WeightTypeOf(dtype);
   m.data_ = LargeBuffer(m.nbytes());
   void* p = m.data_.data();
   // Output row -> (source, row within it).
@@ -100,14 +108,17 @@ DType PackedMatrix::CommonDType(const std::vector<Source>& sources) {
   return sources.empty() ? DType::kF32 : sources.front().dtype;
 }
 
-size_t PackedMatrix::panel_bytes() const {
-  if (int8_activations_) return static_cast<size_t>(kernels::I8A8PanelBytes(in_, int8_group_));
-  return int8_group_ != 0 ? static_cast<size_t>(kPanel) * (in_ + 2 * num_groups())
-                          : static_cast<size_t>(kPanel) * in_ * DTypeSize(dtype_);
+DType PackedMatrix::dtype() const {
+  switch (type_) {
+    case kernels::kWeightF16: return DType::kF16;
+    case kernels::kWeightBF16: return DType::kBF16;
+    default: return DType::kF32;
+  }
 }
 
 PackedMatrix PackedMatrix::QuantizeInt8(const std::vector<Source>& sources, int64_t in,
-                                        int group, bool int8_activations) {
+                                        Int8Matrices int8) {
+  const int group = int8.group;
   int64_t out = 0;
   for (const Source& src : sources) out += src.rows;
   if (out == 0 || in == 0 || !ValidInt8GroupSize(group)) return PackedMatrix();
@@ -133,34 +144,35 @@ PackedMatrix PackedMatrix::QuantizeInt8(const std::vector<Source>& sources, int6
     }
     std::vector<float> v(static_cast<size_t>(in));
     for (int64_t k = 0; k < in; ++k) {
-      v[k] = ToFloat(src.data, src.dtype, src.columns ? k * src.ld + row_in[o] : row_in[o] * src.ld + k);
+      const int64_t i = src.columns ? k * src.ld + row_in[o] : row_in[o] * src.ld + k;
+      v[k] = ToFloat(src.data, src.dtype, i);
     }
     QuantizeRowInt8(v.data(), in, group, &q[o * in], &scales[o * groups]);
   }
-  return FromInt8Rows(q.data(), scales.data(), out, in, group, int8_activations);
+  return FromInt8Rows(q.data(), scales.data(), out, in, int8);
 }
 
 PackedMatrix PackedMatrix::FromInt8Rows(const int8_t* q, const uint16_t* scales, int64_t out,
-                                        int64_t in, int group, bool int8_activations) {
+                                        int64_t in, Int8Matrices int8) {
   PackedMatrix m;
+  const int group = int8.group;
   if (out == 0 || in == 0 || !ValidInt8GroupSize(group)) return m;
   m.in_ = in;
   m.out_ = out;
-  m.dtype_ = DType::kF32;
-  m.int8_group_ = group;
-  m.int8_activations_ = int8_activations;
+  m.type_ = int8.activations ? kernels::kWeightI8A8 : kernels::kWeightI8;
+  m.group_ = group;
   m.data_ = LargeBuffer(m.nbytes());
   const int64_t panels = m.num_panels(), groups = m.num_groups();
   const size_t panel_bytes = m.panel_bytes();
   uint8_t* base = static_cast<uint8_t*>(m.data_.data());
-  if (int8_activations) {  // kernels::kWeightI8A8: group blocks of q, scales, sums of q
+  if (int8.activations) {  // kernels::kWeightI8A8: group blocks of q, scales, sums of q
 #pragma omp parallel for schedule(static)
     for (int64_t pi = 0; pi < panels; ++pi) {
-      uint8_t* block = base + pi * panel_bytes;
       for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
-        const int64_t len = std::min<int64_t>(group, in - k0), steps = (len + 3) / 4;
+        uint8_t* block = base + pi * panel_bytes + kernels::I8A8BlockOffset(g, group);
+        const int64_t len = std::min<int64_t>(group, in - k0);
         int8_t* pq = reinterpret_cast<int8_t*>(block);
-        std::memset(pq, 0, steps * 128);
+        std::memset(pq, 0, kernels::I8A8ScalesOffset(len));
         for (int j = 0; j < kPanel; ++j) {
           const int64_t o = pi * kPanel + j;
           int sum = 0;
@@ -168,16 +180,16 @@ PackedMatrix PackedMatrix::FromInt8Rows(const int8_t* q, const uint16_t* scales,
           if (o < out) {
             for (int64_t k = 0; k < len; ++k) {
               const int8_t v = q[o * in + k0 + k];
-              pq[(k / 4) * 128 + j * 4 + k % 4] = v;
+              pq[kernels::I8A8QOffset(k, j)] = v;
               sum += v;
             }
             scale = scales[o * groups + g];
           }
-          const int16_t sum16 = static_cast<int16_t>(sum);  // |sum| <= 128 * 128
-          std::memcpy(block + steps * 128 + 2 * j, &scale, 2);
-          std::memcpy(block + steps * 128 + 64 + 2 * j, &sum16, 2);
+          // |sum| <= 128 * 128 (a checkpoint may hold -128), well within int16.
+          const int16_t sum16 = static_cast<int16_t>(sum);
+          std::memcpy(block + kernels::I8A8ScalesOffset(len) + 2 * j, &scale, 2);
+          std::memcpy(block + kernels::I8A8SumsOffset(len) + 2 * j, &sum16, 2);
         }
-        block += kernels::I8A8BlockBytes(len);
       }
     }
     return m;
@@ -189,7 +201,9 @@ PackedMatrix PackedMatrix::FromInt8Rows(const int8_t* q, const uint16_t* scales,
     for (int j = 0; j < kPanel; ++j) {
       const int64_t o = pi * kPanel + j;
       for (int64_t k = 0; k < in; ++k) pq[k * kPanel + j] = o < out ? q[o * in + k] : 0;
-      for (int64_t g = 0; g < groups; ++g) ps[g * kPanel + j] = o < out ? scales[o * groups + g] : 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        ps[g * kPanel + j] = o < out ? scales[o * groups + g] : 0;
+      }
     }
   }
   return m;
@@ -207,48 +221,50 @@ PackedMatrix PackedMatrix::FromColumns(const void* w, DType src, int64_t in, int
 
 int8_t PackedMatrix::QuantAt(int64_t o, int64_t k) const {
   const uint8_t* panel = static_cast<const uint8_t*>(data_.data()) + (o / kPanel) * panel_bytes();
-  if (int8_activations_) {
-    const int64_t g = k / int8_group_, c = k % int8_group_;
-    const uint8_t* block = panel + g * kernels::I8A8BlockBytes(int8_group_);
-    return static_cast<int8_t>(block[(c / 4) * 128 + (o % kPanel) * 4 + c % 4]);
+  const int j = static_cast<int>(o % kPanel);
+  if (type_ == kernels::kWeightI8A8) {
+    const uint8_t* block = panel + kernels::I8A8BlockOffset(k / group_, group_);
+    return static_cast<int8_t>(block[kernels::I8A8QOffset(k % group_, j)]);
   }
-  return reinterpret_cast<const int8_t*>(panel)[k * kPanel + o % kPanel];
+  return reinterpret_cast<const int8_t*>(panel)[k * kPanel + j];
 }
 
 uint16_t PackedMatrix::ScaleBitsAt(int64_t o, int64_t k) const {
   const uint8_t* panel = static_cast<const uint8_t*>(data_.data()) + (o / kPanel) * panel_bytes();
-  if (int8_activations_) {
-    const int64_t g = k / int8_group_;
-    const int64_t len = std::min<int64_t>(int8_group_, in_ - g * int8_group_);
-    const uint8_t* block = panel + g * kernels::I8A8BlockBytes(int8_group_);
+  const int64_t g = k / group_, j = o % kPanel;
+  if (type_ == kernels::kWeightI8A8) {
+    const int64_t len = std::min<int64_t>(group_, in_ - g * group_);
+    const uint8_t* block = panel + kernels::I8A8BlockOffset(g, group_);
     uint16_t bits;
-    std::memcpy(&bits, block + (len + 3) / 4 * 128 + 2 * (o % kPanel), 2);
+    std::memcpy(&bits, block + kernels::I8A8ScalesOffset(len) + 2 * j, 2);
     return bits;
   }
   const uint16_t* scales = reinterpret_cast<const uint16_t*>(panel + in_ * kPanel);
-  return scales[(k / int8_group_) * kPanel + o % kPanel];
+  return scales[g * kPanel + j];
 }
 
 float PackedMatrix::At(int64_t o, int64_t k) const {
-  if (int8_group_ != 0) return static_cast<float>(QuantAt(o, k)) * BF16ToFloat(ScaleBitsAt(o, k));
+  if (group_ != 0) return static_cast<float>(QuantAt(o, k)) * BF16ToFloat(ScaleBitsAt(o, k));
   const int64_t p = o / kPanel;
-  const int64_t i = (p * in_ + k) * kPanel + Slot(dtype_, static_cast<int>(o % kPanel));
-  return ToFloat(data_.data(), dtype_, i);
+  const DType d = dtype();
+  const int64_t i = (p * in_ + k) * kPanel + Slot(d, static_cast<int>(o % kPanel));
+  return ToFloat(data_.data(), d, i);
+}
+
+void MatMulScratch::Reserve(int64_t rows, int64_t in, int group) {
+  xq.reserve(static_cast<size_t>(rows * RoundUpTo4(in)));
+  xs.reserve(static_cast<size_t>(rows * Int8Groups(in, group)));
 }
 
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
-            float* y, int64_t ldy, Isa isa) {
+            float* y, int64_t ldy, Isa isa, MatMulScratch* scratch) {
   if (rows <= 0 || w.empty()) return;
   kernels::PanelArgs a;
   a.x = x;
   a.ldx = ldx;
   a.rows = rows;
   a.w = w.data();
-  a.weight_type = w.int8_activations()      ? kernels::kWeightI8A8
-                  : w.int8_group() != 0      ? kernels::kWeightI8
-                  : w.dtype() == DType::kF32 ? kernels::kWeightF32
-                  : w.dtype() == DType::kF16 ? kernels::kWeightF16
-                                             : kernels::kWeightBF16;
+  a.weight_type = w.weight_type();
   a.group = w.int8_group();
   a.in = w.in();
   a.out = w.out();
@@ -261,14 +277,14 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     // Each row of x quantized once, before the threads split the panels (rows * in, small
     // next to the product; many rows on the threads too); every kernel reads the same
     // quantized rows.
-    thread_local std::vector<uint8_t> xq;
-    thread_local std::vector<float> xs;
+    thread_local MatMulScratch own;
+    MatMulScratch& buf = scratch != nullptr && !omp_in_parallel() ? *scratch : own;
     a.ldxq = RoundUpTo4(w.in());
     a.ldxs = w.num_groups();
-    xq.resize(static_cast<size_t>(rows * a.ldxq));
-    xs.resize(static_cast<size_t>(rows * a.ldxs));
-    uint8_t* const q = xq.data();
-    float* const qs = xs.data();
+    buf.xq.resize(static_cast<size_t>(rows * a.ldxq));  // within what Reserve reserved
+    buf.xs.resize(static_cast<size_t>(rows * a.ldxs));
+    uint8_t* const q = buf.xq.data();
+    float* const qs = buf.xs.data();
     const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
     const int group = w.int8_group();
 #pragma omp parallel for schedule(static) \

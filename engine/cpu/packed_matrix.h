@@ -1,7 +1,8 @@
 // Weight matrices of the CPU backend in the layout its matmul kernels stream, and the matmul
-// itself: y = x W^T with fp32 activations and fp32 accumulation, weights kept in memory as
-// F32, F16 or BF16 and widened to fp32 inside the kernel (widening is exact, so a 16-bit
-// checkpoint gives the same products as its fp32 conversion).
+// itself: y = x W^T with fp32 activations (except int8 x int8, below) and fp32 accumulation,
+// weights kept in memory as F32, F16, BF16 or int8 and widened to fp32 inside the kernel
+// (widening is exact, so a 16-bit checkpoint gives the same products as its fp32 conversion).
+// A matrix has one kernels::WeightType (matmul_kernels.h), which picks its layout and kernel.
 //
 // Layout: W [out, in] is cut into panels of kPanel = 32 output rows (the last one padded
 // with zeros); a panel stores its `in` columns one after the other, 32 values each:
@@ -22,9 +23,9 @@
 //             q after it); MatMul quantizes each row of x per group (QuantizeActivationRowInt8
 //             in engine/weights/int8_quant.h) and sums x_q * q exactly in integers, so the
 //             products differ from the weight-only ones by the activations' rounding.
-// One pass over a panel computes its 32 outputs for up to 12 rows of x at once, so a
-// decode step of M <= 12 sequences reads every weight from memory exactly once; larger M
-// re-reads a panel from cache, not from memory.
+// One pass over a panel computes its 32 outputs for up to 12 rows of x at once (int8 x int8:
+// 4), so a decode step of M <= 12 sequences reads every weight from memory exactly once;
+// larger M re-reads a panel from cache, not from memory.
 //
 // Thread-safety: a PackedMatrix is immutable after construction; MatMul may run
 // concurrently on the same matrix. MatMul itself uses OpenMP threads over panels.
@@ -37,6 +38,7 @@
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/large_buffer.h"
+#include "engine/cpu/matmul_kernels.h"
 #include "engine/weights/dtype.h"
 #include "engine/weights/int8_quant.h"
 
@@ -44,7 +46,7 @@ namespace dcf::cpu {
 
 class PackedMatrix {
  public:
-  static constexpr int kPanel = 32;
+  static constexpr int kPanel = kernels::kPanelOutputs;
 
   PackedMatrix() = default;
 
@@ -77,30 +79,34 @@ class PackedMatrix {
   // Group sizes QuantizeInt8 accepts (a divisor of the kernels' column block).
   static bool ValidInt8GroupSize(int group) { return dcf::ValidInt8GroupSize(group); }
   // The sources' rows as Concat lays them out, each row quantized to int8 in groups of
-  // `group` columns by QuantizeRowInt8 (engine/weights/int8_quant.h); kI8 sources (an int8
-  // checkpoint) are copied with their scales. An empty matrix when `group` fails
-  // ValidInt8GroupSize.
-  // With `int8_activations`, laid out for int8 x int8 products (above).
-  static PackedMatrix QuantizeInt8(const std::vector<Source>& sources, int64_t in, int group,
-                                   bool int8_activations = false);
+  // int8.group columns by QuantizeRowInt8 (engine/weights/int8_quant.h); kI8 sources (an int8
+  // checkpoint) are copied with their scales. With int8.activations, laid out for int8 x int8
+  // products (above). An empty matrix when the group fails ValidInt8GroupSize.
+  static PackedMatrix QuantizeInt8(const std::vector<Source>& sources, int64_t in,
+                                   Int8Matrices int8);
   // An int8 matrix from already quantized values (a checkpoint written by
   // dcformer-quantize): q [out, in] int8 row-major, scales [out, ceil(in / group)] bf16 bits.
   static PackedMatrix FromInt8Rows(const int8_t* q, const uint16_t* scales, int64_t out,
-                                   int64_t in, int group, bool int8_activations = false);
+                                   int64_t in, Int8Matrices int8);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
-  // The storage dtype of a 16/32-bit matrix; F32 for an int8 one (see int8_group()).
-  DType dtype() const { return dtype_; }
-  // The group size of an int8 matrix; 0 for the others.
-  int int8_group() const { return int8_group_; }
-  // An int8 matrix whose products quantize x to int8 too.
-  bool int8_activations() const { return int8_activations_; }
-  int64_t num_groups() const { return int8_group_ == 0 ? 0 : (in_ + int8_group_ - 1) / int8_group_; }
+  // The layout, and the kernel MatMul runs.
+  kernels::WeightType weight_type() const { return type_; }
+  // The storage dtype of a 16/32-bit matrix; F32 for an int8 one (see int8()).
+  DType dtype() const;
+  // How an int8 matrix was quantized (group 0 for the others).
+  Int8Matrices int8() const { return {group_, type_ == kernels::kWeightI8A8}; }
+  int int8_group() const { return group_; }
+  // An int8 matrix whose products quantize x to int8 too (kernels::kWeightI8A8).
+  bool int8_activations() const { return type_ == kernels::kWeightI8A8; }
+  int64_t num_groups() const { return group_ == 0 ? 0 : Int8Groups(in_, group_); }
   bool empty() const { return out_ == 0; }
   int64_t num_panels() const { return (out_ + kPanel - 1) / kPanel; }
   // Bytes of one panel (weights, and for int8 its scales).
-  size_t panel_bytes() const;
+  size_t panel_bytes() const {
+    return static_cast<size_t>(kernels::PanelBytes(type_, in_, group_));
+  }
   size_t nbytes() const { return static_cast<size_t>(num_panels()) * panel_bytes(); }
   const void* data() const { return data_.data(); }
 
@@ -111,18 +117,29 @@ class PackedMatrix {
   uint16_t ScaleBitsAt(int64_t o, int64_t k) const;
 
  private:
-
   int64_t in_ = 0, out_ = 0;
-  DType dtype_ = DType::kF32;
-  int int8_group_ = 0;
-  bool int8_activations_ = false;
+  kernels::WeightType type_ = kernels::kWeightF32;
+  int group_ = 0;  // the int8 types' columns per scale
   LargeBuffer data_;  // num_panels panels of panel_bytes() (huge pages when large)
+};
+
+// Room for the rows of x an int8 x int8 product quantizes (MatMul's `scratch`): reserved
+// ahead (CpuBackend::Prepare), so that no product allocates. One product at a time.
+struct MatMulScratch {
+  std::vector<uint8_t> xq;  // [rows, RoundUpTo4(in)]
+  std::vector<float> xs;    // [rows, Int8Groups(in, group)]
+
+  // Enough for products of up to `rows` rows and `in` columns in groups of `group`.
+  void Reserve(int64_t rows, int64_t in, int group);
 };
 
 // y[rows, out] (row stride ldy) = x[rows, in] (row stride ldx) * W^T (+ bias[out] when not
 // null), accumulated in fp32. `isa` picks the kernel (clamped to what the CPU supports).
 // Runs on OpenMP threads over panels when the product is large enough to pay for it.
+// int8 x int8 matrices quantize x into `scratch` (grown when too small); without one (or
+// inside a parallel region, where each thread runs its own product) into buffers of the
+// calling thread, which grow to the largest product it ran and stay.
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
-            float* y, int64_t ldy, Isa isa = ActiveIsa());
+            float* y, int64_t ldy, Isa isa = ActiveIsa(), MatMulScratch* scratch = nullptr);
 
 }  // namespace dcf::cpu

@@ -18,6 +18,18 @@ namespace dcf {
 // Group sizes the kernels support (divisors of their column block).
 inline bool ValidInt8GroupSize(int group) { return group == 32 || group == 64 || group == 128; }
 
+// How a backend stores its matrices as int8 (--weight-dtype, --activation-dtype): `group` > 0
+// quantizes them by QuantizeRowInt8 in groups of that many columns (ValidInt8GroupSize), 0
+// keeps their dtype; `activations` (with a group only) makes their products int8 x int8, x
+// quantized per row by QuantizeActivationRowInt8.
+struct Int8Matrices {
+  int group = 0;
+  bool activations = false;
+
+  bool enabled() const { return group > 0; }
+  bool operator==(const Int8Matrices&) const = default;
+};
+
 // Groups of one row of `n` values: ceil(n / group) (the last one may be partial).
 inline int64_t Int8Groups(int64_t n, int group) { return (n + group - 1) / group; }
 
@@ -29,7 +41,8 @@ void QuantizeRowInt8(const float* v, int64_t n, int group, int8_t* q, uint16_t* 
 // groups), with fp32 scales:
 //   scale = max |x| / 127 (fp32 division; 0 for an all-zero group)
 //   q     = clamp(round_half_even(x * (127 / max |x|)), -127, 127)  (0 when max |x| is 0,
-//           and where the product is NaN, e.g. an infinite x)
+//           and where the product is NaN, e.g. an infinite x; (x / max |x|) * 127 when
+//           max |x| is so small, below about 3.7e-37, that 127 / max |x| overflows)
 //   A group holding a NaN gets a NaN scale (so the products it reaches are NaN, as in fp32);
 //   one holding an infinity gets an infinite one (inf * 0 is NaN there too).
 // Written as q + 128 (so u[k] in [1, 255], the unsigned operand of VNNI's u8 x s8

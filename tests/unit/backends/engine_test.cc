@@ -42,17 +42,9 @@ const char kModel[] = "dcformer-f32-long-prompt";
 
 // The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
 // factory sits above the engine). `corrupt`: every 7th entry of layer 1's wo is NaN.
-// int8 matrices (cpu only): `group` > 0 quantizes them in groups of that many columns,
-// weight-only, or int8 x int8 with `activations`.
-struct Int8 {
-  int group = 0;
-  bool activations = false;
-  auto key() const { return std::make_pair(group, activations); }
-};
-
-// `int8`: the cpu backend's matrices (above).
+// `int8`: the cpu backend's matrices (cpu only; engine/weights/int8_quant.h).
 std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool corrupt = false,
-                                     Int8 int8 = {}) {
+                                     Int8Matrices int8 = {}) {
   const std::string dir = testing::GoldenDir(kModel);
   auto config = ModelConfig::FromFile(dir + "/config.json");
   DCF_CHECK(config.ok()) << config.status();
@@ -67,8 +59,9 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind = BackendKind::kCpu, bool 
   DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
   absl::StatusOr<std::unique_ptr<Backend>> backend;
   if (kind == BackendKind::kCpu) {
-    auto cpu = CpuBackend::Create(*config, *std::move(weights), /*compose=*/true, int8.group,
-                                  DType::kF32, int8.activations);
+    CpuBackendOptions options;
+    options.int8 = int8;
+    auto cpu = CpuBackend::Create(*config, *std::move(weights), options);
     backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
   } else {
     BackendOptions o;
@@ -92,19 +85,22 @@ std::vector<int32_t> RandomPrompt(int len, uint64_t seed) {
   return p;
 }
 
+// A map key for Int8Matrices.
+std::pair<int, bool> Key(Int8Matrices int8) { return {int8.group, int8.activations}; }
+
 // Greedy reference, cached: one sequence alone on a backend of `kind`, prompt fed in chunks
 // of 16.
 std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_new,
-                               BackendKind kind = BackendKind::kCpu, Int8 int8 = {}) {
+                               BackendKind kind = BackendKind::kCpu, Int8Matrices int8 = {}) {
   static auto* backends =
       new std::map<std::pair<BackendKind, std::pair<int, bool>>, std::unique_ptr<Backend>>();
   static auto* cache =
       new std::map<std::tuple<std::vector<int32_t>, int, BackendKind, std::pair<int, bool>>,
                    std::vector<int32_t>>();
-  auto key = std::make_tuple(prompt, max_new, kind, int8.key());
+  auto key = std::make_tuple(prompt, max_new, kind, Key(int8));
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  std::unique_ptr<Backend>& backend = (*backends)[{kind, int8.key()}];
+  std::unique_ptr<Backend>& backend = (*backends)[{kind, Key(int8)}];
   if (backend == nullptr) backend = LoadBackend(kind, false, int8);
   auto runner = SequenceRunner::Create(backend.get());
   DCF_CHECK(runner.ok()) << runner.status();
@@ -127,7 +123,7 @@ using testing::Collected;
 using testing::RunToEnd;
 
 std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok = nullptr,
-                                   BackendKind kind = BackendKind::kCpu, Int8 int8 = {}) {
+                                   BackendKind kind = BackendKind::kCpu, Int8Matrices int8 = {}) {
   auto e = Engine::Create(LoadBackend(kind, false, int8), tok, options);
   DCF_CHECK(e.ok()) << e.status();
   return std::move(*e);
@@ -143,7 +139,7 @@ const std::vector<Case> kGrowingCases = {{5, 150}, {6, 140}, {7, 130}, {40, 60},
 // Runs kCases with staggered arrivals: the first three, then (after the first token of the
 // first one) the rest. Compares every output with its solo reference.
 void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>& kCases,
-                           BackendKind kind, int64_t* preemptions, Int8 int8 = {}) {
+                           BackendKind kind, int64_t* preemptions, Int8Matrices int8 = {}) {
   auto engine = MakeEngine(options, nullptr, kind, int8);
   std::vector<RequestHandle> handles;
   std::vector<Collected> got(kCases.size());
@@ -203,7 +199,8 @@ INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values
 // keep batch invariance: continuous batching, chunked prefill and preemption give every
 // request its solo run's tokens on the same quantized weights.
 TEST(EngineTest, Int8WeightsBatchingWithPreemptionMatchesSoloRuns) {
-  for (const Int8 int8 : {Int8{32, false}, Int8{128, false}, Int8{64, true}}) {
+  for (const Int8Matrices int8 : {Int8Matrices{32, false}, Int8Matrices{128, false},
+                                  Int8Matrices{64, true}}) {
     EngineOptions o;
     o.max_prefill_chunk_tokens = 7;
     o.max_num_batched_tokens = 8;

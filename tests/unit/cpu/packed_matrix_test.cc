@@ -286,7 +286,7 @@ TEST_P(Int8MatrixTest, QuantizesSymmetricallyPerGroup) {
   const int64_t out = 37, in = 2 * group + 5;  // a partial last group
   const std::vector<float> w = SpreadWeights(out, in, rng);
   const PackedMatrix m =
-      PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+      PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group});
   ASSERT_EQ(m.int8_group(), group);
   ASSERT_EQ(m.num_groups(), 3);
   EXPECT_EQ(m.nbytes(), static_cast<size_t>(2 * 32 * (in + 2 * 3)));
@@ -296,7 +296,7 @@ TEST_P(Int8MatrixTest, QuantizesSymmetricallyPerGroup) {
     for (int64_t k = 0; k < in; ++k) cols[k * out + o] = w[o * in + k];
   }
   const PackedMatrix c =
-      PackedMatrix::QuantizeInt8({{cols.data(), DType::kF32, out, true, out}}, in, group);
+      PackedMatrix::QuantizeInt8({{cols.data(), DType::kF32, out, true, out}}, in, {group});
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t g = 0; g * group < in; ++g) {
       float absmax = 0;
@@ -328,7 +328,7 @@ TEST_P(Int8MatrixTest, MatchesTheDequantizedMatrix) {
     for (const int64_t in : {int64_t{1}, int64_t{group} - 1, int64_t{3} * group + 7, int64_t{300}}) {
       const std::vector<float> w = SpreadWeights(out, in, rng);
       const PackedMatrix m =
-          PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+          PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group});
       const PackedMatrix f = Dequantized(m);
       std::vector<float> bias(out);
       for (float& b : bias) b = u(rng);
@@ -366,7 +366,7 @@ TEST_P(Int8MatrixTest, RowsGiveTheSameBitsAloneAndInLargeProductsOnThreads) {
   const int64_t out = 300, in = 515, rows = 197;  // two row blocks, three column blocks
   const std::vector<float> w = SpreadWeights(out, in, rng);
   const PackedMatrix m =
-      PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+      PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group});
   std::vector<float> x(rows * in);
   for (float& v : x) v = u(rng);
   std::vector<float> y(rows * out), ref(rows * out);
@@ -387,14 +387,14 @@ TEST_P(Int8MatrixTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
     const int64_t out = 45;
     const std::vector<float> w = SpreadWeights(out, in, rng);
     ExpectOneRowBitsInEveryPassSize(
-        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group), isa,
+        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group}), isa,
         static_cast<uint32_t>(in));
   }
 }
 
 TEST(Int8GroupSizeTest, RefusesOtherGroupSizes) {
   const float w[4] = {1, 2, 3, 4};
-  EXPECT_TRUE(PackedMatrix::QuantizeInt8({{w, DType::kF32, 1, false, 4}}, 4, 16).empty());
+  EXPECT_TRUE(PackedMatrix::QuantizeInt8({{w, DType::kF32, 1, false, 4}}, 4, {16}).empty());
   EXPECT_FALSE(PackedMatrix::ValidInt8GroupSize(0));
   EXPECT_TRUE(PackedMatrix::ValidInt8GroupSize(64));
 }
@@ -426,7 +426,7 @@ class Int8ActivationsTest : public ::testing::TestWithParam<std::tuple<Isa, int>
 };
 
 PackedMatrix QuantizeA8(const std::vector<float>& w, int64_t out, int64_t in, int group) {
-  return PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group, true);
+  return PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group, true});
 }
 
 TEST(Int8ActivationRuleTest, QuantizesEachGroupToItsLargestMagnitude) {
@@ -465,6 +465,16 @@ TEST(Int8ActivationRuleTest, QuantizesEachGroupToItsLargestMagnitude) {
   EXPECT_EQ(v[2], 128 + 64);  // 63.5 rounds half to even
   QuantizeActivationRowInt8(y, 4, 32, v, &s);
   EXPECT_EQ(v[3], 128) << "inf";
+  // A subnormal group (127 / max |x| overflows) keeps the proportions: 2^-127 and its half
+  // map to 127 and 64 (63.5, half to even), not both to 127.
+  const float m = std::ldexp(1.0f, -127);
+  const float tiny[4] = {m, m / 2, -m, 0.0f};
+  QuantizeActivationRowInt8(tiny, 4, 32, v, &s);
+  EXPECT_EQ(s, m / 127.0f);
+  EXPECT_EQ(v[0], 128 + 127);
+  EXPECT_EQ(v[1], 128 + 64);
+  EXPECT_EQ(v[2], 128 - 127);
+  EXPECT_EQ(v[3], 128);
 }
 
 TEST_P(Int8ActivationsTest, KeepsTheWeightOnlyQuantization) {
@@ -474,7 +484,7 @@ TEST_P(Int8ActivationsTest, KeepsTheWeightOnlyQuantization) {
     const int64_t out = 37;
     const std::vector<float> w = SpreadWeights(out, in, rng);
     const PackedMatrix a =
-        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, group);
+        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group});
     const PackedMatrix b = QuantizeA8(w, out, in, group);
     ASSERT_TRUE(b.int8_activations());
     ASSERT_FALSE(a.int8_activations());
@@ -613,6 +623,38 @@ TEST_P(Int8ActivationsTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
     ExpectOneRowBitsInEveryPassSize(QuantizeA8(w, out, in, group), isa,
                                     static_cast<uint32_t>(in));
   }
+}
+
+// A reserved MatMulScratch (what CpuBackend::Prepare sets aside) gives the bits of the
+// calling thread's own buffers, and products within the reservation never reallocate it.
+TEST_P(Int8ActivationsTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(25);
+  std::uniform_real_distribution<float> u(-1, 1);
+  // 100 rows of 3 * 128 + 9 columns: quantized on the threads.
+  const int64_t out = 70, widest = 3 * group + 9, most = 100;
+  MatMulScratch scratch;
+  scratch.Reserve(most, widest, group);
+  const uint8_t* const xq = scratch.xq.data();
+  const float* const xs = scratch.xs.data();
+  const size_t xq_capacity = scratch.xq.capacity(), xs_capacity = scratch.xs.capacity();
+  for (const int64_t in : {widest, int64_t{group} - 3}) {
+    const PackedMatrix m = QuantizeA8(SpreadWeights(out, in, rng), out, in, group);
+    for (const int64_t rows : {int64_t{1}, int64_t{5}, most}) {
+      std::vector<float> x(rows * in), y(rows * out), want(rows * out);
+      for (float& v : x) v = u(rng);
+      MatMul(x.data(), in, rows, m, nullptr, want.data(), out, isa);
+      MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa, &scratch);
+      for (int64_t i = 0; i < rows * out; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want[i]))
+            << "in " << in << " rows " << rows << " at " << i;
+      }
+      EXPECT_EQ(scratch.xq.data(), xq) << "reallocated";
+      EXPECT_EQ(scratch.xs.data(), xs) << "reallocated";
+    }
+  }
+  EXPECT_EQ(scratch.xq.capacity(), xq_capacity);
+  EXPECT_EQ(scratch.xs.capacity(), xs_capacity);
 }
 
 INSTANTIATE_TEST_SUITE_P(
