@@ -323,9 +323,13 @@ void EngineImpl::Loop() {
 }
 
 void EngineImpl::ProposeDrafts() {
+  // Every running sequence the step schedules adds a token: with as many running as the step
+  // token budget (options_.spec_step_tokens) no draft fits, so none is proposed.
+  const int budget = options_.spec_step_tokens;
+  const bool room = budget == 0 || static_cast<int>(scheduler_.running().size()) < budget;
   for (Sequence* seq : scheduler_.running()) {
     seq->draft.clear();
-    if (seq->state != RequestState::kDecode || seq->remaining() != 1) continue;
+    if (!room || seq->state != RequestState::kDecode || seq->remaining() != 1) continue;
     ActiveRequest* r = by_seq_.at(seq);
     if (r->proposer == nullptr) continue;
     if (r->spec_pause > 0) {
@@ -682,6 +686,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   } else if (resolved.spec_step_tokens == 0) {
     resolved.spec_step_tokens = backend->MeasureMemoryBoundTokens(options.max_num_batched_tokens);
     step_tokens_source = resolved.spec_step_tokens > 0 ? "measured" : "not measured";
+  }
+  if (resolved.spec_step_tokens == 1) {
+    // A step of one token leaves no room for a draft: no proposer runs at all.
+    DCF_LOG(Info) << "speculative decoding is off: a step of 2 tokens is not memory-bound ("
+                  << step_tokens_source << " step token budget 1)";
+    resolved.spec_tokens = 0;
+    resolved.spec_max_step_drafts = 0;
+    resolved.spec_step_tokens = 0;
   }
   StepLimits limits;
   limits.max_tokens = options.max_num_batched_tokens;
