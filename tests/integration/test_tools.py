@@ -3,6 +3,7 @@
 and the noise that used to come before a clean message (gRPC's raw errors, protobuf's UTF-8
 log line, "Socket closed" alone, a shutdown logged seconds before the exit, the Node example's
 stray lines)."""
+import json
 import os
 import re
 import shutil
@@ -260,6 +261,34 @@ class FlagsTest(unittest.TestCase):
         self.assertIsNotNone(m, p.stdout)
         self.assertGreater(float(m.group(1)), 0)
         self.assertGreater(float(m.group(2)), 0)
+
+    def test_widened_ffn_computes_what_the_model_computes(self):
+        # bench/widen_ffn.py pads the FFN with zero weights (a copying model that reads many
+        # more bytes per token): the same tokens and logprobs, more bytes, the rest copied.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        wide = os.path.join(tmp, "wide")
+        p = run(["/usr/bin/python3", os.path.join(h.SOURCE_DIR, "bench", "widen_ffn.py"),
+                 DEFAULT_MODEL, wide, "--ffn=1500"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(wide, "config.json")) as f:
+            self.assertEqual(json.load(f)["intermediate_size"], 1500)
+        self.assertTrue(os.path.exists(os.path.join(wide, "tokenizer.json")))
+        self.assertGreater(os.path.getsize(os.path.join(wide, "model.safetensors")),
+                           1.5 * os.path.getsize(os.path.join(DEFAULT_MODEL, "model.safetensors")))
+        outputs = []
+        for model in (DEFAULT_MODEL, wide):
+            p = run([h.GENERATE, f"--model={model}", "--prompt=And God said", "--json",
+                     "--max-new-tokens=24", "--ignore-eos"], timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            out = json.loads(p.stdout)
+            outputs.append((out["tokens"], out["logprobs"]))
+        self.assertEqual(len(outputs[0][0]), 24)
+        self.assertEqual(outputs[0], outputs[1])
+        p = run(["/usr/bin/python3", os.path.join(h.SOURCE_DIR, "bench", "widen_ffn.py"),
+                 DEFAULT_MODEL, os.path.join(tmp, "narrow"), "--ffn=100"])
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("is below the model's 512", p.stderr)
 
 
 class WaitReadyTest(unittest.TestCase):
