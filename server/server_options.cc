@@ -44,7 +44,8 @@ ABSL_FLAG(int, spec_max_step_drafts, 0,
 ABSL_FLAG(int, spec_step_tokens, 0,
           "speculative decoding: drafts fill a step only up to this many tokens (decodes and "
           "prefill chunks included); 0 = measured at startup, the largest step the backend "
-          "still runs at the cost of reading its weights (cpu; no cap on cuda)");
+          "still runs at the cost of reading its weights (cpu; no cap on cuda); 1, given or "
+          "measured, turns speculation off");
 ABSL_FLAG(int, threads, 0,
           "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
           "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");

@@ -161,14 +161,14 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
           " backend has no int8 weight kernels (only --backend cpu runs int8 weights)"));
     }
   }
+  if (options.activation_quant == ActivationQuant::kInt8 && kind != BackendKind::kCpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--activation-dtype int8: the ", BackendKindName(kind),
+        " backend has no int8 x int8 kernels (only --backend cpu runs them)"));
+  }
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
   if (options.activation_quant == ActivationQuant::kInt8) {
-    if (kind != BackendKind::kCpu) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--activation-dtype int8: the ", BackendKindName(kind),
-          " backend has no int8 x int8 kernels (only --backend cpu runs them)"));
-    }
     if (options.weight_quant != WeightQuant::kInt8 && m.config.int8_group_size == 0) {
       return absl::InvalidArgumentError(
           "--activation-dtype int8 multiplies int8 weights: give --weight-dtype int8 (or load "

@@ -30,9 +30,9 @@ ABSL_FLAG(int32_t, weight_group_size, dcf::kDefaultWeightGroupSize,
           "input columns per scale of --weight-dtype int8: 32, 64 or 128");
 
 ABSL_FLAG(std::string, activation_dtype, "float32",
-          "float32 (also f32, fp32), or int8: the int8 matrices (--weight-dtype int8, or an int8 checkpoint) "
-          "also quantize their inputs per row and weight group and multiply int8 x int8 "
-          "(AVX-512 VNNI where the CPU has it; docs/QUANTIZATION.md); cpu only");
+          "float32 (also f32, fp32), or int8: the int8 matrices (--weight-dtype int8, or an "
+          "int8 checkpoint) also quantize their inputs per row and weight group and multiply "
+          "int8 x int8 (AVX-512 VNNI where the CPU has it; docs/QUANTIZATION.md); cpu only");
 
 namespace dcf {
 

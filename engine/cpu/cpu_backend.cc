@@ -71,8 +71,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
   }
   if (o.int8.activations && !cpu::HasAvx512Vnni()) {
     DCF_LOG(Warning) << "int8 x int8 products: this CPU has no AVX-512 VNNI, so they run the "
-                        "portable kernel, one output at a time: likely slower than int8 "
-                        "weight-only (--activation-dtype float32)";
+                        "portable code (built for AVX2 where the CPU has it), one output at a "
+                        "time: likely slower than int8 weight-only (--activation-dtype float32)";
   }
   return std::unique_ptr<CpuBackend>(new CpuBackend(config, std::move(weights), o));
 }

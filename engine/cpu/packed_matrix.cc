@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "engine/common/logging.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/weights/int8_quant.h"
 
@@ -37,10 +38,13 @@ float ToFloat(const void* src, DType dtype, int64_t i) {
 
 kernels::WeightType WeightTypeOf(DType dtype) {
   switch (dtype) {
+    case DType::kF32: return kernels::kWeightF32;
     case DType::kF16: return kernels::kWeightF16;
     case DType::kBF16: return kernels::kWeightBF16;
-    default: return kernels::kWeightF32;
+    case DType::kI8: break;  // int8 matrices come from QuantizeInt8 or FromInt8Rows
   }
+  DCF_CHECK(false) << "Concat stores F32, F16 or BF16, not " << DTypeName(dtype);
+  return kernels::kWeightF32;
 }
 
 // Slot of output j (0..31) of a panel column: pairs (j, j + 16) share a word in bf16.

@@ -17,15 +17,15 @@
 //             widens q * scale to fp32 (exact: 7 by 8 significant bits) and multiplies as
 //             for the other dtypes, so an int8 matrix gives the same products as the fp32
 //             matrix of its dequantized values.
-//   int8 for int8 x int8 products (QuantizeInt8 with int8_activations): the same q and
+//   int8 for int8 x int8 products (QuantizeInt8 with Int8Matrices::activations): the same q and
 //             scales, laid out for VNNI (kernels::kWeightI8A8 in matmul_kernels.h: per
 //             group, four columns of each output together, the group's scales and sums of
 //             q after it); MatMul quantizes each row of x per group (QuantizeActivationRowInt8
 //             in engine/weights/int8_quant.h) and sums x_q * q exactly in integers, so the
 //             products differ from the weight-only ones by the activations' rounding.
 // One pass over a panel computes its 32 outputs for up to 12 rows of x at once (int8 x int8:
-// 4), so a decode step of M <= 12 sequences reads every weight from memory exactly once;
-// larger M re-reads a panel from cache, not from memory.
+// 4), so a decode step of M <= 12 sequences (4) reads every weight from memory exactly
+// once; larger M re-reads a panel from cache, not from memory.
 //
 // Thread-safety: a PackedMatrix is immutable after construction; MatMul may run
 // concurrently on the same matrix. MatMul itself uses OpenMP threads over panels.

@@ -326,16 +326,18 @@ void EngineImpl::ProposeDrafts() {
   // Every running sequence the step schedules adds a token: with as many running as the step
   // token budget (options_.spec_step_tokens) no draft fits, so none is proposed.
   const int budget = options_.spec_step_tokens;
-  const bool room = budget == 0 || static_cast<int>(scheduler_.running().size()) < budget;
+  const bool drafts_fit =
+      budget == 0 || static_cast<int>(scheduler_.running().size()) < budget;
   for (Sequence* seq : scheduler_.running()) {
     seq->draft.clear();
-    if (!room || seq->state != RequestState::kDecode || seq->remaining() != 1) continue;
+    if (seq->state != RequestState::kDecode || seq->remaining() != 1) continue;
     ActiveRequest* r = by_seq_.at(seq);
     if (r->proposer == nullptr) continue;
-    if (r->spec_pause > 0) {
+    if (r->spec_pause > 0) {  // counts steps, drafts fitting or not
       --r->spec_pause;
       continue;
     }
+    if (!drafts_fit) continue;
     // A verify of d drafts yields up to d + 1 tokens: never past max_len.
     const int room = seq->max_len - static_cast<int>(seq->tokens.size()) - 1;
     r->proposer->Propose(seq->tokens, std::min(r->spec_k, room), &seq->draft);
@@ -689,8 +691,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
   }
   if (resolved.spec_step_tokens == 1) {
     // A step of one token leaves no room for a draft: no proposer runs at all.
-    DCF_LOG(Info) << "speculative decoding is off: a step of 2 tokens is not memory-bound ("
-                  << step_tokens_source << " step token budget 1)";
+    DCF_LOG(Info) << "speculative decoding is off: "
+                  << (step_tokens_source == std::string("measured")
+                          ? "a step of 2 tokens is not memory-bound (measured step token "
+                            "budget 1)"
+                          : "a step token budget of 1 leaves no room for drafts");
     resolved.spec_tokens = 0;
     resolved.spec_max_step_drafts = 0;
     resolved.spec_step_tokens = 0;

@@ -60,7 +60,8 @@ struct EngineOptions {
   // Tokens a step may hold, decodes and prefill chunks included, for drafts to be added to
   // it: drafts only fill a step up to here. 0: measured by the backend at Create
   // (Backend::MeasureMemoryBoundTokens: the largest step still bound by reading the weights);
-  // no cap where the backend does not measure (cuda). Speculation off: unused.
+  // no cap where the backend does not measure (cuda). 1 (given or measured) turns
+  // speculation off. Speculation off: unused.
   int spec_step_tokens = 0;
   // Per sequence, shrink the draft after low acceptance and pause drafting for a while
   // after repeated misses (engine.cc, SpecFeedback); false: always draft spec_tokens (tests).
@@ -96,7 +97,7 @@ struct EngineStats {
   int64_t spec_accepted_tokens = 0;
   int spec_tokens = 0;                 // the draft length in effect (0: off)
   // The step token budget of the drafts in effect (EngineOptions::spec_step_tokens, given or
-  // measured; 0: no cap).
+  // measured; 0: no cap, or speculation off).
   int spec_step_tokens = 0;
   int64_t prompt_tokens_computed = 0;  // prefill tokens run (recomputation included)
   bool healthy = true;                 // false once a backend step failed (fatal)

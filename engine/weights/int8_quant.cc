@@ -43,8 +43,8 @@ void QuantizeActivationRowInt8(const float* x, int64_t n, int group, uint8_t* u,
     // path's would be) instead of the NaN silently counting as 0.
     scales[g] = nan ? std::numeric_limits<float>::quiet_NaN() : absmax / 127.0f;
     const float inv = absmax > 0 ? 127.0f / absmax : 0.0f;
-    // A subnormal absmax overflows the reciprocal (every nonzero x would map to +-127):
-    // divide first there (rare, so the common loop stays a multiply).
+    // An absmax below about 3.7e-37 overflows the reciprocal (every nonzero x would map to
+    // +-127): divide first there (rare, so the common loop stays a multiply).
     const bool tiny = inv > std::numeric_limits<float>::max();
     for (int64_t k = k0; k < k1; ++k) {
       const float t = tiny ? x[k] / absmax * 127.0f : x[k] * inv;

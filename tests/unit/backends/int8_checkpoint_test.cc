@@ -165,6 +165,11 @@ TEST_F(Int8CheckpointTest, Int8ActivationsLoadFromEitherAndNeedInt8Matrices) {
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("no int8 x int8 kernels"), std::string::npos)
       << sim.status();
+  // Refused before anything is read: a directory without config.json names the flag too.
+  auto unread = LoadModel(::testing::TempDir() + "/no-such-model", options);
+  ASSERT_FALSE(unread.ok());
+  EXPECT_NE(unread.status().message().find("no int8 x int8 kernels"), std::string::npos)
+      << unread.status();
 }
 
 TEST_F(Int8CheckpointTest, CudaBackendsRefuseInt8) {

@@ -275,6 +275,41 @@ TEST(SpecDecodeStepBudgetTest, DraftsOnlyFitTheStepTokenBudget) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_EQ(one->Stats().spec_drafted_tokens, 0);
+  // A budget of 2: one sequence alone drafts (one token a step), two together never do (nor
+  // propose: the engine skips the proposer), and every stream is the plain one.
+  o.spec_step_tokens = 2;
+  auto two = MakeEngine(dir, BackendKind::kCpu, o);
+  ASSERT_TRUE(two != nullptr);
+  EXPECT_EQ(two->Stats().spec_step_tokens, 2);
+  const std::vector<std::vector<int32_t>> prompts = Prompts(g, 3);
+  std::vector<GenerationRequest> requests;
+  std::vector<Collected> plain;
+  for (size_t i = 0; i < 2; ++i) {
+    requests.push_back(Request(prompts[i], 24, Kind::kGreedy, 5));
+    requests.back().stopping.ignore_eos = true;  // both run to 24 tokens, side by side
+    plain.push_back(RunToEnd(*off, requests.back()));
+    ExpectSameStream(plain.back(), RunToEnd(*two, requests.back()),
+                     absl::StrCat("budget 2, request ", i));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  const EngineStats alone = two->Stats();
+  EXPECT_GT(alone.spec_drafted_tokens, 0);
+  EXPECT_LE(alone.spec_drafted_tokens, alone.steps) << "at most one draft a step";
+  std::vector<RequestHandle> handles;
+  for (size_t i = 0; i < 2; ++i) {
+    auto h = two->Enqueue(requests[i]);
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(std::move(*h));
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    Collected c;
+    c.Drain(handles[i].stream());
+    ExpectSameStream(plain[i], c, absl::StrCat("budget 2, request ", i, " batched"));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // Only a step where one of them runs alone (before the other's admission, after its end:
+  // a token or two left) can hold a draft.
+  EXPECT_LE(two->Stats().spec_drafted_tokens - alone.spec_drafted_tokens, 2);
   o.spec_step_tokens = 0;  // measured
   auto measured = MakeEngine(dir, BackendKind::kCpu, o);
   ASSERT_TRUE(measured != nullptr);

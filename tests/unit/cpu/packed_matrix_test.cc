@@ -631,8 +631,8 @@ TEST_P(Int8ActivationsTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
   const auto [isa, group] = GetParam();
   std::mt19937 rng(25);
   std::uniform_real_distribution<float> u(-1, 1);
-  // 100 rows of 3 * 128 + 9 columns: quantized on the threads.
-  const int64_t out = 70, widest = 3 * group + 9, most = 100;
+  // 400 rows of at least 105 columns: quantized on the threads.
+  const int64_t out = 70, widest = 3 * group + 9, most = 400;
   MatMulScratch scratch;
   scratch.Reserve(most, widest, group);
   const uint8_t* const xq = scratch.xq.data();
