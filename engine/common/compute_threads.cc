@@ -1,5 +1,6 @@
 #include "engine/common/compute_threads.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,11 @@ absl::Status EnsureComputeThreadEnvironment(const ComputeThreadEnvironment& want
   execv("/proc/self/exe", argv);
   return absl::InternalError(absl::StrCat("cannot re-execute with the compute-thread settings: ",
                                           std::strerror(errno)));
+}
+
+void ReleaseIdleComputeThreads() {
+  if (omp_in_parallel()) return;
+  omp_pause_resource_all(omp_pause_soft);  // libgomp: frees this thread's pool
 }
 
 }  // namespace dcf

@@ -29,4 +29,12 @@ struct ComputeThreadEnvironment {
 // survive the re-execution.
 absl::Status EnsureComputeThreadEnvironment(const ComputeThreadEnvironment& want, char** argv);
 
+// Ends the OpenMP worker threads that the calling thread's parallel regions started (they
+// stay otherwise; its next parallel region starts them again). For a thread done with
+// parallel work while another runs its own regions, as the one that loaded a model before
+// an engine's loop thread takes over (Engine::Create): with OMP_WAIT_POLICY=active the idle
+// workers spin for good, on the cores the loop's regions need. Call it outside any parallel
+// region; a no-op there and where the runtime cannot.
+void ReleaseIdleComputeThreads();
+
 }  // namespace dcf

@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/compute_threads.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
 #include "engine/common/memory_info.h"
@@ -774,6 +775,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
                                            : std::string("any number of"),
                                        " tokens (", step_tokens_source, ")")
                         : std::string("off"));
+  // The loop thread runs every step with its own OpenMP team: the workers this thread started
+  // (packing the weights, the measurement above) would only wait, or spin with
+  // OMP_WAIT_POLICY=active on the cores the steps need.
+  ReleaseIdleComputeThreads();
   impl->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -176,8 +176,10 @@ class RequestHandle {
 class Engine {
  public:
   // Sizes the KV cache from the options, allocates it in the backend and starts the engine
-  // loop thread. `tokenizer` may be null (then requests cannot ask for text or stop strings);
-  // `observer` may be null. Neither is owned; both must outlive the engine.
+  // loop thread, which runs every step. The calling thread's idle OpenMP workers (those that
+  // loaded the model) are ended first (ReleaseIdleComputeThreads, compute_threads.h).
+  // `tokenizer` may be null (then requests cannot ask for text or stop strings); `observer`
+  // may be null. Neither is owned; both must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend,
                                                         const Tokenizer* tokenizer,
                                                         const EngineOptions& options,
