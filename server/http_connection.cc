@@ -32,8 +32,11 @@ using tcp = net::ip::tcp;
 // Framing beyond headers and body that a request may carry (chunk sizes, CRLFs, short chunk
 // extensions and trailers).
 constexpr size_t kReadBufferSlack = 4 << 10;
-// A closing connection reads (and drops) at most this much, for at most this long.
-constexpr size_t kLingerBytes = 256 << 10;
+// A closing connection reads (and drops) at most this much, for at most this long: enough
+// for the rest of a body a few MiB past the limit, which a client that writes its whole body
+// before reading (Python's http.client, curl) is still sending when its 413 goes out; with
+// 256 KiB the reset reached such a client first now and then (test_openai's 2 MiB body).
+constexpr size_t kLingerBytes = 8 << 20;
 constexpr auto kLingerTime = std::chrono::seconds(1);
 // What the disconnect watch of an asynchronous exchange reads at a time.
 constexpr size_t kWatchBytes = 4 << 10;
