@@ -10,7 +10,7 @@ backend (its kernels add a row's columns in blocks in order, and the added block
 zero). bench/README.md uses it to price speculative decoding at batch 1 where a step is bound
 by reading the weights, with the trained default model's copying behaviour (no weight-bound
 model here copies otherwise). Standard library only; the other files of MODEL_DIR (tokenizer,
-chat template) are copied.
+chat template) are copied. Holds the checkpoint in memory (a small model is the point).
 """
 import argparse
 import json
@@ -35,12 +35,21 @@ def main():
     old = config["intermediate_size"]
     if a.ffn < old:
         sys.exit(f"widen_ffn.py: --ffn {a.ffn} is below the model's {old}")
+    if os.path.realpath(a.out_dir) == os.path.realpath(a.model_dir):
+        sys.exit("widen_ffn.py: OUT_DIR must differ from MODEL_DIR")
     src = os.path.join(a.model_dir, "model.safetensors")
+    if not os.path.isfile(src) or any(
+            e.endswith(".index.json") or e.endswith(".bin") or
+            (e.endswith(".safetensors") and e != "model.safetensors")
+            for e in os.listdir(a.model_dir)):
+        sys.exit("widen_ffn.py: only a checkpoint of one model.safetensors (no shards, no "
+                 "index, no pytorch_model.bin)")
     with open(src, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
     tensors = []  # (name, dtype, shape, bytes)
+    padded = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -54,13 +63,18 @@ def main():
                 sys.exit(f"widen_ffn.py: {name} has shape {shape}, not [{old}, E]")
             raw += bytes((a.ffn - old) * shape[1] * size)  # zero rows
             shape[0] = a.ffn
+            padded += 1
         elif name.endswith("feed_forward.w2.weight"):
             if shape[1] != old:
                 sys.exit(f"widen_ffn.py: {name} has shape {shape}, not [E, {old}]")
             row, pad = old * size, bytes((a.ffn - old) * size)
             raw = b"".join(raw[r * row:(r + 1) * row] + pad for r in range(shape[0]))
             shape[1] = a.ffn
+            padded += 1
         tensors.append((name, dtype, shape, raw))
+    if padded != 3 * config["n_layer"]:
+        sys.exit(f"widen_ffn.py: found {padded} FFN matrices, not w1, w3 and w2 of each of "
+                 f"{config['n_layer']} layers")
     out_header, offset = {}, 0
     if "__metadata__" in header:
         out_header["__metadata__"] = header["__metadata__"]

@@ -34,7 +34,8 @@ absl::Status EnsureComputeThreadEnvironment(const ComputeThreadEnvironment& want
 // parallel work while another runs its own regions, as the one that loaded a model before
 // an engine's loop thread takes over (Engine::Create): with OMP_WAIT_POLICY=active the idle
 // workers spin for good, on the cores the loop's regions need. Call it outside any parallel
-// region; a no-op there and where the runtime cannot.
+// region; a no-op there and where the runtime cannot. (GCC's libgomp, which the project
+// builds with, ends the threads; LLVM's libomp would only put them to sleep.)
 void ReleaseIdleComputeThreads();
 
 }  // namespace dcf

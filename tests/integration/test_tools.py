@@ -278,8 +278,10 @@ class FlagsTest(unittest.TestCase):
                            1.5 * os.path.getsize(os.path.join(DEFAULT_MODEL, "model.safetensors")))
         outputs = []
         for model in (DEFAULT_MODEL, wide):
-            p = run([h.GENERATE, f"--model={model}", "--prompt=And God said", "--json",
-                     "--max-new-tokens=24", "--ignore-eos"], timeout=120)
+            # A prompt of several tokens: its prefill runs the multi-row kernels too.
+            p = run([h.GENERATE, f"--model={model}", "--json", "--max-new-tokens=24",
+                     "--prompt=And God said, Let there be light: and there was light.",
+                     "--ignore-eos"], timeout=120)
             self.assertEqual(p.returncode, 0, p.stderr)
             out = json.loads(p.stdout)
             outputs.append((out["tokens"], out["logprobs"]))
@@ -289,6 +291,10 @@ class FlagsTest(unittest.TestCase):
                  DEFAULT_MODEL, os.path.join(tmp, "narrow"), "--ffn=100"])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("is below the model's 512", p.stderr)
+        p = run(["/usr/bin/python3", os.path.join(h.SOURCE_DIR, "bench", "widen_ffn.py"),
+                 wide, wide, "--ffn=2000"])
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("must differ", p.stderr)
 
 
 class WaitReadyTest(unittest.TestCase):
