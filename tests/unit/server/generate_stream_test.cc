@@ -233,10 +233,13 @@ TEST(GenerateStreamTest, ConcurrentCallsWithEveryKindOfClient) {
   ServerOptions options;
   options.model_dir = dir;
   // A client that never reads overflows the buffer (with logprobs) or its first write stalls
-  // (without): both bounds race the engine, the client's cancel and the other events.
+  // (without): both bounds race the engine, the client's cancel and the other events. The
+  // first-write bound leaves a slow engine (an ASan build beside other tests) the time to run
+  // a logprobs call past the buffer: with 1 s none did once, and nothing overflowed. (The
+  // write-stall bound stays above it, so a first write that never completes ends by it.)
   options.max_stream_buffer_bytes = 4096;
-  options.write_stall_timeout = absl::Seconds(2);
-  options.first_write_timeout = absl::Seconds(1);
+  options.write_stall_timeout = absl::Seconds(10);
+  options.first_write_timeout = absl::Seconds(5);
   options.max_open_streams = 0;
   options.max_open_streams_per_peer = 0;
   {
