@@ -89,6 +89,11 @@ CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights,
   }
 }
 
+void CpuBackend::Product(const float* x, int64_t ldx, int64_t rows, const cpu::PackedMatrix& w,
+                         const float* bias, float* y, int64_t ldy) {
+  cpu::MatMul(x, ldx, rows, w, bias, y, ldy, cpu::ActiveIsa(), &s_.quant);
+}
+
 BackendInfo CpuBackend::info() const {
   BackendInfo info;
   info.name = "cpu";
@@ -211,13 +216,11 @@ int CpuBackend::MeasureMemoryBoundTokens(int max_tokens) {
     for (const cpu::CpuLayerWeights& L : weights_.layers) {
       for (const cpu::PackedMatrix* m : {&L.in_proj, &L.wo, &L.up, &L.w2}) {
         if (!m->empty()) {
-          cpu::MatMul(x.data(), m->in(), rows, *m, nullptr, y.data(), m->out(), cpu::ActiveIsa(),
-                      &s_.quant);
+          Product(x.data(), m->in(), rows, *m, nullptr, y.data(), m->out());
         }
       }
     }
-    cpu::MatMul(x.data(), E, rows, weights_.output, nullptr, y.data(), weights_.output.out(),
-                cpu::ActiveIsa(), &s_.quant);
+    Product(x.data(), E, rows, weights_.output, nullptr, y.data(), weights_.output.out());
   };
   products(1);  // warm-up: pages, thread pool
   return MemoryBoundTokens(
@@ -396,8 +399,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
   }
   norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
   s.logits.resize(R * V);
-  cpu::MatMul(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V, cpu::ActiveIsa(),
-              &s.quant);
+  Product(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
   timer.Next(P::kLogits);
 }
 
@@ -416,8 +418,7 @@ void CpuBackend::AttentionLayer(int layer) {
   const int row = layout_.row_floats();
 
   // One product for q, k, v and the dynamic-weight projections of every token.
-  cpu::MatMul(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld,
-              cpu::ActiveIsa(), &s.quant);
+  Product(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld);
   timer.Next(P::kInProj);
 
   // Per token: the dynamic weights (gelu, the qkw products, tanh, W1 normalised over
@@ -506,8 +507,7 @@ void CpuBackend::AttentionLayer(int layer) {
   profile_.seconds[P::kCacheWrite] += times.cache_write;
   profile_.seconds[P::kAttention] += times.attention;
   timer = cpu::PhaseTimer(&profile_);
-  cpu::MatMul(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E, cpu::ActiveIsa(),
-              &s.quant);
+  Product(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
   timer.Next(P::kOutProj);
 }
 
@@ -519,7 +519,7 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
   const int64_t up = L.up.out();  // 2F: [w1 h | w3 h] per token (dcformer), or F
-  cpu::MatMul(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up, cpu::ActiveIsa(), &s.quant);
+  Product(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up);
   timer.Next(P::kFfnMatMul);
   const bool pythia = config_.architecture == Architecture::kDcPythia;
 #pragma omp parallel for schedule(static) if (T * F >= kMinParallelElements)
@@ -533,8 +533,7 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
     }
   }
   timer.Next(P::kFfnAct);
-  cpu::MatMul(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E, cpu::ActiveIsa(),
-              &s.quant);
+  Product(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
   timer.Next(P::kFfnMatMul);
 }
 

@@ -89,6 +89,11 @@ class CpuBackend final : public Backend {
     std::array<const int32_t*, kNumLayerGroups> table{nullptr, nullptr};  // [blocks_per_seq]
   };
 
+  // cpu::MatMul of one weight matrix, its int8 x int8 quantization in s_.quant (reserved by
+  // Prepare, so a step does not allocate).
+  void Product(const float* x, int64_t ldx, int64_t rows, const cpu::PackedMatrix& w,
+               const float* bias, float* y, int64_t ldy);
+
   // Runs the model over the batch and writes the logits of `rows` (step token indices) into
   // s_.logits ([rows, vocab]).
   void Forward(const StepBatch& batch, const std::vector<int32_t>& rows);

@@ -16,7 +16,7 @@
 namespace dcf::cpu::kernels {
 namespace {
 
-constexpr int kPanel = 32;
+constexpr int kPanel = kPanelOutputs;
 
 // The 32 weights of column k of a panel as two vectors of 16 floats (outputs 0-15, 16-31).
 template <int WT>

@@ -10,7 +10,7 @@
 namespace dcf::cpu::kernels {
 namespace {
 
-constexpr int kPanel = 32;
+constexpr int kPanel = kPanelOutputs;
 // Rows per pass of the generic kernel: 4 x 32 accumulators fill the 16 AVX2 registers.
 constexpr int kGenericRows = 4;
 // Rows kept hot while a thread's panels pass over them (48 * in floats).

@@ -276,7 +276,6 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   a.y = y;
   a.ldy = ldy;
   void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
-  Isa level = SupportedIsa(isa);
   if (w.int8_activations()) {
     // Each row of x quantized once, before the threads split the panels (rows * in, small
     // next to the product; many rows on the threads too); every kernel reads the same
@@ -298,9 +297,8 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     }
     a.xq = q;
     a.xs = qs;
-    if (level == Isa::kAvx512 && !HasAvx512Vnni()) level = Isa::kAvx2;
   }
-  switch (level) {
+  switch (SupportedIsa(isa)) {
     case Isa::kAvx512: kernel = kernels::PanelsAvx512; break;
     case Isa::kAvx2: kernel = kernels::PanelsAvx2; break;
     case Isa::kPortable: break;

@@ -93,10 +93,9 @@ class PackedMatrix {
   int64_t out() const { return out_; }
   // The layout, and the kernel MatMul runs.
   kernels::WeightType weight_type() const { return type_; }
-  // The storage dtype of a 16/32-bit matrix; F32 for an int8 one (see int8()).
+  // The storage dtype of a 16/32-bit matrix; F32 for an int8 one (see int8_group()).
   DType dtype() const;
-  // How an int8 matrix was quantized (group 0 for the others).
-  Int8Matrices int8() const { return {group_, type_ == kernels::kWeightI8A8}; }
+  // The group size of an int8 matrix; 0 for the others.
   int int8_group() const { return group_; }
   // An int8 matrix whose products quantize x to int8 too (kernels::kWeightI8A8).
   bool int8_activations() const { return type_ == kernels::kWeightI8A8; }

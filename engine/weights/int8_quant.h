@@ -27,7 +27,6 @@ struct Int8Matrices {
   bool activations = false;
 
   bool enabled() const { return group > 0; }
-  bool operator==(const Int8Matrices&) const = default;
 };
 
 // Groups of one row of `n` values: ceil(n / group) (the last one may be partial).
