@@ -269,7 +269,8 @@ TEST(SpecDecodeStepBudgetTest, DraftsOnlyFitTheStepTokenBudget) {
   // A budget of one token leaves no room for a draft: speculation is off altogether.
   EXPECT_EQ(one->Stats().spec_tokens, 0);
   EXPECT_EQ(one->Stats().spec_step_tokens, 0);
-  for (const std::vector<int32_t>& prompt : Prompts(g, 3)) {
+  const std::vector<std::vector<int32_t>> prompts = Prompts(g, 3);
+  for (const std::vector<int32_t>& prompt : prompts) {
     const GenerationRequest r = Request(prompt, 24, Kind::kGreedy, 5);
     ExpectSameStream(RunToEnd(*off, r), RunToEnd(*one, r), "budget 1");
     if (::testing::Test::HasFatalFailure()) return;
@@ -281,7 +282,6 @@ TEST(SpecDecodeStepBudgetTest, DraftsOnlyFitTheStepTokenBudget) {
   auto two = MakeEngine(dir, BackendKind::kCpu, o);
   ASSERT_TRUE(two != nullptr);
   EXPECT_EQ(two->Stats().spec_step_tokens, 2);
-  const std::vector<std::vector<int32_t>> prompts = Prompts(g, 3);
   std::vector<GenerationRequest> requests;
   std::vector<Collected> plain;
   for (size_t i = 0; i < 2; ++i) {
