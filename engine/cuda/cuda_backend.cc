@@ -897,6 +897,14 @@ absl::Status CudaBackend::Logits(const StepArrays& d, const DevicePlan& plan) {
   const int rows = static_cast<int>(plan.logits.rows.size());
   if (rows == 0) return absl::OkStatus();
   // Final norm and output projection, only for the rows that need logits.
+  if (const GemmArgs out = NormedLinearArgs(rows, weights_.output, DeviceBuffer(),
+                                            logits_.as<float>(), config_.vocab_size);
+      use_gemv_ && GemvHandles(out)) {
+    // The norm, gathering those rows of x, in the GEMV's prologue (gemv.h): no kernel of its own.
+    GemvIn in = NormPrologue(weights_.norm_w, weights_.norm_b);
+    in.row_index = d.logit_rows;
+    return CudaStatus(LaunchGemv(out, GemvOut{}, in, stream_), "final norm + logits GEMV");
+  }
   NormParams np = Norm(rows, weights_.norm_w, weights_.norm_b, final_in_.get());
   np.row_index = d.logit_rows;
   RETURN_IF_ERROR(CudaStatus(LaunchNorm(np, stream_), "final norm"));

@@ -64,6 +64,11 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
   const int64_t K = a.k;
   const T* x = static_cast<const T*>(a.x);
   const float* xf = static_cast<const float*>(a.x);  // NORM: the f32 rows
+  int64_t x_at[MT];  // where row mm of x starts (GemvIn::row_index's gather)
+  DCF_GEMV_UNROLL
+  for (int mm = 0; mm < MT; ++mm) {
+    x_at[mm] = mm < M ? (p.in.row_index != nullptr ? p.in.row_index[mm] : mm) * a.ldx : 0;
+  }
   float inv[MT];      // kRmsNorm: each row's 1 / rms, as NormKernel computes it
   double mean[MT];    // kLayerNorm: each row's mean and 1 / sqrt(var + eps), as NormKernel
   double inv_sd[MT];  //   computes them (f64, the same 256-thread order)
@@ -73,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
     for (int mm = 0; mm < MT; ++mm) {
       inv[mm] = 0.0f;
       if (mm < M) {  // uniform across the block
-        const float* row = xf + mm * a.ldx;
+        const float* row = xf + x_at[mm];
         double ss = 0;
         for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) {
           ss += static_cast<double>(row[e]) * row[e];
@@ -89,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
       mean[mm] = 0.0;
       inv_sd[mm] = 0.0;
       if (mm < M) {  // uniform across the block
-        const float* row = xf + mm * a.ldx;
+        const float* row = xf + x_at[mm];
         double s = 0;
         for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) s += row[e];
         mean[mm] = dev::BlockSum(s, red_norm) / a.k;
@@ -154,21 +159,21 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
           if (mm < M) {
             float xv[VEC];
             if constexpr (NORM == kRmsNorm) {
-              dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
+              dev::LoadVec<float, VEC>(xf + x_at[mm] + kk, xv);
               DCF_GEMV_UNROLL
               for (int e = 0; e < VEC; ++e) {
                 const float n = xv[e] * inv[mm];
                 xv[e] = dev::ToFloat(dev::FromFloat<T>(n * nw[e]));
               }
             } else if constexpr (NORM == kLayerNorm) {
-              dev::LoadVec<float, VEC>(xf + mm * a.ldx + kk, xv);
+              dev::LoadVec<float, VEC>(xf + x_at[mm] + kk, xv);
               DCF_GEMV_UNROLL
               for (int e = 0; e < VEC; ++e) {
                 const float n = static_cast<float>((xv[e] - mean[mm]) * inv_sd[mm]);
                 xv[e] = dev::ToFloat(dev::FromFloat<T>(fmaf(n, nw[e], nb[e])));  // as NormKernel
               }
             } else {
-              dev::LoadVec<T, VEC>(x + mm * a.ldx + kk, xv);
+              dev::LoadVec<T, VEC>(x + x_at[mm] + kk, xv);
             }
             DCF_GEMV_UNROLL
             for (int q = 0; q < P; ++q) {

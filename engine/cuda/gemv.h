@@ -25,6 +25,10 @@
 // LaunchNorm then LaunchGemv and the fused call agree bit for bit and the decode layer saves
 // a kernel and the round trip of the normalised row.
 //
+// GemvIn::row_index gathers x's rows (any prologue): row m of the product is that of x's row
+// row_index[m], so the final norm of the rows that need logits is the logits GEMV's prologue
+// as NormParams::row_index made it the norm kernel's gather.
+//
 // With GemvIn::layer_norm (dcpythia) the prologue is NormKernel's LayerNorm instead: each
 // row's mean and 1 / sqrt(var + eps) in f64 (two sums over 256 threads, in NormKernel's
 // order), then FromFloat<T>(fmaf(float((x - mean) * inv), norm_weight, norm_bias or 0)), again
@@ -66,6 +70,9 @@ struct GemvIn {
   bool layer_norm = false;             // LayerNorm (dcpythia) instead of RMSNorm
   const float* norm_bias = nullptr;    // [K] f32 or null (LayerNorm only)
   double eps = 1e-6;
+  // [M] or null: row m of the product reads row row_index[m] of x (NormParams::row_index's
+  // gather: the final norm of the rows that need logits folded into the logits GEMV).
+  const int32_t* row_index = nullptr;
 };
 
 // Whether LaunchGemv takes `a`: 1 <= m <= kGemvMaxRows and well-formed (ValidateGemmArgs).

@@ -1,7 +1,7 @@
 // LaunchGemv (the skinny GEMM for m <= 16) against the plain path it replaces, Gemm::Linear
 // (OpenBLAS on the emulator, cuBLASLt on a GPU), and a double-precision host reference on
 // the same rounded inputs; its SwiGLU epilogue against Gemm::Linear + LaunchActivation; its
-// RMSNorm prologue against LaunchNorm + LaunchGemv.
+// RMSNorm prologue against LaunchNorm + LaunchGemv, with and without a gather of x's rows.
 // Also: a row's result does not depend on the batch it is in (bit for bit), the unaligned
 // fallback, and the arguments it refuses.
 #include "engine/cuda/gemv.h"
@@ -287,6 +287,66 @@ TEST_P(GemvTest, LayerNormPrologueAndGeluEqualNormThenGemvThenActivation) {
         ASSERT_EQ(got.size(), want.size());
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
         EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
+      }
+    }
+  }
+}
+
+// The final norm folded into the logits GEMV (GemvIn::row_index): the rows that need logits
+// gathered from the residual stream, against LaunchNorm's own gather (NormParams::row_index)
+// into the compute dtype then LaunchGemv, bit for bit: RMSNorm and LayerNorm (with a bias),
+// one row, a row taken twice, a whole batch out of order, aligned and unaligned K.
+TEST_P(GemvTest, GatheredNormPrologueEqualsGatheringNormThenGemv) {
+  const ElemType type = GetParam();
+  constexpr int kTokens = 20;  // rows of the residual stream
+  for (const int k : {256, 37}) {
+    for (const std::vector<int32_t>& rows :
+         {std::vector<int32_t>{13}, std::vector<int32_t>{19, 2, 2, 7},
+          std::vector<int32_t>{15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}) {
+      for (const bool layer_norm : {false, true}) {
+        const int m = static_cast<int>(rows.size()), n = 300;
+        SCOPED_TRACE(testing::Message() << "k=" << k << " m=" << m
+                                        << (layer_norm ? " LayerNorm" : " RMSNorm"));
+        std::vector<float> x = RandomVector(static_cast<size_t>(kTokens) * k, 81);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * (1.0f + i % 7) + 0.2f * (i % 3);
+        const std::vector<float> w = RandomVector(static_cast<size_t>(n) * k, 82);
+        std::vector<float> norm_w = RandomVector(k, 83);
+        for (float& v : norm_w) v += 1.0f;
+        const std::vector<float> norm_b = RandomVector(k, 84);
+        TypedBuffer dw(w, type), normed(static_cast<size_t>(m) * k, type);
+        DeviceBuffer<float> dx(x), dn(norm_w), dnb(norm_b), y_fused(static_cast<size_t>(m) * n),
+            y_plain(static_cast<size_t>(m) * n);
+        DeviceBuffer<int32_t> drows(rows);
+        cuda::NormParams np;
+        np.rows = m;
+        np.dim = k;
+        np.x = dx.get();
+        np.row_index = drows.get();
+        np.layer_norm = layer_norm;
+        np.eps = 1e-5;
+        np.weight = dn.get();
+        np.bias = layer_norm ? dnb.get() : nullptr;
+        np.out = normed.get();
+        np.out_type = type;
+        ASSERT_TRUE(CudaOk(cuda::LaunchNorm(np, nullptr)));
+        const Shape s{m, n, k, k, n, false, false};
+        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(
+            Args(s, normed.get(), dw.get(), type, nullptr, y_plain.get()), nullptr)));
+        cuda::GemvIn in;
+        in.norm_weight = dn.get();
+        in.layer_norm = layer_norm;
+        in.norm_bias = layer_norm ? dnb.get() : nullptr;
+        in.eps = 1e-5;
+        in.row_index = drows.get();
+        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(Args(s, dx.get(), dw.get(), type, nullptr, y_fused.get()),
+                                            cuda::GemvOut{}, in, nullptr)));
+        ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
+        const std::vector<float> got = y_fused.ToHost(), want = y_plain.ToHost();
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+        EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
+        if (m == 4) {  // the row taken twice: the same bits twice
+          EXPECT_EQ(0, std::memcmp(got.data() + n, got.data() + 2 * n, n * sizeof(float)));
+        }
       }
     }
   }
