@@ -295,16 +295,17 @@ TEST_P(GemvTest, LayerNormPrologueAndGeluEqualNormThenGemvThenActivation) {
 // The final norm folded into the logits GEMV (GemvIn::row_index): the rows that need logits
 // gathered from the residual stream, against LaunchNorm's own gather (NormParams::row_index)
 // into the compute dtype then LaunchGemv, bit for bit: RMSNorm and LayerNorm (with a bias),
-// one row, a row taken twice, a whole batch out of order, aligned and unaligned K.
+// one row, a row taken twice (3 rows of the 4-row kernel), a whole batch out of order,
+// aligned and unaligned K.
 TEST_P(GemvTest, GatheredNormPrologueEqualsGatheringNormThenGemv) {
   const ElemType type = GetParam();
   constexpr int kTokens = 20;  // rows of the residual stream
   for (const int k : {256, 37}) {
     for (const std::vector<int32_t>& rows :
-         {std::vector<int32_t>{13}, std::vector<int32_t>{19, 2, 2, 7},
+         {std::vector<int32_t>{13}, std::vector<int32_t>{19, 2, 2},
           std::vector<int32_t>{15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}) {
       for (const bool layer_norm : {false, true}) {
-        const int m = static_cast<int>(rows.size()), n = 300;
+        const int m = static_cast<int>(rows.size()), n = 40;  // 40 blocks: cheap to emulate
         SCOPED_TRACE(testing::Message() << "k=" << k << " m=" << m
                                         << (layer_norm ? " LayerNorm" : " RMSNorm"));
         std::vector<float> x = RandomVector(static_cast<size_t>(kTokens) * k, 81);
@@ -338,13 +339,13 @@ TEST_P(GemvTest, GatheredNormPrologueEqualsGatheringNormThenGemv) {
         in.norm_bias = layer_norm ? dnb.get() : nullptr;
         in.eps = 1e-5;
         in.row_index = drows.get();
-        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(Args(s, dx.get(), dw.get(), type, nullptr, y_fused.get()),
-                                            cuda::GemvOut{}, in, nullptr)));
+        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(
+            Args(s, dx.get(), dw.get(), type, nullptr, y_fused.get()), cuda::GemvOut{}, in, nullptr)));
         ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
         const std::vector<float> got = y_fused.ToHost(), want = y_plain.ToHost();
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
         EXPECT_GT(MaxAbs(got, std::vector<float>(got.size(), 0.0f)), 0.1);
-        if (m == 4) {  // the row taken twice: the same bits twice
+        if (m == 3) {  // the row taken twice: the same bits twice
           EXPECT_EQ(0, std::memcmp(got.data() + n, got.data() + 2 * n, n * sizeof(float)));
         }
       }
