@@ -168,7 +168,8 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
   // int8: the NS sub-blocks are NS streams of sub x 32 bytes (2 KiB; 1 KiB at G = 32), too
   // short for the hardware prefetcher to train on before they end, so a row streamed from
   // memory waited on its lines (1-row products at 52-65% of the read bandwidth, where F16's
-  // 4 KiB streams reach it). A span is the NS x sub x 32 bytes summed here; each column step
+  // 4 KiB streams reached it, on an Intel Xeon VM; F16 now streams each panel whole, Rows).
+  // A span is the NS x sub x 32 bytes summed here; each column step
   // prefetches its share of the span two spans ahead (the panel's later columns, its scales,
   // the next panel), NS x 32 bytes rounded up to a line (so the 1-sub-block tail fetches
   // more than it needs). Measured in docs/QUANTIZATION.md; F16 lost speed with it (already
@@ -201,13 +202,20 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
 }
 
 // y[MR, valid outputs of panel p] = x[MR, in] * panel^T (+ bias) for 1-3 rows (row stride
-// ldx, ldy), in the arithmetic of Block (same bits), the panel's sub-blocks kRowChains / MR
-// at a time (at least 8 chains) and the panel streamed once.
+// ldx, ldy), in the arithmetic of Block (same bits), the panel streamed once.
+// F32, F16, BF16: the sub-blocks one after the other, so the panel is one sequential stream
+// (2 FMA chains per row). Interleaving kRowChains / MR of them (8 chains or more, against
+// the FMA latency) made as many streams 4 KiB apart, which this AMD EPYC's prefetchers
+// serve worse than one: batch-1 decode of the 261M model 1.08-1.22x faster with one
+// stream, a 3-row verify step 1.24-1.27x -> 1.08-1.09x a plain step (bench/README.md,
+// "One stream per panel"); the interleaving had been measured on an Intel Xeon VM.
+// int8: kRowChains / MR sub-blocks (at least 2) interleaved, with software prefetch
+// (RowChains; docs/QUANTIZATION.md).
 template <int MR, int WT>
 DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
                      const uint16_t* scales, int64_t group, const float* bias, float* y,
                      int64_t ldy, int valid) {
-  constexpr int kNS = kRowChains / MR > 1 ? kRowChains / MR : 2;
+  constexpr int kNS = WT != kWeightI8 ? 1 : (kRowChains / MR > 1 ? kRowChains / MR : 2);
   __mmask16 m0, m1;
   __m512 y0[MR], y1[MR];
   StartRows<MR>(bias, valid, &m0, &m1, y0, y1);
@@ -216,7 +224,7 @@ DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
   for (; k0 + kNS * sub <= in; k0 += kNS * sub) {
     RowChains<MR, kNS, WT>(x, ldx, panel, scales, group, sub, k0, sub, y0, y1);
   }
-  for (; k0 < in; k0 += sub) {  // the last sub-blocks, one at a time
+  for (; k0 < in; k0 += sub) {  // the last sub-blocks (or all), one at a time
     RowChains<MR, 1, WT>(x, ldx, panel, scales, group, sub, k0, in - k0 < sub ? in - k0 : sub,
                          y0, y1);
   }
