@@ -603,8 +603,15 @@ void DcformerServer::Shutdown() {
                                          nullptr);
     } while (event.type != GRPC_QUEUE_SHUTDOWN);
   }
-  // Every HTTP stream got its final event (or was cancelled with the engine): close the rest.
-  if (openai_http_ != nullptr) openai_http_->Stop();
+  // Every HTTP stream got its final event (or was cancelled with the engine), but a slow
+  // reader may not have taken all of it yet: the connections write out what they hold (the
+  // last events, [DONE], the last chunk) within the drain's bound, then the rest closes.
+  if (openai_http_ != nullptr) {
+    if (!openai_http_->AwaitExchanges(drain_deadline + kShutdownMargin)) {
+      DCF_LOG(Warning) << "drain timeout: closing HTTP responses not yet written out";
+    }
+    openai_http_->Stop();
+  }
   service_.reset();
   metrics_.SetStatsSource(nullptr);  // scrapes must not reach the engine once it is gone
   engine_.reset();

@@ -494,6 +494,7 @@ class Connection : public ConnectionControl,
     streaming_ = false;
     if (closing_) return;
     closing_ = true;
+    SetPhase(ConnectionPhase::kClosing);
     beast::error_code ignored;
     Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
     Lowest().close();
@@ -506,6 +507,7 @@ class Connection : public ConnectionControl,
   void Close() {
     if (closing_) return;
     closing_ = true;
+    SetPhase(ConnectionPhase::kClosing);
     if (source_ != nullptr) {
       std::shared_ptr<HttpBodySource> source = std::move(source_);
       source->OnAbort("the connection closed");

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/ssl/context.hpp"
@@ -25,6 +26,7 @@ enum class ConnectionPhase {
   kFirstRequest,  // has not finished a request yet (evicted first, oldest first)
   kIdle,          // between requests (or reading the next one): evicted next
   kBusy,          // handling a request or writing / streaming its response: never evicted
+  kClosing,       // its last exchange over (response written, or abandoned): closing
 };
 
 // What the listener may ask of a connection, from any thread (each posts to its strand).
@@ -52,6 +54,9 @@ class HttpServer::Impl {
   const HttpServerOptions& options() const { return options_; }
   const HttpRouter& router() const { return router_; }
   bool draining() const { return draining_.load(); }
+
+  // Waits until no connection is kBusy, or `deadline`; false when some still are.
+  bool AwaitNoBusyConnections(absl::Time deadline) const;
 
   // Connection bookkeeping (http_connection.cc calls these from the connections' strands).
   void SetPhase(uint64_t id, ConnectionPhase phase);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "boost/asio/ssl.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
@@ -183,6 +184,21 @@ void HttpServer::Impl::StartDraining() {
   for (const auto& c : all) c->Drain();
 }
 
+bool HttpServer::Impl::AwaitNoBusyConnections(absl::Time deadline) const {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (std::none_of(connections_.begin(), connections_.end(), [](const auto& c) {
+            return c.second.phase == ConnectionPhase::kBusy;
+          })) {
+        return true;
+      }
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(std::min(absl::Milliseconds(5), deadline - absl::Now()));
+  }
+}
+
 void HttpServer::Impl::SetPhase(uint64_t id, ConnectionPhase phase) {
   absl::MutexLock lock(&mu_);
   auto it = connections_.find(id);
@@ -210,7 +226,10 @@ std::shared_ptr<ConnectionControl> HttpServer::Impl::PickVictim(const std::strin
     return a.last_change < b.last_change;
   };
   for (auto& [id, entry] : connections_) {
-    if (entry.evicted || entry.phase == ConnectionPhase::kBusy) continue;
+    if (entry.evicted || entry.phase == ConnectionPhase::kBusy ||
+        entry.phase == ConnectionPhase::kClosing) {
+      continue;
+    }
     if (!address.empty() && entry.address != address) continue;
     if (best == nullptr || older(entry, *best)) best = &entry;
   }
@@ -307,6 +326,9 @@ int HttpServer::port() const { return impl_->port(); }
 int HttpServer::open_connections() const { return impl_->open_connections(); }
 absl::Status HttpServer::ReloadTls() { return impl_->ReloadTls(); }
 void HttpServer::StartDraining() { impl_->StartDraining(); }
+bool HttpServer::AwaitExchanges(absl::Time deadline) const {
+  return impl_->AwaitNoBusyConnections(deadline);
+}
 void HttpServer::Stop() { impl_->Stop(); }
 
 }  // namespace dcf::server

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -192,6 +193,11 @@ class HttpServer {
   // From now on every new request is answered 503 "server is shutting down" and its
   // connection closed; idle connections are closed now, busy ones after their exchange.
   void StartDraining();
+  // After StartDraining: waits until no connection is still in an exchange (every response
+  // begun written out, its connection then closing), or `deadline`; false when one still
+  // was. A stream's last event reaches its connection before the bytes reach the client:
+  // Stop() right away would cut what a slow reader has not taken yet.
+  bool AwaitExchanges(absl::Time deadline) const;
   void Stop();
 
   class Impl;

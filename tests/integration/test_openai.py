@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import harness as h
@@ -418,6 +419,51 @@ class OpenAiAuthAndDrainTest(unittest.TestCase):
                 self.assertEqual(server.proc.wait(timeout=30), 0)
         finally:
             os.unlink(f.name)
+
+
+class OpenAiDrainSlowReaderTest(unittest.TestCase):
+    """A stream whose engine side ends long before its client has read it (a fast model, a
+    client with a tiny receive window): a drain writes it out whole, [DONE] and the last
+    chunk, before the process exits. The drain's stream count drops when the connection
+    takes the last events, before it writes them, and the server used to close every HTTP
+    connection right after (HttpServer::Stop): once, under the full suite's load, a drained
+    stream lost its last chunk that way (test_api_key_and_drain). Here the kernel's buffers
+    take the rest in time even without the wait, so this run does not show that race; it
+    checks that a drain with a slow reader loses nothing."""
+
+    def test_a_slow_reader_gets_the_whole_stream_through_a_drain(self):
+        with HttpServer(args=["--drain-timeout=20s"]) as server:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.addCleanup(s.close)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before the connect
+            s.settimeout(60)
+            s.connect(("127.0.0.1", server.http_port))
+            body = json.dumps({"model": MODEL, "prompt": "And", "max_tokens": 200,
+                               "stream": True, "ignore_eos": True, "logprobs": 5,
+                               "n": 4}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: " +
+                      str(len(body)).encode() + b"\r\n\r\n" + body)
+            # Nothing read until the engine is done with the request (its log line), then
+            # SIGTERM, and a pause in which a server that does not wait would close it.
+            h.wait_until(lambda: "generated_tokens=800" in server.read_log(),
+                         what="the request's end in the log")
+            server.proc.send_signal(signal.SIGTERM)
+            h.wait_until(lambda: re.search(r"draining \d+ stream", server.read_log()),
+                         what="drain")
+            time.sleep(1.0)
+            got = b""
+            while True:
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                got += chunk
+                time.sleep(0.005)  # ~50 KB/s: the server's last writes wait on the reader
+            self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+            self.assertTrue(got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), got[-200:])
+            # Bigger than what the sockets' buffers hold: most of it was still in the server.
+            self.assertGreater(len(got), 200_000)
+            self.assertEqual(server.proc.wait(timeout=30), 0, server.read_log()[-3000:])
 
 
 if __name__ == "__main__":
