@@ -607,7 +607,8 @@ void DcformerServer::Shutdown() {
   // reader may not have taken all of it yet: the connections write out what they hold (the
   // last events, [DONE], the last chunk) within the drain's bound, then the rest closes.
   if (openai_http_ != nullptr) {
-    if (!openai_http_->AwaitExchanges(drain_deadline + kShutdownMargin)) {
+    // After a drain timeout the cancel margin is spent: the writes still get one more.
+    if (!openai_http_->AwaitExchanges(std::max(drain_deadline, absl::Now()) + kShutdownMargin)) {
       DCF_LOG(Warning) << "drain timeout: closing HTTP responses not yet written out";
     }
     openai_http_->Stop();

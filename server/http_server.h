@@ -57,7 +57,6 @@
 #include "absl/time/time.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/time.h"
 
 namespace dcf::server {
 
