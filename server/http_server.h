@@ -54,9 +54,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace dcf::server {
 

@@ -205,8 +205,8 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
 // ldx, ldy), in the arithmetic of Block (same bits), the panel streamed once.
 // F32, F16, BF16: the sub-blocks one after the other, so the panel is one sequential stream
 // (2 FMA chains per row). Interleaving kRowChains / MR of them (8 chains or more, against
-// the FMA latency) made as many streams 4 KiB apart (8 KiB for F32), which this AMD EPYC's prefetchers
-// serve worse than one: batch-1 decode of the 261M model 1.08-1.22x faster with one
+// the FMA latency) made as many streams 4 KiB apart (8 KiB for F32), which this AMD EPYC's
+// prefetchers serve worse than one: batch-1 decode of the 261M model 1.08-1.22x faster with one
 // stream, a 3-row verify step 1.24-1.27x -> 1.08-1.09x a plain step (bench/README.md,
 // "One stream per panel"); the interleaving had been measured on an Intel Xeon VM.
 // int8: kRowChains / MR sub-blocks (at least 2) interleaved, with software prefetch
@@ -254,9 +254,10 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
 // Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
 // zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
 // 1-3 rows (decode of a few sequences): each panel streamed once by Rows (int8: its
-// sub-blocks interleaved; F32, F16, BF16: one after the other). More rows: GotoBLAS-style blocking, kRowBlock rows by kColumnBlock columns of x
-// packed k-major (in L2) while every panel's slice of those columns passes over them (the
-// weights are streamed rows / kRowBlock times).
+// sub-blocks interleaved; F32, F16, BF16: one after the other). More rows: GotoBLAS-style
+// blocking, kRowBlock rows by kColumnBlock columns of x packed k-major (in L2) while every
+// panel's slice of those columns passes over them (the weights are streamed rows / kRowBlock
+// times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;

@@ -495,10 +495,7 @@ class FileDescriptorTest(unittest.TestCase):
         self.addCleanup(stop)
         server = h.Server.__new__(h.Server)
         server.port, server.metrics_port, server.proc, server.tls_ca = port, metrics_port, proc, None
-        def read_log():
-            with open(log.name, errors="replace") as f:
-                return f.read()
-        server.read_log = read_log
+        server.log = log  # Server.read_log reads the file by its name
         server.wait_serving()
         return server
 

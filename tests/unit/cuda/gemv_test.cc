@@ -339,8 +339,8 @@ TEST_P(GemvTest, GatheredNormPrologueEqualsGatheringNormThenGemv) {
         in.norm_bias = layer_norm ? dnb.get() : nullptr;
         in.eps = 1e-5;
         in.row_index = drows.get();
-        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(
-            Args(s, dx.get(), dw.get(), type, nullptr, y_fused.get()), cuda::GemvOut{}, in, nullptr)));
+        const cuda::GemmArgs fused = Args(s, dx.get(), dw.get(), type, nullptr, y_fused.get());
+        ASSERT_TRUE(CudaOk(cuda::LaunchGemv(fused, cuda::GemvOut{}, in, nullptr)));
         ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
         const std::vector<float> got = y_fused.ToHost(), want = y_plain.ToHost();
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
