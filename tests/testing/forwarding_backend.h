@@ -28,6 +28,8 @@ class ForwardingBackend : public Backend {
   absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
   absl::Status health() const override { return inner_->health(); }
   bool VerifiesDrafts() const override { return inner_->VerifiesDrafts(); }
+  bool ChainsSteps() const override { return inner_->ChainsSteps(); }
+  bool LaunchReturnsEarly() const override { return inner_->LaunchReturnsEarly(); }
   int MeasureMemoryBoundTokens(int max_tokens) override {
     return inner_->MeasureMemoryBoundTokens(max_tokens);
   }
