@@ -907,6 +907,8 @@ class PoisonedPrefill : public testing::ForwardingBackend {
     }
     return ForwardingBackend::Launch(b);
   }
+  // poisoned_ is of the one step in flight.
+  bool ChainsSteps() const override { return false; }
   absl::Status Wait(StepOutput* out) override {
     if (absl::Status st = ForwardingBackend::Wait(out); !st.ok()) return st;
     for (int s : poisoned_) {  // as a sampler reports logits that are not finite
