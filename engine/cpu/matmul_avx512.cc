@@ -47,6 +47,18 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
   }
 }
 
+// Prefetches the line(s) `ahead` bytes past the start of column k of a panel (F32: the two
+// lines of a column; int8 columns are half a line, so every line is asked for twice).
+// Prefetches never fault: past the weights they only cost a request.
+template <int WT>
+DCF_AVX512_INLINE void PrefetchColumn(const void* panel, int64_t k, int64_t ahead) {
+  constexpr int64_t kColumnBytes =
+      int64_t{kPanel} * (WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2);
+  const char* p = static_cast<const char*>(panel) + k * kColumnBytes + ahead;
+  _mm_prefetch(p, _MM_HINT_T0);
+  if constexpr (kColumnBytes > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
+}
+
 // Masks of the valid outputs of a panel in its two vectors (outputs 0-15, 16-31).
 DCF_AVX512_INLINE void ValidMasks(int valid, __mmask16* m0, __mmask16* m1) {
   *m0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1);
@@ -108,12 +120,13 @@ DCF_AVX512_INLINE void AddSubBlock(__m512 a0, __m512 a1, const uint16_t* s, __m5
 // later column block), else to the bias (or 0). Every row's arithmetic is the same whatever
 // MR is, and the same as Row's for one row, so a row's result does not depend on the
 // batch. `in` starts at a column block (a multiple of kColumnBlock, hence of the group).
+// `prefetch`: bytes ahead of each column read to prefetch (0: none), see StreamsPanels.
 // kWeightI8: `scales` [ceil(in / group), 32] bf16 are those of the panel's columns from the
 // first of `in`; the int8 weights are widened to exact integers for the multiply-adds.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
                       const uint16_t* scales, int64_t group, const float* bias, bool accumulate,
-                      float* y, int64_t ldy, int valid) {
+                      float* y, int64_t ldy, int valid, int64_t prefetch) {
   __mmask16 m0, m1;
   ValidMasks(valid, &m0, &m1);
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
@@ -128,6 +141,7 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
     for (int64_t k = sb; k < se; ++k) {
+      if (prefetch != 0) PrefetchColumn<WT>(panel, k, prefetch);
       __m512 w0, w1;
       LoadColumn<WT>(panel, k, &w0, &w1);
 #pragma GCC unroll 16
@@ -239,11 +253,13 @@ template <int WT>
 DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, const void* panel,
                              int64_t in, const uint16_t* scales, int64_t group,
                              const float* bias, bool accumulate, float* y, int64_t ldy,
-                             int valid) {
+                             int valid, int64_t prefetch) {
   switch (rows) {
 #define DCF_CASE(n)                                                                            \
   case n:                                                                                      \
-    Block<n, WT>(x, xr, xk, panel, in, scales, group, bias, accumulate, y, ldy, valid); break;
+    Block<n, WT>(x, xr, xk, panel, in, scales, group, bias, accumulate, y, ldy, valid,         \
+                 prefetch);                                                                    \
+    break;
     DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6)
     DCF_CASE(7) DCF_CASE(8) DCF_CASE(9) DCF_CASE(10) DCF_CASE(11) DCF_CASE(12)
 #undef DCF_CASE
@@ -254,10 +270,13 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
 // Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
 // zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
 // 1-3 rows (decode of a few sequences): each panel streamed once by Rows (int8: its
-// sub-blocks interleaved; F32, F16, BF16: one after the other). More rows: GotoBLAS-style
-// blocking, kRowBlock rows by kColumnBlock columns of x packed k-major (in L2) while every
-// panel's slice of those columns passes over them (the weights are streamed rows / kRowBlock
-// times).
+// sub-blocks interleaved; F32, F16, BF16: one after the other). More rows, x packed k-major
+// (the broadcasts of a column from one line) and every panel passed over by Block in passes
+// of up to kRowsPerPass rows: small products (StreamsPanels: a verify step, a few decodes)
+// pack all of x and pass over whole panels, each one sequential stream with prefetch; large
+// ones are blocked GotoBLAS-style, kRowBlock rows by kColumnBlock columns of x packed (in
+// L2) while every panel's slice of those columns passes over them (the weights are streamed
+// rows / kRowBlock times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;
@@ -290,8 +309,14 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     return;
   }
   const bool pack = a.xpack != nullptr;
-  for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
-    const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
+  // Small products stream whole panels (StreamsPanels): one row block of every row and one
+  // column block of every column, with prefetch; large ones are blocked.
+  const bool whole = StreamsPanels(a.rows, a.in);
+  const int64_t row_block = whole ? a.rows : kRowBlock;
+  const int64_t column_block = whole ? a.in : kColumnBlock;
+  const int64_t prefetch = whole ? kStreamPrefetchBytes : 0;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
+    const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;
     // Rows in passes of at most 12, the remainder split evenly (16 -> 8 + 8, not 12 + 4).
     int64_t group_row[kRowBlock], group_n[kRowBlock];
     int groups = 0;
@@ -302,8 +327,8 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
       group_n[groups] = (left + passes - 1) / passes;
       r += group_n[groups++];
     }
-    for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
-      const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
+    for (int64_t k0 = 0; k0 < a.in; k0 += column_block) {
+      const int64_t kc = a.in - k0 < column_block ? a.in - k0 : column_block;
       if (pack) {
         // Each group's rows interleaved k-major ([kc][n]): the broadcasts of one column come
         // from one cache line, not from n rows 4 KiB apart (which share an L1 set).
@@ -329,11 +354,11 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
           float* y = a.y + r * a.ldy + o;
           if (pack) {
             BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, scales, a.group,
-                             bias, k0 > 0, y, a.ldy, valid);
+                             bias, k0 > 0, y, a.ldy, valid, prefetch);
             packed += n * kc;
           } else {
             BlockAnyRows<WT>(static_cast<int>(n), a.x + r * a.ldx + k0, a.ldx, 1, panel, kc,
-                             scales, a.group, bias, k0 > 0, y, a.ldy, valid);
+                             scales, a.group, bias, k0 > 0, y, a.ldy, valid, prefetch);
           }
         }
       }

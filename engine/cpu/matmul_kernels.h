@@ -78,8 +78,8 @@ struct PanelArgs {
   const float* bias = nullptr;  // [out] or null
   float* y = nullptr;           // [rows, out], row stride ldy
   int64_t ldy = 0;
-  // Scratch of kPackFloats floats the kernel may pack rows of x into (null: no packing).
-  // Per thread: each call writes it.
+  // Scratch of PackFloats(rows, in) floats the kernel may pack rows of x into (null: no
+  // packing). Per thread: each call writes it.
   float* xpack = nullptr;
   // kWeightI8A8: x quantized by QuantizeActivationRowInt8 (engine/weights/int8_quant.h), row
   // r's q + 128 at xq + r * ldxq (ldxq >= in rounded up to 4) and its group scales at
@@ -99,8 +99,10 @@ void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 // kWeightI8A8 (whose AVX-512 kernel keeps two accumulators per row and 4-column step).
 inline constexpr int kRowsPerPass = 12;
 inline constexpr int kI8A8RowsPerPass = 4;
-// Blocking of the AVX-512 kernel for more than one row: rows of x and columns (k) packed
-// together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
+// Blocking of the AVX-512 kernel for large products (more rows than StreamsPanels allows):
+// rows of x and columns (k) packed together (192 x 256 floats = 192 KiB, resident in L2 while
+// every panel passes over them); the weights are streamed rows / kRowBlock times, each panel
+// in pieces of kColumnBlock columns.
 inline constexpr int kRowBlock = 192;
 inline constexpr int kColumnBlock = 256;
 // Summation rule of the AVX-512 kernel, the same for every row count so that a row's bits
@@ -115,7 +117,23 @@ inline constexpr int kColumnBlock = 256;
 inline constexpr int kSubBlock = 64;
 inline constexpr int kRowChains = 4;
 static_assert(kColumnBlock % kSubBlock == 0, "a column block holds whole sub-blocks");
-// Bytes of the per-thread pack buffer (PanelArgs::xpack).
+// Floats of x packed together by the blocked kernel (kRowBlock x kColumnBlock).
 inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
+
+// Whether the AVX-512 kernel streams whole panels for a product of `rows` (4 or more) by
+// `in`: all of x packed at once (one pass of up to kRowsPerPass rows, or one row block of at
+// most kPackFloats floats: it stays in L2), then every pass reads a panel start to end, the
+// first from memory as one sequential stream (a thread's panels are consecutive, so its whole
+// share is one stream), the others from cache, prefetching kStreamPrefetchBytes ahead. The
+// blocked path instead restarts the stream every kColumnBlock columns, which cost 4-12 rows
+// 1.5-2.3x their time on the AMD EPYC VM (bench/README.md, "Whole panels for small batches").
+inline constexpr bool StreamsPanels(int64_t rows, int64_t in) {
+  return rows <= kRowsPerPass || (rows <= kRowBlock && rows * in <= kPackFloats);
+}
+inline constexpr int64_t kStreamPrefetchBytes = 8192;
+// Floats of the per-thread pack buffer (PanelArgs::xpack) a product of `rows` x `in` needs.
+inline constexpr int64_t PackFloats(int64_t rows, int64_t in) {
+  return StreamsPanels(rows, in) && rows * in > kPackFloats ? rows * in : kPackFloats;
+}
 
 }  // namespace dcf::cpu::kernels

@@ -310,7 +310,7 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     kernels::PanelArgs mine = a;
     if (rows > 1 && !w.int8_activations()) {
       thread_local std::vector<float> pack;
-      const size_t need = static_cast<size_t>(kernels::kPackFloats);
+      const size_t need = static_cast<size_t>(kernels::PackFloats(rows, w.in()));
       if (pack.size() < need) pack.resize(need);
       mine.xpack = pack.data();
     }
