@@ -186,11 +186,17 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
   // A span is the NS x sub x 32 bytes summed here; each column step
   // prefetches its share of the span two spans ahead (the panel's later columns, its scales,
   // the next panel), NS x 32 bytes rounded up to a line (so the 1-sub-block tail fetches
-  // more than it needs). Measured in docs/QUANTIZATION.md; F16 lost speed with it (already
-  // at the bandwidth), so only int8. Prefetches never fault: no effect but on timing.
+  // more than it needs). Measured in docs/QUANTIZATION.md (an Intel Xeon VM, where F16 lost
+  // speed with it). Prefetches never fault: no effect but on timing.
+  // F16, BF16 with 2-3 rows (one stream, NS = 1): each column prefetches the line
+  // kStreamPrefetchBytes ahead, as the 4-12-row passes do (StreamsPanels): 1.2-1.6x faster
+  // from memory on the AMD EPYC VM (bench/README.md, "Whole panels for small batches"). One
+  // row (batch-1 decode) gained nothing or lost a little, F32 gained nothing: neither has it.
   constexpr int kPrefetchLines = WT == kWeightI8 ? (NS * kPanel + 63) / 64 : 0;
+  constexpr bool kPrefetchStream = (WT == kWeightF16 || WT == kWeightBF16) && MR >= 2;
   const char* ahead = static_cast<const char*>(panel) + (k0 + 2 * NS * sub) * kPanel;
   for (int64_t k = k0; k < k0 + len; ++k) {
+    if constexpr (kPrefetchStream) PrefetchColumn<WT>(panel, k, kStreamPrefetchBytes);
 #pragma GCC unroll 4
     for (int j = 0; j < kPrefetchLines; ++j) {
       _mm_prefetch(ahead + ((k - k0) * kPrefetchLines + j) * 64, _MM_HINT_T0);

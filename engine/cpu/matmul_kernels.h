@@ -112,8 +112,9 @@ inline constexpr int kColumnBlock = 256;
 // x * q (q widened exactly) and are multiplied by their group's scales in that addition
 // (one FMA per sub-block instead of a multiply per column). Passes of 4-12 rows have
 // independent chains across rows. 1-3 rows read each panel as one sequential stream, a
-// sub-block after the other (2 FMA chains a row); int8 weights instead interleave
-// max(2, kRowChains / rows) sub-blocks, with software prefetch (matmul_avx512.cc, Rows).
+// sub-block after the other (2 FMA chains a row; 2-3 rows of F16 and BF16 prefetch
+// kStreamPrefetchBytes ahead); int8 weights instead interleave max(2, kRowChains / rows)
+// sub-blocks, with software prefetch (matmul_avx512.cc, Rows).
 inline constexpr int kSubBlock = 64;
 inline constexpr int kRowChains = 4;
 static_assert(kColumnBlock % kSubBlock == 0, "a column block holds whole sub-blocks");
