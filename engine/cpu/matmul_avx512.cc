@@ -1,6 +1,6 @@
 // AVX-512 kernel of cpu::MatMul (see packed_matrix.h for the layout). Every function here
-// carries the target attribute, so the file compiles for baseline x86-64 and only runs
-// when cpu_isa.h found AVX-512.
+// with vector code carries the target attribute, so the file compiles for baseline x86-64
+// and only runs when cpu_isa.h found AVX-512 (the packing of x is plain C++).
 // GCC 12 warns about the deliberately undefined vectors inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -255,6 +255,34 @@ DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
   }
 }
 
+// Rows [r0, r1) in passes of at most kRowsPerPass, the remainder split evenly (16 -> 8 + 8,
+// not 12 + 4): pass i is rows [row[i], row[i] + n[i]). Returns the number of passes.
+int SplitPasses(int64_t r0, int64_t r1, int64_t* row, int64_t* n) {
+  int passes = 0;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t left = r1 - r;
+    const int64_t split = (left + kRowsPerPass - 1) / kRowsPerPass;
+    row[passes] = r;
+    n[passes] = (left + split - 1) / split;
+    r += n[passes++];
+  }
+  return passes;
+}
+
+// Columns [k0, k0 + kc) of each pass's rows of x, interleaved k-major ([kc][n], the passes one
+// after another) into dst: the broadcasts of one column come from one cache line, not from n
+// rows 4 KiB apart (which share an L1 set).
+void PackPasses(const float* x, int64_t ldx, int passes, const int64_t* row, const int64_t* n,
+                int64_t k0, int64_t kc, float* dst) {
+  for (int g = 0; g < passes; ++g) {
+    for (int64_t j = 0; j < n[g]; ++j) {
+      const float* src = x + (row[g] + j) * ldx + k0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * n[g] + j] = src[k];
+    }
+    dst += n[g] * kc;
+  }
+}
+
 template <int WT>
 DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, const void* panel,
                              int64_t in, const uint16_t* scales, int64_t group,
@@ -314,49 +342,32 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     }
     return;
   }
-  const bool pack = a.xpack != nullptr;
+  // x packed already (MatMul packs a whole-panel product once for all its chunks), packed
+  // here, or read in place.
+  const bool whole = StreamsPanels(a.rows, a.in);
+  const bool prepacked = whole && a.xpacked != nullptr;
+  const bool pack = prepacked || a.xpack != nullptr;
   // Small products stream whole panels (StreamsPanels): one row block of every row and one
   // column block of every column, with prefetch; large ones are blocked.
-  const bool whole = StreamsPanels(a.rows, a.in);
   const int64_t row_block = whole ? a.rows : kRowBlock;
   const int64_t column_block = whole ? a.in : kColumnBlock;
   const int64_t prefetch = whole ? kStreamPrefetchBytes : 0;
   for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
     const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;
-    // Rows in passes of at most 12, the remainder split evenly (16 -> 8 + 8, not 12 + 4).
-    int64_t group_row[kRowBlock], group_n[kRowBlock];
-    int groups = 0;
-    for (int64_t r = r0; r < r1;) {
-      const int64_t left = r1 - r;
-      const int64_t passes = (left + kRowsPerPass - 1) / kRowsPerPass;
-      group_row[groups] = r;
-      group_n[groups] = (left + passes - 1) / passes;
-      r += group_n[groups++];
-    }
+    int64_t pass_row[kRowBlock], pass_n[kRowBlock];
+    const int passes = SplitPasses(r0, r1, pass_row, pass_n);
     for (int64_t k0 = 0; k0 < a.in; k0 += column_block) {
       const int64_t kc = a.in - k0 < column_block ? a.in - k0 : column_block;
-      if (pack) {
-        // Each group's rows interleaved k-major ([kc][n]): the broadcasts of one column come
-        // from one cache line, not from n rows 4 KiB apart (which share an L1 set).
-        float* dst = a.xpack;
-        for (int g = 0; g < groups; ++g) {
-          const int64_t n = group_n[g];
-          for (int64_t j = 0; j < n; ++j) {
-            const float* src = a.x + (group_row[g] + j) * a.ldx + k0;
-            for (int64_t k = 0; k < kc; ++k) dst[k * n + j] = src[k];
-          }
-          dst += n * kc;
-        }
-      }
+      if (pack && !prepacked) PackPasses(a.x, a.ldx, passes, pass_row, pass_n, k0, kc, a.xpack);
       for (int64_t p = p0; p < p1; ++p) {
         const void* panel = panel_at(p, k0);
         const uint16_t* scales = scales_at(p, k0);
         const int64_t o = p * kPanel;
         const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
         const float* bias = a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr;
-        const float* packed = a.xpack;
-        for (int g = 0; g < groups; ++g) {
-          const int64_t r = group_row[g], n = group_n[g];
+        const float* packed = prepacked ? a.xpacked : a.xpack;
+        for (int g = 0; g < passes; ++g) {
+          const int64_t r = pass_row[g], n = pass_n[g];
           float* y = a.y + r * a.ldy + o;
           if (pack) {
             BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, scales, a.group,
@@ -500,6 +511,11 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
 }
 
 }  // namespace
+
+void PackRowsAvx512(const PanelArgs& a, float* dst) {
+  int64_t row[kRowBlock], n[kRowBlock];
+  PackPasses(a.x, a.ldx, SplitPasses(0, a.rows, row, n), row, n, 0, a.in, dst);
+}
 
 DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
   switch (a.weight_type) {

@@ -81,6 +81,10 @@ struct PanelArgs {
   // Scratch of PackFloats(rows, in) floats the kernel may pack rows of x into (null: no
   // packing). Per thread: each call writes it.
   float* xpack = nullptr;
+  // x packed by PackRowsAvx512 (a product that StreamsPanels), which the AVX-512 kernel then
+  // reads instead of packing x into xpack on every call: MatMul packs once per product, not
+  // once per chunk of panels a thread takes. Null: not packed. Shared by the threads.
+  const float* xpacked = nullptr;
   // kWeightI8A8: x quantized by QuantizeActivationRowInt8 (engine/weights/int8_quant.h), row
   // r's q + 128 at xq + r * ldxq (ldxq >= in rounded up to 4) and its group scales at
   // xs + r * ldxs.
@@ -92,6 +96,10 @@ struct PanelArgs {
 
 // kWeightI8A8 needs AVX-512 VNNI as well: without it PanelsAvx512 runs PanelsAvx2's.
 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
+// Packs every row of a.x (a.rows x a.in, 4 or more rows, a product that StreamsPanels) as
+// PanelsAvx512's whole-panel passes read them into dst (PackFloats(a.rows, a.in) floats), for
+// PanelArgs::xpacked. Plain C++: runs on any CPU.
+void PackRowsAvx512(const PanelArgs& a, float* dst);
 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 
