@@ -189,7 +189,7 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
   // more than it needs). Measured in docs/QUANTIZATION.md (an Intel Xeon VM, where F16 lost
   // speed with it). Prefetches never fault: no effect but on timing.
   // F16, BF16 with 2-3 rows (one stream, NS = 1): each column prefetches the line
-  // kStreamPrefetchBytes ahead, as the 4-12-row passes do (StreamsPanels): 1.2-1.6x faster
+  // kStreamPrefetchBytes ahead, as the 4-12-row passes do (StreamsPanels): 1.1-1.6x faster
   // from memory on the AMD EPYC VM (bench/README.md, "Whole panels for small batches"). One
   // row (batch-1 decode) gained nothing or lost a little, F32 gained nothing: neither has it.
   constexpr int kPrefetchLines = WT == kWeightI8 ? (NS * kPanel + 63) / 64 : 0;

@@ -135,7 +135,7 @@ inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
 // first from memory as one sequential stream (a thread's panels are consecutive, so its whole
 // share is one stream), the others from cache, prefetching kStreamPrefetchBytes ahead. The
 // blocked path instead restarts the stream every kColumnBlock columns, which cost 4-12 rows
-// 1.5-2.3x their time on the AMD EPYC VM (bench/README.md, "Whole panels for small batches").
+// 1.5-3x their time on the AMD EPYC VM (bench/README.md, "Whole panels for small batches").
 inline constexpr bool StreamsPanels(int64_t rows, int64_t in) {
   return rows <= kRowsPerPass || (rows <= kRowBlock && rows * in <= kPackFloats);
 }
