@@ -48,6 +48,9 @@ RULES = [  # (pattern searched in the command, action, reason)
     (r"dcformer-matmul-bench --rows 2,4,8,16,32,128", CHECK_ARGS,
      "a benchmark: every product of the 261M shape at 6 row counts and 2 dtypes, at least "
      "0.2 s each, minutes under ASan"),
+    (r"dcformer-matmul-bench --rows 1,2,3,4,5,8,9,12,16,32,128", CHECK_ARGS,
+     "a benchmark: every product of the 261M shape at 11 row counts and 5 dtypes, at least "
+     "0.2 s each, minutes"),
     (r"dcformer-cpu-attention-bench", CHECK_ARGS,
      "sweeps sequence lengths up to 2048: minutes to an hour on 2 cores"),
     (r"dcformer-loadgen --protocol openai --http-target 127\.0\.0\.1:8000", CHECK_ARGS,
