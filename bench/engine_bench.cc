@@ -26,8 +26,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "engine/common/file_util.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
@@ -38,6 +41,7 @@
 #include "engine/execution/step_plan.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/engine.h"
+#include "engine/tokenizer/tokenizer.h"
 
 ABSL_FLAG(std::string, model_dir, DCF_DEFAULT_BENCH_MODEL_DIR, "model directory");
 ABSL_FLAG(int, random_model_context, 0,
@@ -66,6 +70,12 @@ ABSL_FLAG(std::string, pipeline_steps, "auto",
 ABSL_FLAG(int, copy_phrase, 0,
           "if > 0: each prompt is a random phrase of this many tokens repeated to its length (a "
           "copy-heavy workload for speculative decoding); 0: random tokens");
+ABSL_FLAG(std::string, copy_text, "",
+          "a text file (e.g. tests/data/kjv/heldout.txt): each prompt is a passage of it "
+          "(tokenized with the model directory's tokenizer, from a random line) followed by the "
+          "passage's first eighth again, so the answer that repeats the passage is a copy "
+          "('rewrite this passage'); max new tokens are the rest of the passage at most. "
+          "Overrides --copy_phrase");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
 ABSL_FLAG(bool, profile, false,
           "print the time breakdown of (a)'s steps, decode-only and with prefill (cpu backend)");
@@ -158,7 +168,30 @@ struct Workload {
   int64_t total_new = 0;
 };
 
-Workload MakeWorkload(const ModelConfig& c) {
+// The token ids of the --copy_text file and where each of its lines starts.
+struct CopyText {
+  std::vector<int32_t> ids;
+  std::vector<size_t> line_starts;
+};
+
+absl::StatusOr<CopyText> LoadCopyText(const std::string& path, const std::string& model_dir) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromModelDir(model_dir));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  CopyText out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(absl::StrCat(line, "\n")));
+    out.line_starts.push_back(out.ids.size());
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+  }
+  if (out.ids.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " holds no text"));
+  return out;
+}
+
+absl::StatusOr<Workload> MakeWorkload(const ModelConfig& c, const std::string& model_dir) {
+  std::optional<CopyText> copy_text;
+  if (const std::string path = absl::GetFlag(FLAGS_copy_text); !path.empty()) {
+    ASSIGN_OR_RETURN(copy_text, LoadCopyText(path, model_dir));
+  }
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   const auto uniform = [&](int lo, int hi) {
     return lo + static_cast<int>(rng() % static_cast<uint64_t>(std::max(1, hi - lo + 1)));
@@ -173,6 +206,20 @@ Workload MakeWorkload(const ModelConfig& c) {
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
     const int phrase = absl::GetFlag(FLAGS_copy_phrase);
     for (int k = phrase; phrase > 0 && k < p; ++k) prompt[k] = prompt[k - phrase];
+    if (copy_text.has_value()) {
+      // A passage of L tokens, then its first m again: the answer repeats passage[m, L).
+      const int m = std::max(1, p / 8);
+      const int len = p - m;
+      if (static_cast<size_t>(len) > copy_text->ids.size()) {
+        return absl::InvalidArgumentError("--copy_text: the file is shorter than a prompt");
+      }
+      size_t start = 0;
+      do {
+        start = copy_text->line_starts[rng() % copy_text->line_starts.size()];
+      } while (start + len > copy_text->ids.size());
+      for (int k = 0; k < p; ++k) prompt[k] = copy_text->ids[start + (k < len ? k : k - len)];
+      n = std::max(1, std::min(n, len - m));
+    }
     w.prompts.push_back(std::move(prompt));
     w.max_new.push_back(n);
     w.total_new += n;
@@ -404,7 +451,12 @@ int Main() {
     std::fprintf(stderr, "%s\n", std::string(probe.status().message()).c_str());
     return 1;
   }
-  const Workload w = MakeWorkload(probe->config);
+  auto workload = MakeWorkload(probe->config, dir);
+  if (!workload.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(workload.status().message()).c_str());
+    return 2;
+  }
+  const Workload w = *std::move(workload);
   int64_t prompt_tokens = 0;
   for (const auto& p : w.prompts) prompt_tokens += p.size();
   std::printf("model %s (context %d), %zu requests, %lld prompt tokens, %lld new tokens\n",
