@@ -168,6 +168,10 @@ class EngineImpl {
   // (FailBackend has ended every request).
   bool CompleteInFlight();
   bool Complete(const InFlightStep& step);
+  // EngineObserver::OnStep for a step planned at `start` whose results were just processed.
+  // Its time runs from `start` or from the end of the step reported before, whichever is
+  // later: the reported times never overlap, so they add up to at most the time spent.
+  void ReportStep(int num_seqs, int num_tokens, int num_prefill_tokens, absl::Time start);
   // After the pipelined Launch of `out`'s step (`slots`: its StepBatch::slot_offsets): the
   // pending tokens of its sampling chunks, then the results of the step before, then its
   // Commit, which therefore only ever covers known tokens.
@@ -218,6 +222,7 @@ class EngineImpl {
   std::optional<InFlightStep> in_flight_;  // pipelined: the step launched last
   int64_t chained_steps_ = 0;
   int64_t pipeline_dropped_tokens_ = 0;
+  absl::Time last_step_end_ = absl::InfinitePast();  // ReportStep
   std::vector<int32_t> chunk_tokens_;  // a verify chunk's tokens while the batch is built
   const int blocks_per_seq_;
   std::vector<int> free_penalty_slots_;
@@ -552,10 +557,7 @@ void EngineImpl::Step() {
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     if (out.chunks[i].samples) ProcessTokens(owners[i], slots[i], accepted[i]);
   }
-  if (observer_ != nullptr) {
-    observer_->OnStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens,
-                      absl::Now() - t0);
-  }
+  ReportStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens, t0);
 }
 
 void EngineImpl::Chain(const SchedulerOutput& out, std::vector<ActiveRequest*> owners,
@@ -610,11 +612,22 @@ bool EngineImpl::Complete(const InFlightStep& step) {
       ProcessTokens(step.owners[i], step.slots[i], 0);
     }
   }
-  if (observer_ != nullptr) {
-    observer_->OnStep(static_cast<int>(step.owners.size()), step.num_tokens_total,
-                      step.num_prefill_tokens, absl::Now() - step.start);
-  }
+  ReportStep(static_cast<int>(step.owners.size()), step.num_tokens_total,
+             step.num_prefill_tokens, step.start);
   return true;
+}
+
+void EngineImpl::ReportStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+                            absl::Time start) {
+  const absl::Time now = absl::Now();
+  // Pipelined, a step is planned before the previous one's results are processed: from its
+  // start it would overlap that step, and the durations would add up to about twice the
+  // time spent. It counts from the later of the two instead.
+  const absl::Duration step_time = now - std::max(start, last_step_end_);
+  last_step_end_ = now;
+  if (observer_ != nullptr) {
+    observer_->OnStep(num_seqs, num_tokens, num_prefill_tokens, step_time);
+  }
 }
 
 absl::Status EngineImpl::AcquirePenaltySlot(ActiveRequest* r) {

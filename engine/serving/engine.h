@@ -134,6 +134,10 @@ struct EngineStats {
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
+  // A step's results were processed. `step_time` runs from its planning, or from the end of
+  // the step reported before when that is later (pipelined steps: the step was planned while
+  // the one before was on the device), to now: the reported times never overlap, so their sum
+  // is at most the time the loop spent, and pipelined or not each one is a step's share.
   virtual void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
                       absl::Duration step_time) {}
   virtual void OnPreemption() {}

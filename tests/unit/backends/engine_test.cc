@@ -250,9 +250,11 @@ TEST(EngineTest, CudaSimBatchingWithPreemptionMatchesSoloRuns) {
 // Counts the observer hooks (called on the loop thread; read after the engine is idle).
 class CountingObserver : public EngineObserver {
  public:
-  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens, absl::Duration) override {
+  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+              absl::Duration step_time) override {
     absl::MutexLock l(&mu);
     ++steps;
+    step_times += step_time;
     tokens += num_tokens;
     prefill_tokens += num_prefill_tokens;
     max_seqs = std::max(max_seqs, num_seqs);
@@ -282,6 +284,7 @@ class CountingObserver : public EngineObserver {
   int64_t steps = 0, tokens = 0, prefill_tokens = 0, preemptions = 0, first_tokens = 0,
           later_tokens = 0, finished = 0, generated = 0, nonfinite = 0;
   int max_seqs = 0;
+  absl::Duration step_times;  // summed
 };
 
 TEST(EngineTest, ObserverAndStatsAgree) {
@@ -1100,6 +1103,34 @@ TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
     ASSERT_LT(c->ids().size(), reference.size());
     EXPECT_EQ(c->ids(),
               std::vector<int32_t>(reference.begin(), reference.begin() + c->ids().size()));
+  }
+}
+
+// The step times reported to the observer never overlap (EngineObserver::OnStep), pipelined
+// or not: they add up to at most the time the requests took. Counted from each step's
+// planning, pipelined steps would add up to about twice the time the loop was busy (each
+// would also span the next step's planning and launch).
+TEST(EngineTest, StepTimesAddUpToAtMostTheElapsedTime) {
+  for (const PipelineSteps mode : {PipelineSteps::kOff, PipelineSteps::kOn}) {
+    CountingObserver obs;
+    EngineOptions o;
+    o.kv_num_blocks = {64, 32};
+    o.pipeline_steps = mode;
+    auto created = Engine::Create(LoadBackend(), nullptr, o, &obs);
+    ASSERT_TRUE(created.ok()) << created.status();
+    Engine& engine = **created;
+    const absl::Time start = absl::Now();
+    auto a = engine.Enqueue(Greedy(RandomPrompt(12, 71), 60));
+    auto b = engine.Enqueue(Greedy(RandomPrompt(7, 72), 60));
+    ASSERT_TRUE(a.ok() && b.ok());
+    Collected ca, cb;
+    ca.Drain(a->stream());
+    cb.Drain(b->stream());
+    const absl::Duration elapsed = absl::Now() - start;
+    absl::MutexLock l(&obs.mu);
+    EXPECT_EQ(obs.steps, engine.Stats().steps) << PipelineStepsName(mode);
+    EXPECT_GT(obs.step_times, absl::ZeroDuration());
+    EXPECT_LE(obs.step_times, elapsed) << PipelineStepsName(mode);
   }
 }
 
