@@ -478,6 +478,10 @@ TEST(SchedulerPipelineTest, PendingTokensKeepTokensAndBlocksExact) {
         }
         for (const ScheduledChunk& c : out.chunks) {
           ASSERT_LE(c.start + c.num_tokens, c.seq->max_len);
+          // A pending token that is the sequence's last (max_len) ends it: no chunk for it.
+          ASSERT_TRUE(c.seq->num_pending == 0 ||
+                      static_cast<int>(c.seq->tokens.size()) < c.seq->max_len)
+              << "seq " << c.seq->seq_id << " scheduled past its last token";
           if (c.seq->num_pending == 0) continue;
           ASSERT_EQ(c.seq->num_pending, 1);
           ASSERT_EQ(c.num_tokens, 1);
