@@ -822,6 +822,82 @@ TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
   EXPECT_EQ(sampled, 2 + 2 + 3 + 3 * 6);
 }
 
+// Admissions while a pipelined step is in flight: the engine readmits (SetPenaltyState) a
+// slot only after the step that read its previous upload was waited for, and then the upload
+// waits for nothing on the device, however many admissions a step makes (here 6, more than
+// the ring of 4 staging areas the CUDA backend once shared between slots, whose 5th reuse
+// waited for the step in flight). Checked on cuda-sim's trace: no synchronisation at all
+// between the Launch of the step in flight and its Wait; the step's results are right.
+TEST_P(BackendTest, PenaltyUploadsNeverWaitForAStepInFlight) {
+  if (GetParam() != BackendKind::kCudaSim) GTEST_SKIP() << "counted on cuda-sim's trace";
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  constexpr int kSlots = 6;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 0;
+  limits.blocks_per_seq = 16;
+  limits.num_penalty_slots = kSlots;
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {16, 16};
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  const std::vector<int32_t> prompt = {5, 17, 42, 7};
+  for (int slot = 0; slot < kSlots; ++slot) {
+    ASSERT_TRUE(backend.SetPenaltyState(slot, prompt, {}).ok());
+  }
+  KvCacheManager manager(shape);
+  SequenceKv kv;
+  SamplingRow row;
+  row.params.temperature = 0;
+  row.params.repetition_penalty = 1.3f;
+  row.penalty_slot = 0;
+  const auto launch = [&](const std::vector<int32_t>& tokens, int step, StepBatch* b) {
+    ASSERT_TRUE(manager.Reserve(kv, kv.num_tokens + static_cast<int>(tokens.size())).ok());
+    b->Reset(limits.blocks_per_seq);
+    row.step = step;
+    b->AddSequence(tokens, kv, true, row, false);
+    manager.Commit(kv, kv.num_tokens + static_cast<int>(tokens.size()));
+    ASSERT_TRUE(backend.Launch(*b).ok());
+  };
+  StepBatch first, second;
+  StepOutput out1, out2;
+  launch(prompt, 0, &first);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Wait(&out1).ok());
+  launch({ChainedToken(0)}, 1, &second);
+  ASSERT_FALSE(HasFatalFailure());
+  testing::TempDir dir;
+  simt::SetTraceFile(dir.File("trace.jsonl"));
+  for (int slot = 1; slot < kSlots; ++slot) {  // readmissions while step 2 is in flight
+    ASSERT_TRUE(backend.SetPenaltyState(slot, prompt, {{3, slot}}).ok());
+  }
+  simt::SetTraceFile("");
+  const std::string trace = dir.Read("trace.jsonl");
+  EXPECT_EQ(trace.find("\"sync\""), std::string::npos) << trace;
+  EXPECT_NE(trace.find("\"h2d\""), std::string::npos) << "no upload traced";
+  ASSERT_TRUE(backend.Wait(&out2).ok());
+  // Plain decoding's second token: the first fed from the host, without chaining.
+  StepBatch host_fed;
+  ASSERT_TRUE(backend.SetPenaltyState(0, prompt, {}).ok());
+  manager.Free(kv);
+  kv = SequenceKv();
+  StepOutput want1, want2;
+  launch(prompt, 0, &first);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Wait(&want1).ok());
+  launch({want1.tokens[0]}, 1, &host_fed);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Wait(&want2).ok());
+  EXPECT_EQ(out1.tokens, want1.tokens);
+  EXPECT_EQ(out2.tokens, want2.tokens);
+  manager.Free(kv);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()),
                          [](const auto& info) { return KindName(info.param); });
 
