@@ -822,6 +822,64 @@ TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
   EXPECT_EQ(sampled, 2 + 2 + 3 + 3 * 6);
 }
 
+// A step that returns logits must be waited for before the next Launch (backend.h): the CUDA
+// backend refuses that Launch (its Wait copies the logits from a buffer the next step would
+// overwrite), without harm to the step in flight; the CPU, which computes a step at Launch,
+// takes it, and the first step's logits stay those of the step alone.
+TEST_P(BackendTest, LaunchAfterAStepThatReturnsLogits) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 4;  // a chunk that returns logits returns every row's
+  limits.blocks_per_seq = 16;
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {16, 16};
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  KvCacheManager manager(shape);
+  SamplingRow greedy;
+  greedy.params.temperature = 0;
+  const auto add = [&](const std::vector<int32_t>& tokens, bool logits, SequenceKv* kv,
+                       StepBatch* b) {
+    ASSERT_TRUE(manager.Reserve(*kv, static_cast<int>(tokens.size())).ok());
+    b->Reset(limits.blocks_per_seq);
+    b->AddSequence(tokens, *kv, true, greedy, logits);
+    manager.Commit(*kv, static_cast<int>(tokens.size()));
+  };
+  SequenceKv kv_a, kv_b, kv_alone;
+  StepBatch with_logits, next, alone;
+  add({5, 17, 42, 7}, true, &kv_a, &with_logits);
+  add({9, 3, 11}, false, &kv_b, &next);
+  add({5, 17, 42, 7}, true, &kv_alone, &alone);
+  ASSERT_FALSE(HasFatalFailure());
+  StepOutput want, got, second;
+  {
+    const absl::Status st = backend.Step(alone, &want);
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  ASSERT_TRUE(backend.Launch(with_logits).ok());
+  const absl::Status chained = backend.Launch(next);
+  if (GetParam() == BackendKind::kCpu) {
+    EXPECT_TRUE(chained.ok()) << chained;
+  } else {
+    EXPECT_EQ(chained.code(), absl::StatusCode::kFailedPrecondition) << chained;
+  }
+  ASSERT_TRUE(backend.Wait(&got).ok());
+  EXPECT_EQ(got.logits, want.logits);
+  EXPECT_EQ(got.tokens, want.tokens);
+  if (!chained.ok()) ASSERT_TRUE(backend.Launch(next).ok());  // after the Wait: taken
+  ASSERT_TRUE(backend.Wait(&second).ok());
+  EXPECT_EQ(second.tokens.size(), 1u);
+  StepOutput none;
+  EXPECT_EQ(backend.Wait(&none).code(), absl::StatusCode::kFailedPrecondition);
+  for (SequenceKv* kv : {&kv_a, &kv_b, &kv_alone}) manager.Free(*kv);
+}
+
 // Admissions while a pipelined step is in flight: the engine readmits (SetPenaltyState) a
 // slot only after the step that read its previous upload was waited for, and then the upload
 // waits for nothing on the device, however many admissions a step makes (here 6, more than
