@@ -200,18 +200,16 @@ INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values
 // every output equal to its solo run through chunked prefill, staggered arrivals and
 // preemption of sequences whose last token a step in flight is still sampling.
 TEST(EngineTest, PipelinedTinyPoolForcesPreemptionAndStillMatches) {
-  for (int chunk : {7}) {
-    EngineOptions o;
-    o.max_prefill_chunk_tokens = chunk;
-    o.max_num_batched_tokens = 8;
-    o.max_num_seqs = 8;
-    o.watermark = 0;
-    o.kv_num_blocks = {12, 6};
-    o.pipeline_steps = PipelineSteps::kOn;
-    int64_t preemptions = -1;
-    RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions);
-    EXPECT_GT(preemptions, 0) << "chunk " << chunk;
-  }
+  EngineOptions o;
+  o.max_prefill_chunk_tokens = 7;
+  o.max_num_batched_tokens = 8;
+  o.max_num_seqs = 8;
+  o.watermark = 0;
+  o.kv_num_blocks = {12, 6};
+  o.pipeline_steps = PipelineSteps::kOn;
+  int64_t preemptions = -1;
+  RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions);
+  EXPECT_GT(preemptions, 0);
 }
 
 // int8 matrices (--weight-dtype int8), weight-only and int8 x int8 (--activation-dtype int8),
@@ -1081,12 +1079,25 @@ TEST(EngineTest, PipelinedCancelWithAStepInFlight) {
 
 // Shutdown with a step in flight: the loop waits for it, emits its tokens and cancels every
 // request; streams end with kCancelled and a prefix of their reference. (Under ASan, a
-// pointer to a destroyed request kept by the step in flight would be a use-after-free.)
+// pointer to a destroyed request kept by the step in flight would be a use-after-free.) The
+// step hook shows the step in flight: after the last step before the shutdown, both
+// sequences had their next token pending; after the shutdown, nothing runs.
 TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
   o.pipeline_steps = PipelineSteps::kOn;
   auto engine = MakeEngine(o);
+  struct AfterStep {
+    int running = 0, pending = 0;
+  };
+  std::vector<AfterStep> after_steps;  // read once the loop thread is joined
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        AfterStep a;
+        a.running = static_cast<int>(running.size());
+        for (const Sequence* s : running) a.pending += s->num_pending;
+        after_steps.push_back(a);
+      });
   const std::vector<int32_t> p0 = RandomPrompt(10, 61), p1 = RandomPrompt(12, 62);
   auto h0 = engine->Enqueue(Greedy(p0, 200));
   auto h1 = engine->Enqueue(Greedy(p1, 200));
@@ -1095,6 +1106,10 @@ TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
   c0.TakeOne(h0->stream());
   c1.TakeOne(h1->stream());
   engine.reset();
+  ASSERT_GE(after_steps.size(), 2u);
+  EXPECT_EQ(after_steps[after_steps.size() - 2].running, 2);
+  EXPECT_EQ(after_steps[after_steps.size() - 2].pending, 2) << "no step was in flight";
+  EXPECT_EQ(after_steps.back().running, 0);
   c0.Drain(h0->stream());
   c1.Drain(h1->stream());
   for (const auto& [c, p] : {std::make_pair(&c0, &p0), std::make_pair(&c1, &p1)}) {
