@@ -1289,9 +1289,11 @@ TEST(EngineTest, CudaSimTraceMarksEveryBackendStep) {
 
 // SetPenaltyState (every admission with penalties) uploads from page-locked staging and
 // never synchronises the stream: its trace is two pinned async copies and an event record
-// per call, and a wait only for the event of a staging area being reused (the ring holds 4:
-// calls 5 and 6 wait for calls 1 and 2). What the slots then hold is checked by
-// backend_conformance_test (VerifyRowsSampleLikePlainDecoding sets six slots).
+// per call, and a wait only for the event of a staging area being reused while no step
+// launched after its copies was waited for (each slot has its own area: six slots wait for
+// nothing, slot 0 set again waits for its first upload). What the slots then hold is checked
+// by backend_conformance_test (VerifyRowsSampleLikePlainDecoding sets six slots;
+// PenaltyUploadsNeverWaitForAStepInFlight: no wait once a later step was waited for).
 TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
   std::unique_ptr<Backend> backend = LoadBackend(BackendKind::kCudaSim);
   const int V = backend->config().vocab_size;
@@ -1305,7 +1307,7 @@ TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
   const std::string path = ::testing::TempDir() + "/engine_test_penalty_trace.jsonl";
   std::remove(path.c_str());
   dcf::simt::SetTraceFile(path);
-  for (int slot = 0; slot < 6; ++slot) {
+  for (int slot : {0, 1, 2, 3, 4, 5, 0}) {
     const std::vector<int32_t> prompt = {slot + 1, 7}, generated = {slot + 3};
     ASSERT_TRUE(backend->SetPenaltyState(slot, prompt, generated).ok());
   }
@@ -1329,10 +1331,10 @@ TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
     }
   }
   std::remove(path.c_str());
-  EXPECT_EQ(pinned_uploads, 12);
-  EXPECT_EQ(upload_bytes, 6u * (V + 4 * V));  // seen [V] u8 and counts [V] i32 per slot
-  EXPECT_EQ(records, 6);
-  EXPECT_EQ(event_waits, 2);
+  EXPECT_EQ(pinned_uploads, 14);
+  EXPECT_EQ(upload_bytes, 7u * (V + 4 * V));  // seen [V] u8 and counts [V] i32 per call
+  EXPECT_EQ(records, 7);
+  EXPECT_EQ(event_waits, 1);
   EXPECT_EQ(others, 0);
 }
 
