@@ -208,8 +208,8 @@ class EngineImpl {
   std::array<StepBatch, 2> batches_;
   int next_batch_ = 0;
   StepOutput out_;
-  const bool pipeline_;          // pipelined steps in effect
-  StepPipeline step_pipeline_;  // the step in flight, its counters, the step times
+  const bool pipeline_;                // pipelined steps in effect
+  StepPipeline step_pipeline_;         // the step in flight, its counters, the step times
   std::vector<int32_t> chunk_tokens_;  // a verify chunk's tokens while the batch is built
   const int blocks_per_seq_;
   std::vector<int> free_penalty_slots_;
@@ -561,9 +561,7 @@ void EngineImpl::Chain(const SchedulerOutput& out, std::vector<ActiveRequest*> o
   prompt_tokens_computed_ += out.num_prefill_tokens;
 }
 
-bool EngineImpl::CompleteInFlight() {
-  return Complete(*step_pipeline_.Take());
-}
+bool EngineImpl::CompleteInFlight() { return Complete(*step_pipeline_.Take()); }
 
 bool EngineImpl::Complete(const InFlightStep& step) {
   if (absl::Status st = backend_->Wait(&out_); !st.ok()) {
@@ -576,8 +574,8 @@ bool EngineImpl::Complete(const InFlightStep& step) {
       ProcessTokens(step.owners[i], step.slots[i], 0);
     }
   }
-  ReportStep(static_cast<int>(step.owners.size()), step.num_tokens_total,
-             step.num_prefill_tokens, step.start);
+  ReportStep(static_cast<int>(step.owners.size()), step.num_tokens_total, step.num_prefill_tokens,
+             step.start);
   return true;
 }
 

@@ -38,11 +38,11 @@ class StepPipeline {
   const InFlightStep* in_flight() const { return in_flight_ ? &*in_flight_ : nullptr; }
 
   // The step `out` plans was launched (`owners`: the request of each chunk; `slots`: its
-  // StepBatch::slot_offsets, one per chunk and the end; `start`: when its planning began): it is now the step in flight,
-  // and each sequence it samples for gets the token it samples as a pending token
-  // (kPendingToken, known when its results come: meanwhile the next step's chained decode
-  // token). Returns the step it was chained to (in flight until now, to be completed next),
-  // if any, counted as a chained step.
+  // StepBatch::slot_offsets, one per chunk and the end; `start`: when its planning began). It
+  // is now the step in flight, and each sequence it samples for gets the token it samples as a
+  // pending token (kPendingToken, known when its results come: meanwhile the next step's
+  // chained decode token). Returns the step it was chained to (in flight until now, to be
+  // completed next), if any, counted as a chained step.
   std::optional<InFlightStep> Launched(const SchedulerOutput& out,
                                        std::vector<ActiveRequest*> owners,
                                        const std::vector<int32_t>& slots, absl::Time start);
