@@ -1,13 +1,14 @@
 // AVX-512 version of cpu::AttendTile (dcmha.h): up to 32 consecutive queries of one sequence
-// attend at once, in groups of 16 with one query per vector lane. Each block of 32 keys is
-// packed once for the tile (K, then V, per head, widened to f32) and serves both groups, and
-// the loops are GEMM-shaped (a vector of 16 queries' values times a broadcast key element,
+// attend at once, in groups of 16 with one query per vector lane. The keys go by blocks of 32
+// (f32 rows read in place, 16-bit rows widened once per block for the whole tile), and the
+// loops are GEMM-shaped (a vector of 16 queries' values times a broadcast key element,
 // accumulated):
 //   1. per key: scores S[key][head][query] = Q^T tile x broadcast K elements, pre-compose,
 //      running max;
 //   2. per key: exp(S - max) and the running sum, per head and query;
 //   3. per block of keys: normalise, post-compose, then PV = P x broadcast V elements into
-//      the output tile [head][dim][query].
+//      the output tile [head][dim][query], both groups sharing each broadcast V element over
+//      the keys they both see.
 // Bit-identical to AttendOneAvx512 (dcmha_avx512.cc) for each query: every reduction of that
 // kernel is reproduced per lane in its own order. A head's dot product there sums 16 lanes
 // (lane l: the FMA chain over dims l, l + 16, ...) by the Reduce16 tree; here lane l's chain
@@ -51,62 +52,66 @@ struct TileData {
   const float* terms[2];  // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
 };
 
-// Lane l of one head's dot products for NK keys: the FMA chain over dims l, l + 16, ... (lane
-// l of AttendOneAvx512's accumulator); key r's head at k + r * k_stride.
-template <int NK>
-DCF_AVX512_INLINE void LaneChain(const float* qt, const float* k, int k_stride, int hd, int hd16,
-                                 int l, __m512* a) {
+// One head's dot products of NK keys for the 16 queries: lane l of AttendOneAvx512's
+// accumulator is the FMA chain (from +0) over dims l, l + 16, ..., l + 16 (HC - 1); a dim past
+// hd adds +0 (there the masked loads give fma(0, 0, a)). The 16 chains are done a quad at a
+// time (4 NK accumulators in flight) and folded by Reduce16's tree as they finish. Key r's head
+// at k[r] (f32, dims contiguous).
+template <int HC, int NK>
+DCF_AVX512_INLINE void ScoresHead(const float* qt, const float* const* k, int hd, __m512 scale,
+                                  __m512* out) {
   const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 16
-  for (int r = 0; r < NK; ++r) a[r] = zero;
-  for (int d = l; d < hd16; d += 16) {
-    if (d < hd) {
-      const __m512 qv = _mm512_loadu_ps(qt + d * kLanes);
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r)
-        a[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r * k_stride + d]), a[r]);
-    } else {
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r) a[r] = _mm512_add_ps(a[r], zero);  // fma(0, 0, a)
+  __m512 b01[NK], b2[NK];
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    __m512 a[4][NK];
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; ++e) {
+#pragma GCC unroll 8
+      for (int r = 0; r < NK; ++r) a[e][r] = zero;
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < HC; ++c) {
+#pragma GCC unroll 4
+      for (int e = 0; e < 4; ++e) {
+        const int d = 4 * b + e + 16 * c;
+        if (c == HC - 1 && d >= hd) {
+#pragma GCC unroll 8
+          for (int r = 0; r < NK; ++r) a[e][r] = _mm512_add_ps(a[e][r], zero);
+          continue;
+        }
+        const __m512 qv = _mm512_loadu_ps(qt + d * kLanes);
+#pragma GCC unroll 8
+        for (int r = 0; r < NK; ++r) a[e][r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r][d]), a[e][r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NK; ++r) {
+      const __m512 v =
+          _mm512_add_ps(_mm512_add_ps(a[0][r], a[2][r]), _mm512_add_ps(a[1][r], a[3][r]));
+      if (b == 0) b01[r] = v;
+      if (b == 1) b01[r] = _mm512_add_ps(b01[r], v);
+      if (b == 2) b2[r] = v;
+      if (b == 3) out[r] = _mm512_mul_ps(_mm512_add_ps(b01[r], _mm512_add_ps(b2[r], v)), scale);
     }
   }
 }
 
 // S[r][n] = scale * <q_n, k_n> of NK keys for the 16 queries, n < N; key r's head n at
-// k + n * head_stride + r * hd (f32).
-template <int NK>
-DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* k, int64_t head_stride,
-                                  float scale, float* const* S) {
+// k[r] + n * hd (f32).
+template <int HC, int NK>
+DCF_AVX512 void ScoresTile(const TileData& td, const float* const* k, float scale,
+                           float* const* S) {
   const int N = td.N, hd = td.hd;
-  const int hd16 = static_cast<int>(Up16(hd));
+  const __m512 sv = _mm512_set1_ps(scale);
   for (int n = 0; n < N; ++n) {
-    const float* qt = td.qt + static_cast<int64_t>(n) * hd * kLanes;
-    const float* kn = k + n * head_stride;
-    // Reduce16's tree, folded as the lanes are computed (fewer live registers).
-    __m512 b01[NK], b23[NK];
-#pragma GCC unroll 16
-    for (int i = 0; i < 4; ++i) {
-      __m512 x[NK], y[NK], t[NK];
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i, x);
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 2, t);
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r) x[r] = _mm512_add_ps(x[r], t[r]);
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 1, y);
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 3, t);
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r) {
-        const __m512 b = _mm512_add_ps(x[r], _mm512_add_ps(y[r], t[r]));
-        if (i == 0) b01[r] = b;
-        if (i == 1) b01[r] = _mm512_add_ps(b01[r], b);
-        if (i == 2) b23[r] = b;
-        if (i == 3) b23[r] = _mm512_add_ps(b23[r], b);
-      }
-    }
-    const __m512 sv = _mm512_set1_ps(scale);
-#pragma GCC unroll 16
-    for (int r = 0; r < NK; ++r) {
-      _mm512_storeu_ps(S[r] + n * kLanes, _mm512_mul_ps(_mm512_add_ps(b01[r], b23[r]), sv));
-    }
+    const float* kn[NK];
+#pragma GCC unroll 8
+    for (int r = 0; r < NK; ++r) kn[r] = k[r] + n * hd;
+    __m512 v[NK];
+    ScoresHead<HC, NK>(td.qt + static_cast<int64_t>(n) * hd * kLanes, kn, hd, sv, v);
+#pragma GCC unroll 8
+    for (int r = 0; r < NK; ++r) _mm512_storeu_ps(S[r] + n * kLanes, v[r]);
   }
 }
 
@@ -168,27 +173,76 @@ DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, cons
   }
 }
 
-// acc[dd] (dims d .. d + DN of one head, [DN][16]) += P[j] * V[j][d + dd] over the nb keys
-// of a block in order, each key masked to the queries that see it: AccumulateHeadGroup's
-// chain per lane. P: key j's probabilities of the head at P + j * p_stride; its values of
-// those dims at v + j * v_stride.
-template <int DN>
-DCF_AVX512 void PvBlock(const float* P, int64_t p_stride, const float* v0, int v_stride,
-                        const __mmask16* vis, int nb, float* acc) {
-  __m512 a[DN];
+// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
+// register per broadcast element (and runs out of registers) instead of one base pointer
+// with constant displacements.
+template <typename T>
+DCF_AVX512_INLINE const T* Opaque(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
+// acc[g][dd] (dims d .. d + DN of one head, [DN][16] for each of G lane groups) +=
+// P[g][j] * V[j][d + dd] over the nb keys of a block in order, each key masked to the queries
+// that see it: AccumulateHeadGroup's chain per lane. Group g's probabilities of key j at
+// P[g] + j * p_stride; the values of those dims at v[j] + off. Two groups share each
+// broadcast V element (fewer loads per FMA).
+template <int G, int DN>
+DCF_AVX512 void PvBlock(const float* const* P, int64_t p_stride, const float* const* v, int off,
+                        const __mmask16* const* vis, int nb, float* const* acc) {
+  __m512 a[G][DN];
+#pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
-  for (int dd = 0; dd < DN; ++dd) a[dd] = _mm512_loadu_ps(acc + dd * kLanes);
+    for (int dd = 0; dd < DN; ++dd) a[g][dd] = _mm512_loadu_ps(acc[g] + dd * kLanes);
+  }
   for (int j = 0; j < nb; ++j) {
-    const __m512 pv = _mm512_loadu_ps(P + j * p_stride);
-    const float* v = v0 + static_cast<int64_t>(j) * v_stride;
-    const __mmask16 m = vis[j];
+    const float* vj = Opaque(v[j] + off);
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const __m512 pv = _mm512_loadu_ps(P[g] + j * p_stride);
+      const __mmask16 m = vis[g][j];
 #pragma GCC unroll 16
-    for (int dd = 0; dd < DN; ++dd) {
-      a[dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(v[dd]), a[dd], m);
+      for (int dd = 0; dd < DN; ++dd) {
+        a[g][dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(vj[dd]), a[g][dd], m);
+      }
     }
   }
+#pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
-  for (int dd = 0; dd < DN; ++dd) _mm512_storeu_ps(acc + dd * kLanes, a[dd]);
+    for (int dd = 0; dd < DN; ++dd) _mm512_storeu_ps(acc[g] + dd * kLanes, a[g][dd]);
+  }
+}
+
+// PvBlock over a head's hd dims: G = 1 in chunks of 16 dims, G = 2 in chunks of 8, then
+// smaller ones (each dim's chain is its own, so how the dims are cut changes nothing).
+template <int G>
+DCF_AVX512 void PvHead(int hd, const float* const* P, int64_t p_stride, const float* const* v,
+                       int off, const __mmask16* const* vis, int nb, float* const* acc) {
+  constexpr int kWide = G == 1 ? 16 : 8;
+  float* an[G];
+  int d0 = 0;
+  for (; d0 < hd; ) {
+    for (int g = 0; g < G; ++g) an[g] = acc[g] + d0 * kLanes;
+    const int left = hd - d0;
+    if (left >= kWide) {
+      PvBlock<G, kWide>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += kWide;
+    } else if (left >= 8) {
+      PvBlock<G, 8>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 8;
+    } else if (left >= 4) {
+      PvBlock<G, 4>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 4;
+    } else if (left >= 2) {
+      PvBlock<G, 2>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 2;
+    } else {
+      PvBlock<G, 1>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 1;
+    }
+  }
 }
 
 DCF_AVX512_INLINE __mmask16 Visible(const TileData& td, int64_t p) {
@@ -206,14 +260,19 @@ DCF_AVX512_INLINE void CopyWiden(const typename VecElem<D>::T* src, int count, f
   }
 }
 
-// Copies keys [p0, p0 + n) of the segments, widened to f32 (exact), into a block laid out for
-// the passes: part [N][n][hd] (K or V, from row offset `part`: every key of a head in a row,
-// so the loops stream them) and terms [n][5N] (the key-side branch at row offset `branch`).
+// f32 views of the keys [p0, p0 + n) of the segments, the part at row offset `part` (K or V,
+// [N * hd]) and the key-side branch at row offset `branch` ([5N]): f32 rows are read in
+// place; 16-bit rows are widened (exactly) into `buf` ([n][N * hd]) and `tbuf` ([n][5N]).
+struct BlockRows {
+  const float* part[kKeyBlock];
+  const float* terms[kKeyBlock];
+};
+
 template <DType D>
-DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments, int64_t p0, int n,
-                          int part, int branch, float* heads, float* terms) {
+DCF_AVX512 void GetBlock(const KvRowLayout& layout, const KeySegment* segments, int64_t p0, int n,
+                         int part, int branch, float* buf, float* tbuf, BlockRows* br) {
   using T = typename VecElem<D>::T;
-  const int N = layout.n_head, hd = layout.head_dim;
+  const int E = layout.n_head * layout.head_dim;
   const int nt = layout.BranchFloats();
   int si = 0;
   for (int j = 0; j < n; ++j) {
@@ -221,10 +280,17 @@ DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments,
     while (p >= segments[si].pos0 + segments[si].count) ++si;
     const KeySegment& seg = segments[si];
     const T* src = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
-    for (int h = 0; h < N; ++h) {
-      CopyWiden<D>(src + part + h * hd, hd, heads + (static_cast<int64_t>(h) * n + j) * hd);
+    if constexpr (D == DType::kF32) {
+      br->part[j] = src + part;
+      br->terms[j] = src + branch;
+    } else {
+      float* dst = buf + static_cast<int64_t>(j) * E;
+      float* tdst = tbuf + static_cast<int64_t>(j) * nt;
+      CopyWiden<D>(src + part, E, dst);
+      CopyWiden<D>(src + branch, nt, tdst);
+      br->part[j] = dst;
+      br->terms[j] = tdst;
     }
-    CopyWiden<D>(src + branch, nt, terms + static_cast<int64_t>(j) * nt);
   }
 }
 
@@ -245,21 +311,46 @@ struct Group {
   float* acc;  // [N][hd][16] output
 };
 
-template <DType D>
+// PvHead of group gi alone over the block's keys [ja, jb).
+DCF_AVX512_INLINE void PvOneGroup(const Group& g, int64_t b0, int n, int ja, int jb,
+                                  const BlockRows& br, const __mmask16* vis) {
+  if (ja >= jb) return;
+  const int64_t NL = static_cast<int64_t>(g.td.N) * kLanes;
+  const float* P = g.S + (b0 - g.first + ja) * NL + n * kLanes;
+  const __mmask16* vm = vis + ja;
+  float* an = g.acc + static_cast<int64_t>(n) * g.td.hd * kLanes;
+  PvHead<1>(g.td.hd, &P, NL, br.part + ja, n * g.td.hd, &vm, jb - ja, &an);
+}
+
+// One key's scores s [N][16] of group g: pre-compose (key terms kt, [5N]), then the running max
+// of the queries that see the key (vis).
+DCF_AVX512_INLINE void PreComposeAndMax(const Group& g, bool compose, float* s, const float* kt,
+                                        __mmask16 vis) {
+  const int N = g.td.N;
+  if (compose) ComposeTile(N, g.td.terms[0], kt, kt + 2 * kRank * N, s);
+  for (int n = 0; n < N; ++n) {
+    const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
+    _mm512_storeu_ps(g.mx + n * kLanes,
+                     _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
+  }
+}
+
+template <DType D, int HC>
 DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
                                const KeySegment* segments, float* scratch, float* out,
                                int64_t out_stride) {
   const int N = layout.n_head, hd = layout.head_dim;
+  const int E = N * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t NL = static_cast<int64_t>(N) * kLanes;
   const int64_t max_keys =
       tile.pos0 + tile.count - 1 - FirstKeptPosition(tile.window, static_cast<int>(tile.pos0)) + 1;
   const int num_groups = (tile.count + kLanes - 1) / kLanes;
 
-  // Shared: the packed block of keys.
-  float* heads = scratch;                                            // [N][kKeyBlock][hd]
-  float* kterms = heads + static_cast<int64_t>(kKeyBlock) * N * hd;  // [kKeyBlock][5N]
-  float* next = kterms + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
+  // Shared: a block of keys widened from 16 bits (unused for f32 rows).
+  float* buf = scratch;                                 // [kKeyBlock][N * hd]
+  float* tbuf = buf + static_cast<int64_t>(kKeyBlock) * E;  // [kKeyBlock][5N]
+  float* next = tbuf + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
   Group groups[QueryTile::kMaxQueries / kLanes];
   const int64_t dw_stride = static_cast<int64_t>(kC) * 2 * kRank * N;
   for (int gi = 0; gi < num_groups; ++gi) {
@@ -290,7 +381,7 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
       const bool on = i < g.count;
       const int64_t t = gi * kLanes + i;
       const float* qi = tile.q + t * tile.q_stride;
-      for (int e = 0; e < N * hd; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
+      for (int e = 0; e < E; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
       for (int b = 0; b < 2; ++b) {
         const float* w = tile.dw + t * dw_stride + (2 * b) * 2 * kRank * N;  // branch 0 or 2
         const float* gg = tile.g + t * tile.g_stride + (2 * b) * N;
@@ -302,23 +393,18 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     td.qt = qt;
     td.terms[0] = terms;
     td.terms[1] = terms + 5 * NL;
+    for (int n = 0; n < N; ++n) _mm512_storeu_ps(g.mx + n * kLanes, _mm512_set1_ps(-INFINITY));
   }
   const int64_t first = groups[0].first;
   const int64_t last = groups[num_groups - 1].last;
-  const int nt = layout.BranchFloats();
   const int kb = 2 * kRank * N;  // G's offset in a branch
+  BlockRows br;
 
   // Pass 1: scores, pre-compose and the running max, per key.
-  for (int gi = 0; gi < num_groups; ++gi) {
-    for (int n = 0; n < N; ++n) {
-      _mm512_storeu_ps(groups[gi].mx + n * kLanes, _mm512_set1_ps(-INFINITY));
-    }
-  }
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
-    PackBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), heads,
-                 kterms);
-    const int64_t head_stride = static_cast<int64_t>(nb) * hd;
+    GetBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), buf, tbuf,
+                &br);
     for (int gi = 0; gi < num_groups; ++gi) {
       const Group& g = groups[gi];
       // The block's keys this group sees: [j0, j1).
@@ -328,46 +414,49 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
       float* S = g.S + (b0 - g.first) * NL;  // key j of the block at S + j * NL
       int j = j0;
       for (; j + 4 <= j1; j += 4) {
-        float* s[4];
-        for (int r = 0; r < 4; ++r) s[r] = S + (j + r) * NL;
-        ScoresTile<4>(g.td, heads + j * hd, head_stride, scale, s);
+        float* s[4] = {S + j * NL, S + (j + 1) * NL, S + (j + 2) * NL, S + (j + 3) * NL};
+        ScoresTile<HC, 4>(g.td, br.part + j, scale, s);
+        for (int r = 0; r < 4; ++r) {
+          PreComposeAndMax(g, tile.compose, s[r], br.terms[j + r], Visible(g.td, b0 + j + r));
+        }
       }
       for (; j < j1; ++j) {
         float* s = S + j * NL;
-        ScoresTile<1>(g.td, heads + j * hd, head_stride, scale, &s);
-      }
-      for (j = j0; j < j1; ++j) {
-        float* s = S + j * NL;
-        const float* kt = kterms + j * nt;
-        if (tile.compose) ComposeTile(N, g.td.terms[0], kt, kt + kb, s);
-        const __mmask16 vis = Visible(g.td, b0 + j);
-        for (int n = 0; n < N; ++n) {
-          const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
-          _mm512_storeu_ps(g.mx + n * kLanes,
-                           _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
-        }
+        ScoresTile<HC, 1>(g.td, br.part + j, scale, &s);
+        PreComposeAndMax(g, tile.compose, s, br.terms[j], Visible(g.td, b0 + j));
       }
     }
   }
 
-  // Pass 2: exp and the running sum, per key in position order.
+  // Pass 2: exp and the running sum, per key in position order (8 heads at a time, their max
+  // and sum in registers).
   for (int gi = 0; gi < num_groups; ++gi) {
     const Group& g = groups[gi];
-    for (int n = 0; n < N; ++n) _mm512_storeu_ps(g.inv + n * kLanes, _mm512_setzero_ps());
-    for (int64_t p = g.first; p <= g.last; ++p) {
-      const __mmask16 vis = Visible(g.td, p);
-      float* s = g.S + (p - g.first) * NL;
-      for (int n = 0; n < N; ++n) {
-        const __m512 e = ExpNonPositive(
-            _mm512_sub_ps(_mm512_loadu_ps(s + n * kLanes), _mm512_loadu_ps(g.mx + n * kLanes)));
-        _mm512_storeu_ps(s + n * kLanes, e);
-        const __m512 sum = _mm512_loadu_ps(g.inv + n * kLanes);
-        _mm512_storeu_ps(g.inv + n * kLanes, _mm512_mask_add_ps(sum, vis, sum, e));
+    for (int n0 = 0; n0 < N; n0 += 8) {
+      const int nh = std::min(8, N - n0);
+      __m512 mx[8], sum[8];
+#pragma GCC unroll 8
+      for (int h = 0; h < 8; ++h) {
+        if (h < nh) mx[h] = _mm512_loadu_ps(g.mx + (n0 + h) * kLanes);
+        sum[h] = _mm512_setzero_ps();
       }
-    }
-    for (int n = 0; n < N; ++n) {
-      _mm512_storeu_ps(g.inv + n * kLanes,
-                       _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(g.inv + n * kLanes)));
+      for (int64_t p = g.first; p <= g.last; ++p) {
+        const __mmask16 vis = Visible(g.td, p);
+        float* s = g.S + (p - g.first) * NL + n0 * kLanes;
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; ++h) {
+          if (h >= nh) break;
+          const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(s + h * kLanes), mx[h]));
+          _mm512_storeu_ps(s + h * kLanes, e);
+          sum[h] = _mm512_mask_add_ps(sum[h], vis, sum[h], e);
+        }
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < 8; ++h) {
+        if (h < nh) {
+          _mm512_storeu_ps(g.inv + (n0 + h) * kLanes, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[h]));
+        }
+      }
     }
     for (int64_t e = 0; e < NL * hd; e += 16) _mm512_storeu_ps(g.acc + e, _mm512_setzero_ps());
   }
@@ -375,49 +464,58 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   // Pass 3: per block of keys, normalise and post-compose, then accumulate P x V.
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
-    PackBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), heads,
-                 kterms);
+    GetBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), buf, tbuf,
+                &br);
+    __mmask16 vis[2][kKeyBlock];
+    int j0s[2], j1s[2];  // each group's keys of the block
     for (int gi = 0; gi < num_groups; ++gi) {
       const Group& g = groups[gi];
       const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
       const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
-      if (j0 >= j1) continue;
+      if (j0 >= j1) {
+        j0s[gi] = j1s[gi] = 0;
+        continue;
+      }
       float* S = g.S + (b0 - g.first) * NL;
-      __mmask16 vis[kKeyBlock];
       for (int j = j0; j < j1; ++j) {
         float* s = S + j * NL;
         for (int n = 0; n < N; ++n) {
           _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
                                                          _mm512_loadu_ps(g.inv + n * kLanes)));
         }
-        const float* kt = kterms + j * nt;
+        const float* kt = br.terms[j];
         if (tile.compose) ComposeTile(N, g.td.terms[1], kt, kt + kb, s);
-        vis[j] = Visible(g.td, b0 + j);
+        vis[gi][j] = Visible(g.td, b0 + j);
       }
-      const int nj = j1 - j0;
-      for (int n = 0; n < N; ++n) {
-        const float* P = S + j0 * NL + n * kLanes;
-        const float* v = heads + (static_cast<int64_t>(n) * nb + j0) * hd;
-        float* an = g.acc + static_cast<int64_t>(n) * hd * kLanes;
-        // Dims in groups of 16, then 8, 4, 2, 1 (each dim's chain is its own).
-        int d0 = 0;
-        for (; d0 + 16 <= hd; d0 += 16) {
-          PvBlock<16>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-        }
-        if (d0 + 8 <= hd) {
-          PvBlock<8>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-          d0 += 8;
-        }
-        if (d0 + 4 <= hd) {
-          PvBlock<4>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-          d0 += 4;
-        }
-        if (d0 + 2 <= hd) {
-          PvBlock<2>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-          d0 += 2;
-        }
-        if (d0 < hd) PvBlock<1>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+      j0s[gi] = j0;
+      j1s[gi] = j1;
+    }
+    // P x V in key order per group: the keys only group 0 sees, those both see (sharing
+    // every broadcast V element), then those only group 1 sees.
+    for (int n = 0; n < N; ++n) {
+      const int off = n * hd;
+      if (num_groups == 1) {
+        PvOneGroup(groups[0], b0, n, j0s[0], j1s[0], br, vis[0]);
+        continue;
       }
+      const int ja = std::max(j0s[0], j0s[1]), jb = std::min(j1s[0], j1s[1]);
+      if (ja >= jb) {
+        PvOneGroup(groups[0], b0, n, j0s[0], j1s[0], br, vis[0]);
+        PvOneGroup(groups[1], b0, n, j0s[1], j1s[1], br, vis[1]);
+        continue;
+      }
+      PvOneGroup(groups[0], b0, n, j0s[0], ja, br, vis[0]);
+      const float* P[2];
+      const __mmask16* vm[2];
+      float* an[2];
+      for (int gi = 0; gi < 2; ++gi) {
+        const Group& g = groups[gi];
+        P[gi] = g.S + (b0 - g.first + ja) * NL + n * kLanes;
+        vm[gi] = vis[gi] + ja;
+        an[gi] = g.acc + static_cast<int64_t>(n) * hd * kLanes;
+      }
+      PvHead<2>(hd, P, NL, br.part + ja, off, vm, jb - ja, an);
+      PvOneGroup(groups[1], b0, n, jb, j1s[1], br, vis[1]);
     }
   }
 
@@ -426,8 +524,23 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     const Group& g = groups[gi];
     for (int i = 0; i < g.count; ++i) {
       float* o = out + (gi * kLanes + i) * out_stride;
-      for (int e = 0; e < N * hd; ++e) o[e] = g.acc[e * kLanes + i];
+      for (int e = 0; e < E; ++e) o[e] = g.acc[e * kLanes + i];
     }
+  }
+}
+
+template <DType D>
+void AttendTileAnyHd(const KvRowLayout& layout, const QueryTile& tile, const KeySegment* segments,
+                     float* scratch, float* out, int64_t out_stride) {
+  switch ((layout.head_dim + 15) / 16) {
+    case 1: return AttendTileImpl<D, 1>(layout, tile, segments, scratch, out, out_stride);
+    case 2: return AttendTileImpl<D, 2>(layout, tile, segments, scratch, out, out_stride);
+    case 3: return AttendTileImpl<D, 3>(layout, tile, segments, scratch, out, out_stride);
+    case 4: return AttendTileImpl<D, 4>(layout, tile, segments, scratch, out, out_stride);
+    case 5: return AttendTileImpl<D, 5>(layout, tile, segments, scratch, out, out_stride);
+    case 6: return AttendTileImpl<D, 6>(layout, tile, segments, scratch, out, out_stride);
+    case 7: return AttendTileImpl<D, 7>(layout, tile, segments, scratch, out, out_stride);
+    default: return AttendTileImpl<D, 8>(layout, tile, segments, scratch, out, out_stride);
   }
 }
 
@@ -447,11 +560,11 @@ void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const Ke
                       int64_t out_stride) {
   switch (dtype) {
     case DType::kF32:
-      return AttendTileImpl<DType::kF32>(layout, tile, segments, scratch, out, out_stride);
+      return AttendTileAnyHd<DType::kF32>(layout, tile, segments, scratch, out, out_stride);
     case DType::kBF16:
-      return AttendTileImpl<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
+      return AttendTileAnyHd<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
     case DType::kF16:
-      return AttendTileImpl<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
+      return AttendTileAnyHd<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
   }
 }
 
