@@ -11,9 +11,9 @@
 //      the keys they both see.
 // Bit-identical to AttendOneAvx512 (dcmha_avx512.cc) for each query: every reduction of that
 // kernel is reproduced per lane in its own order. A head's dot product there sums 16 lanes
-// (lane l: the FMA chain over dims l, l + 16, ...) by the Reduce16 tree; here lane l's chain
-// is its own vector (queries in lanes) and the same tree is written as vertical adds.
-// The compose dot products over heads likewise (Reduce4's tree). Softmax max and sum
+// (lane l: the FMA chain over dims l, l + 16, ...) in lane order (SumLanesInOrder16); here
+// lane l's chain is its own vector (queries in lanes), added to a running sum in the same
+// order. The compose dot products over heads likewise follow Reduce4's tree. Softmax max and sum
 // and the PV accumulation run over keys in position order per query, masked to the keys the
 // query sees (a masked lane keeps its value: no 0 * v terms). Lanes past a kernel's data (dims
 // past hd, heads past N) add +0, as the masked loads there do. exp, the widening of 16-bit
@@ -40,9 +40,11 @@ constexpr int kKeyBlock = 32;  // keys packed (and widened) at once
 
 int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// Reduce16's tree (dcmha_avx512.cc) of the lanes p[0..16) of one dot product, per vector
-// lane, is ((B0 + B1) + (B2 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3]);
-// Reduce4's is ((B0 + B2) + (B1 + B3)). ScoresTile and ComposeTile fold them as they go.
+// AttendOneAvx512's sums over vector lanes: a head's dot product adds its 16 lane chains in
+// lane order (SumLanesInOrder16), which ScoresHead follows with one running sum per dot
+// product; the compose's four dot products over heads use Reduce4's tree,
+// ((B0 + B2) + (B1 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3]), which
+// ComposeTile folds as it goes.
 
 // The tile's query-side data, transposed to one vector per value (lanes = queries).
 struct TileData {
@@ -52,66 +54,97 @@ struct TileData {
   const float* terms[2];  // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
 };
 
-// One head's dot products of NK keys for the 16 queries: lane l of AttendOneAvx512's
-// accumulator is the FMA chain (from +0) over dims l, l + 16, ..., l + 16 (HC - 1); a dim past
-// hd adds +0 (there the masked loads give fma(0, 0, a)). The 16 chains are done a quad at a
-// time (4 NK accumulators in flight) and folded by Reduce16's tree as they finish. Key r's head
-// at k[r] (f32, dims contiguous).
-template <int HC, int NK>
-DCF_AVX512_INLINE void ScoresHead(const float* qt, const float* const* k, int hd, __m512 scale,
-                                  __m512* out) {
+// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
+// register per broadcast element (and runs out of registers) instead of one base pointer
+// with constant displacements.
+template <typename T>
+DCF_AVX512_INLINE const T* Opaque(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
+// One head's dot products of NK keys for the 16 queries of each of G lane groups: lane l of
+// AttendOneAvx512's accumulator is the FMA chain (from +0) over dims l, l + 16, ...,
+// l + 16 (HC - 1), a dim past hd adding +0 (there the masked loads give fma(0, 0, a)); the dot
+// product is ((c_0 + c_1) + c_2) + ... + c_15. Two chains at a time (2 G NK accumulators in
+// flight) are added to the running sum as they finish. Group g's queries at qt[g] ([hd][16]),
+// key r's head at k[r] (f32, dims contiguous); out[g][r] = scale * the dot product.
+template <int HC, int G, int NK>
+DCF_AVX512_INLINE void ScoresHead(const float* const* qt, const float* const* k, int hd,
+                                  __m512 scale, __m512 (*out)[NK]) {
   const __m512 zero = _mm512_setzero_ps();
-  __m512 b01[NK], b2[NK];
-#pragma GCC unroll 4
-  for (int b = 0; b < 4; ++b) {
-    __m512 a[4][NK];
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; ++e) {
+  __m512 sum[G][NK];
 #pragma GCC unroll 8
-      for (int r = 0; r < NK; ++r) a[e][r] = zero;
-    }
+  for (int l = 0; l < kLanes; l += 2) {
+    __m512 a[2][G][NK];
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e) {
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 8
-    for (int c = 0; c < HC; ++c) {
-#pragma GCC unroll 4
-      for (int e = 0; e < 4; ++e) {
-        const int d = 4 * b + e + 16 * c;
-        if (c == HC - 1 && d >= hd) {
-#pragma GCC unroll 8
-          for (int r = 0; r < NK; ++r) a[e][r] = _mm512_add_ps(a[e][r], zero);
-          continue;
-        }
-        const __m512 qv = _mm512_loadu_ps(qt + d * kLanes);
-#pragma GCC unroll 8
-        for (int r = 0; r < NK; ++r) a[e][r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r][d]), a[e][r]);
+        for (int r = 0; r < NK; ++r) a[e][g][r] = zero;
       }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < NK; ++r) {
-      const __m512 v =
-          _mm512_add_ps(_mm512_add_ps(a[0][r], a[2][r]), _mm512_add_ps(a[1][r], a[3][r]));
-      if (b == 0) b01[r] = v;
-      if (b == 1) b01[r] = _mm512_add_ps(b01[r], v);
-      if (b == 2) b2[r] = v;
-      if (b == 3) out[r] = _mm512_mul_ps(_mm512_add_ps(b01[r], _mm512_add_ps(b2[r], v)), scale);
+    for (int c = 0; c < HC; ++c) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        const int d = l + e + 16 * c;
+        if (c == HC - 1 && d >= hd) {
+#pragma GCC unroll 2
+          for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+            for (int r = 0; r < NK; ++r) a[e][g][r] = _mm512_add_ps(a[e][g][r], zero);
+          }
+          continue;
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          const __m512 qv = _mm512_loadu_ps(qt[g] + d * kLanes);
+#pragma GCC unroll 8
+          for (int r = 0; r < NK; ++r) {
+            a[e][g][r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r][d]), a[e][g][r]);
+          }
+        }
+      }
     }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+      for (int r = 0; r < NK; ++r) {
+        sum[g][r] = l == 0 ? a[0][g][r] : _mm512_add_ps(sum[g][r], a[0][g][r]);
+        sum[g][r] = _mm512_add_ps(sum[g][r], a[1][g][r]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NK; ++r) out[g][r] = _mm512_mul_ps(sum[g][r], scale);
   }
 }
 
-// S[r][n] = scale * <q_n, k_n> of NK keys for the 16 queries, n < N; key r's head n at
-// k[r] + n * hd (f32).
-template <int HC, int NK>
-DCF_AVX512 void ScoresTile(const TileData& td, const float* const* k, float scale,
-                           float* const* S) {
-  const int N = td.N, hd = td.hd;
+// S[g][r][n] = scale * <q_n, k_n> of NK keys for the queries of G lane groups, n < N; key r's
+// head n at k[r] + n * hd (f32).
+template <int HC, int G, int NK>
+DCF_AVX512 void ScoresTile(const TileData* const* td, const float* const* k, float scale,
+                           float* const (*S)[NK]) {
+  const int N = td[0]->N, hd = td[0]->hd;
   const __m512 sv = _mm512_set1_ps(scale);
   for (int n = 0; n < N; ++n) {
     const float* kn[NK];
 #pragma GCC unroll 8
-    for (int r = 0; r < NK; ++r) kn[r] = k[r] + n * hd;
-    __m512 v[NK];
-    ScoresHead<HC, NK>(td.qt + static_cast<int64_t>(n) * hd * kLanes, kn, hd, sv, v);
+    for (int r = 0; r < NK; ++r) kn[r] = Opaque(k[r] + n * hd);
+    const float* qn[G];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) qn[g] = td[g]->qt + static_cast<int64_t>(n) * hd * kLanes;
+    __m512 v[G][NK];
+    ScoresHead<HC, G, NK>(qn, kn, hd, sv, v);
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 8
-    for (int r = 0; r < NK; ++r) _mm512_storeu_ps(S[r] + n * kLanes, v[r]);
+      for (int r = 0; r < NK; ++r) _mm512_storeu_ps(S[g][r] + n * kLanes, v[g][r]);
+    }
   }
 }
 
@@ -171,15 +204,6 @@ DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, cons
     v = _mm512_fmadd_ps(_mm512_set1_ps(k2[N + m]), d[3], v);
     _mm512_storeu_ps(s + m * kLanes, v);
   }
-}
-
-// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
-// register per broadcast element (and runs out of registers) instead of one base pointer
-// with constant displacements.
-template <typename T>
-DCF_AVX512_INLINE const T* Opaque(const T* p) {
-  asm("" : "+r"(p));
-  return p;
 }
 
 // acc[g][dd] (dims d .. d + DN of one head, [DN][16] for each of G lane groups) +=
@@ -294,6 +318,37 @@ DCF_AVX512 void GetBlock(const KvRowLayout& layout, const KeySegment* segments, 
   }
 }
 
+// dst [count][16]: element off + e of rows[i] at dst[e * 16 + i]; lane i is 0 where rows[i] is
+// null.
+DCF_AVX512 void RowsToLanes(const float* const* rows, int64_t off, int count, float* dst) {
+  __m512 in[kLanes], t[kLanes];
+  for (int e0 = 0; e0 < count; e0 += kLanes) {
+    const __mmask16 m = TailMask(count - e0);
+    for (int i = 0; i < kLanes; ++i) {
+      in[i] = rows[i] != nullptr ? _mm512_maskz_loadu_ps(m, rows[i] + off + e0) : _mm512_setzero_ps();
+    }
+    Transpose16(in, t);
+    const int n = std::min(kLanes, count - e0);
+    for (int e = 0; e < n; ++e) _mm512_storeu_ps(dst + (e0 + e) * kLanes, t[e]);
+  }
+}
+
+// The inverse for the non-null rows: rows[i][e] = src[e * 16 + i], e < count.
+DCF_AVX512 void LanesToRows(const float* src, int count, float* const* rows) {
+  __m512 in[kLanes], t[kLanes];
+  for (int e0 = 0; e0 < count; e0 += kLanes) {
+    const int n = std::min(kLanes, count - e0);
+    for (int e = 0; e < kLanes; ++e) {
+      in[e] = e < n ? _mm512_loadu_ps(src + (e0 + e) * kLanes) : _mm512_setzero_ps();
+    }
+    Transpose16(in, t);
+    const __mmask16 m = TailMask(n);
+    for (int i = 0; i < kLanes; ++i) {
+      if (rows[i] != nullptr) _mm512_mask_storeu_ps(rows[i] + e0, m, t[i]);
+    }
+  }
+}
+
 // Floats of one lane group's state for queries seeing at most max_keys keys each.
 int64_t GroupFloats(const KvRowLayout& layout, int64_t max_keys) {
   const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
@@ -332,6 +387,38 @@ DCF_AVX512_INLINE void PreComposeAndMax(const Group& g, bool compose, float* s, 
     const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
     _mm512_storeu_ps(g.mx + n * kLanes,
                      _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
+  }
+}
+
+// Pass 1 over the block's keys [ja, jb) for G lane groups: scores (4 keys at a time), then
+// each key's pre-compose and running max.
+template <int HC, int G>
+DCF_AVX512 void ScoresRange(const Group* const* g, int64_t b0, int ja, int jb, const BlockRows& br,
+                            bool compose, float scale) {
+  if (ja >= jb) return;
+  const int64_t NL = static_cast<int64_t>(g[0]->td.N) * kLanes;
+  const TileData* td[G];
+  for (int gi = 0; gi < G; ++gi) td[gi] = &g[gi]->td;
+  int j = ja;
+  for (; j + 4 <= jb; j += 4) {
+    float* s[G][4];
+    for (int gi = 0; gi < G; ++gi) {
+      for (int r = 0; r < 4; ++r) s[gi][r] = g[gi]->S + (b0 - g[gi]->first + j + r) * NL;
+    }
+    ScoresTile<HC, G, 4>(td, br.part + j, scale, s);
+    for (int gi = 0; gi < G; ++gi) {
+      for (int r = 0; r < 4; ++r) {
+        PreComposeAndMax(*g[gi], compose, s[gi][r], br.terms[j + r], Visible(*td[gi], b0 + j + r));
+      }
+    }
+  }
+  for (; j < jb; ++j) {
+    float* s[G][1];
+    for (int gi = 0; gi < G; ++gi) s[gi][0] = g[gi]->S + (b0 - g[gi]->first + j) * NL;
+    ScoresTile<HC, G, 1>(td, br.part + j, scale, s);
+    for (int gi = 0; gi < G; ++gi) {
+      PreComposeAndMax(*g[gi], compose, s[gi][0], br.terms[j], Visible(*td[gi], b0 + j));
+    }
   }
 }
 
@@ -377,17 +464,24 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     td.lo = _mm512_load_si512(lo);
     td.hi = _mm512_load_si512(hi);
     // Transpose the query side; lanes past count hold zeros.
-    for (int i = 0; i < kLanes; ++i) {
-      const bool on = i < g.count;
-      const int64_t t = gi * kLanes + i;
-      const float* qi = tile.q + t * tile.q_stride;
-      for (int e = 0; e < E; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
-      for (int b = 0; b < 2; ++b) {
-        const float* w = tile.dw + t * dw_stride + (2 * b) * 2 * kRank * N;  // branch 0 or 2
-        const float* gg = tile.g + t * tile.g_stride + (2 * b) * N;
-        float* tb = terms + b * 5 * NL;
-        for (int e = 0; e < 4 * N; ++e) tb[e * kLanes + i] = on ? w[e] : 0.0f;
-        for (int m = 0; m < N; ++m) tb[(4 * N + m) * kLanes + i] = on ? 1.0f + gg[m] : 0.0f;
+    const float* rows[kLanes];
+    for (int i = 0; i < kLanes; ++i) rows[i] = i < g.count ? tile.q + (gi * kLanes + i) * tile.q_stride : nullptr;
+    RowsToLanes(rows, 0, E, qt);
+    for (int b = 0; b < 2; ++b) {
+      float* tb = terms + b * 5 * NL;
+      for (int i = 0; i < kLanes; ++i) {
+        rows[i] = i < g.count ? tile.dw + (gi * kLanes + i) * dw_stride : nullptr;
+      }
+      RowsToLanes(rows, (2 * b) * 2 * kRank * N, 4 * N, tb);  // W1 | W2 of branch 0 or 2
+      for (int i = 0; i < kLanes; ++i) {
+        rows[i] = i < g.count ? tile.g + (gi * kLanes + i) * tile.g_stride : nullptr;
+      }
+      float* g1 = tb + 4 * NL;
+      RowsToLanes(rows, (2 * b) * N, N, g1);  // G of branch 0 or 2, then 1 + G
+      const __mmask16 on = TailMask(g.count);
+      for (int m = 0; m < N; ++m) {
+        const __m512 v = _mm512_loadu_ps(g1 + m * kLanes);
+        _mm512_storeu_ps(g1 + m * kLanes, _mm512_mask_add_ps(v, on, _mm512_set1_ps(1.0f), v));
       }
     }
     td.qt = qt;
@@ -405,25 +499,27 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
     GetBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), buf, tbuf,
                 &br);
+    // The block's keys each group sees, [j0s[g], j1s[g]); those both see are done together
+    // (sharing every broadcast K element), the others by one group.
+    int j0s[2], j1s[2];
     for (int gi = 0; gi < num_groups; ++gi) {
-      const Group& g = groups[gi];
-      // The block's keys this group sees: [j0, j1).
-      const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
-      const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
-      if (j0 >= j1) continue;
-      float* S = g.S + (b0 - g.first) * NL;  // key j of the block at S + j * NL
-      int j = j0;
-      for (; j + 4 <= j1; j += 4) {
-        float* s[4] = {S + j * NL, S + (j + 1) * NL, S + (j + 2) * NL, S + (j + 3) * NL};
-        ScoresTile<HC, 4>(g.td, br.part + j, scale, s);
-        for (int r = 0; r < 4; ++r) {
-          PreComposeAndMax(g, tile.compose, s[r], br.terms[j + r], Visible(g.td, b0 + j + r));
-        }
-      }
-      for (; j < j1; ++j) {
-        float* s = S + j * NL;
-        ScoresTile<HC, 1>(g.td, br.part + j, scale, &s);
-        PreComposeAndMax(g, tile.compose, s, br.terms[j], Visible(g.td, b0 + j));
+      j0s[gi] = static_cast<int>(std::max<int64_t>(0, groups[gi].first - b0));
+      j1s[gi] = static_cast<int>(std::min<int64_t>(nb, groups[gi].last + 1 - b0));
+    }
+    const Group* g0 = &groups[0];
+    const Group* g1 = &groups[1];
+    if (num_groups == 1) {
+      ScoresRange<HC, 1>(&g0, b0, j0s[0], j1s[0], br, tile.compose, scale);
+    } else {
+      const int ja = std::max(j0s[0], j0s[1]), jb = std::min(j1s[0], j1s[1]);
+      if (ja >= jb) {
+        ScoresRange<HC, 1>(&g0, b0, j0s[0], j1s[0], br, tile.compose, scale);
+        ScoresRange<HC, 1>(&g1, b0, j0s[1], j1s[1], br, tile.compose, scale);
+      } else {
+        const Group* both[2] = {g0, g1};
+        ScoresRange<HC, 1>(&g0, b0, j0s[0], ja, br, tile.compose, scale);
+        ScoresRange<HC, 2>(both, b0, ja, jb, br, tile.compose, scale);
+        ScoresRange<HC, 1>(&g1, b0, jb, j1s[1], br, tile.compose, scale);
       }
     }
   }
@@ -522,10 +618,9 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   // The output tile back to rows.
   for (int gi = 0; gi < num_groups; ++gi) {
     const Group& g = groups[gi];
-    for (int i = 0; i < g.count; ++i) {
-      float* o = out + (gi * kLanes + i) * out_stride;
-      for (int e = 0; e < E; ++e) o[e] = g.acc[e * kLanes + i];
-    }
+    float* rows[kLanes];
+    for (int i = 0; i < kLanes; ++i) rows[i] = i < g.count ? out + (gi * kLanes + i) * out_stride : nullptr;
+    LanesToRows(g.acc, E, rows);
   }
 }
 

@@ -1,6 +1,7 @@
 // AVX-512 version of cpu::AttendOne (dcmha.h): the same two passes over the keys, with the
 // heads of a key in vector lanes (16 per vector, the last chunk masked), per-head dot products
-// folded 16 at a time by a transpose-and-add tree, and a vector exp. Every function carries
+// (16 lane chains each) summed 16 at a time by a transpose and adds in lane order
+// (SumLanesInOrder16), and a vector exp. Every function carries
 // the target attribute; dcmha.cc calls it only when cpu_isa.h found AVX-512. Cache rows of
 // 16-bit dtypes are widened as they are loaded (bf16: a 16-bit shift; f16: vcvtph2ps), so
 // the arithmetic is that of f32 rows holding the same values.
@@ -18,29 +19,6 @@ namespace {
 
 constexpr int kRank = ModelConfig::kRank;
 constexpr int kMaxHeads = 256;
-
-// r[i] = sum of the lanes of v[i], for 16 vectors (a transpose-and-add tree: 15 adds and 30
-// shuffles instead of 16 separate horizontal sums).
-DCF_AVX512_INLINE __m512 Reduce16(const __m512* v) {
-  __m512 t[8];
-  for (int i = 0; i < 8; ++i) {
-    // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] for a = v[2i], b = v[2i+1].
-    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  }
-  __m512 u[4];
-  for (int i = 0; i < 4; ++i) {
-    // Per 128-bit lane: partial sums of v[4i..4i+3] in lanes 0..3.
-    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xee));
-  }
-  // Add the four 128-bit lanes of each u and lay the results out in order.
-  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
-                                  _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
-                                  _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xdd));
-}
 
 // Lanes 0..3 of the result: the sums of a, b, c and d.
 DCF_AVX512_INLINE __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -114,7 +92,7 @@ DCF_AVX512_INLINE void Scores(const float* q, const typename VecElem<D>::T* k, i
       }
       acc[h] = a;
     }
-    _mm512_storeu_ps(s + h0, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+    _mm512_storeu_ps(s + h0, _mm512_mul_ps(SumLanesInOrder16(acc), _mm512_set1_ps(scale)));
   }
 }
 
