@@ -58,22 +58,26 @@ DCF_AVX512_INLINE __mmask16 TailMask(int n) {
 // out[l] = lane l of every in[i] (out[l][i] = in[i][l]): a 16 x 16 transpose, 64 shuffles.
 DCF_AVX512_INLINE void Transpose16(const __m512* in, __m512* out) {
   __m512 t[16], u[16];
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(in[2 * i], in[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(in[2 * i], in[2 * i + 1]);
   }
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
     u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
     u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
     u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
   }
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
     t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
     t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
     t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
     out[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
     out[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
@@ -88,6 +92,7 @@ DCF_AVX512_INLINE __m512 SumLanesInOrder16(const __m512* v) {
   __m512 t[16];
   Transpose16(v, t);
   __m512 sum = t[0];
+#pragma GCC unroll 16
   for (int l = 1; l < 16; ++l) sum = _mm512_add_ps(sum, t[l]);
   return sum;
 }
