@@ -349,10 +349,16 @@ DCF_AVX512 void LanesToRows(const float* src, int count, float* const* rows) {
   }
 }
 
+// Floats from one key's scores [N][16] to the next in a group's S: one vector more than
+// they take, so the P x V loop, which reads one head's vector of every key of a block, does
+// not find them all in a few cache sets (N * 64 bytes apart: a power of two for 8 or 16
+// heads).
+int64_t KeyStride(int N) { return static_cast<int64_t>(N + 1) * kLanes; }
+
 // Floats of one lane group's state for queries seeing at most max_keys keys each.
 int64_t GroupFloats(const KvRowLayout& layout, int64_t max_keys) {
   const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
-  return (max_keys + kLanes - 1) * NL + 2 * NL * layout.head_dim + 2 * 5 * NL + 2 * NL;
+  return (max_keys + kLanes - 1) * KeyStride(layout.n_head) + 2 * NL * layout.head_dim + 2 * 5 * NL + 2 * NL;
 }
 
 // One lane group: 16 consecutive queries of the tile, its keys [first, last] and its state.
@@ -370,11 +376,11 @@ struct Group {
 DCF_AVX512_INLINE void PvOneGroup(const Group& g, int64_t b0, int n, int ja, int jb,
                                   const BlockRows& br, const __mmask16* vis) {
   if (ja >= jb) return;
-  const int64_t NL = static_cast<int64_t>(g.td.N) * kLanes;
-  const float* P = g.S + (b0 - g.first + ja) * NL + n * kLanes;
+  const int64_t SL = KeyStride(g.td.N);
+  const float* P = g.S + (b0 - g.first + ja) * SL + n * kLanes;
   const __mmask16* vm = vis + ja;
   float* an = g.acc + static_cast<int64_t>(n) * g.td.hd * kLanes;
-  PvHead<1>(g.td.hd, &P, NL, br.part + ja, n * g.td.hd, &vm, jb - ja, &an);
+  PvHead<1>(g.td.hd, &P, SL, br.part + ja, n * g.td.hd, &vm, jb - ja, &an);
 }
 
 // One key's scores s [N][16] of group g: pre-compose (key terms kt, [5N]), then the running max
@@ -396,14 +402,14 @@ template <int HC, int G>
 DCF_AVX512 void ScoresRange(const Group* const* g, int64_t b0, int ja, int jb, const BlockRows& br,
                             bool compose, float scale) {
   if (ja >= jb) return;
-  const int64_t NL = static_cast<int64_t>(g[0]->td.N) * kLanes;
+  const int64_t SL = KeyStride(g[0]->td.N);
   const TileData* td[G];
   for (int gi = 0; gi < G; ++gi) td[gi] = &g[gi]->td;
   int j = ja;
   for (; j + 4 <= jb; j += 4) {
     float* s[G][4];
     for (int gi = 0; gi < G; ++gi) {
-      for (int r = 0; r < 4; ++r) s[gi][r] = g[gi]->S + (b0 - g[gi]->first + j + r) * NL;
+      for (int r = 0; r < 4; ++r) s[gi][r] = g[gi]->S + (b0 - g[gi]->first + j + r) * SL;
     }
     ScoresTile<HC, G, 4>(td, br.part + j, scale, s);
     for (int gi = 0; gi < G; ++gi) {
@@ -414,7 +420,7 @@ DCF_AVX512 void ScoresRange(const Group* const* g, int64_t b0, int ja, int jb, c
   }
   for (; j < jb; ++j) {
     float* s[G][1];
-    for (int gi = 0; gi < G; ++gi) s[gi][0] = g[gi]->S + (b0 - g[gi]->first + j) * NL;
+    for (int gi = 0; gi < G; ++gi) s[gi][0] = g[gi]->S + (b0 - g[gi]->first + j) * SL;
     ScoresTile<HC, G, 1>(td, br.part + j, scale, s);
     for (int gi = 0; gi < G; ++gi) {
       PreComposeAndMax(*g[gi], compose, s[gi][0], br.terms[j], Visible(*td[gi], b0 + j));
@@ -430,6 +436,7 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   const int E = N * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t NL = static_cast<int64_t>(N) * kLanes;
+  const int64_t SL = KeyStride(N);  // floats from one key's scores to the next
   const int64_t max_keys =
       tile.pos0 + tile.count - 1 - FirstKeptPosition(tile.window, static_cast<int>(tile.pos0)) + 1;
   const int num_groups = (tile.count + kLanes - 1) / kLanes;
@@ -447,7 +454,7 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     g.first = FirstKeptPosition(tile.window, static_cast<int>(g.pos0));
     g.last = g.pos0 + g.count - 1;
     g.S = next;
-    float* qt = g.S + (max_keys + kLanes - 1) * NL;  // [N][hd][16]
+    float* qt = g.S + (max_keys + kLanes - 1) * SL;  // [N][hd][16]
     float* terms = qt + NL * hd;                     // [2][5N][16]
     g.mx = terms + 2 * 5 * NL;
     g.inv = g.mx + NL;
@@ -538,7 +545,7 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
       }
       for (int64_t p = g.first; p <= g.last; ++p) {
         const __mmask16 vis = Visible(g.td, p);
-        float* s = g.S + (p - g.first) * NL + n0 * kLanes;
+        float* s = g.S + (p - g.first) * SL + n0 * kLanes;
 #pragma GCC unroll 8
         for (int h = 0; h < 8; ++h) {
           if (h >= nh) break;
@@ -572,9 +579,9 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
         j0s[gi] = j1s[gi] = 0;
         continue;
       }
-      float* S = g.S + (b0 - g.first) * NL;
+      float* S = g.S + (b0 - g.first) * SL;
       for (int j = j0; j < j1; ++j) {
-        float* s = S + j * NL;
+        float* s = S + j * SL;
         for (int n = 0; n < N; ++n) {
           _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
                                                          _mm512_loadu_ps(g.inv + n * kLanes)));
@@ -606,11 +613,11 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
       float* an[2];
       for (int gi = 0; gi < 2; ++gi) {
         const Group& g = groups[gi];
-        P[gi] = g.S + (b0 - g.first + ja) * NL + n * kLanes;
+        P[gi] = g.S + (b0 - g.first + ja) * SL + n * kLanes;
         vm[gi] = vis[gi] + ja;
         an[gi] = g.acc + static_cast<int64_t>(n) * hd * kLanes;
       }
-      PvHead<2>(hd, P, NL, br.part + ja, off, vm, jb - ja, an);
+      PvHead<2>(hd, P, SL, br.part + ja, off, vm, jb - ja, an);
       PvOneGroup(groups[1], b0, n, jb, j1s[1], br, vis[1]);
     }
   }
