@@ -286,7 +286,7 @@ DCF_AVX512_INLINE void CopyWiden(const typename VecElem<D>::T* src, int count, f
 
 // f32 views of the keys [p0, p0 + n) of the segments, the part at row offset `part` (K or V,
 // [N * hd]) and the key-side branch at row offset `branch` ([5N]): f32 rows are read in
-// place; 16-bit rows are widened (exactly) into `buf` ([n][N * hd]) and `tbuf` ([n][5N]).
+// place; 16-bit rows are widened (exactly) into `buf` ([n][N * hd + 16]) and `tbuf` ([n][5N]).
 struct BlockRows {
   const float* part[kKeyBlock];
   const float* terms[kKeyBlock];
@@ -308,7 +308,7 @@ DCF_AVX512 void GetBlock(const KvRowLayout& layout, const KeySegment* segments, 
       br->part[j] = src + part;
       br->terms[j] = src + branch;
     } else {
-      float* dst = buf + static_cast<int64_t>(j) * E;
+      float* dst = buf + static_cast<int64_t>(j) * (E + kLanes);
       float* tdst = tbuf + static_cast<int64_t>(j) * nt;
       CopyWiden<D>(src + part, E, dst);
       CopyWiden<D>(src + branch, nt, tdst);
@@ -443,7 +443,8 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
 
   // Shared: a block of keys widened from 16 bits (unused for f32 rows).
   float* buf = scratch;                                 // [kKeyBlock][N * hd]
-  float* tbuf = buf + static_cast<int64_t>(kKeyBlock) * E;  // [kKeyBlock][5N]
+  // ([kKeyBlock][N * hd + 16]: the rows one vector apart more than they take, like S's keys.)
+  float* tbuf = buf + static_cast<int64_t>(kKeyBlock) * (E + kLanes);  // [kKeyBlock][5N]
   float* next = tbuf + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
   Group groups[QueryTile::kMaxQueries / kLanes];
   const int64_t dw_stride = static_cast<int64_t>(kC) * 2 * kRank * N;
@@ -653,7 +654,7 @@ int64_t AttendTileAvx512ScratchFloats(const KvRowLayout& layout, int64_t max_key
   // sized for that: simpler than per group, and the same order of size).
   const int64_t tile_keys = max_keys + QueryTile::kMaxQueries - 1;
   return static_cast<int64_t>(kKeyBlock) *
-             (layout.n_head * layout.head_dim + layout.BranchFloats()) +
+             (layout.n_head * layout.head_dim + kLanes + layout.BranchFloats()) +
          QueryTile::kMaxQueries / kLanes * GroupFloats(layout, tile_keys);
 }
 
