@@ -46,7 +46,7 @@ ABSL_FLAG(int, warmup, 10, "untimed forwards first");
 ABSL_FLAG(int, iters, 100, "timed forwards (the mean is reported)");
 ABSL_FLAG(bool, quick, false, "1 warm-up and 3 timed forwards (a smoke run)");
 ABSL_FLAG(bool, query_tiles, true,
-          "prefill chunks attend in tiles of 16 queries (cpu::AttendTile); false: query by "
+          "prefill chunks attend in tiles of up to 32 queries (cpu::AttendTile); false: query by "
           "query (cpu::AttendOne, the path the tiles replaced; same bits)");
 ABSL_FLAG(bool, fma_peak, true,
           "measure the fp32 FMA peak (engine/cpu/fma_throughput.h) before and after the sweep "

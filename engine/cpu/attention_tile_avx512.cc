@@ -247,7 +247,7 @@ DCF_AVX512 void PvHead(int hd, const float* const* P, int64_t p_stride, const fl
   constexpr int kWide = G == 1 ? 16 : 8;
   float* an[G];
   int d0 = 0;
-  for (; d0 < hd; ) {
+  while (d0 < hd) {
     for (int g = 0; g < G; ++g) an[g] = acc[g] + d0 * kLanes;
     const int left = hd - d0;
     if (left >= kWide) {
@@ -325,7 +325,8 @@ DCF_AVX512 void RowsToLanes(const float* const* rows, int64_t off, int count, fl
   for (int e0 = 0; e0 < count; e0 += kLanes) {
     const __mmask16 m = TailMask(count - e0);
     for (int i = 0; i < kLanes; ++i) {
-      in[i] = rows[i] != nullptr ? _mm512_maskz_loadu_ps(m, rows[i] + off + e0) : _mm512_setzero_ps();
+      in[i] =
+          rows[i] != nullptr ? _mm512_maskz_loadu_ps(m, rows[i] + off + e0) : _mm512_setzero_ps();
     }
     Transpose16(in, t);
     const int n = std::min(kLanes, count - e0);
@@ -358,7 +359,8 @@ int64_t KeyStride(int N) { return static_cast<int64_t>(N + 1) * kLanes; }
 // Floats of one lane group's state for queries seeing at most max_keys keys each.
 int64_t GroupFloats(const KvRowLayout& layout, int64_t max_keys) {
   const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
-  return (max_keys + kLanes - 1) * KeyStride(layout.n_head) + 2 * NL * layout.head_dim + 2 * 5 * NL + 2 * NL;
+  return (max_keys + kLanes - 1) * KeyStride(layout.n_head) + 2 * NL * layout.head_dim +
+         2 * 5 * NL + 2 * NL;
 }
 
 // One lane group: 16 consecutive queries of the tile, its keys [first, last] and its state.
@@ -442,8 +444,8 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   const int num_groups = (tile.count + kLanes - 1) / kLanes;
 
   // Shared: a block of keys widened from 16 bits (unused for f32 rows).
-  float* buf = scratch;                                 // [kKeyBlock][N * hd]
-  // ([kKeyBlock][N * hd + 16]: the rows one vector apart more than they take, like S's keys.)
+  // [kKeyBlock][N * hd + 16]: the rows one vector apart more than they take, like S's keys.
+  float* buf = scratch;
   float* tbuf = buf + static_cast<int64_t>(kKeyBlock) * (E + kLanes);  // [kKeyBlock][5N]
   float* next = tbuf + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
   Group groups[QueryTile::kMaxQueries / kLanes];
@@ -473,7 +475,9 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     td.hi = _mm512_load_si512(hi);
     // Transpose the query side; lanes past count hold zeros.
     const float* rows[kLanes];
-    for (int i = 0; i < kLanes; ++i) rows[i] = i < g.count ? tile.q + (gi * kLanes + i) * tile.q_stride : nullptr;
+    for (int i = 0; i < kLanes; ++i) {
+      rows[i] = i < g.count ? tile.q + (gi * kLanes + i) * tile.q_stride : nullptr;
+    }
     RowsToLanes(rows, 0, E, qt);
     for (int b = 0; b < 2; ++b) {
       float* tb = terms + b * 5 * NL;
@@ -627,24 +631,23 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   for (int gi = 0; gi < num_groups; ++gi) {
     const Group& g = groups[gi];
     float* rows[kLanes];
-    for (int i = 0; i < kLanes; ++i) rows[i] = i < g.count ? out + (gi * kLanes + i) * out_stride : nullptr;
+    for (int i = 0; i < kLanes; ++i) {
+      rows[i] = i < g.count ? out + (gi * kLanes + i) * out_stride : nullptr;
+    }
     LanesToRows(g.acc, E, rows);
   }
 }
 
-template <DType D>
+// AttendTileImpl with HC = ceil(head_dim / 16), 1..8, as a compile-time constant.
+template <DType D, int HC = 1>
 void AttendTileAnyHd(const KvRowLayout& layout, const QueryTile& tile, const KeySegment* segments,
                      float* scratch, float* out, int64_t out_stride) {
-  switch ((layout.head_dim + 15) / 16) {
-    case 1: return AttendTileImpl<D, 1>(layout, tile, segments, scratch, out, out_stride);
-    case 2: return AttendTileImpl<D, 2>(layout, tile, segments, scratch, out, out_stride);
-    case 3: return AttendTileImpl<D, 3>(layout, tile, segments, scratch, out, out_stride);
-    case 4: return AttendTileImpl<D, 4>(layout, tile, segments, scratch, out, out_stride);
-    case 5: return AttendTileImpl<D, 5>(layout, tile, segments, scratch, out, out_stride);
-    case 6: return AttendTileImpl<D, 6>(layout, tile, segments, scratch, out, out_stride);
-    case 7: return AttendTileImpl<D, 7>(layout, tile, segments, scratch, out, out_stride);
-    default: return AttendTileImpl<D, 8>(layout, tile, segments, scratch, out, out_stride);
+  if constexpr (HC < 8) {
+    if ((layout.head_dim + 15) / 16 > HC) {
+      return AttendTileAnyHd<D, HC + 1>(layout, tile, segments, scratch, out, out_stride);
+    }
   }
+  AttendTileImpl<D, HC>(layout, tile, segments, scratch, out, out_stride);
 }
 
 }  // namespace

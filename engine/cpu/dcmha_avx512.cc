@@ -105,8 +105,8 @@ DCF_AVX512_INLINE void ScoresKeys(const float* q, const typename VecElem<D>::T* 
 #pragma GCC unroll 8
       for (int c = 0; c < HC; ++c) {
         const bool masked = c == HC - 1 && tail;
-        const __m512 qv = masked ? _mm512_maskz_loadu_ps(dtail, qh + 16 * c)
-                                 : _mm512_loadu_ps(qh + 16 * c);
+        const __m512 qv =
+            masked ? _mm512_maskz_loadu_ps(dtail, qh + 16 * c) : _mm512_loadu_ps(qh + 16 * c);
 #pragma GCC unroll 2
         for (int r = 0; r < NK; ++r) {
           const __m512 kv = masked ? E::LoadMasked(dtail, kh[r] + 16 * c) : E::Load(kh[r] + 16 * c);
@@ -150,8 +150,9 @@ constexpr int kAhead = 4;
 // HC vectors of 16 (the last masked) held in registers across all keys: the value rows are
 // read once per head group, and `out` is written once. Key j's row at rows[j].
 template <DType D, int HC>
-DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const typename VecElem<D>::T* const* rows,
-                                    int64_t L, const float* P, int NP, int n0, int G, float* out) {
+DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout,
+                                    const typename VecElem<D>::T* const* rows, int64_t L,
+                                    const float* P, int NP, int n0, int G, float* out) {
   using E = VecElem<D>;
   using T = typename E::T;
   constexpr int kMaxG = 16 / HC;
@@ -277,18 +278,16 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
   }
 }
 
-template <DType D>
+// AttendOneAvx512Impl with HC = ceil(head_dim / 16), 1..8, as a compile-time constant.
+template <DType D, int HC = 1>
 void AttendOneAnyHd(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
                     int num_segments, int64_t lo, int64_t hi, float* scratch, float* out) {
-  switch ((layout.head_dim + 15) / 16) {
-#define DCF_CASE(hc)                                                                          \
-  case hc:                                                                                    \
-    return AttendOneAvx512Impl<D, hc>(layout, qi, segments, num_segments, lo, hi, scratch, out);
-    DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6) DCF_CASE(7)
-#undef DCF_CASE
-    default:
-      return AttendOneAvx512Impl<D, 8>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+  if constexpr (HC < 8) {
+    if ((layout.head_dim + 15) / 16 > HC) {
+      return AttendOneAnyHd<D, HC + 1>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+    }
   }
+  AttendOneAvx512Impl<D, HC>(layout, qi, segments, num_segments, lo, hi, scratch, out);
 }
 
 }  // namespace
@@ -304,8 +303,7 @@ void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const Key
     case DType::kF32:
       return AttendOneAnyHd<DType::kF32>(layout, qi, segments, num_segments, lo, hi, scratch, out);
     case DType::kBF16:
-      return AttendOneAnyHd<DType::kBF16>(layout, qi, segments, num_segments, lo, hi, scratch,
-                                          out);
+      return AttendOneAnyHd<DType::kBF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
     case DType::kF16:
       return AttendOneAnyHd<DType::kF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
   }
