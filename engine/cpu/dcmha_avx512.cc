@@ -9,6 +9,8 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "engine/cpu/dcmha_avx512_inl.h"
 #include "engine/cpu/dcmha_kernels.h"
@@ -146,12 +148,30 @@ DCF_AVX512_INLINE void PrefetchBytes(const void* p, int bytes) {
 // Keys whose rows are prefetched ahead of the one being computed.
 constexpr int kAhead = 4;
 
+// Each visible key's row (row elements of type T), kept in the float scratch after the scores:
+// two floats a pointer, written and read by memcpy (no aliasing of the floats).
+template <typename T>
+class RowTable {
+ public:
+  explicit RowTable(float* storage) : storage_(storage) {}
+  void Set(int64_t j, const T* row) { std::memcpy(storage_ + 2 * j, &row, sizeof row); }
+  const T* operator[](int64_t j) const {
+    const T* row;
+    std::memcpy(&row, storage_ + 2 * j, sizeof row);
+    return row;
+  }
+
+ private:
+  static_assert(sizeof(const T*) <= 2 * sizeof(float), "a row pointer takes two floats");
+  float* storage_;
+};
+
 // out[n, :] = sum over the keys of P[j][n] * v_j[n, :] for heads [n0, n0 + G), each head's
 // HC vectors of 16 (the last masked) held in registers across all keys: the value rows are
 // read once per head group, and `out` is written once. Key j's row at rows[j].
 template <DType D, int HC>
 DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout,
-                                    const typename VecElem<D>::T* const* rows, int64_t L,
+                                    const RowTable<typename VecElem<D>::T>& rows, int64_t L,
                                     const float* P, int NP, int n0, int G, float* out) {
   using E = VecElem<D>;
   using T = typename E::T;
@@ -205,7 +225,7 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
   const int64_t L = hi - lo + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* S = scratch;                                        // [L, NP]
-  const T** rows = reinterpret_cast<const T**>(S + L * NP);  // [L] each key's row
+  RowTable<T> rows(S + L * NP);                              // [L] each key's row
   {
     int64_t j = 0;
     for (int si = 0; si < num_segments; ++si) {
@@ -213,7 +233,7 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
       const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
       const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
       for (int64_t p = begin; p < end; ++p) {
-        rows[j++] = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
+        rows.Set(j++, static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride);
       }
     }
   }
