@@ -19,10 +19,17 @@ namespace {
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+// Every row of x and w starts 16-byte aligned: the vector loads' condition.
+bool RowsAligned(const GemmArgs& a) {
+  return a.k % gemv_detail::kVecElems == 0 && a.ldx % gemv_detail::kVecElems == 0 &&
+         Aligned16(a.x) && Aligned16(a.w);
+}
+
 }  // namespace
 
 bool GemvHandles(const GemmArgs& a) {
-  return a.m >= 1 && a.m <= kGemvMaxRows && ValidateGemmArgs(a).ok();
+  return a.m >= 1 && a.m <= kGemvMaxRows && ValidateGemmArgs(a).ok() &&
+         (a.wtype == WeightType::kDense || RowsAligned(a));
 }
 
 GemvGrid GemvGridFor(int n) {
@@ -33,7 +40,6 @@ GemvGrid GemvGridFor(int n) {
 
 cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
                        cudaStream_t stream) {
-  using gemv_detail::kVecElems;
   if (!GemvHandles(a)) return cudaErrorInvalidValue;
   const bool glu = out.epilogue == GemvEpilogue::kSwiGlu;
   if (glu && (a.n % 2 != 0 || out.act == nullptr || out.act_ld < a.n / 2 || a.accumulate ||
@@ -52,9 +58,9 @@ cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
   const GemvGrid g = GemvGridFor(p.features);
   p.per_block = g.features_per_block;
   // Vector loads (16 bytes of x, 16 or 8 of w) when every row starts aligned.
-  const bool vec = a.k % kVecElems == 0 && a.ldx % kVecElems == 0 && Aligned16(a.x) &&
-                   Aligned16(a.w) && (in.norm_weight == nullptr || Aligned16(in.norm_weight)) &&
+  const bool vec = RowsAligned(a) && (in.norm_weight == nullptr || Aligned16(in.norm_weight)) &&
                    (in.norm_bias == nullptr || Aligned16(in.norm_bias));
+  if (a.wtype != WeightType::kDense && !vec) return cudaErrorInvalidValue;
   switch (a.wtype) {
     case WeightType::kDense:
       return gemv_detail::DispatchDense(p, vec, g.blocks, stream);

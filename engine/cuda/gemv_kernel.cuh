@@ -68,13 +68,9 @@ __device__ __forceinline__ void Decode8(const Fp8Code*, uint2 u, float (&v)[8]) 
     v[4 + 2 * i + 1] = __half2float(__ushort_as_half(hi.y));
   }
 }
-__device__ __forceinline__ float DecodeOne(const Int8Code* p) { return static_cast<float>(p->q); }
-__device__ __forceinline__ float DecodeOne(const Fp8Code* p) {
-  return __half2float(__ushort_as_half(__nv_cvt_fp8_to_halfraw(p->__x, __NV_E4M3).x));
-}
-
 // VEC weights of type W as loaded, decoded when used: the compute dtype's slices
-// (dev::RawSlice), or 8 codes in an 8-byte word.
+// (dev::RawSlice), or 8 codes in an 8-byte word (codes have no scalar form: LaunchGemv
+// takes quantized weights with aligned rows only).
 template <typename W, int VEC, bool kCode = std::is_same_v<W, Int8Code> || std::is_same_v<W, Fp8Code>>
 struct WeightSlice : dev::RawSlice<W, VEC> {};
 template <typename W>
@@ -86,13 +82,6 @@ struct WeightSlice<W, kVecElems, true> {
     const W* tag = nullptr;
     Decode8(tag, u, v);
   }
-};
-template <typename W>
-struct WeightSlice<W, 1, true> {
-  float f;
-  __device__ __forceinline__ void Load(const W* src) { f = DecodeOne(src); }
-  __device__ __forceinline__ void Zero() { f = 0.0f; }
-  __device__ __forceinline__ void Unpack(float (&v)[1]) const { v[0] = f; }
 };
 
 // act[at] = v in `type` (the epilogues that write the activation, as LaunchActivation does).
@@ -309,8 +298,13 @@ struct ByType {
 
 template <typename TW, int P, int NORM>
 cudaError_t DispatchVec(const Params& p, bool vec, int blocks, cudaStream_t stream) {
-  return vec ? dev::DispatchElem<ByType<TW, kVecElems, P, NORM>>(p.a.dtype, p, blocks, stream)
-             : dev::DispatchElem<ByType<TW, 1, P, NORM>>(p.a.dtype, p, blocks, stream);
+  if (vec) return dev::DispatchElem<ByType<TW, kVecElems, P, NORM>>(p.a.dtype, p, blocks, stream);
+  // Scalar loads for weights in the compute dtype only (quantized ones: not instantiated,
+  // halving their compile time; GemvHandles sends unaligned ones to the library).
+  if constexpr (std::is_void_v<TW>) {
+    return dev::DispatchElem<ByType<TW, 1, P, NORM>>(p.a.dtype, p, blocks, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 template <typename TW, int P>
 cudaError_t DispatchForm(const Params& p, bool vec, int blocks, cudaStream_t stream) {
