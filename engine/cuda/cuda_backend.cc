@@ -332,8 +332,15 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   limits_ = limits;
   // Plans (candidates timed on a GPU) for every product the steps will run: no step builds
   // one. Products the GEMV takes never reach the library.
-  const int library_min_m = use_gemv_ ? kGemvMaxRows + 1 : 1;
-  if (absl::Status st = gemm_->Prepare(LibraryProducts(), library_min_m, stream_); !st.ok()) {
+  const std::vector<GemmArgs> products = LibraryProducts();
+  // Quantized weights whose rows the GEMV cannot load (gemv.h) run every m on the library.
+  bool gemv_takes_all = use_gemv_;
+  for (GemmArgs p : products) {
+    p.m = 1;
+    gemv_takes_all = gemv_takes_all && GemvHandles(p);
+  }
+  const int library_min_m = gemv_takes_all ? kGemvMaxRows + 1 : 1;
+  if (absl::Status st = gemm_->Prepare(products, library_min_m, stream_); !st.ok()) {
     return Fail(st);
   }
   if (const char* log = std::getenv("DCF_GEMM_PLAN_LOG"); log != nullptr && log[0] == '1') {
