@@ -71,7 +71,8 @@ __device__ __forceinline__ void Decode8(const Fp8Code*, uint2 u, float (&v)[8]) 
 // VEC weights of type W as loaded, decoded when used: the compute dtype's slices
 // (dev::RawSlice), or 8 codes in an 8-byte word (codes have no scalar form: LaunchGemv
 // takes quantized weights with aligned rows only).
-template <typename W, int VEC, bool kCode = std::is_same_v<W, Int8Code> || std::is_same_v<W, Fp8Code>>
+template <typename W, int VEC,
+          bool kCode = std::is_same_v<W, Int8Code> || std::is_same_v<W, Fp8Code>>
 struct WeightSlice : dev::RawSlice<W, VEC> {};
 template <typename W>
 struct WeightSlice<W, kVecElems, true> {
@@ -269,7 +270,8 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
     const float act = g / (1.0f + expf(-g)) * u;  // LaunchActivation's kSwiGlu
     StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, act);
   } else if (p.o.epilogue == GemvEpilogue::kGelu) {
-    StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, dev::GeluErf(v[0]));  // LaunchActivation's kGelu
+    // LaunchActivation's kGelu
+    StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, dev::GeluErf(v[0]));
   } else {
     float* y = a.y + mm * a.ldy + j;
     *y = a.accumulate ? *y + v[0] : v[0];

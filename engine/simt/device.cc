@@ -1,4 +1,5 @@
-// The emulated device: one sm_90-like device (SetComputeCapability may say otherwise), its properties, and kernel attributes.
+// The emulated device: one sm_90-like device (SetComputeCapability may say otherwise), its
+// properties, and kernel attributes.
 #include <atomic>
 #include <cstdio>
 #include <cstring>

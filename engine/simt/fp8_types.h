@@ -90,9 +90,8 @@ inline __half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t x, __nv_fp8_interpr
   static const auto* const table = [] {
     auto* t = new unsigned short[256];
     for (int c = 0; c < 256; ++c) {
-      t[c] = (c & 0x7f) == 0x7f
-                 ? 0x7fff
-                 : __half_as_ushort(__float2half_rn(detail::E4M3Value(static_cast<unsigned char>(c))));
+      const float v = detail::E4M3Value(static_cast<unsigned char>(c));
+      t[c] = (c & 0x7f) == 0x7f ? 0x7fff : __half_as_ushort(__float2half_rn(v));
     }
     return t;
   }();

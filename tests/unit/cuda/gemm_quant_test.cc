@@ -59,7 +59,8 @@ TEST(QuantKernelsTest, QuantizeRowsFp8FollowsTheRule) {
         if (i < k && std::isnan(v)) {
           want = 0x7f;
         } else if (i < k && amax > 0) {
-          want = FloatToFp8E4M3(std::isinf(inv) ? MulRounded(v / amax, 448.0f) : MulRounded(v, inv));
+          want = FloatToFp8E4M3(std::isinf(inv) ? MulRounded(v / amax, 448.0f)
+                                                : MulRounded(v, inv));
         }
         ASSERT_EQ(got[r * ldq + i], want) << TypeName(type) << " row " << r << " col " << i;
       }

@@ -146,7 +146,8 @@ TEST_P(GemvQuantTest, ProloguesAndEpiloguesEqualThePlainPath) {
       DeviceBuffer<float> dx(x), db(bias), dn(norm_w), dnb(norm_b),
           y_norm(static_cast<size_t>(m) * n), y_plain(static_cast<size_t>(m) * n);
       TypedBuffer normed(static_cast<size_t>(m) * k, type()),
-          act_fused(static_cast<size_t>(m) * F, type()), act_plain(static_cast<size_t>(m) * F, type());
+          act_fused(static_cast<size_t>(m) * F, type()),
+          act_plain(static_cast<size_t>(m) * F, type());
       const Shape s{m, n, k, k, n, true, false};
       // Plain: the norm kernel, the linear GEMV, the activation kernel.
       cuda::NormParams np;
@@ -177,8 +178,8 @@ TEST_P(GemvQuantTest, ProloguesAndEpiloguesEqualThePlainPath) {
       in.layer_norm = layer_norm;
       in.norm_bias = layer_norm ? dnb.get() : nullptr;
       in.eps = 1e-5;
-      const cuda::GemmArgs fused =
-          Args(s, dx.get(), type(), dw.codes.get(), wtype(), dw.scale.get(), db.get(), y_norm.get());
+      const cuda::GemmArgs fused = Args(s, dx.get(), type(), dw.codes.get(), wtype(),
+                                        dw.scale.get(), db.get(), y_norm.get());
       ASSERT_TRUE(CudaOk(cuda::LaunchGemv(fused, cuda::GemvOut{}, in, nullptr)));
       cuda::GemvOut out;
       out.epilogue = layer_norm ? cuda::GemvEpilogue::kGelu : cuda::GemvEpilogue::kSwiGlu;

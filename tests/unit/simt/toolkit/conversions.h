@@ -1,5 +1,5 @@
-// The 16-bit float and fp8 E4M3 conversions of one build, behind plain C++ names, so that a test can hold
-// the emulator's and the CUDA toolkit's host implementations side by side.
+// The 16-bit float and fp8 E4M3 conversions of one build, behind plain C++ names, so that a
+// test can hold the emulator's and the CUDA toolkit's host implementations side by side.
 #pragma once
 
 #include <cstdint>
