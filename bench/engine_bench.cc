@@ -9,20 +9,28 @@
 // decode-only steps and for steps with prefill tokens separately: the backend's phases (cpu_profile.h), the engine's own work inside a step
 // (scheduling, building the batch, stop checks, detokenization) and the loop's work between
 // steps (publishing chunks to the request streams).
+// Each run prints its steps and time per step, with --pipeline-steps (auto|on|off) and how
+// many steps were chained. With --zero_cost_steps the backend answers every step at once
+// (no model): the time per step is then the host's own work per step (engine and the
+// backends' shared host-side plan), which pipelined steps hide behind a device's step.
 //
 //   dcformer-bench [--model_dir=DIR | --random_model_context=2048] [--num_requests=32] ...
 #include <algorithm>
 #include <array>
 #include <optional>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "engine/common/file_util.h"
 #include "engine/common/flag_names.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
@@ -30,8 +38,10 @@
 #include "engine/backends/backend_flags.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/fma_throughput.h"
+#include "engine/execution/step_plan.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/engine.h"
+#include "engine/tokenizer/tokenizer.h"
 
 ABSL_FLAG(std::string, model_dir, DCF_DEFAULT_BENCH_MODEL_DIR, "model directory");
 ABSL_FLAG(int, random_model_context, 0,
@@ -55,12 +65,26 @@ ABSL_FLAG(bool, spec_adaptive, true, "EngineOptions::spec_adaptive");
 ABSL_FLAG(int, spec_step_tokens, 0,
           "EngineOptions::spec_step_tokens (drafts fill a step up to this many tokens; 0 = "
           "measured by the backend)");
+ABSL_FLAG(std::string, pipeline_steps, "auto",
+          "EngineOptions::pipeline_steps: auto (on for cuda and cuda-sim, off for cpu), on, off");
 ABSL_FLAG(int, copy_phrase, 0,
           "if > 0: each prompt is a random phrase of this many tokens repeated to its length (a "
           "copy-heavy workload for speculative decoding); 0: random tokens");
+ABSL_FLAG(std::string, copy_text, "",
+          "a text file (e.g. tests/data/kjv/heldout.txt): each prompt is a passage of it "
+          "(tokenized with the model directory's tokenizer, from a random line) followed by the "
+          "passage's first eighth again, so the answer that repeats the passage is a copy "
+          "('rewrite this passage'); max new tokens are the rest of the passage at most. "
+          "Overrides --copy_phrase");
 ABSL_FLAG(bool, skip_sequential, false, "only run (a)");
 ABSL_FLAG(bool, profile, false,
           "print the time breakdown of (a)'s steps, decode-only and with prefill (cpu backend)");
+
+ABSL_FLAG(bool, zero_cost_steps, false,
+          "steps cost nothing: the backend answers every step at once (its shared host-side "
+          "checks and plan run, no model; sampled tokens are a fixed function of the "
+          "position), so a run's time per step is the host's own work per step: what "
+          "--pipeline-steps hides behind a device's step");
 
 ABSL_FLAG(bool, fma_peak, false,
           "measure the fp32 FMA peak (engine/cpu/fma_throughput.h) before and after the run, "
@@ -77,13 +101,97 @@ void PrintFmaPeak(const char* when) {
               all.isa, one.gflop_per_s, all.gflop_per_s, all.threads);
 }
 
+// --zero_cost_steps: answers every step at once from the host. What a backend's Launch does
+// on the host for every step (ValidateStepBatch, PlanLogitRows, the slots a next step may
+// chain) runs; nothing is computed: each sampled slot gets (position * 7 + 3) % vocab, so
+// requests run to max_new_tokens (no tokenizer, no EOS). Chains steps like a device backend
+// (two results kept), so both --pipeline-steps modes run. The inner backend is kept for its
+// config, memory sizes and cache.
+class ZeroCostBackend final : public Backend {
+ public:
+  explicit ZeroCostBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  BackendInfo info() const override {
+    BackendInfo i = inner_->info();
+    i.name += " (zero-cost steps)";
+    return i;
+  }
+  size_t BytesPerBlock(LayerGroup g, int b) const override { return inner_->BytesPerBlock(g, b); }
+  absl::StatusOr<size_t> Prepare(const StepLimits& limits) override {
+    limits_ = limits;
+    return inner_->Prepare(limits);
+  }
+  absl::Status AllocateCache(const KvCacheShape& shape) override {
+    shape_ = shape;
+    return inner_->AllocateCache(shape);
+  }
+  absl::Status SetPenaltyState(int, absl::Span<const int32_t>, absl::Span<const int32_t>) override {
+    return absl::OkStatus();
+  }
+  absl::Status Launch(const StepBatch& batch) override {
+    if (in_flight_ == 2) return absl::FailedPreconditionError("2 steps in flight");
+    RETURN_IF_ERROR(ValidateStepBatch(batch, config(), shape_, limits_));
+    const LogitRows plan = PlanLogitRows(batch);
+    chainable_ = ChainableSlots(batch);  // what a chaining backend keeps for the next step
+    const std::vector<int32_t> slots = batch.slot_offsets();
+    StepOutput& out = results_[(oldest_ + in_flight_) % 2];
+    out.Resize(slots.back(), 0, config().vocab_size);
+    for (int s : plan.sampled_seqs) {
+      const int pos = batch.positions[batch.seq_offsets[s + 1] - 1];
+      out.tokens[slots[s]] = (pos * 7 + 3) % config().vocab_size;
+    }
+    ++in_flight_;
+    return absl::OkStatus();
+  }
+  absl::Status Wait(StepOutput* out) override {
+    if (in_flight_ == 0) return absl::FailedPreconditionError("Wait without a Launch");
+    std::swap(*out, results_[oldest_]);
+    oldest_ = (oldest_ + 1) % 2;
+    --in_flight_;
+    return absl::OkStatus();
+  }
+  bool ChainsSteps() const override { return true; }
+  bool LaunchReturnsEarly() const override { return true; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  StepLimits limits_;
+  KvCacheShape shape_;
+  std::array<StepOutput, 2> results_;
+  int oldest_ = 0, in_flight_ = 0;
+  std::vector<int32_t> chainable_;
+};
+
 struct Workload {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int> max_new;
   int64_t total_new = 0;
 };
 
-Workload MakeWorkload(const ModelConfig& c) {
+// The token ids of the --copy_text file and where each of its lines starts.
+struct CopyText {
+  std::vector<int32_t> ids;
+  std::vector<size_t> line_starts;
+};
+
+absl::StatusOr<CopyText> LoadCopyText(const std::string& path, const std::string& model_dir) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::FromModelDir(model_dir));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  CopyText out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(absl::StrCat(line, "\n")));
+    out.line_starts.push_back(out.ids.size());
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+  }
+  if (out.ids.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " holds no text"));
+  return out;
+}
+
+absl::StatusOr<Workload> MakeWorkload(const ModelConfig& c, const std::string& model_dir) {
+  std::optional<CopyText> copy_text;
+  if (const std::string path = absl::GetFlag(FLAGS_copy_text); !path.empty()) {
+    ASSIGN_OR_RETURN(copy_text, LoadCopyText(path, model_dir));
+  }
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   const auto uniform = [&](int lo, int hi) {
     return lo + static_cast<int>(rng() % static_cast<uint64_t>(std::max(1, hi - lo + 1)));
@@ -98,6 +206,20 @@ Workload MakeWorkload(const ModelConfig& c) {
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
     const int phrase = absl::GetFlag(FLAGS_copy_phrase);
     for (int k = phrase; phrase > 0 && k < p; ++k) prompt[k] = prompt[k - phrase];
+    if (copy_text.has_value()) {
+      // A passage of L tokens, then its first m again: the answer repeats passage[m, L).
+      const int m = std::max(1, p / 8);
+      const int len = p - m;
+      if (static_cast<size_t>(len) > copy_text->ids.size()) {
+        return absl::InvalidArgumentError("--copy_text: the file is shorter than a prompt");
+      }
+      size_t start = 0;
+      do {
+        start = copy_text->line_starts[rng() % copy_text->line_starts.size()];
+      } while (start + len > copy_text->ids.size());
+      for (int k = 0; k < p; ++k) prompt[k] = copy_text->ids[start + (k < len ? k : k - len)];
+      n = std::max(1, std::min(n, len - m));
+    }
     w.prompts.push_back(std::move(prompt));
     w.max_new.push_back(n);
     w.total_new += n;
@@ -127,6 +249,13 @@ class Recorder : public EngineObserver {
     absl::MutexLock l(&mu_);
     ++steps_;
     seqs_ += num_seqs;
+    // The engine loop thread's CPU time (OnStep runs on it): its work per step, which other
+    // processes' load does not inflate as it does wall time.
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    const double cpu = static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    if (!loop_cpu_first_.has_value()) loop_cpu_first_ = cpu;
+    loop_cpu_last_ = cpu;
     const absl::Time now = absl::Now();
     if (cpu_ != nullptr) {
       // The profile advanced by exactly this step (OnStep runs on the engine loop thread).
@@ -156,6 +285,10 @@ class Recorder : public EngineObserver {
                 name, tokens / seconds, seconds, static_cast<long long>(tokens),
                 static_cast<long long>(steps_), steps_ ? static_cast<double>(seqs_) / steps_ : 0.0,
                 static_cast<long long>(preemptions_));
+    if (steps_ > 1) {
+      std::printf("  engine loop thread: %.1f us of CPU per step\n",
+                  1e6 * (loop_cpu_last_ - *loop_cpu_first_) / static_cast<double>(steps_ - 1));
+    }
     PrintPercentiles("  TTFT ms", ttft_ms_);
     PrintPercentiles("  ITL  ms", itl_ms_);
     Print("decode-only steps", decode_);
@@ -176,6 +309,8 @@ class Recorder : public EngineObserver {
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t seqs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<double> loop_cpu_first_ ABSL_GUARDED_BY(mu_);  // seconds, at the first step
+  double loop_cpu_last_ ABSL_GUARDED_BY(mu_) = 0;
   // Time of a class of steps (decode-only, or with prefill tokens).
   struct StepStats {
     std::array<double, cpu::CpuStepProfile::kNumPhases> phases{};
@@ -241,11 +376,16 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   o.spec_ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
   o.spec_adaptive = absl::GetFlag(FLAGS_spec_adaptive);
   o.spec_step_tokens = absl::GetFlag(FLAGS_spec_step_tokens);
+  ASSIGN_OR_RETURN(o.pipeline_steps, ParsePipelineSteps(absl::GetFlag(FLAGS_pipeline_steps)));
   o.max_queued_requests = std::max(o.max_queued_requests, static_cast<int>(w.prompts.size()));
   if (batched && absl::GetFlag(FLAGS_profile)) {
     rec->set_cpu(dynamic_cast<const CpuBackend*>(model->backend.get()));
   }
-  auto engine = Engine::Create(std::move(model->backend), nullptr, o, rec);
+  std::unique_ptr<Backend> backend = std::move(model->backend);
+  if (absl::GetFlag(FLAGS_zero_cost_steps)) {
+    backend = std::make_unique<ZeroCostBackend>(std::move(backend));
+  }
+  auto engine = Engine::Create(std::move(backend), nullptr, o, rec);
   if (!engine.ok()) return engine.status();
   *tokens = 0;
   const absl::Time t0 = absl::Now();
@@ -266,6 +406,14 @@ absl::StatusOr<double> RunOnce(const std::string& dir, const Workload& w, bool b
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
   const EngineStats st = (*engine)->Stats();
+  std::printf("  pipelined steps %s: %lld steps, %lld chained, %lld tokens dropped; %.1f us per "
+              "step%s\n",
+              st.pipelining ? "on" : "off", static_cast<long long>(st.steps),
+              static_cast<long long>(st.chained_steps),
+              static_cast<long long>(st.pipeline_dropped_tokens),
+              st.steps > 0 ? 1e6 * seconds / st.steps : 0.0,
+              absl::GetFlag(FLAGS_zero_cost_steps) ? " (zero-cost steps: the host's work alone)"
+                                                   : "");
   if (st.spec_tokens > 0) {
     std::printf("  speculative decoding k=%d: %lld drafted, %lld accepted (acceptance %.1f%%), "
                 "%lld steps\n",
@@ -303,7 +451,12 @@ int Main() {
     std::fprintf(stderr, "%s\n", std::string(probe.status().message()).c_str());
     return 1;
   }
-  const Workload w = MakeWorkload(probe->config);
+  auto workload = MakeWorkload(probe->config, dir);
+  if (!workload.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(workload.status().message()).c_str());
+    return 2;
+  }
+  const Workload w = *std::move(workload);
   int64_t prompt_tokens = 0;
   for (const auto& p : w.prompts) prompt_tokens += p.size();
   std::printf("model %s (context %d), %zu requests, %lld prompt tokens, %lld new tokens\n",

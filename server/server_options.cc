@@ -46,6 +46,10 @@ ABSL_FLAG(int, spec_step_tokens, 0,
           "prefill chunks included); 0 = measured at startup, the largest step the backend "
           "still runs at the cost of reading its weights (cpu; no cap on cuda); 1, given or "
           "measured, turns speculation off");
+ABSL_FLAG(std::string, pipeline_steps, "auto",
+          "pipelined steps: the next engine step is planned and launched before the previous "
+          "one's results are waited for, hiding the host's work between steps (the output is "
+          "identical): auto (on for cuda, off for cpu), on or off");
 ABSL_FLAG(int, threads, 0,
           "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
           "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");
@@ -145,6 +149,12 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.engine.spec_ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
   o.engine.spec_max_step_drafts = absl::GetFlag(FLAGS_spec_max_step_drafts);
   o.engine.spec_step_tokens = absl::GetFlag(FLAGS_spec_step_tokens);
+  absl::StatusOr<PipelineSteps> pipeline = ParsePipelineSteps(absl::GetFlag(FLAGS_pipeline_steps));
+  if (!pipeline.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pipeline-steps: ", pipeline.status().message()));
+  }
+  o.engine.pipeline_steps = *pipeline;
   o.threads = absl::GetFlag(FLAGS_threads);
   o.engine.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.engine.max_num_batched_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

@@ -122,6 +122,9 @@ BackendInfo CpuBackend::info() const {
 absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
   RETURN_IF_ERROR(ValidateStepLimits(limits));
   limits_ = limits;
+  in_flight_ = 0;  // results of steps not waited for are dropped, and nothing chains them
+  last_tokens_.clear();
+  last_chainable_.clear();
   try {  // std::vector reports allocation failure by exception; turn it into a Status
     penalty_slots_.assign(limits.num_penalty_slots, PenaltyState(config_.vocab_size));
     sampler_scratch_.resize(omp_get_max_threads());
@@ -130,6 +133,7 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     const int64_t N = config_.n_head;
     const int64_t rows = MaxLogitRows(limits);
     for (std::vector<float>* v : {&s_.x, &s_.a, &s_.y, &s_.o}) v->reserve(T * E);
+    s_.tokens.reserve(T);
     s_.qkv.reserve(T * FusedInputWidth(config_));
     s_.dw.reserve(T * C * 2 * kI * N);
     s_.rows.reserve(T * layout_.row_floats());
@@ -238,37 +242,51 @@ int CpuBackend::MeasureMemoryBoundTokens(int max_tokens) {
 }
 
 absl::Status CpuBackend::Launch(const StepBatch& batch) {
-  launched_ = false;
+  if (in_flight_ == 2) {
+    return absl::FailedPreconditionError("Launch while 2 steps are in flight");
+  }
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
+  RETURN_IF_ERROR(CheckChainedTokens(batch, last_chainable_));
+  // Chained tokens are the previous step's samples, which this backend already holds (it
+  // computed that step in its Launch); a slot that drew nothing reads as token 0.
+  s_.tokens.assign(batch.tokens.begin(), batch.tokens.end());
+  for (int32_t& t : s_.tokens) {
+    if (const int slot = ChainedSlot(t); slot >= 0) t = std::max(last_tokens_[slot], 0);
+  }
   const int V = config_.vocab_size;
   const LogitRows plan = PlanLogitRows(batch);
   Forward(batch, plan.rows);
   cpu::PhaseTimer timer(&profile_);
 
-  // The returned rows come first: one block.
+  // Into the result buffer that no step in flight holds; the returned rows come first: one
+  // block.
+  StepOutput& result = results_[(oldest_ + in_flight_) % 2];
   const std::vector<int32_t> slots = batch.slot_offsets();
-  result_.Resize(slots.back(), plan.num_returned, V);
+  result.Resize(slots.back(), plan.num_returned, V);
   if (plan.num_returned > 0) {
-    std::memcpy(result_.logits.data(), s_.logits.data(),
+    std::memcpy(result.logits.data(), s_.logits.data(),
                 sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
   }
-  Sample(batch, plan, slots);
+  Sample(batch, plan, slots, &result);
   timer.Next(cpu::CpuStepProfile::kSample);
   ++profile_.steps;
   profile_.tokens += batch.num_tokens();
-  launched_ = true;
+  last_tokens_ = result.tokens;
+  last_chainable_ = ChainableSlots(batch);
+  ++in_flight_;
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Wait(StepOutput* out) {
-  if (!launched_) return absl::FailedPreconditionError("Wait without a successful Launch");
-  launched_ = false;
-  std::swap(*out, result_);
+  if (in_flight_ == 0) return absl::FailedPreconditionError("Wait without a successful Launch");
+  std::swap(*out, results_[oldest_]);
+  oldest_ = (oldest_ + 1) % 2;
+  --in_flight_;
   return absl::OkStatus();
 }
 
 void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
-                        const std::vector<int32_t>& slots) {
+                        const std::vector<int32_t>& slots, StepOutput* result) {
   const int V = config_.vocab_size;
   const int64_t num_samples = static_cast<int64_t>(plan.sampled_seqs.size());
   // Sequences sample independently (own draw counter, own penalty slot: ValidateStepBatch
@@ -300,7 +318,7 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
         top_logprobs[k] = top[k].logprob;
       }
       StoreSample(r, slots[s] + j, token, logprob, top_tokens, top_logprobs,
-                  static_cast<int>(top.size()), &result_);
+                  static_cast<int>(top.size()), result);
       if (token < 0) break;
       if (penalties != nullptr) penalties->Record(token);
       if (j + 1 < n && token != draft[j]) break;  // the rule of AcceptedDrafts
@@ -347,7 +365,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
     for (int64_t t = batch.seq_offsets[i]; t < batch.seq_offsets[i + 1]; ++t) {
       s.seq_of[t] = i;
       s.pos[t] = batch.positions[t];
-      cpu::EmbeddingRow(weights_.tok_embeddings, batch.tokens[t], &s.x[t * E]);
+      cpu::EmbeddingRow(weights_.tok_embeddings, s.tokens[t], &s.x[t * E]);
     }
   }
 #pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)

@@ -57,11 +57,16 @@ class CpuBackend final : public Backend {
   absl::Status AllocateCache(const KvCacheShape& shape) override;
   absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
                                absl::Span<const int32_t> generated) override;
-  // Runs the whole step on the calling thread; Wait hands over the result.
+  // Runs the whole step on the calling thread; Wait hands over the result (of the oldest step
+  // not waited for: two results are kept, so a second Launch before the first Wait keeps the
+  // first's).
   absl::Status Launch(const StepBatch& batch) override;
   absl::Status Wait(StepOutput* out) override;
   // Samples every marked row of a verifying sequence (step_batch.h): speculative decoding.
   bool VerifiesDrafts() const override { return true; }
+  // Chained tokens are read from the previous step's samples, kept from its Launch. Launch
+  // computes the step: chaining saves nothing here (LaunchReturnsEarly() is false).
+  bool ChainsSteps() const override { return true; }
   // Times the step's matrix products (every layer's, and the output head: a verify step
   // samples every row) for T rows, the best of 3 runs each, and applies MemoryBoundTokens
   // to them. Attention and the vector work, which also grow with T, are left out.
@@ -100,8 +105,9 @@ class CpuBackend final : public Backend {
   void AttentionLayer(int layer);
   void FeedForward(int layer, const float* h, float* out);
   // Draws the token of every sampling sequence from its row of s_.logits (plan.sample_row).
-  // `slots`: batch.slot_offsets(), where each sequence's results go in result_.
-  void Sample(const StepBatch& batch, const LogitRows& plan, const std::vector<int32_t>& slots);
+  // `slots`: batch.slot_offsets(), where each sequence's results go in `result`.
+  void Sample(const StepBatch& batch, const LogitRows& plan, const std::vector<int32_t>& slots,
+              StepOutput* result);
 
   ModelConfig config_;
   cpu::CpuWeights weights_;
@@ -115,13 +121,21 @@ class CpuBackend final : public Backend {
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
   std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread
-  StepOutput result_;
-  bool launched_ = false;
+  // The results of the steps launched and not waited for (at most 2): results_[oldest_], then
+  // the other one when in_flight_ == 2.
+  std::array<StepOutput, 2> results_;
+  int oldest_ = 0;
+  int in_flight_ = 0;
+  // Of the last successful Launch, for the next step's chained tokens: its sampled tokens by
+  // output slot (-1 where none) and ChainableSlots.
+  std::vector<int32_t> last_tokens_;
+  std::vector<int32_t> last_chainable_;
   cpu::CpuStepProfile profile_;
 
   // Per-step activations, resized to the step's T tokens.
   struct Scratch {
     std::vector<SeqView> seqs;                 // [S]
+    std::vector<int32_t> tokens;               // [T] the step's ids, chained ones resolved
     std::vector<cpu::PagedSequence> paged;     // [S] for the current layer's group
     std::vector<int32_t> seq_of;               // [T]
     std::vector<int64_t> pos;                  // [T]

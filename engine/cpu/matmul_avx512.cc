@@ -1,6 +1,6 @@
 // AVX-512 kernel of cpu::MatMul (see packed_matrix.h for the layout). Every function here
-// carries the target attribute, so the file compiles for baseline x86-64 and only runs
-// when cpu_isa.h found AVX-512.
+// with vector code carries the target attribute, so the file compiles for baseline x86-64
+// and only runs when cpu_isa.h found AVX-512 (the packing of x is plain C++).
 // GCC 12 warns about the deliberately undefined vectors inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -45,6 +45,18 @@ DCF_AVX512_INLINE void LoadColumn(const void* panel, int64_t k, __m512* w0, __m5
     *w1 = _mm512_castsi512_ps(
         _mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
+}
+
+// Prefetches the line(s) `ahead` bytes past the start of column k of a panel (F32: the two
+// lines of a column; int8 columns are half a line, so every line is asked for twice).
+// Prefetches never fault: past the weights they only cost a request.
+template <int WT>
+DCF_AVX512_INLINE void PrefetchColumn(const void* panel, int64_t k, int64_t ahead) {
+  constexpr int64_t kColumnBytes =
+      int64_t{kPanel} * (WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2);
+  const char* p = static_cast<const char*>(panel) + k * kColumnBytes + ahead;
+  _mm_prefetch(p, _MM_HINT_T0);
+  if constexpr (kColumnBytes > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
 }
 
 // Masks of the valid outputs of a panel in its two vectors (outputs 0-15, 16-31).
@@ -108,12 +120,13 @@ DCF_AVX512_INLINE void AddSubBlock(__m512 a0, __m512 a1, const uint16_t* s, __m5
 // later column block), else to the bias (or 0). Every row's arithmetic is the same whatever
 // MR is, and the same as Row's for one row, so a row's result does not depend on the
 // batch. `in` starts at a column block (a multiple of kColumnBlock, hence of the group).
+// `prefetch`: bytes ahead of each column read to prefetch (0: none), see StreamsPanels.
 // kWeightI8: `scales` [ceil(in / group), 32] bf16 are those of the panel's columns from the
 // first of `in`; the int8 weights are widened to exact integers for the multiply-adds.
 template <int MR, int WT>
 DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel, int64_t in,
                       const uint16_t* scales, int64_t group, const float* bias, bool accumulate,
-                      float* y, int64_t ldy, int valid) {
+                      float* y, int64_t ldy, int valid, int64_t prefetch) {
   __mmask16 m0, m1;
   ValidMasks(valid, &m0, &m1);
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
@@ -128,6 +141,7 @@ DCF_AVX512 void Block(const float* x, int64_t xr, int64_t xk, const void* panel,
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
     for (int64_t k = sb; k < se; ++k) {
+      if (prefetch != 0) PrefetchColumn<WT>(panel, k, prefetch);
       __m512 w0, w1;
       LoadColumn<WT>(panel, k, &w0, &w1);
 #pragma GCC unroll 16
@@ -172,11 +186,17 @@ DCF_AVX512_INLINE void RowChains(const float* x, int64_t ldx, const void* panel,
   // A span is the NS x sub x 32 bytes summed here; each column step
   // prefetches its share of the span two spans ahead (the panel's later columns, its scales,
   // the next panel), NS x 32 bytes rounded up to a line (so the 1-sub-block tail fetches
-  // more than it needs). Measured in docs/QUANTIZATION.md; F16 lost speed with it (already
-  // at the bandwidth), so only int8. Prefetches never fault: no effect but on timing.
+  // more than it needs). Measured in docs/QUANTIZATION.md (an Intel Xeon VM, where F16 lost
+  // speed with it). Prefetches never fault: no effect but on timing.
+  // F16, BF16 with 2-3 rows (one stream, NS = 1): each column prefetches the line
+  // kStreamPrefetchBytes ahead, as the 4-12-row passes do (StreamsPanels): 1.1-1.6x faster
+  // from memory on the AMD EPYC VM (bench/README.md, "Whole panels for small batches"). One
+  // row (batch-1 decode) gained nothing or lost a little, F32 gained nothing: neither has it.
   constexpr int kPrefetchLines = WT == kWeightI8 ? (NS * kPanel + 63) / 64 : 0;
+  constexpr bool kPrefetchStream = (WT == kWeightF16 || WT == kWeightBF16) && MR >= 2;
   const char* ahead = static_cast<const char*>(panel) + (k0 + 2 * NS * sub) * kPanel;
   for (int64_t k = k0; k < k0 + len; ++k) {
+    if constexpr (kPrefetchStream) PrefetchColumn<WT>(panel, k, kStreamPrefetchBytes);
 #pragma GCC unroll 4
     for (int j = 0; j < kPrefetchLines; ++j) {
       _mm_prefetch(ahead + ((k - k0) * kPrefetchLines + j) * 64, _MM_HINT_T0);
@@ -235,15 +255,45 @@ DCF_AVX512 void Rows(const float* x, int64_t ldx, const void* panel, int64_t in,
   }
 }
 
+// Rows [r0, r1) in passes of at most kRowsPerPass, the remainder split evenly (16 -> 8 + 8,
+// not 12 + 4): pass i is rows [row[i], row[i] + n[i]). Returns the number of passes.
+int SplitPasses(int64_t r0, int64_t r1, int64_t* row, int64_t* n) {
+  int passes = 0;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t left = r1 - r;
+    const int64_t split = (left + kRowsPerPass - 1) / kRowsPerPass;
+    row[passes] = r;
+    n[passes] = (left + split - 1) / split;
+    r += n[passes++];
+  }
+  return passes;
+}
+
+// Columns [k0, k0 + kc) of each pass's rows of x, interleaved k-major ([kc][n], the passes one
+// after another) into dst: the broadcasts of one column come from one cache line, not from n
+// rows 4 KiB apart (which share an L1 set).
+void PackPasses(const float* x, int64_t ldx, int passes, const int64_t* row, const int64_t* n,
+                int64_t k0, int64_t kc, float* dst) {
+  for (int g = 0; g < passes; ++g) {
+    for (int64_t j = 0; j < n[g]; ++j) {
+      const float* src = x + (row[g] + j) * ldx + k0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * n[g] + j] = src[k];
+    }
+    dst += n[g] * kc;
+  }
+}
+
 template <int WT>
 DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, const void* panel,
                              int64_t in, const uint16_t* scales, int64_t group,
                              const float* bias, bool accumulate, float* y, int64_t ldy,
-                             int valid) {
+                             int valid, int64_t prefetch) {
   switch (rows) {
 #define DCF_CASE(n)                                                                            \
   case n:                                                                                      \
-    Block<n, WT>(x, xr, xk, panel, in, scales, group, bias, accumulate, y, ldy, valid); break;
+    Block<n, WT>(x, xr, xk, panel, in, scales, group, bias, accumulate, y, ldy, valid,         \
+                 prefetch);                                                                    \
+    break;
     DCF_CASE(1) DCF_CASE(2) DCF_CASE(3) DCF_CASE(4) DCF_CASE(5) DCF_CASE(6)
     DCF_CASE(7) DCF_CASE(8) DCF_CASE(9) DCF_CASE(10) DCF_CASE(11) DCF_CASE(12)
 #undef DCF_CASE
@@ -254,10 +304,13 @@ DCF_AVX512 void BlockAnyRows(int rows, const float* x, int64_t xr, int64_t xk, c
 // Every row count follows the summation rule of matmul_kernels.h (sub-blocks summed from
 // zero, added to y in order), so each row's arithmetic is the same in a batch of 1 or of 200.
 // 1-3 rows (decode of a few sequences): each panel streamed once by Rows (int8: its
-// sub-blocks interleaved; F32, F16, BF16: one after the other). More rows: GotoBLAS-style
-// blocking, kRowBlock rows by kColumnBlock columns of x packed k-major (in L2) while every
-// panel's slice of those columns passes over them (the weights are streamed rows / kRowBlock
-// times).
+// sub-blocks interleaved; F32, F16, BF16: one after the other). More rows, x packed k-major
+// (the broadcasts of a column from one line) and every panel passed over by Block in passes
+// of up to kRowsPerPass rows: small products (StreamsPanels: a verify step, a few decodes)
+// pack all of x and pass over whole panels, each one sequential stream with prefetch; large
+// ones are blocked GotoBLAS-style, kRowBlock rows by kColumnBlock columns of x packed (in
+// L2) while every panel's slice of those columns passes over them (the weights are streamed
+// rows / kRowBlock times).
 template <int WT>
 DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t elem = WT == kWeightF32 ? 4 : WT == kWeightI8 ? 1 : 2;
@@ -289,51 +342,40 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     }
     return;
   }
-  const bool pack = a.xpack != nullptr;
-  for (int64_t r0 = 0; r0 < a.rows; r0 += kRowBlock) {
-    const int64_t r1 = r0 + kRowBlock < a.rows ? r0 + kRowBlock : a.rows;
-    // Rows in passes of at most 12, the remainder split evenly (16 -> 8 + 8, not 12 + 4).
-    int64_t group_row[kRowBlock], group_n[kRowBlock];
-    int groups = 0;
-    for (int64_t r = r0; r < r1;) {
-      const int64_t left = r1 - r;
-      const int64_t passes = (left + kRowsPerPass - 1) / kRowsPerPass;
-      group_row[groups] = r;
-      group_n[groups] = (left + passes - 1) / passes;
-      r += group_n[groups++];
-    }
-    for (int64_t k0 = 0; k0 < a.in; k0 += kColumnBlock) {
-      const int64_t kc = a.in - k0 < kColumnBlock ? a.in - k0 : kColumnBlock;
-      if (pack) {
-        // Each group's rows interleaved k-major ([kc][n]): the broadcasts of one column come
-        // from one cache line, not from n rows 4 KiB apart (which share an L1 set).
-        float* dst = a.xpack;
-        for (int g = 0; g < groups; ++g) {
-          const int64_t n = group_n[g];
-          for (int64_t j = 0; j < n; ++j) {
-            const float* src = a.x + (group_row[g] + j) * a.ldx + k0;
-            for (int64_t k = 0; k < kc; ++k) dst[k * n + j] = src[k];
-          }
-          dst += n * kc;
-        }
-      }
+  // x packed already (MatMul packs a whole-panel product once for all its chunks), packed
+  // here, or read in place.
+  const bool whole = StreamsPanels(a.rows, a.in);
+  const bool prepacked = whole && a.xpacked != nullptr;
+  const bool pack = prepacked || a.xpack != nullptr;
+  // Small products stream whole panels (StreamsPanels): one row block of every row and one
+  // column block of every column, with prefetch; large ones are blocked.
+  const int64_t row_block = whole ? a.rows : kRowBlock;
+  const int64_t column_block = whole ? a.in : kColumnBlock;
+  const int64_t prefetch = whole ? kStreamPrefetchBytes : 0;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
+    const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;
+    int64_t pass_row[kRowBlock], pass_n[kRowBlock];
+    const int passes = SplitPasses(r0, r1, pass_row, pass_n);
+    for (int64_t k0 = 0; k0 < a.in; k0 += column_block) {
+      const int64_t kc = a.in - k0 < column_block ? a.in - k0 : column_block;
+      if (pack && !prepacked) PackPasses(a.x, a.ldx, passes, pass_row, pass_n, k0, kc, a.xpack);
       for (int64_t p = p0; p < p1; ++p) {
         const void* panel = panel_at(p, k0);
         const uint16_t* scales = scales_at(p, k0);
         const int64_t o = p * kPanel;
         const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
         const float* bias = a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr;
-        const float* packed = a.xpack;
-        for (int g = 0; g < groups; ++g) {
-          const int64_t r = group_row[g], n = group_n[g];
+        const float* packed = prepacked ? a.xpacked : a.xpack;
+        for (int g = 0; g < passes; ++g) {
+          const int64_t r = pass_row[g], n = pass_n[g];
           float* y = a.y + r * a.ldy + o;
           if (pack) {
             BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, scales, a.group,
-                             bias, k0 > 0, y, a.ldy, valid);
+                             bias, k0 > 0, y, a.ldy, valid, prefetch);
             packed += n * kc;
           } else {
             BlockAnyRows<WT>(static_cast<int>(n), a.x + r * a.ldx + k0, a.ldx, 1, panel, kc,
-                             scales, a.group, bias, k0 > 0, y, a.ldy, valid);
+                             scales, a.group, bias, k0 > 0, y, a.ldy, valid, prefetch);
           }
         }
       }
@@ -469,6 +511,11 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
 }
 
 }  // namespace
+
+void PackRowsAvx512(const PanelArgs& a, float* dst) {
+  int64_t row[kRowBlock], n[kRowBlock];
+  PackPasses(a.x, a.ldx, SplitPasses(0, a.rows, row, n), row, n, 0, a.in, dst);
+}
 
 DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {
   switch (a.weight_type) {

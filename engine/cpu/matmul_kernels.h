@@ -78,9 +78,13 @@ struct PanelArgs {
   const float* bias = nullptr;  // [out] or null
   float* y = nullptr;           // [rows, out], row stride ldy
   int64_t ldy = 0;
-  // Scratch of kPackFloats floats the kernel may pack rows of x into (null: no packing).
-  // Per thread: each call writes it.
+  // Scratch of PackFloats(rows, in) floats the kernel may pack rows of x into (null: no
+  // packing). Per thread: each call writes it.
   float* xpack = nullptr;
+  // x packed by PackRowsAvx512 (a product that StreamsPanels), which the AVX-512 kernel then
+  // reads instead of packing x into xpack on every call: MatMul packs once per product, not
+  // once per chunk of panels a thread takes. Null: not packed. Shared by the threads.
+  const float* xpacked = nullptr;
   // kWeightI8A8: x quantized by QuantizeActivationRowInt8 (engine/weights/int8_quant.h), row
   // r's q + 128 at xq + r * ldxq (ldxq >= in rounded up to 4) and its group scales at
   // xs + r * ldxs.
@@ -92,6 +96,10 @@ struct PanelArgs {
 
 // kWeightI8A8 needs AVX-512 VNNI as well: without it PanelsAvx512 runs PanelsAvx2's.
 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
+// Packs every row of a.x (a.rows x a.in, 4 or more rows, a product that StreamsPanels) as
+// PanelsAvx512's whole-panel passes read them into dst (PackFloats(a.rows, a.in) floats), for
+// PanelArgs::xpacked. Plain C++: runs on any CPU.
+void PackRowsAvx512(const PanelArgs& a, float* dst);
 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 
@@ -99,8 +107,10 @@ void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 // kWeightI8A8 (whose AVX-512 kernel keeps two accumulators per row and 4-column step).
 inline constexpr int kRowsPerPass = 12;
 inline constexpr int kI8A8RowsPerPass = 4;
-// Blocking of the AVX-512 kernel for more than one row: rows of x and columns (k) packed
-// together (192 x 256 floats = 192 KiB, resident in L2 while every panel passes over them).
+// Blocking of the AVX-512 kernel for large products (more rows than StreamsPanels allows):
+// rows of x and columns (k) packed together (192 x 256 floats = 192 KiB, resident in L2 while
+// every panel passes over them); the weights are streamed rows / kRowBlock times, each panel
+// in pieces of kColumnBlock columns.
 inline constexpr int kRowBlock = 192;
 inline constexpr int kColumnBlock = 256;
 // Summation rule of the AVX-512 kernel, the same for every row count so that a row's bits
@@ -110,12 +120,29 @@ inline constexpr int kColumnBlock = 256;
 // x * q (q widened exactly) and are multiplied by their group's scales in that addition
 // (one FMA per sub-block instead of a multiply per column). Passes of 4-12 rows have
 // independent chains across rows. 1-3 rows read each panel as one sequential stream, a
-// sub-block after the other (2 FMA chains a row); int8 weights instead interleave
-// max(2, kRowChains / rows) sub-blocks, with software prefetch (matmul_avx512.cc, Rows).
+// sub-block after the other (2 FMA chains a row; 2-3 rows of F16 and BF16 prefetch
+// kStreamPrefetchBytes ahead); int8 weights instead interleave max(2, kRowChains / rows)
+// sub-blocks, with software prefetch (matmul_avx512.cc, Rows).
 inline constexpr int kSubBlock = 64;
 inline constexpr int kRowChains = 4;
 static_assert(kColumnBlock % kSubBlock == 0, "a column block holds whole sub-blocks");
-// Bytes of the per-thread pack buffer (PanelArgs::xpack).
+// Floats of x packed together by the blocked kernel (kRowBlock x kColumnBlock).
 inline constexpr int64_t kPackFloats = int64_t{kRowBlock} * kColumnBlock;
+
+// Whether the AVX-512 kernel streams whole panels for a product of `rows` (4 or more) by
+// `in`: all of x packed at once (one pass of up to kRowsPerPass rows, or one row block of at
+// most kPackFloats floats: it stays in L2), then every pass reads a panel start to end, the
+// first from memory as one sequential stream (a thread's panels are consecutive, so its whole
+// share is one stream), the others from cache, prefetching kStreamPrefetchBytes ahead. The
+// blocked path instead restarts the stream every kColumnBlock columns, which cost 4-12 rows
+// 1.5-3x their time on the AMD EPYC VM (bench/README.md, "Whole panels for small batches").
+inline constexpr bool StreamsPanels(int64_t rows, int64_t in) {
+  return rows <= kRowsPerPass || (rows <= kRowBlock && rows * in <= kPackFloats);
+}
+inline constexpr int64_t kStreamPrefetchBytes = 8192;
+// Floats of the per-thread pack buffer (PanelArgs::xpack) a product of `rows` x `in` needs.
+inline constexpr int64_t PackFloats(int64_t rows, int64_t in) {
+  return StreamsPanels(rows, in) && rows * in > kPackFloats ? rows * in : kPackFloats;
+}
 
 }  // namespace dcf::cpu::kernels

@@ -152,7 +152,9 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : penalty_done_) {
     if (e != nullptr) cudaEventDestroy(e);
   }
-  if (done_ != nullptr) cudaEventDestroy(done_);
+  for (cudaEvent_t e : done_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -170,11 +172,13 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   }
   DCF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                            "cudaStreamCreate");
-  // Wait blocks the engine thread on this event: a blocking sync sleeps instead of spinning
-  // a core for the whole step.
-  DCF_CUDA_RETURN_IF_ERROR(
-      cudaEventCreateWithFlags(&done_, cudaEventDisableTiming | cudaEventBlockingSync),
-      "cudaEventCreate");
+  // Wait blocks the engine thread on these events: a blocking sync sleeps instead of
+  // spinning a core for the whole step.
+  for (cudaEvent_t& e : done_) {
+    DCF_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
+        "cudaEventCreate");
+  }
   for (cudaEvent_t& e : penalty_done_) {
     DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
                              "cudaEventCreate");
@@ -251,7 +255,7 @@ absl::Status CudaBackend::Fail(absl::Status status) {
     health_ =
         absl::InternalError(absl::StrCat(kBackendName, " backend failed: ", status.message()));
   }
-  launched_ = false;
+  in_flight_.clear();  // their results are lost with the device
   return health_;
 }
 
@@ -259,16 +263,19 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   RETURN_IF_ERROR(UseDevice());
   RETURN_IF_ERROR(ValidateStepLimits(limits));
   prepared_ = false;
-  launched_ = false;
+  in_flight_.clear();  // the buffers they use are released here
+  last_chainable_.clear();
   DropGraphs();  // they name the buffers released here
   // Release the previous workspace first, so that it does not count twice.
   for (DeviceBuffer* b :
        {&x_, &a_, &a2_, &proj_, &dyn_, &attn_out_, &up_, &act_, &final_in_, &logits_, &sample_work_,
-        &results_, &attn_workspace_, &step_dev_, &seen_, &counts_}) {
+        &results_, &sampled_, &attn_workspace_, &step_dev_, &seen_, &counts_}) {
     b->Reset();
   }
-  step_host_.Reset();
-  results_host_.Reset();
+  for (int b = 0; b < kStaging; ++b) {
+    step_host_[b].Reset();
+    results_host_[b].Reset();
+  }
   penalty_host_.Reset();  // cudaFreeHost waits for the copies still reading it
   penalty_pending_.fill(false);
   penalty_next_ = 0;
@@ -303,6 +310,7 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(sample_work_, DeviceBuffer::Allocate(4 * R_s * V, "sampler workspace"));
   ASSIGN_OR_RETURN(results_,
                    DeviceBuffer::Allocate(sizeof(SampleResult) * R_s, "sampler results"));
+  ASSIGN_OR_RETURN(sampled_, DeviceBuffer::Allocate(4 * R_s, "sampled tokens"));
   ASSIGN_OR_RETURN(attn_workspace_,
                    DeviceBuffer::Allocate(DcmhaWorkspaceBytes(config_.n_head, config_.head_dim, T,
                                                               S, config_.max_positions),
@@ -310,9 +318,11 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   ASSIGN_OR_RETURN(step_dev_, DeviceBuffer::Allocate(step_bytes, "step arrays"));
   ASSIGN_OR_RETURN(seen_, DeviceBuffer::Allocate(slots * V, "penalty state"));
   ASSIGN_OR_RETURN(counts_, DeviceBuffer::Allocate(4 * slots * V, "penalty state"));
-  ASSIGN_OR_RETURN(step_host_, PinnedBuffer::Allocate(step_bytes, "step staging"));
-  ASSIGN_OR_RETURN(results_host_,
-                   PinnedBuffer::Allocate(sizeof(SampleResult) * R_s, "sampler results"));
+  for (int b = 0; b < kStaging; ++b) {
+    ASSIGN_OR_RETURN(step_host_[b], PinnedBuffer::Allocate(step_bytes, "step staging"));
+    ASSIGN_OR_RETURN(results_host_[b],
+                     PinnedBuffer::Allocate(sizeof(SampleResult) * R_s, "sampler results"));
+  }
   penalty_stride_ = Align16(V) + Align16(4 * V);
   if (slots > 0) {
     ASSIGN_OR_RETURN(penalty_host_, PinnedBuffer::Allocate(kPenaltyStaging * penalty_stride_,
@@ -423,25 +433,35 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
 
 absl::Status CudaBackend::Launch(const StepBatch& batch) {
   RETURN_IF_ERROR(UseDevice());
-  if (launched_) return absl::FailedPreconditionError("Launch while a step is in flight");
   if (!prepared_) return absl::FailedPreconditionError("Launch before Prepare");
+  if (static_cast<int>(in_flight_.size()) == kStaging) {
+    return absl::FailedPreconditionError("Launch while 2 steps are in flight");
+  }
+  if (!in_flight_.empty() && in_flight_.back().plan.logits.num_returned > 0) {
+    // Wait copies them from logits_, which this step would overwrite.
+    return absl::FailedPreconditionError("Launch before the Wait of a step that returns logits");
+  }
   RETURN_IF_ERROR(ValidateStepBatch(batch, config_, cache_shape_, limits_));
+  RETURN_IF_ERROR(CheckChainedTokens(batch, last_chainable_));
   DCF_TRACE_STEP(batch.num_tokens(), batch.num_seqs());
   ASSIGN_OR_RETURN(DevicePlan plan, Plan(batch));
-  if (const int key = GraphKeyOf(plan); key >= 0) {
+  // The staging buffers the step in flight does not use: its copies may still be queued.
+  // Buffer 0 whenever the step is alone (serial steps always use it).
+  const int buffer = in_flight_.empty() ? 0 : 1 - in_flight_.back().buffer;
+  if (const int key = GraphKeyOf(plan, buffer); key >= 0) {
     // Grids for the longest context, as the graph is captured for any (GraphKeyOf).
     plan.max_position = config_.max_positions - 1;
-    RETURN_IF_ERROR(LaunchGraphed(batch, plan, key));
+    RETURN_IF_ERROR(LaunchGraphed(batch, plan, buffer, key));
   } else {
     size_t bytes = 0;
-    ASSIGN_OR_RETURN(const StepArrays d, Pack(batch, plan, &bytes));
-    if (absl::Status st = IssueStep(d, bytes, plan); !st.ok()) return Fail(st);
+    ASSIGN_OR_RETURN(const StepArrays d, Pack(batch, plan, buffer, &bytes));
+    if (absl::Status st = IssueStep(d, bytes, plan, buffer); !st.ok()) return Fail(st);
   }
-  if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
+  if (cudaError_t e = cudaEventRecord(done_[buffer], stream_); e != cudaSuccess) {
     return Fail(CudaStatus(e, "cudaEventRecord"));
   }
-  plan_ = std::move(plan);
-  launched_ = true;
+  last_chainable_ = ChainableSlots(batch);
+  in_flight_.push_back(InFlight{std::move(plan), buffer});
   return absl::OkStatus();
 }
 
@@ -512,27 +532,29 @@ void CudaBackend::DropGraphs() {
   graphs_.clear();
 }
 
-int CudaBackend::GraphKeyOf(const DevicePlan& plan) const {
+int CudaBackend::GraphKeyOf(const DevicePlan& plan, int buffer) const {
   if (!use_graphs_ || plan.max_seq_tokens != 1 || plan.logits.num_returned != 0 ||
       static_cast<int>(plan.device_rows.size()) != plan.num_seqs ||
       static_cast<int>(plan.logits.rows.size()) != plan.num_seqs) {
     return -1;
   }
-  const int key = 2 * plan.num_seqs + (plan.record_penalties ? 1 : 0);
+  // The graph's copies name the staging buffers: pipelined steps of one shape use two graphs.
+  const int key = kStaging * (2 * plan.num_seqs + (plan.record_penalties ? 1 : 0)) + buffer;
   if (graphs_.count(key) == 0 && static_cast<int>(graphs_.size()) >= kMaxGraphs) return -1;
   return key;
 }
 
-absl::Status CudaBackend::LaunchGraphed(const StepBatch& batch, const DevicePlan& plan, int key) {
+absl::Status CudaBackend::LaunchGraphed(const StepBatch& batch, const DevicePlan& plan, int buffer,
+                                        int key) {
   size_t bytes = 0;
-  ASSIGN_OR_RETURN(const StepArrays d, Pack(batch, plan, &bytes));
+  ASSIGN_OR_RETURN(const StepArrays d, Pack(batch, plan, buffer, &bytes));
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    // Capture the step once: the graph's copy reads step_host_, its kernels the step arrays
-    // at the offsets Pack gives every step of this key.
+    // Capture the step once: the graph's copies go through the staging buffers `buffer`, its
+    // kernels read the step arrays at the offsets Pack gives every step of this key.
     cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return Fail(CudaStatus(e, "cudaStreamBeginCapture"));
-    const absl::Status issued = IssueStep(d, bytes, plan);
+    const absl::Status issued = IssueStep(d, bytes, plan, buffer);
     cudaGraph_t graph = nullptr;
     e = cudaStreamEndCapture(stream_, &graph);  // ends the capture even after a failure
     if (!issued.ok()) {
@@ -556,20 +578,32 @@ absl::Status CudaBackend::LaunchGraphed(const StepBatch& batch, const DevicePlan
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::IssueStep(const StepArrays& d, size_t bytes, const DevicePlan& plan) {
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(step_dev_.get(), step_host_.get(), bytes, cudaMemcpyHostToDevice, stream_),
-      "step upload"));
+absl::Status CudaBackend::IssueStep(const StepArrays& d, size_t bytes, const DevicePlan& plan,
+                                    int buffer) {
+  // One step_dev_ serves every step: this copy is stream-ordered after the kernels of the
+  // step before, which read it.
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(step_dev_.get(), step_host_[buffer].get(), bytes,
+                                             cudaMemcpyHostToDevice, stream_),
+                             "step upload"));
   RETURN_IF_ERROR(Forward(d, plan));
-  return Sample(d, plan);
+  return Sample(d, plan, buffer);
 }
 
 absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Pack(const StepBatch& batch,
-                                                          const DevicePlan& plan,
+                                                          const DevicePlan& plan, int buffer,
                                                           size_t* bytes) {
   // Every array into the staging buffer, for one copy to the device.
-  Packer pk(step_host_.as<uint8_t>());
+  PinnedBuffer& staging = step_host_[buffer];
+  Packer pk(staging.as<uint8_t>());
   const size_t o_tokens = pk.Put(batch.tokens.data(), batch.tokens.size());
+  // A chained token names a slot of the previous step; the embedding reads that step's
+  // sampled row (CheckChainedTokens made sure there is one).
+  int32_t* staged_tokens = reinterpret_cast<int32_t*>(staging.as<uint8_t>() + o_tokens);  // [T]
+  for (int t = 0; t < plan.num_tokens; ++t) {
+    if (const int slot = ChainedSlot(staged_tokens[t]); slot >= 0) {
+      staged_tokens[t] = ChainedToken(last_chainable_[slot]);
+    }
+  }
   const size_t o_pos = pk.Put(batch.positions.data(), batch.positions.size());
   const size_t o_offsets = pk.Put(batch.seq_offsets.data(), batch.seq_offsets.size());
   std::vector<int32_t> token_seq(plan.num_tokens);
@@ -583,7 +617,7 @@ absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Pack(const StepBatch& batch
   }
   const size_t o_rows = pk.Put(plan.logits.rows.data(), plan.logits.rows.size());
   const size_t o_sampling = pk.Put(plan.device_rows.data(), plan.device_rows.size());
-  if (pk.used() > step_host_.bytes()) {
+  if (pk.used() > staging.bytes()) {
     return absl::InternalError("step arrays exceed the prepared staging buffer");
   }
   uint8_t* dev = step_dev_.as<uint8_t>();
@@ -601,7 +635,7 @@ absl::StatusOr<CudaBackend::StepArrays> CudaBackend::Pack(const StepBatch& batch
   return d;
 }
 
-absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan) {
+absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan, int buffer) {
   const int num_sampled = static_cast<int>(plan.device_rows.size());
   if (num_sampled == 0) return absl::OkStatus();
   SampleParams sp;
@@ -614,6 +648,7 @@ absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan) {
   sp.counts = counts_.as<int32_t>();
   sp.work = sample_work_.as<float>();
   sp.results = results_.as<SampleResult>();
+  sp.sampled = sampled_.as<int32_t>();
   RETURN_IF_ERROR(CudaStatus(LaunchSample(sp, stream_), "sampling"));
   if (plan.record_penalties) {
     RecordSampledParams rp;
@@ -626,29 +661,31 @@ absl::Status CudaBackend::Sample(const StepArrays& d, const DevicePlan& plan) {
     rp.counts = counts_.as<int32_t>();
     RETURN_IF_ERROR(CudaStatus(LaunchRecordSampled(rp, stream_), "penalty update"));
   }
-  return CudaStatus(cudaMemcpyAsync(results_host_.get(), results_.get(),
-                                    sizeof(SampleResult) * num_sampled, cudaMemcpyDeviceToHost,
-                                    stream_),
-                    "result download");
+  return CudaStatus(
+      cudaMemcpyAsync(results_host_[buffer].get(), results_.get(),
+                      sizeof(SampleResult) * num_sampled, cudaMemcpyDeviceToHost, stream_),
+      "result download");
 }
 
 absl::Status CudaBackend::Wait(StepOutput* out) {
   RETURN_IF_ERROR(UseDevice());
-  if (!launched_) return absl::FailedPreconditionError("Wait without a successful Launch");
-  launched_ = false;
-  if (cudaError_t e = cudaEventSynchronize(done_); e != cudaSuccess) {
+  if (in_flight_.empty()) return absl::FailedPreconditionError("Wait without a successful Launch");
+  InFlight step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (cudaError_t e = cudaEventSynchronize(done_[step.buffer]); e != cudaSuccess) {
     return Fail(CudaStatus(e, "step"));
   }
+  const DevicePlan& plan = step.plan;
   const int V = config_.vocab_size;
-  const int returned = plan_.logits.num_returned;
-  out->Resize(plan_.num_slots, returned, V);
+  const int returned = plan.logits.num_returned;
+  out->Resize(plan.num_slots, returned, V);
   if (returned > 0) {  // the first rows of the logits buffer (PlanLogitRows)
     const cudaError_t e = cudaMemcpy(out->logits.data(), logits_.get(),
                                      sizeof(float) * returned * V, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) return Fail(CudaStatus(e, "logits download"));
   }
-  const SampleResult* res = results_host_.as<SampleResult>();
-  for (const SampledSeq& seq : plan_.sampled) {
+  const SampleResult* res = results_host_[step.buffer].as<SampleResult>();
+  for (const SampledSeq& seq : plan.sampled) {
     // A verifying sequence's rows in order, up to the first that differs from its draft (the
     // rule of AcceptedDrafts) or drew nothing: later rows were sampled as if the drafts
     // before them had been accepted and stay -1 (step_batch.h), as on the CPU.
@@ -773,6 +810,8 @@ absl::Status CudaBackend::Forward(const StepArrays& d, const DevicePlan& plan) {
   ep.num_tokens = plan.num_tokens;
   ep.dim = config_.dim;
   ep.tokens = d.tokens;
+  ep.chained = sampled_.as<int32_t>();
+  ep.vocab = config_.vocab_size;
   ep.table = weights_.embed.get();
   ep.table_type = dtype_;
   ep.out = x_.as<float>();

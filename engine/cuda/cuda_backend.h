@@ -20,6 +20,13 @@
 // sampled ids and logprobs come back asynchronously.
 // Wait synchronises on an event and copies return_logits rows, if any.
 //
+// Pipelined steps (ChainsSteps, docs/CUDA_BACKEND.md "Pipelined steps"): a second Launch may
+// come before the first step's Wait. The sampler also writes each row's token to a fixed
+// device array (sampled_), from which the next step's embedding gathers its chained tokens;
+// the step arrays and the results are staged through two page-locked buffers each, one per
+// step in flight, so packing step n + 1 never overwrites what step n's copies still read and
+// Wait(n) reads step n's results while step n + 1 runs; each step records its own event.
+//
 // Failures: any CUDA or cuBLAS error during a step is fatal and sticky: health() returns it
 // and every later Launch/Wait fails fast with it (after a device fault the context is lost).
 //
@@ -27,6 +34,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,6 +87,10 @@ class CudaBackend final : public Backend {
   // Verify chunks (StepBatch::sample_rows > 1): every row sampled at once by the device
   // sampler, each with its own draw and the drafts before it in its penalties (sampling.h).
   bool VerifiesDrafts() const override { return true; }
+  // Pipelined steps (above): chained tokens are resolved on the device, and Launch returns
+  // once the step is queued.
+  bool ChainsSteps() const override { return true; }
+  bool LaunchReturnsEarly() const override { return true; }
 
   // Device bytes of the weights.
   size_t weight_bytes() const { return weights_.bytes; }
@@ -139,27 +151,30 @@ class CudaBackend final : public Backend {
   // layers, the device sampler (Wait then scatters the results, StoreSample); decode steps
   // as one graph launch.
   absl::StatusOr<DevicePlan> Plan(const StepBatch& batch) const;
-  // Packs the step arrays into step_host_ (*bytes: how many) and says where they will lie
-  // in step_dev_ once IssueStep has copied them.
-  absl::StatusOr<StepArrays> Pack(const StepBatch& batch, const DevicePlan& plan,
+  // Packs the step arrays into step_host_[buffer] (*bytes: how many), chained tokens as the
+  // previous step's sampled rows (the embedding's encoding, embedding.h), and says where they
+  // will lie in step_dev_ once IssueStep has copied them.
+  absl::StatusOr<StepArrays> Pack(const StepBatch& batch, const DevicePlan& plan, int buffer,
                                   size_t* bytes);
   // Which graph runs a step: decode steps (one new token per sequence) that sample every
-  // sequence and return no logits, by sequence count and whether penalties are recorded.
-  // Everything else of such a step lies at fixed device addresses (Pack's offsets depend on
-  // these alone) or in the step arrays, and DCMHA's grids are sized for the model's context
-  // (its decode kernels exit early for splits past a token's keys). -1: no graph.
-  int GraphKeyOf(const DevicePlan& plan) const;
+  // sequence and return no logits, by sequence count, whether penalties are recorded and
+  // the staging buffers it copies through. Everything else of such a step lies at fixed
+  // device addresses (Pack's offsets depend on these alone) or in the step arrays, and
+  // DCMHA's grids are sized for the model's context (its decode kernels exit early for splits
+  // past a token's keys). -1: no graph.
+  int GraphKeyOf(const DevicePlan& plan, int buffer) const;
   // Runs a step through the graph of `key`, capturing it first if there is none yet.
-  absl::Status LaunchGraphed(const StepBatch& batch, const DevicePlan& plan, int key);
-  // Upload, layers, sampler: the step's device work on stream_ (also what a graph captures).
-  absl::Status IssueStep(const StepArrays& d, size_t bytes, const DevicePlan& plan);
+  absl::Status LaunchGraphed(const StepBatch& batch, const DevicePlan& plan, int buffer, int key);
+  // Upload, layers, sampler, result download through the staging buffers `buffer`: the
+  // step's device work on stream_ (also what a graph captures).
+  absl::Status IssueStep(const StepArrays& d, size_t bytes, const DevicePlan& plan, int buffer);
   void DropGraphs();
   absl::Status Forward(const StepArrays& d, const DevicePlan& plan);
   absl::Status AttentionLayer(int layer, const StepArrays& d, const StepView& sv);
   absl::Status FeedForward(int layer, int num_tokens);
   // Final norm and output projection of the plan's logits rows into logits_.
   absl::Status Logits(const StepArrays& d, const DevicePlan& plan);
-  absl::Status Sample(const StepArrays& d, const DevicePlan& plan);
+  absl::Status Sample(const StepArrays& d, const DevicePlan& plan, int buffer);
 
   // y[rows, n] (+)= in[rows, k] . w^T (+ bias), in the compute dtype with f32 accumulation.
   absl::Status Linear(int rows, const void* in, int64_t k, const DeviceMatrix& w,
@@ -195,8 +210,10 @@ class CudaBackend final : public Backend {
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   absl::Status health_;
 
+  // Steps in flight at most (pipelined steps), and so staging buffers and events per kind.
+  static constexpr int kStaging = 2;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t done_ = nullptr;
+  std::array<cudaEvent_t, kStaging> done_{};  // recorded behind the step of each buffer
   std::unique_ptr<Gemm> gemm_;
   // Products of <= kGemvMaxRows rows go to LaunchGemv (gemv.h): always on a GPU; on cuda-sim
   // only with DCF_SIM_GEMV=1 (its grid, sized for 132 SMs, costs the emulator a fiber per
@@ -221,12 +238,14 @@ class CudaBackend final : public Backend {
   int sampled_cap_ = 0;          // R_s: sampled rows of one step, min(T, S + max_draft_rows)
   DeviceBuffer sample_work_;     // [R_s, V] f32
   DeviceBuffer results_;         // [R_s] SampleResult
+  DeviceBuffer sampled_;         // [R_s] i32 each row's token again: chained tokens' source
   DeviceBuffer attn_workspace_;  // DcmhaWorkspaceBytes
   DeviceBuffer step_dev_;        // the uploaded step arrays
   DeviceBuffer seen_;            // [slots, V] u8
   DeviceBuffer counts_;          // [slots, V] i32
-  PinnedBuffer step_host_;       // staging of the step arrays
-  PinnedBuffer results_host_;    // [R_s] SampleResult
+  // Per staging buffer (one per step in flight): the step arrays, and [R_s] SampleResult.
+  std::array<PinnedBuffer, kStaging> step_host_;
+  std::array<PinnedBuffer, kStaging> results_host_;
   // SetPenaltyState's uploads: a ring of page-locked staging areas ([V] u8 seen, then [V]
   // i32 counts, 16-byte aligned), each reused only after the event recorded behind its last
   // copies (no stream sync per admission).
@@ -240,8 +259,15 @@ class CudaBackend final : public Backend {
   KvCacheShape cache_shape_;
   std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype
 
-  bool launched_ = false;
-  DevicePlan plan_;  // of the launched step
+  // The steps launched and not waited for, oldest first (at most kStaging), each with the
+  // staging buffers and event it uses.
+  struct InFlight {
+    DevicePlan plan;
+    int buffer = 0;
+  };
+  std::deque<InFlight> in_flight_;
+  // ChainableSlots of the last successful Launch: the sampled row a chained slot names.
+  std::vector<int32_t> last_chainable_;
   // Decode-step graphs by GraphKeyOf (at most kMaxGraphs; later shapes run ungraphed), each
   // with the bytes of step arrays it uploads. They name the workspace of Prepare and the
   // caches of AllocateCache, which drop them.
@@ -249,7 +275,7 @@ class CudaBackend final : public Backend {
     cudaGraphExec_t exec = nullptr;
     size_t bytes = 0;
   };
-  static constexpr int kMaxGraphs = 64;
+  static constexpr int kMaxGraphs = 128;
   bool use_graphs_ = true;
   std::map<int, StepGraph> graphs_;
 };

@@ -9,10 +9,16 @@ constexpr int kThreads = 256;
 
 // One block per token.
 template <typename T>
-__global__ void EmbeddingKernel(const int32_t* __restrict__ tokens, const T* __restrict__ table,
-                                int dim, float* __restrict__ out) {
+__global__ void EmbeddingKernel(const int32_t* __restrict__ tokens,
+                                const int32_t* __restrict__ chained, int vocab,
+                                const T* __restrict__ table, int dim, float* __restrict__ out) {
   const int t = blockIdx.x;
-  const T* row = table + static_cast<int64_t>(tokens[t]) * dim;
+  int id = tokens[t];
+  if (id < 0) {  // chained: what the previous step sampled at row -2 - id
+    id = chained[-2 - id];
+    if (id < 0 || id >= vocab) id = 0;
+  }
+  const T* row = table + static_cast<int64_t>(id) * dim;
   float* dst = out + static_cast<int64_t>(t) * dim;
   for (int e = threadIdx.x; e < dim; e += blockDim.x) dst[e] = dev::ToFloat(row[e]);
 }
@@ -20,7 +26,7 @@ __global__ void EmbeddingKernel(const int32_t* __restrict__ tokens, const T* __r
 struct Launch {
   template <typename T>
   static cudaError_t Run(const EmbeddingParams& p, cudaStream_t stream) {
-    DCF_LAUNCH(EmbeddingKernel<T>, p.num_tokens, kThreads, 0, stream, p.tokens,
+    DCF_LAUNCH(EmbeddingKernel<T>, p.num_tokens, kThreads, 0, stream, p.tokens, p.chained, p.vocab,
                static_cast<const T*>(p.table), p.dim, p.out);
     return cudaGetLastError();
   }

@@ -471,6 +471,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   if (nonfinite > 0.0f) {  // as the host sampler: nothing is drawn, token -1
     if (threadIdx.x == 0) {
       out->token = -1;
+      if (p.sampled != nullptr) p.sampled[blockIdx.x] = -1;
       out->logprob = 0.0f;
       for (int k = 0; k < kSampleMaxTop; ++k) {
         out->top_tokens[k] = -1;
@@ -542,6 +543,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
   if (threadIdx.x == 0) {
     out->token = token;
+    if (p.sampled != nullptr) p.sampled[blockIdx.x] = token;
     out->logprob = row.want_logprob != 0 || top_n > 0 ? static_cast<float>(raw[token] - lse) : 0.0f;
     int n = top_n > 0 ? min(s.i[kICount], top_n) : 0;
     // Insertion sort of the n candidates: value desc, id asc.

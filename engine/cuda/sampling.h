@@ -81,6 +81,9 @@ struct SampleParams {
   const int32_t* counts = nullptr;          // [slots, V] occurrences among generated ids
   float* work = nullptr;                    // [R, V] f32 scratch (adjusted logits)
   SampleResult* results = nullptr;          // [R]
+  // [R] optional: each row's token again (results[r].token), where the next step's
+  // embedding reads chained tokens (engine/execution/step_batch.h); null: not written.
+  int32_t* sampled = nullptr;
 };
 
 cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream);

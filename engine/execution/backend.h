@@ -7,8 +7,13 @@
 //   2. AllocateCache(shape): the paged KV cache (both layer groups).
 //   3. Per step: Launch(batch) then Wait(&out). Launch may return before the device is done
 //      (the caller may prepare the next batch meanwhile); `batch` must stay alive and
-//      unchanged until Wait returns. Step() does both.
-//   SetPenaltyState(slot, ...) between steps, for sequences whose penalties need counts.
+//      unchanged until Wait returns. Step() does both (with no other step in flight).
+//      A backend that ChainsSteps() takes a second Launch before the first step's Wait: at
+//      most 2 steps are in flight, each Wait completes the oldest, and the second step may
+//      take tokens the first is still sampling (chained tokens, step_batch.h). A step that
+//      returns logits must be waited for before the next Launch.
+//   SetPenaltyState(slot, ...) between steps (also with steps in flight: it applies after
+//   them), for sequences whose penalties need counts.
 //
 // See step_batch.h for what a step reads and writes (including the window rule), and
 // step_plan.h for the host-side rules every backend applies the same way (limits and cache
@@ -96,6 +101,16 @@ class Backend {
   // sample_rows > 1, speculative decoding's verification); then Prepare accepts
   // StepLimits::max_draft_rows > 0. False: the engine never speculates on it.
   virtual bool VerifiesDrafts() const { return false; }
+
+  // True when Launch takes a step while another is in flight, and chained tokens
+  // (step_batch.h) that name the previous launched step's sampled slots, resolved where that
+  // step's samples lie (its device), so the host need not wait for them: pipelined steps
+  // (docs/DESIGN.md "Pipelined steps"). False: one step at a time and no chained tokens.
+  virtual bool ChainsSteps() const { return false; }
+  // True when Launch returns before the step's work is done (a device runs it), so host work
+  // between a Launch and the previous step's Wait overlaps the device's: where pipelined
+  // steps pay (EngineOptions::pipeline_steps kAuto). False where Launch computes the step.
+  virtual bool LaunchReturnsEarly() const { return false; }
 
   // Tokens a step may hold (<= max_tokens) while it stays bound by reading the weights,
   // measured now on this backend's weights and hardware with MemoryBoundTokens

@@ -116,6 +116,7 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
       return absl::InvalidArgumentError("block table size disagrees with the batch");
     }
   }
+  std::vector<uint8_t> chained;  // [slots of a step] 1: chained already (made at the first)
   for (int s = 0; s < S; ++s) {
     const int n = b.seq_len(s);
     if (n <= 0) return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " is empty"));
@@ -131,12 +132,32 @@ absl::Status ValidateStepBatch(const StepBatch& b, const ModelConfig& config,
         return absl::InvalidArgumentError(
             absl::StrCat("sequence ", s, ": positions are not consecutive"));
       }
-      if (b.tokens[t] < 0 || b.tokens[t] >= config.vocab_size) {
+      if (b.tokens[t] >= 0 && b.tokens[t] < config.vocab_size) continue;
+      const int slot = ChainedSlot(b.tokens[t]);
+      if (slot < 0) {
         return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": token id ",
                                                        b.tokens[t],
                                                        " is outside the vocabulary [0, ",
                                                        config.vocab_size, ")"));
       }
+      if (n != 1 || !b.sample[s] || b.sample_rows[s] != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s, ": chains the token of slot ", slot,
+                         " but is not a single token that samples one row"));
+      }
+      // A step has at most one slot per sequence plus one per verified draft.
+      const int max_slots = limits.max_seqs + limits.max_draft_rows;
+      if (slot >= max_slots) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s, ": chains slot ", slot,
+                                                       ", beyond the ", max_slots,
+                                                       " slots a step has"));
+      }
+      if (chained.empty()) chained.assign(max_slots, 0);
+      if (chained[slot]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s, ": slot ", slot, " is chained twice in the step"));
+      }
+      chained[slot] = 1;
     }
     // Every block read (cached keys) or kept (new rows that stay) must be present; a new row
     // that is not kept is written where its table names a block, which must be the pool's.

@@ -33,6 +33,18 @@
 // draft (AcceptedDrafts, step_plan.h): later rows get token -1 and no flag, and the penalty
 // slot ends up recording exactly the tokens that were accepted. Only backends whose
 // Backend::VerifiesDrafts() is true accept n > 1.
+//
+// Chained tokens (pipelined steps, docs/DESIGN.md "Pipelined steps"): a token id
+// tokens[t] = ChainedToken(j) (<= kChainedTokenBase, i.e. negative) stands for the token that
+// the previous launched step sampled at its output slot j (its StepBatch::slot_offsets), which
+// the host need not know yet: the backend takes it from that step's sampled output where it
+// lies (on its device), so step n + 1 can be launched before step n is waited for. Only the
+// one token of a sequence that samples one row may be chained (a decode whose last token the
+// previous step is still sampling), no two sequences may chain the same slot, and the slot must
+// be the one slot of a sequence of the previous step that sampled one row (ChainableSlots,
+// step_plan.h). A chained slot whose sampler drew nothing (StepOutput::nonfinite) is read as
+// token 0: the engine ends that request and drops the row. Only backends whose
+// Backend::ChainsSteps() is true accept chained tokens.
 #pragma once
 
 #include <array>
@@ -46,6 +58,15 @@
 #include "engine/sampling/sampling_params.h"
 
 namespace dcf {
+
+// Chained tokens (above): ChainedToken(j) names output slot j (>= 0) of the previous launched
+// step; ChainedSlot gives j back, or -1 for an ordinary id (>= 0). -1 itself is neither (it is
+// what StepOutput::tokens holds where nothing was sampled).
+inline constexpr int32_t kChainedTokenBase = -2;
+inline constexpr int32_t ChainedToken(int slot) { return kChainedTokenBase - slot; }
+inline constexpr int ChainedSlot(int32_t token) {
+  return token <= kChainedTokenBase ? kChainedTokenBase - token : -1;
+}
 
 // Sampling inputs of one sequence of the step.
 struct SamplingRow {
@@ -70,7 +91,7 @@ struct StepLimits {
 };
 
 struct StepBatch {
-  std::vector<int32_t> tokens;       // [T] ids, sequence after sequence
+  std::vector<int32_t> tokens;       // [T] ids (or chained tokens), sequence after sequence
   std::vector<int32_t> positions;    // [T]
   std::vector<int32_t> seq_offsets;  // [S + 1], seq_offsets[0] == 0
   // Per layer group: [S, blocks_per_seq] physical block of each logical block (position
@@ -123,9 +144,11 @@ struct StepOutput {
 };
 
 // Checks a batch against the model and the cache before a backend runs it: array sizes,
-// token ids, contiguous positions within the context, block tables covering every position
-// read and kept (with the window rule above) and naming only blocks of the pool, sampling rows (ValidateSamplingParams,
-// penalty slots < `limits.num_penalty_slots`, top_logprobs) and the step limits.
+// token ids (chained ones only where allowed and each slot once; whether the previous step
+// sampled that slot is CheckChainedTokens' part, step_plan.h), contiguous positions within the
+// context, block tables covering every position read and kept (with the window rule above)
+// and naming only blocks of the pool, sampling rows (ValidateSamplingParams, penalty slots <
+// `limits.num_penalty_slots`, top_logprobs) and the step limits.
 // InvalidArgument / OutOfRange / FailedPrecondition with a message naming the sequence.
 absl::Status ValidateStepBatch(const StepBatch& batch, const ModelConfig& config,
                                const KvCacheShape& cache, const StepLimits& limits);

@@ -89,6 +89,35 @@ int AcceptedDrafts(const StepBatch& batch, int s, const StepOutput& out, int fir
   return a;
 }
 
+std::vector<int32_t> ChainableSlots(const StepBatch& batch) {
+  const int S = batch.num_seqs();
+  std::vector<int32_t> chainable;
+  chainable.reserve(S);
+  int row = 0;  // sampled rows so far
+  for (int s = 0; s < S; ++s) {
+    const int n = batch.num_slots(s);
+    chainable.push_back(batch.sample[s] && n == 1 ? row : -1);
+    for (int j = 1; j < n; ++j) chainable.push_back(-1);
+    if (batch.sample[s]) row += n;
+  }
+  return chainable;
+}
+
+absl::Status CheckChainedTokens(const StepBatch& batch, const std::vector<int32_t>& previous) {
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    if (batch.seq_len(s) != 1) continue;  // only a single token may be chained
+    const int slot = ChainedSlot(batch.tokens[batch.seq_offsets[s]]);
+    if (slot < 0) continue;
+    if (slot >= static_cast<int>(previous.size()) || previous[slot] < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", s, " chains slot ", slot,
+          previous.empty() ? ", but no step was launched before it"
+                           : ", which the previous step did not sample as one sequence's row"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void StoreSample(const SamplingRow& row, int s, int32_t token, float logprob,
                  const int32_t* top_tokens, const float* top_logprobs, int num_top,
                  StepOutput* out) {

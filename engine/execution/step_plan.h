@@ -66,6 +66,17 @@ LogitRows PlanLogitRows(const StepBatch& batch);
 // difference) and the engine apply it. 0 for a plain sequence.
 int AcceptedDrafts(const StepBatch& batch, int s, const StepOutput& out, int first_slot);
 
+// Chained tokens (step_batch.h), the slots a next step may chain: [num_slots] of `batch`, for
+// the one slot of each sequence that samples one row its index among the step's sampled rows
+// (PlanLogitRows' order: the sampled sequences in order, sample_rows[s] rows each, which is
+// where a device sampler puts that row's token); -1 for every other slot.
+std::vector<int32_t> ChainableSlots(const StepBatch& batch);
+
+// FailedPrecondition, naming the sequence, unless every chained token of `batch` names a slot
+// that `previous` (the ChainableSlots of the previous launched step; empty when there is none)
+// marks chainable. ValidateStepBatch has checked the rest.
+absl::Status CheckChainedTokens(const StepBatch& batch, const std::vector<int32_t>& previous);
+
 // Stores what output slot `s` sampled into `out` (StepOutput::Resize'd): its token, its logprob
 // when `row` asks for logprobs or top logprobs, and the first min(row.top_logprobs,
 // num_top) alternatives. `token` < 0 is how both samplers report logits that are not all

@@ -138,7 +138,12 @@ void KvCacheManager::HashBlocks(SequenceKv& seq, absl::Span<const int32_t> token
   const int full = static_cast<int>(tokens.size()) / B;
   for (int i = static_cast<int>(seq.block_hashes.size()); i < full; ++i) {
     const BlockHash& parent = i == 0 ? seq.hash_root : seq.block_hashes[i - 1];
-    seq.block_hashes.push_back(HashBlock(parent, tokens.subspan(static_cast<size_t>(i) * B, B)));
+    const absl::Span<const int32_t> block = tokens.subspan(static_cast<size_t>(i) * B, B);
+    // A negative id is a placeholder of a token still being sampled (pipelined steps): a
+    // block named by it would be reused with the wrong rows.
+    DCF_CHECK(std::all_of(block.begin(), block.end(), [](int32_t t) { return t >= 0; }))
+        << "hashing block " << i << ", which holds a token not sampled yet";
+    seq.block_hashes.push_back(HashBlock(parent, block));
   }
 }
 

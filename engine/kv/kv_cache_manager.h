@@ -140,7 +140,8 @@ class KvCacheManager {
   // --- Prefix caching (no-ops, and empty hits, without it) ---
 
   // Hashes every full block of `tokens` (the sequence's known tokens, a prefix of what it
-  // will hold: tokens only grow) that seq.block_hashes lacks.
+  // will hold: tokens only grow) that seq.block_hashes lacks. A negative id in such a block
+  // (a placeholder of a token not sampled yet) aborts: a bug of the caller.
   void HashBlocks(SequenceKv& seq, absl::Span<const int32_t> tokens) const;
   // The longest hit for empty `seq` (no blocks, num_tokens 0) whose known tokens are
   // `tokens` (at least 1); hashes them first. See the header comment for the rule.

@@ -1,6 +1,7 @@
 #include "engine/serving/engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -43,6 +44,9 @@ struct ActiveRequest {
   int spec_pause = 0;
   int spec_drafted = 0;   // Usage::draft_tokens
   int spec_accepted = 0;  // Usage::accepted_draft_tokens
+  // Pipelined steps: the output slot of its newest pending token (Sequence::num_pending) in
+  // the step that samples it, which the next step's chained token names.
+  int32_t pending_slot = -1;
   absl::Time enqueue_time;
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
@@ -50,7 +54,37 @@ struct ActiveRequest {
   bool in_queue_counters = true;  // counted in the waiting-queue limits
 };
 
+// A pipelined step: launched and committed, its results not waited for yet.
+struct InFlightStep {
+  // [chunks] the request of each chunk; null once it ended (its results are dropped).
+  std::vector<ActiveRequest*> owners;
+  std::vector<int32_t> slots;       // [chunks] its output slot where it samples, else -1
+  std::vector<int32_t> num_tokens;  // [chunks]
+  int num_tokens_total = 0, num_prefill_tokens = 0;
+  absl::Time start;  // when its planning began
+};
+
 }  // namespace
+
+absl::StatusOr<PipelineSteps> ParsePipelineSteps(absl::string_view name) {
+  for (PipelineSteps m : {PipelineSteps::kAuto, PipelineSteps::kOn, PipelineSteps::kOff}) {
+    if (name == PipelineStepsName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("pipeline steps '", name, "': expected auto, on or off"));
+}
+
+const char* PipelineStepsName(PipelineSteps mode) {
+  switch (mode) {
+    case PipelineSteps::kAuto:
+      return "auto";
+    case PipelineSteps::kOn:
+      return "on";
+    case PipelineSteps::kOff:
+      return "off";
+  }
+  return "?";
+}
 
 namespace engine_internal {
 
@@ -71,7 +105,8 @@ class EngineImpl {
                                    options.max_prefill_chunk_tokens, options.watermark,
                                    options.spec_max_step_drafts, options.spec_step_tokens},
                    &kv_),
-        blocks_per_seq_(limits.blocks_per_seq) {
+        blocks_per_seq_(limits.blocks_per_seq),
+        pipeline_(options.pipeline_steps == PipelineSteps::kOn) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }
@@ -90,6 +125,7 @@ class EngineImpl {
     stats_.prefix_caching = options.prefix_caching;
     stats_.spec_tokens = options.spec_tokens;
     stats_.spec_step_tokens = options.spec_step_tokens;
+    stats_.pipelining = pipeline_;
     stats_.backend = backend_->info();
     stats_.last_progress = absl::Now();
   }
@@ -121,7 +157,22 @@ class EngineImpl {
     return !inbox_.empty() || !cancels_.empty() || shutdown_;
   }
   void Loop();
+  // One step: planned, launched and, serially, waited for and its tokens processed; or,
+  // pipelined, launched before the step in flight is waited for (then that one's tokens are
+  // processed and this one is committed; it stays in flight).
   void Step();
+  // Pipelined: a sequence that may draft this step runs serially (its proposer needs its
+  // real last token).
+  bool MayDraft() const;
+  // Waits for the step in flight and processes its tokens. False when the backend failed
+  // (FailBackend has ended every request).
+  bool CompleteInFlight();
+  bool Complete(const InFlightStep& step);
+  // After the pipelined Launch of `out`'s step (`slots`: its StepBatch::slot_offsets): the
+  // pending tokens of its sampling chunks, then the results of the step before, then its
+  // Commit, which therefore only ever covers known tokens.
+  void Chain(const SchedulerOutput& out, std::vector<ActiveRequest*> owners,
+             const std::vector<int32_t>& slots, absl::Time start);
   // Emits the tokens the backend sampled for `r` through its output processor: slots
   // [slot, slot + accepted] of out_ (`accepted` drafted tokens, then the one sampled after
   // them); finishes `r` when a stop rule holds. The drafts are already in r->seq.tokens.
@@ -158,8 +209,15 @@ class EngineImpl {
   absl::flat_hash_map<const Sequence*, ActiveRequest*> by_seq_;  // live requests only
   std::vector<uint64_t> finished_keys_;  // to drop from live_keys_ at the next publish
   std::vector<std::pair<std::shared_ptr<RequestStream>, GenerationChunk>> outbox_;
-  StepBatch batch_;
+  // Two batches: with pipelined steps one is in flight while the next is built (backend.h:
+  // a batch stays unchanged until its Wait).
+  std::array<StepBatch, 2> batches_;
+  int next_batch_ = 0;
   StepOutput out_;
+  const bool pipeline_;                    // pipelined steps in effect
+  std::optional<InFlightStep> in_flight_;  // pipelined: the step launched last
+  int64_t chained_steps_ = 0;
+  int64_t pipeline_dropped_tokens_ = 0;
   std::vector<int32_t> chunk_tokens_;  // a verify chunk's tokens while the batch is built
   const int blocks_per_seq_;
   std::vector<int> free_penalty_slots_;
@@ -288,7 +346,7 @@ void EngineImpl::Loop() {
     {
       absl::MutexLock lock(&mu_);
       // Idle: wake at least once a second so stats_.last_progress shows a live loop.
-      if (!scheduler_.HasWork()) {
+      if (!scheduler_.HasWork() && !in_flight_.has_value()) {
         mu_.AwaitWithTimeout(absl::Condition(this, &EngineImpl::HasInput), absl::Seconds(1));
       }
       incoming.swap(inbox_);
@@ -309,10 +367,12 @@ void EngineImpl::Loop() {
       }
     }
     if (stop) {
+      // The step in flight first: its tokens are emitted, the backend is left idle.
+      if (in_flight_.has_value()) CompleteInFlight();
       for (auto& [id, r] : requests_) {
         if (!IsFinal(r->seq.state)) Finish(r.get(), FinishReason::kCancelled, absl::OkStatus());
       }
-    } else if (scheduler_.HasWork()) {
+    } else if (scheduler_.HasWork() || in_flight_.has_value()) {
       Step();
     }
     for (uint64_t key : finished_keys_) requests_.erase(key);
@@ -361,8 +421,22 @@ void EngineImpl::SpecFeedback(ActiveRequest* r, int drafted, int accepted) {
   r->spec_k = accepted == drafted ? std::min(k, r->spec_k * 2) : std::max(1, accepted + 1);
 }
 
+bool EngineImpl::MayDraft() const {
+  if (options_.spec_tokens == 0) return false;
+  for (const Sequence* seq : scheduler_.running()) {
+    if (by_seq_.at(seq)->proposer != nullptr) return true;
+  }
+  return false;
+}
+
 void EngineImpl::Step() {
   const absl::Time t0 = absl::Now();
+  // Pipelined unless a running sequence may draft; serially, the step in flight (if any)
+  // completes first. It also does when nothing is left to plan (every request of it ended).
+  const bool chain = pipeline_ && !MayDraft();
+  if (in_flight_.has_value() && (!chain || !scheduler_.HasWork())) {
+    if (!CompleteInFlight() || !scheduler_.HasWork()) return;
+  }
   if (options_.spec_tokens > 0) ProposeDrafts();
   SchedulerOutput out = scheduler_.Schedule();
   for (size_t i = 0; i < out.preempted.size(); ++i) {
@@ -388,6 +462,12 @@ void EngineImpl::Step() {
     }
   }
   if (out.empty()) {
+    // Pipelined: every running sequence waits for its last token (max_len) from the step in
+    // flight, which ends it.
+    if (in_flight_.has_value()) {
+      CompleteInFlight();
+      return;
+    }
     // Nothing running and the queue head cannot be admitted: it can never run (Enqueue
     // rejects such requests, so this is a safety net against a spinning loop).
     if (scheduler_.num_running() == 0 && scheduler_.num_waiting() > 0) {
@@ -407,7 +487,9 @@ void EngineImpl::Step() {
 
   std::vector<ActiveRequest*> owners;
   owners.reserve(out.chunks.size());
-  batch_.Reset(blocks_per_seq_);
+  StepBatch& batch = batches_[next_batch_];
+  next_batch_ ^= 1;
+  batch.Reset(blocks_per_seq_);
   for (const ScheduledChunk& c : out.chunks) {
     ActiveRequest* r = by_seq_.at(c.seq);
     owners.push_back(r);
@@ -420,31 +502,42 @@ void EngineImpl::Step() {
       row.logprob = r->request.output.logprobs;
       row.top_logprobs = r->request.output.top_logprobs;
     }
-    if (c.num_draft == 0) {
-      batch_.AddSequence(absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
-                         c.seq->kv, c.samples, row, /*return_logits=*/false);
+    if (c.seq->num_pending > 0) {
+      // Its last token is what the step in flight samples for it: chained to that slot.
+      DCF_CHECK(chain && c.seq->num_pending == 1 && c.num_tokens == 1 && c.num_draft == 0 &&
+                c.start + 1 == static_cast<int>(c.seq->tokens.size()))
+          << "a pending token outside a pipelined decode chunk";
+      chunk_tokens_.assign(1, ChainedToken(r->pending_slot));
+      batch.AddSequence(chunk_tokens_, c.seq->kv, c.samples, row, /*return_logits=*/false);
+    } else if (c.num_draft == 0) {
+      batch.AddSequence(absl::MakeConstSpan(c.seq->tokens).subspan(c.start, c.num_tokens),
+                        c.seq->kv, c.samples, row, /*return_logits=*/false);
     } else {  // the last known token, then the drafts it verifies
       chunk_tokens_.assign(1, c.seq->tokens[c.start]);
       chunk_tokens_.insert(chunk_tokens_.end(), c.seq->draft.begin(),
                            c.seq->draft.begin() + c.num_draft);
-      batch_.AddSequence(chunk_tokens_, c.seq->kv, c.samples, row, /*return_logits=*/false,
-                         c.num_draft + 1);
+      batch.AddSequence(chunk_tokens_, c.seq->kv, c.samples, row, /*return_logits=*/false,
+                        c.num_draft + 1);
     }
   }
-  const absl::Status status = backend_->Step(batch_, &out_);
+  const absl::Status status = chain ? backend_->Launch(batch) : backend_->Step(batch, &out_);
   ++steps_;
   if (!status.ok()) {
     FailBackend(status);
     return;
   }
+  const std::vector<int32_t> slots = batch.slot_offsets();
+  if (chain) {
+    Chain(out, std::move(owners), slots, t0);
+    return;
+  }
   // Verify: the accepted drafts join the sequence's tokens before Commit (which names the
   // blocks they complete); the rows of the rejected ones are simply not committed.
-  const std::vector<int32_t> slots = batch_.slot_offsets();
   std::vector<int> accepted(out.chunks.size(), 0);
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const ScheduledChunk& c = out.chunks[i];
     if (c.num_draft == 0) continue;
-    accepted[i] = AcceptedDrafts(batch_, static_cast<int>(i), out_, slots[i]);
+    accepted[i] = AcceptedDrafts(batch, static_cast<int>(i), out_, slots[i]);
     c.seq->tokens.insert(c.seq->tokens.end(), c.seq->draft.begin(),
                          c.seq->draft.begin() + accepted[i]);
     spec_drafted_ += c.num_draft;
@@ -465,6 +558,65 @@ void EngineImpl::Step() {
   }
 }
 
+void EngineImpl::Chain(const SchedulerOutput& out, std::vector<ActiveRequest*> owners,
+                       const std::vector<int32_t>& slots, absl::Time start) {
+  InFlightStep step;
+  step.owners = std::move(owners);
+  step.slots.assign(out.chunks.size(), -1);
+  step.num_tokens.resize(out.chunks.size());
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    step.num_tokens[i] = c.num_tokens;
+    if (!c.samples) continue;
+    // The token this step samples, known when its results come: scheduled meanwhile as the
+    // next step's chained decode token.
+    c.seq->tokens.push_back(kPendingToken);
+    ++c.seq->num_pending;
+    step.owners[i]->pending_slot = slots[i];
+    step.slots[i] = slots[i];
+  }
+  step.num_tokens_total = out.num_tokens;
+  step.num_prefill_tokens = out.num_prefill_tokens;
+  step.start = start;
+  std::optional<InFlightStep> previous = std::move(in_flight_);
+  in_flight_ = std::move(step);
+  if (previous.has_value()) ++chained_steps_;
+  // The step before fills the pending tokens this step's chunks end with (and may end some
+  // of its requests, whose chunks are then dropped: Finish).
+  if (previous.has_value() && !Complete(*previous)) return;
+  SchedulerOutput committed;
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    if (in_flight_->owners[i] != nullptr) committed.chunks.push_back(out.chunks[i]);
+  }
+  scheduler_.Commit(committed);
+  prompt_tokens_computed_ += out.num_prefill_tokens;
+}
+
+bool EngineImpl::CompleteInFlight() {
+  InFlightStep step = std::move(*in_flight_);
+  in_flight_.reset();
+  return Complete(step);
+}
+
+bool EngineImpl::Complete(const InFlightStep& step) {
+  if (absl::Status st = backend_->Wait(&out_); !st.ok()) {
+    FailBackend(st);
+    return false;
+  }
+  for (size_t i = 0; i < step.owners.size(); ++i) {
+    if (step.owners[i] == nullptr) {
+      pipeline_dropped_tokens_ += step.num_tokens[i];
+    } else if (step.slots[i] >= 0) {
+      ProcessTokens(step.owners[i], step.slots[i], 0);
+    }
+  }
+  if (observer_ != nullptr) {
+    observer_->OnStep(static_cast<int>(step.owners.size()), step.num_tokens_total,
+                      step.num_prefill_tokens, absl::Now() - step.start);
+  }
+  return true;
+}
+
 absl::Status EngineImpl::AcquirePenaltySlot(ActiveRequest* r) {
   if (!r->request.sampling.HasPenalties() || r->penalty_slot >= 0) return absl::OkStatus();
   // Every running sequence can hold one: there are as many slots as sequences per step.
@@ -472,6 +624,7 @@ absl::Status EngineImpl::AcquirePenaltySlot(ActiveRequest* r) {
   r->penalty_slot = free_penalty_slots_.back();
   free_penalty_slots_.pop_back();
   const Sequence& seq = r->seq;
+  DCF_CHECK(seq.num_pending == 0) << "penalty state of a sequence with pending tokens";
   const absl::Span<const int32_t> tokens(seq.tokens);
   return backend_->SetPenaltyState(r->penalty_slot, tokens.subspan(0, seq.prompt_len),
                                    tokens.subspan(seq.prompt_len));
@@ -487,6 +640,8 @@ void EngineImpl::FailBackend(const absl::Status& status) {
   DCF_LOG(Error) << "backend " << backend_->info().name << " failed; the engine stops serving: "
                  << status;
   failure_ = status;
+  // A step in flight is lost with the backend: never waited for.
+  in_flight_.reset();
   {
     absl::MutexLock lock(&mu_);
     stats_.healthy = false;
@@ -522,11 +677,22 @@ void EngineImpl::ProcessTokens(ActiveRequest* r, int slot, int accepted) {
   GenerationChunk chunk;
   OutputProcessor::Update u;
   if (n > 0) u = r->output->Process(tokens, &chunk);
-  // The drafts are in seq.tokens already; what the processor cut goes again (the request
-  // ends then), and the last sampled token joins.
-  const size_t before = r->seq.tokens.size() - accepted;
-  r->seq.tokens.resize(before + std::min(u.accepted, accepted));
-  if (u.accepted > accepted) r->seq.tokens.push_back(tokens[accepted].token);
+  Sequence& seq = r->seq;
+  if (seq.num_pending > 0) {
+    // Pipelined (never with drafts): the token takes the place its step's launch left, the
+    // oldest pending one. Not taken, the request ends (Finish drops the placeholders).
+    DCF_CHECK(accepted == 0) << "a pipelined step verified drafts";
+    if (u.accepted > 0) {
+      seq.tokens[seq.tokens.size() - seq.num_pending] = tokens[0].token;
+      --seq.num_pending;
+    }
+  } else {
+    // The drafts are in seq.tokens already; what the processor cut goes again (the request
+    // ends then), and the last sampled token joins.
+    const size_t before = seq.tokens.size() - accepted;
+    seq.tokens.resize(before + std::min(u.accepted, accepted));
+    if (u.accepted > accepted) seq.tokens.push_back(tokens[accepted].token);
+  }
   tokens_generated_ += u.accepted;
   if (u.reason == FinishReason::kUnspecified && nonfinite) {
     if (observer_ != nullptr) observer_->OnNonFiniteLogits();
@@ -534,7 +700,7 @@ void EngineImpl::ProcessTokens(ActiveRequest* r, int slot, int accepted) {
     Finish(r, FinishReason::kError,
            absl::InternalError(absl::StrCat(
                "the model's logits for this request are not finite (NaN or infinity) at "
-               "position ", r->seq.tokens.size() - 1,
+               "position ", r->seq.tokens.size() - r->seq.num_pending - 1,
                ", so no token was sampled: its weights may be corrupt (--check-weights scans "
                "them at load) or its activations overflowed")));
     return;
@@ -569,6 +735,16 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
   chunk.usage.accepted_draft_tokens = r->spec_accepted;
   scheduler_.Remove(&r->seq);
   ReleasePenaltySlot(r);
+  // Pipelined: its chunk in the step in flight is computed for nothing (its blocks may be
+  // reused at once: every later step runs after it, on the device too), and its pending
+  // tokens will never be known.
+  if (in_flight_.has_value()) {
+    for (ActiveRequest*& owner : in_flight_->owners) {
+      if (owner == r) owner = nullptr;
+    }
+  }
+  r->seq.tokens.resize(r->seq.tokens.size() - r->seq.num_pending);
+  r->seq.num_pending = 0;
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
                           : reason == FinishReason::kError   ? RequestState::kFailed
                                                              : RequestState::kFinished;
@@ -613,6 +789,8 @@ void EngineImpl::PublishAndFlush() {
     stats_.spec_drafted_tokens = spec_drafted_;
     stats_.spec_accepted_tokens = spec_accepted_;
     stats_.prompt_tokens_computed = prompt_tokens_computed_;
+    stats_.chained_steps = chained_steps_;
+    stats_.pipeline_dropped_tokens = pipeline_dropped_tokens_;
     hook = step_hook_;
   }
   finished_keys_.clear();
@@ -701,6 +879,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
     resolved.spec_max_step_drafts = 0;
     resolved.spec_step_tokens = 0;
   }
+  // Pipelined steps where the backend chains them, and by default where that pays.
+  const bool chains = backend->ChainsSteps();
+  if (options.pipeline_steps == PipelineSteps::kOn && !chains) {
+    DCF_LOG(Warning) << "pipelined steps are off: backend " << backend->info().name
+                     << " cannot chain steps";
+  }
+  resolved.pipeline_steps =
+      chains && (options.pipeline_steps == PipelineSteps::kOn ||
+                 (options.pipeline_steps == PipelineSteps::kAuto && backend->LaunchReturnsEarly()))
+          ? PipelineSteps::kOn
+          : PipelineSteps::kOff;
   StepLimits limits;
   limits.max_tokens = options.max_num_batched_tokens;
   limits.max_draft_rows = resolved.spec_max_step_drafts;
@@ -774,7 +963,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> 
                                            ? absl::StrCat(resolved.spec_step_tokens)
                                            : std::string("any number of"),
                                        " tokens (", step_tokens_source, ")")
-                        : std::string("off"));
+                        : std::string("off"))
+                << "; pipelined steps " << PipelineStepsName(resolved.pipeline_steps);
   // The loop thread runs every step with its own OpenMP team: the workers this thread started
   // (packing the weights, the measurement above) would only wait, or spin with
   // OMP_WAIT_POLICY=active on the cores the steps need.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/execution/backend.h"
 #include "engine/serving/request.h"
 #include "engine/serving/request_stream.h"
@@ -24,6 +25,20 @@
 namespace dcf {
 
 class Tokenizer;
+
+// Pipelined steps (docs/DESIGN.md "Pipelined steps"): step n + 1 is planned and launched
+// before the results of step n are waited for, its decode tokens chained to what step n is
+// still sampling (step_batch.h), so the host's work between steps (results, stop rules,
+// streams, scheduling, packing) overlaps the device's. Outputs are identical either way.
+enum class PipelineSteps {
+  kAuto,  // on where Launch returns before the device is done (cuda, cuda-sim), else off
+  kOn,    // on wherever the backend chains steps (Backend::ChainsSteps; else off, logged)
+  kOff,   // one step at a time: Launch, Wait, results, then the next step is planned
+};
+// "auto", "on", "off" (the server's and dcformer-bench's --pipeline-steps); InvalidArgument
+// otherwise.
+absl::StatusOr<PipelineSteps> ParsePipelineSteps(absl::string_view name);
+const char* PipelineStepsName(PipelineSteps mode);
 
 // The KV pool is sized once at Create: see kv_cache_planner.h for how the budget is split
 // between the global and the window layer group. Scheduling rules (admission, watermark,
@@ -66,6 +81,10 @@ struct EngineOptions {
   // Per sequence, shrink the draft after low acceptance and pause drafting for a while
   // after repeated misses (engine.cc, SpecFeedback); false: always draft spec_tokens (tests).
   bool spec_adaptive = true;
+  // Pipelined steps (above). Steps of a sequence that may draft (speculative decoding) run
+  // serially: its proposer needs its real last token. Engine::options() holds the mode in
+  // effect (kOn or kOff).
+  PipelineSteps pipeline_steps = PipelineSteps::kAuto;
   // Exact pool sizes per group (global, window), bypassing the budget (tests, benchmarks).
   // Both 0 (the default): size from kv_cache_bytes / kv_cache_fraction, see kv_cache_planner.h.
   std::array<int, kNumLayerGroups> kv_num_blocks{0, 0};
@@ -100,6 +119,12 @@ struct EngineStats {
   // measured; 0: no cap, or speculation off).
   int spec_step_tokens = 0;
   int64_t prompt_tokens_computed = 0;  // prefill tokens run (recomputation included)
+  bool pipelining = false;             // pipelined steps in effect (EngineOptions)
+  // Pipelined steps: steps launched before the previous one was waited for, and the tokens
+  // of their chunks that were computed for a request that had ended meanwhile (a stop rule,
+  // a cancellation), whose results were dropped.
+  int64_t chained_steps = 0;
+  int64_t pipeline_dropped_tokens = 0;
   bool healthy = true;                 // false once a backend step failed (fatal)
   std::string failure;                 // the failure's message when !healthy
   BackendInfo backend;
@@ -220,7 +245,9 @@ class Engine {
 
   // Test-only: runs `hook` on the engine loop thread after every step (blocks committed, the
   // step's sampled tokens appended, finished sequences removed) with the KV manager and the
-  // running sequences. Set it before enqueueing; it must not call into the engine.
+  // running sequences. With pipelined steps a step is then in flight: its sequences' tokens
+  // end with its pending tokens (Sequence::num_pending) and its blocks are committed. Set it
+  // before enqueueing; it must not call into the engine.
   using StepHook =
       std::function<void(const KvCacheManager& kv, const std::vector<const Sequence*>& running)>;
   void SetStepHookForTesting(StepHook hook);

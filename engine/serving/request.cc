@@ -36,7 +36,7 @@ bool IsValidTransition(RequestState from, RequestState to) {
     case S::kQueued: return to == S::kPrefill;
     case S::kPrefill: return to == S::kDecode || to == S::kPreempted || to == S::kFinished;
     case S::kDecode: return to == S::kPreempted || to == S::kFinished;
-    case S::kPreempted: return to == S::kPrefill;
+    case S::kPreempted: return to == S::kPrefill || to == S::kFinished;
     default: return false;
   }
 }

@@ -60,6 +60,8 @@ const char* FinishReasonName(FinishReason reason);
 // Lifecycle of a request inside the engine. Transitions happen only in the engine loop:
 //   kQueued -> kPrefill -> kDecode -> kFinished
 //   kPrefill/kDecode -> kPreempted -> kPrefill (recompute)
+//   kPreempted -> kFinished (pipelined steps: preempted while a step in flight sampled the
+//     token that ends it)
 //   any non-final -> kCancelled | kFailed
 enum class RequestState { kQueued, kPrefill, kDecode, kPreempted, kFinished, kCancelled, kFailed };
 const char* RequestStateName(RequestState state);

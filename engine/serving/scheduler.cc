@@ -89,6 +89,8 @@ SchedulerOutput Scheduler::Schedule() {
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running_.size(); ++i) {
       Sequence* seq = running_[i];
+      // Its last token, still being sampled, is its last one (max_len): nothing to compute.
+      if (seq->num_pending > 0 && static_cast<int>(seq->tokens.size()) >= seq->max_len) continue;
       const int rem = seq->remaining();
       DCF_CHECK(rem >= 1) << "running sequence " << seq->seq_id << " has nothing to feed";
       if ((pass == 0) != (rem == 1) || scheduled(seq)) continue;
@@ -123,6 +125,9 @@ SchedulerOutput Scheduler::Schedule() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs &&
          budget > 0) {
     Sequence* seq = waiting_.front();
+    // Preempted while a step was sampling its last token: its prefix-cache lookup and its
+    // prefill need that token first (it comes before the next Schedule).
+    if (seq->num_pending > 0) break;
     const int len = static_cast<int>(seq->tokens.size());
     // The longest cached prefix (empty without prefix caching); its blocks count as computed.
     const PrefixHit hit = kv_->FindCachedPrefix(seq->kv, seq->tokens);

@@ -27,6 +27,10 @@
 // cached.
 // max_num_seqs is clamped to max_num_batched_tokens so that every decoding sequence advances
 // every step.
+// Pipelined steps (Sequence::num_pending): a running sequence's pending token (still being
+// sampled by the step in flight) is scheduled like a known one, as its decode chunk, except
+// when it is its last (max_len tokens): that sequence gets no chunk. A waiting sequence with a
+// pending token (preempted while it was being sampled) is not admitted until it is known.
 //  4. Speculative decoding, last (so drafts never take budget or blocks from decodes,
 //     prefill chunks or admissions, and never cause a preemption): when nothing was
 //     preempted, each decode chunk of a sequence with a draft (Sequence::draft), oldest first,

@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -36,7 +37,8 @@ ABSL_FLAG(int, repeats, 3, "repetitions (median reported)");
 ABSL_FLAG(int, verify_tokens, 0,
           "if > 0 (cpu backend): also time a step that verifies this many drafted tokens "
           "(speculative decoding: a chunk of 1 + k tokens sampling every row) against a plain "
-          "decode step at the same position, alternating, median of 5 x --repeats each");
+          "decode step at the same position, alternating, median of 5 x --repeats each, and "
+          "(cpu backend) the mean time of each phase of both");
 ABSL_FLAG(bool, roofline, false,
           "measure memory read bandwidth and FMA throughput in the same run and compare decode "
           "with the memory roofline and prefill with the FMA peak (cpu backend)");
@@ -149,15 +151,27 @@ int main(int argc, char** argv) {
     dcf::StepBatch batch;
     dcf::StepOutput out;
     std::vector<double> plain_ms, verify_ms;
+    // The CPU backend's phases (cpu_profile.h) summed over each kind of step: where the
+    // verify step's extra time goes.
+    const auto* profiled = dynamic_cast<const dcf::CpuBackend*>(model->backend.get());
+    std::array<double, dcf::cpu::CpuStepProfile::kNumPhases> plain_phases{}, verify_phases{};
     const int blocks_per_seq = (c.max_positions + 15) / 16;  // SequenceRunner's block size
     for (int r = 0; r < 5 * absl::GetFlag(FLAGS_repeats); ++r) {
       for (int n : {1, verify + 1}) {
         batch.Reset(blocks_per_seq);
         batch.AddSequence(absl::MakeConstSpan(tokens).subspan(prompt_len, n), kv, true, row,
                           false, n);
+        dcf::cpu::CpuStepProfile before;
+        if (profiled != nullptr) before = profiled->profile();
         const absl::Time s0 = absl::Now();
         if (absl::Status st = model->backend->Step(batch, &out); !st.ok()) return fail(st);
         (n == 1 ? plain_ms : verify_ms).push_back(1e3 * absl::ToDoubleSeconds(absl::Now() - s0));
+        if (profiled != nullptr) {
+          for (int i = 0; i < dcf::cpu::CpuStepProfile::kNumPhases; ++i) {
+            (n == 1 ? plain_phases : verify_phases)[i] +=
+                profiled->profile().seconds[i] - before.seconds[i];
+          }
+        }
       }
     }
     std::sort(plain_ms.begin(), plain_ms.end());
@@ -166,6 +180,15 @@ int main(int argc, char** argv) {
     std::printf("verify step: %d drafted tokens at position %d: %.2f ms, plain decode step "
                 "%.2f ms: %.2fx (medians of %zu, alternating; greedy, random drafts)\n",
                 verify, prompt_len, v, p, v / p, plain_ms.size());
+    if (profiled != nullptr) {
+      std::printf("  phases, mean ms per step, plain -> verify:");
+      for (int i = 0; i < dcf::cpu::CpuStepProfile::kNumPhases; ++i) {
+        const double steps = static_cast<double>(plain_ms.size());
+        std::printf(" %s %.2f -> %.2f;", dcf::cpu::CpuStepProfile::Name(i),
+                    1e3 * plain_phases[i] / steps, 1e3 * verify_phases[i] / steps);
+      }
+      std::printf("\n");
+    }
   }
   const auto* cpu = dynamic_cast<const dcf::CpuBackend*>(model->backend.get());
   if (absl::GetFlag(FLAGS_roofline) && cpu != nullptr) {

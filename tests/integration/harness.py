@@ -147,19 +147,42 @@ class Server:
         return f"127.0.0.1:{self.port}"
 
     def __enter__(self):
-        cmd = [self.binary, f"--model={self.model}", "--host=127.0.0.1", f"--port={self.port}",
-               f"--metrics-port={self.metrics_port}", "--kv-cache-bytes=16000000"] + self.args
         # One compute thread: the tests check the API, not throughput, and on a small shared
         # machine spinning OpenMP/BLAS pools of several servers starve each other.
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **self.extra_env)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        if self.ready:
+        for attempt in range(3):
+            self.proc = subprocess.Popen(self._command(), stdout=self.log,
+                                         stderr=subprocess.STDOUT, env=env)
+            if not self.ready:
+                return self
             try:
                 self.wait_serving()
+                return self
             except BaseException:
+                if attempt < 2 and self._lost_port_race():
+                    # Another process bound one of the ports between free_ports and this
+                    # server's bind (the kernel may hand a closed port out again): new ports.
+                    self.port, self.metrics_port = free_ports(2)
+                    self.log.seek(0)
+                    self.log.truncate()
+                    continue
                 self.__exit__(*sys.exc_info())
                 raise
         return self
+
+    def _command(self):
+        return [self.binary, f"--model={self.model}", "--host=127.0.0.1", f"--port={self.port}",
+                f"--metrics-port={self.metrics_port}", "--kv-cache-bytes=16000000"] + self.args
+
+    def _lost_port_race(self):
+        """The server exited because one of its own ports was taken, not for a reason of the
+        test's (a test that takes a port on purpose passes it in `args`, which wins)."""
+        if self.proc.poll() is None:
+            return False
+        return any("Address already in use" in line and
+                   any(f"cannot listen on 127.0.0.1:{p}:" in line
+                       for p in (self.port, self.metrics_port))
+                   for line in self.read_log().splitlines())
 
     def __exit__(self, *exc):
         if self.proc.poll() is None:
@@ -199,17 +222,33 @@ class Server:
         return health_pb2_grpc.HealthStub(self.channel())
 
     def wait_serving(self, timeout=60.0):
-        """Blocks on the health Watch stream until the server reports SERVING."""
+        """Blocks on the health Watch stream until the server reports SERVING; fails as soon
+        as the server process exits (before it listens, too: a server that could not bind
+        must not cost the whole timeout)."""
+        deadline = time.monotonic() + timeout
         with self.channel() as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            stream = stub.Watch(health_pb2.HealthCheckRequest(service=""), wait_for_ready=True,
-                                timeout=timeout)
-            for msg in stream:
-                if msg.status == SERVING:
-                    stream.cancel()
-                    return
-                if self.proc.poll() is not None:
-                    break
+            connected = grpc.channel_ready_future(ch)
+            while not connected.done():
+                try:
+                    connected.result(timeout=0.25)
+                except grpc.FutureTimeoutError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        connected.cancel()
+                        break
+            if connected.done() and not connected.cancelled():
+                stub = health_pb2_grpc.HealthStub(ch)
+                stream = stub.Watch(health_pb2.HealthCheckRequest(service=""),
+                                    wait_for_ready=True,
+                                    timeout=max(1.0, deadline - time.monotonic()))
+                try:
+                    for msg in stream:
+                        if msg.status == SERVING:
+                            stream.cancel()
+                            return
+                        if self.proc.poll() is not None:
+                            break
+                except grpc.RpcError:
+                    pass  # the server went away or the deadline passed: reported below
         raise AssertionError("server never became SERVING:\n" + self.read_log()[-3000:])
 
     def check_health(self, service=""):

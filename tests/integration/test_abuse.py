@@ -97,18 +97,26 @@ class AbuseTest(unittest.TestCase):
         request.output.top_logprobs = 20  # large responses fill the window fast
         silent = self.server.stub(options=SMALL_WINDOW + OWN_CONNECTION).Generate(request,
                                                                                   timeout=120)
-        first = next(silent)  # started; from now on the test does not read it
-        self.assertGreater(len(first.token_ids), 0)
+        cut_off = None
+        try:
+            first = next(silent)  # started; from now on the test does not read it
+            self.assertGreater(len(first.token_ids), 0)
+        except grpc.RpcError as e:
+            # The same outcome, sooner: on a loaded machine the tiny model's ~14 tokens of 20
+            # logprobs pass the 4 KiB bound before this client takes even its first message.
+            cut_off = e
         # Other streams and the engine loop go on: a full generation completes meanwhile...
         self.generate_ok(200)
         # ...and the silent stream's request was cancelled in the engine once its unsent
         # output passed --max-stream-buffer-bytes: nothing runs, no KV block is held.
         h.wait_until(lambda: idle(self.server), what="the silent stream released")
-        with self.assertRaises(grpc.RpcError) as ctx:
-            for _ in silent:
-                pass
-        self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
-        self.assertIn("not reading", ctx.exception.details())
+        if cut_off is None:
+            with self.assertRaises(grpc.RpcError) as ctx:
+                for _ in silent:
+                    pass
+            cut_off = ctx.exception
+        self.assertEqual(cut_off.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("not reading", cut_off.details())
         h.wait_until(lambda: self.server.metric("dcformer_requests_total",
                                                 outcome="resource_exhausted") == 1,
                      what="the cut-off stream counted")

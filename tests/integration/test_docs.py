@@ -18,7 +18,8 @@ server's ports (clients without --target get it); placeholders (DIR, /tmp/m, /mo
 key and certificate files) become real ones; a bracketed option is dropped (a bracketed
 boolean flag is also run once with it); the 200M-parameter model of "Offline tools" is
 written at a small shape with the same flags; loadgen runs at most 16 measured and 2 warm-up
-requests per run; report files go to a temporary directory.
+requests per run; matmul-bench times each case for 0.02 s; report files go to a temporary
+directory. A command that takes more than 5 s is printed with its time.
 """
 import json
 import os
@@ -28,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 import harness as h
@@ -48,6 +50,9 @@ RULES = [  # (pattern searched in the command, action, reason)
     (r"dcformer-matmul-bench --rows 2,4,8,16,32,128", CHECK_ARGS,
      "a benchmark: every product of the 261M shape at 6 row counts and 2 dtypes, at least "
      "0.2 s each, minutes under ASan"),
+    (r"dcformer-matmul-bench --rows 1,2,3,4,5,8,9,12,16,32,128", CHECK_ARGS,
+     "a benchmark: every product of the 261M shape at 11 row counts and 5 dtypes, at least "
+     "0.2 s each, minutes"),
     (r"dcformer-cpu-attention-bench", CHECK_ARGS,
      "sweeps sequence lengths up to 2048: minutes to an hour on 2 cores"),
     (r"dcformer-loadgen --protocol openai --http-target 127\.0\.0\.1:8000", CHECK_ARGS,
@@ -223,6 +228,8 @@ class DocsTest(unittest.TestCase):
                       "--dim 64 --n-layer 2 --n-head 4 --ffn 128")
         s = re.sub(r"--num-requests (\d+)",
                    lambda m: f"--num-requests {min(int(m.group(1)), 16)}", s)
+        if "dcformer-matmul-bench" in s and "--min-seconds" not in s:
+            s += " --min-seconds 0.02"  # each case timed once, not for 0.3 s
         if "dcformer-loadgen" in s and not re.search(r"--num-requests|--duration", s):
             s += " --num-requests 16"  # the default is 100
         s = re.sub(r"--warmup-requests (\d+)",
@@ -333,10 +340,14 @@ class DocsTest(unittest.TestCase):
                 if action == SKIP:
                     continue
                 for variant in expand_options(doc.text):
+                    started = time.monotonic()
                     if action == CHECK_ARGS:
                         self.check_args(doc, variant)
                     else:
                         self.check_run(doc, variant)
+                    seconds = time.monotonic() - started
+                    if seconds > 5:  # what CI's time limit goes to (a slow run is named)
+                        print(f"{seconds:6.1f} s  {doc.where}: {variant[:100]}", flush=True)
         print(f"documented commands: {counts[RUN]} run, {counts[CHECK_ARGS]} flags checked, "
               f"{counts[SKIP]} skipped")
         stale = [r[0] for r in RULES if r[0] not in used_rules]

@@ -1,6 +1,8 @@
 // A Backend that forwards every call to another one: the base of the test decorators that
 // break a real backend on purpose (fault_injecting_backend.h, engine_test's failing ones).
-// Subclasses override what they change, usually Launch.
+// Subclasses override what they change, usually Launch. One that keeps state from a Launch to
+// its Wait must hold it per step in flight (2 when the inner backend ChainsSteps), or say
+// ChainsSteps() false.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,8 @@ class ForwardingBackend : public Backend {
   absl::Status Wait(StepOutput* out) override { return inner_->Wait(out); }
   absl::Status health() const override { return inner_->health(); }
   bool VerifiesDrafts() const override { return inner_->VerifiesDrafts(); }
+  bool ChainsSteps() const override { return inner_->ChainsSteps(); }
+  bool LaunchReturnsEarly() const override { return inner_->LaunchReturnsEarly(); }
   int MeasureMemoryBoundTokens(int max_tokens) override {
     return inner_->MeasureMemoryBoundTokens(max_tokens);
   }

@@ -741,6 +741,141 @@ TEST_P(BackendTest, VerifyRowsSampleLikePlainDecoding) {
   manager.Free(kv_b);
 }
 
+// Chained steps (step_batch.h, Backend::ChainsSteps): each step is launched before the
+// previous one is waited for, its decode tokens chained to the slots where the previous step
+// samples them; the outputs are those of the same steps run one at a time with the tokens fed
+// from the host: the same tokens, logprobs and top logprobs (bit for bit on the CPU, which
+// runs the same host code; within 1e-4 on cuda-sim). Sequence A samples with penalties (its
+// slot counts each chained token before the next is drawn), B greedily, C joins mid-way
+// (a prefill chunk that samples nothing, so the previous step's slots and sampled rows
+// differ, then its last chunk); the sequence order changes every step. A chained token the
+// previous step did not sample and a third step in flight are refused without harm.
+TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  ASSERT_TRUE(backend.ChainsSteps());
+  StepLimits limits;
+  limits.max_tokens = 32;
+  limits.max_seqs = 4;
+  limits.max_logit_rows = 0;
+  limits.blocks_per_seq = 64;
+  limits.num_penalty_slots = 1;
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {64, 64};
+  const std::vector<std::vector<int32_t>> prompts = {
+      {5, 17, 42, 7}, {9, 3, 11, 250, 8}, {1, 2, 3, 4, 5, 6, 7, 8}};
+  std::vector<SamplingRow> rows(3);
+  rows[0].params.temperature = 0.9f;
+  rows[0].params.top_k = 40;
+  rows[0].params.repetition_penalty = 1.3f;
+  rows[0].params.frequency_penalty = 0.5f;
+  rows[0].seed = 99;
+  rows[0].penalty_slot = 0;
+  rows[0].logprob = true;
+  rows[0].top_logprobs = 5;
+  rows[1].params.temperature = 0;
+  rows[1].logprob = true;
+  rows[1].top_logprobs = 3;
+  rows[2].params.temperature = 1.2f;
+  rows[2].params.top_p = 0.9f;
+  rows[2].seed = 7;
+  // Each step's entries: {sequence, prompt tokens to feed (0: decode its last token)}.
+  std::vector<std::vector<std::pair<int, int>>> plan = {
+      {{0, 4}, {1, 5}}, {{2, 3}, {0, 0}, {1, 0}}, {{0, 0}, {2, 5}, {1, 0}}};
+  for (int k = 3; k < 9; ++k) {
+    plan.push_back(k % 2 ? std::vector<std::pair<int, int>>{{1, 0}, {0, 0}, {2, 0}}
+                         : std::vector<std::pair<int, int>>{{2, 0}, {1, 0}, {0, 0}});
+  }
+  const int steps = static_cast<int>(plan.size());
+  const auto run = [&](bool chained, std::vector<StepOutput>* outs) {
+    ASSERT_TRUE(backend.Prepare(limits).ok());
+    ASSERT_TRUE(backend.AllocateCache(shape).ok());
+    ASSERT_TRUE(backend.SetPenaltyState(0, prompts[0], {}).ok());
+    KvCacheManager manager(shape);
+    std::vector<SequenceKv> kv(3);
+    std::vector<int> fed(3, 0), generated(3, 0);
+    std::vector<int32_t> last(3, -1), slot(3, -1);  // last token and its slot (last step)
+    std::vector<StepBatch> batches(steps);
+    outs->assign(steps, StepOutput());
+    for (int k = 0; k < steps; ++k) {
+      StepBatch& b = batches[k];
+      b.Reset(limits.blocks_per_seq);
+      std::vector<int> sampler;  // [S] the sequence each entry samples for, or -1
+      for (const auto& [s, n] : plan[k]) {
+        std::vector<int32_t> tokens;
+        if (n > 0) {
+          tokens.assign(prompts[s].begin() + fed[s], prompts[s].begin() + fed[s] + n);
+          fed[s] += n;
+        } else {
+          tokens = {chained ? ChainedToken(slot[s]) : last[s]};
+        }
+        const int count = static_cast<int>(tokens.size());
+        ASSERT_TRUE(manager.Reserve(kv[s], kv[s].num_tokens + count).ok());
+        const bool samples = fed[s] == static_cast<int>(prompts[s].size());
+        SamplingRow row = rows[s];
+        row.step = generated[s];
+        b.AddSequence(tokens, kv[s], samples, row, false);
+        manager.Commit(kv[s], kv[s].num_tokens + count);
+        sampler.push_back(samples ? s : -1);
+        if (samples) ++generated[s];
+      }
+      const std::vector<int32_t> slots = b.slot_offsets();
+      if (chained && k == 2) {
+        // Slot 0 of step 1 is C's chunk, which samples nothing.
+        StepBatch bad = b;
+        bad.tokens[0] = ChainedToken(0);
+        EXPECT_EQ(backend.Launch(bad).code(), absl::StatusCode::kFailedPrecondition);
+      }
+      ASSERT_TRUE(backend.Launch(b).ok()) << "step " << k;
+      if (chained && k > 0) {
+        if (k == 2) {
+          EXPECT_EQ(backend.Launch(b).code(), absl::StatusCode::kFailedPrecondition)
+              << "a third step in flight";
+        }
+        ASSERT_TRUE(backend.Wait(&(*outs)[k - 1]).ok());
+      }
+      if (!chained) {
+        ASSERT_TRUE(backend.Wait(&(*outs)[k]).ok());
+        for (size_t i = 0; i < sampler.size(); ++i) {
+          if (sampler[i] >= 0) last[sampler[i]] = (*outs)[k].tokens[slots[i]];
+        }
+      }
+      for (size_t i = 0; i < sampler.size(); ++i) {
+        if (sampler[i] >= 0) slot[sampler[i]] = slots[i];
+      }
+    }
+    if (chained) ASSERT_TRUE(backend.Wait(&(*outs)[steps - 1]).ok());
+    StepOutput none;
+    EXPECT_EQ(backend.Wait(&none).code(), absl::StatusCode::kFailedPrecondition);
+    for (SequenceKv& k : kv) manager.Free(k);
+  };
+  std::vector<StepOutput> serial, chained;
+  run(false, &serial);
+  ASSERT_FALSE(HasFatalFailure());
+  run(true, &chained);
+  ASSERT_FALSE(HasFatalFailure());
+  const double tol = GetParam() == BackendKind::kCpu ? 0.0 : 1e-4;
+  int sampled = 0;
+  for (int k = 0; k < steps; ++k) {
+    const StepOutput& want = serial[k];
+    const StepOutput& got = chained[k];
+    ASSERT_EQ(got.tokens, want.tokens) << "step " << k;
+    ASSERT_EQ(got.top_tokens, want.top_tokens) << "step " << k;
+    for (size_t i = 0; i < want.tokens.size(); ++i) {
+      sampled += want.tokens[i] >= 0;
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], tol) << "step " << k << " slot " << i;
+      for (int j = 0; j < kMaxTopLogprobs; ++j) {
+        const size_t at = i * kMaxTopLogprobs + j;
+        EXPECT_NEAR(got.top_logprobs[at], want.top_logprobs[at], tol);
+      }
+    }
+  }
+  EXPECT_EQ(sampled, 2 + 2 + 3 + 3 * 6);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()),
                          [](const auto& info) { return KindName(info.param); });
 

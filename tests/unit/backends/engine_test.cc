@@ -165,6 +165,7 @@ void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>
   EXPECT_EQ(st.kv_blocks_used[1], 0);
   EXPECT_EQ(st.num_running, 0);
   EXPECT_EQ(st.num_waiting, 0);
+  if (st.pipelining) EXPECT_GT(st.chained_steps, 0);
   *preemptions = st.num_preemptions;
 }
 
@@ -194,6 +195,24 @@ TEST_P(BatchingInvarianceTest, TinyPoolForcesPreemptionAndStillMatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values(1, 7, 64));
+
+// Pipelined steps (EngineOptions::pipeline_steps on; auto leaves them off on the CPU) keep
+// every output equal to its solo run through chunked prefill, staggered arrivals and
+// preemption of sequences whose last token a step in flight is still sampling.
+TEST(EngineTest, PipelinedTinyPoolForcesPreemptionAndStillMatches) {
+  for (int chunk : {7}) {
+    EngineOptions o;
+    o.max_prefill_chunk_tokens = chunk;
+    o.max_num_batched_tokens = 8;
+    o.max_num_seqs = 8;
+    o.watermark = 0;
+    o.kv_num_blocks = {12, 6};
+    o.pipeline_steps = PipelineSteps::kOn;
+    int64_t preemptions = -1;
+    RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions);
+    EXPECT_GT(preemptions, 0) << "chunk " << chunk;
+  }
+}
 
 // int8 matrices (--weight-dtype int8), weight-only and int8 x int8 (--activation-dtype int8),
 // keep batch invariance: continuous batching, chunked prefill and preemption give every
@@ -888,6 +907,8 @@ class PoisonedPrefill : public testing::ForwardingBackend {
     }
     return ForwardingBackend::Launch(b);
   }
+  // poisoned_ is of the one step in flight.
+  bool ChainsSteps() const override { return false; }
   absl::Status Wait(StepOutput* out) override {
     if (absl::Status st = ForwardingBackend::Wait(out); !st.ok()) return st;
     for (int s : poisoned_) {  // as a sampler reports logits that are not finite
@@ -954,6 +975,164 @@ TEST(EngineTest, BackendFailureIsFatalAndReported) {
   EXPECT_EQ(st.num_running, 0);
   auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Pipelined steps: a failed Launch (a step in flight) or a failed Wait (the next step
+// launched) fails every request cleanly, both steps' included: no hang, every block freed,
+// the engine unhealthy.
+class WaitFailingBackend : public testing::ForwardingBackend {
+ public:
+  WaitFailingBackend(std::unique_ptr<Backend> inner, int fail_at)
+      : ForwardingBackend(std::move(inner)), fail_at_(fail_at) {}
+  absl::Status Wait(StepOutput* out) override {
+    if (waits_++ == fail_at_) return absl::InternalError("injected device fault");
+    return ForwardingBackend::Wait(out);
+  }
+
+ private:
+  int fail_at_;
+  int waits_ = 0;
+};
+
+TEST(EngineTest, PipelinedBackendFailureFailsBothStepsInFlight) {
+  for (const bool at_wait : {false, true}) {
+    EngineOptions o;
+    o.kv_num_blocks = {64, 32};
+    o.pipeline_steps = PipelineSteps::kOn;
+    std::unique_ptr<Backend> backend =
+        at_wait ? std::unique_ptr<Backend>(std::make_unique<WaitFailingBackend>(LoadBackend(), 5))
+                : std::make_unique<FailingBackend>(LoadBackend(), 5);
+    auto created = Engine::Create(std::move(backend), nullptr, o);
+    ASSERT_TRUE(created.ok());
+    Engine& engine = **created;
+    const std::vector<int32_t> pa = RandomPrompt(8, 1);
+    auto a = engine.Enqueue(Greedy(pa, 50));
+    auto b = engine.Enqueue(Greedy(RandomPrompt(9, 2), 50));
+    ASSERT_TRUE(a.ok() && b.ok());
+    Collected ca, cb;
+    ca.Drain(a->stream());
+    cb.Drain(b->stream());
+    for (const Collected* c : {&ca, &cb}) {
+      EXPECT_EQ(c->final_chunk.finish_reason, FinishReason::kError) << at_wait;
+      EXPECT_NE(c->final_chunk.error.message().find("injected device fault"), std::string::npos);
+      EXPECT_LT(c->tokens.size(), 50u);
+    }
+    const std::vector<int32_t> reference = Reference(pa, 50);
+    EXPECT_EQ(ca.ids(),
+              std::vector<int32_t>(reference.begin(), reference.begin() + ca.ids().size()));
+    const EngineStats st = engine.Stats();
+    EXPECT_FALSE(st.healthy);
+    EXPECT_GT(st.chained_steps, 0);
+    EXPECT_EQ(st.kv_blocks_used[0], 0);
+    EXPECT_EQ(st.kv_blocks_used[1], 0);
+    EXPECT_EQ(st.num_running, 0);
+    EXPECT_EQ(engine.Enqueue(Greedy(RandomPrompt(4, 3), 4)).status().code(),
+              absl::StatusCode::kUnavailable);
+  }
+}
+
+// Cancelled while a pipelined step computes its next token (the step hook holds the loop
+// with that step in flight until the cancel is in): the request ends with the 5 tokens it
+// had, the reference's first 5; its row of the step in flight is dropped; every block is
+// freed; the request it shared its steps with generates its reference.
+TEST(EngineTest, PipelinedCancelWithAStepInFlight) {
+  absl::Notification at_five, cancelled;  // outlive the engine, whose loop runs the hook
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.pipeline_steps = PipelineSteps::kOn;
+  auto engine = MakeEngine(o);
+  const std::vector<int32_t> prompt = RandomPrompt(20, 7), other = RandomPrompt(13, 8);
+  int pending_at_cancel = -1;
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        for (const Sequence* s : running) {
+          if (std::equal(prompt.begin(), prompt.end(), s->tokens.begin()) &&
+              s->num_generated() - s->num_pending == 5 && !at_five.HasBeenNotified()) {
+            pending_at_cancel = s->num_pending;
+            at_five.Notify();
+            cancelled.WaitForNotification();
+          }
+        }
+      });
+  auto victim = engine->Enqueue(Greedy(prompt, 200));
+  auto survivor = engine->Enqueue(Greedy(other, 40));
+  ASSERT_TRUE(victim.ok() && survivor.ok());
+  at_five.WaitForNotification();
+  victim->Cancel();
+  cancelled.Notify();
+  Collected cv, cs;
+  cv.Drain(victim->stream());
+  cs.Drain(survivor->stream());
+  EXPECT_EQ(pending_at_cancel, 1) << "no step was in flight";
+  EXPECT_EQ(cv.final_chunk.finish_reason, FinishReason::kCancelled);
+  const std::vector<int32_t> reference = Reference(prompt, 200);
+  EXPECT_EQ(cv.ids(), std::vector<int32_t>(reference.begin(), reference.begin() + 5));
+  EXPECT_EQ(cv.final_chunk.usage.generated_tokens, 5);
+  EXPECT_EQ(cs.ids(), Reference(other, 40));
+  const EngineStats st = engine->Stats();
+  EXPECT_GE(st.pipeline_dropped_tokens, 1);
+  EXPECT_EQ(st.kv_blocks_used[0], 0);
+  EXPECT_EQ(st.kv_blocks_used[1], 0);
+  EXPECT_EQ(st.num_running, 0);
+}
+
+// Shutdown with a step in flight: the loop waits for it, emits its tokens and cancels every
+// request; streams end with kCancelled and a prefix of their reference. (Under ASan, a
+// pointer to a destroyed request kept by the step in flight would be a use-after-free.)
+TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.pipeline_steps = PipelineSteps::kOn;
+  auto engine = MakeEngine(o);
+  const std::vector<int32_t> p0 = RandomPrompt(10, 61), p1 = RandomPrompt(12, 62);
+  auto h0 = engine->Enqueue(Greedy(p0, 200));
+  auto h1 = engine->Enqueue(Greedy(p1, 200));
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  Collected c0, c1;
+  c0.TakeOne(h0->stream());
+  c1.TakeOne(h1->stream());
+  engine.reset();
+  c0.Drain(h0->stream());
+  c1.Drain(h1->stream());
+  for (const auto& [c, p] : {std::make_pair(&c0, &p0), std::make_pair(&c1, &p1)}) {
+    EXPECT_EQ(c->final_chunk.finish_reason, FinishReason::kCancelled);
+    const std::vector<int32_t> reference = Reference(*p, 200);
+    ASSERT_LT(c->ids().size(), reference.size());
+    EXPECT_EQ(c->ids(),
+              std::vector<int32_t>(reference.begin(), reference.begin() + c->ids().size()));
+  }
+}
+
+// The mode in effect: auto pipelines where Launch returns early (cuda-sim) and not on the
+// CPU; on pipelines wherever the backend chains steps; a backend that cannot gets none.
+class NonChainingBackend : public testing::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  bool ChainsSteps() const override { return false; }
+};
+
+TEST(EngineTest, PipelineStepsModeResolvesByBackend) {
+  EXPECT_EQ(*ParsePipelineSteps("auto"), PipelineSteps::kAuto);
+  EXPECT_EQ(*ParsePipelineSteps("on"), PipelineSteps::kOn);
+  EXPECT_EQ(*ParsePipelineSteps("off"), PipelineSteps::kOff);
+  EXPECT_EQ(ParsePipelineSteps("yes").status(),
+            absl::InvalidArgumentError("pipeline steps 'yes': expected auto, on or off"));
+  const auto mode = [](std::unique_ptr<Backend> backend, PipelineSteps asked) {
+    EngineOptions o;
+    o.kv_num_blocks = {8, 8};
+    o.pipeline_steps = asked;
+    auto e = Engine::Create(std::move(backend), nullptr, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ((*e)->Stats().pipelining, (*e)->options().pipeline_steps == PipelineSteps::kOn);
+    return (*e)->options().pipeline_steps;
+  };
+  EXPECT_EQ(mode(LoadBackend(), PipelineSteps::kAuto), PipelineSteps::kOff);
+  EXPECT_EQ(mode(LoadBackend(), PipelineSteps::kOn), PipelineSteps::kOn);
+  EXPECT_EQ(mode(LoadBackend(), PipelineSteps::kOff), PipelineSteps::kOff);
+  EXPECT_EQ(mode(LoadBackend(BackendKind::kCudaSim), PipelineSteps::kAuto), PipelineSteps::kOn);
+  EXPECT_EQ(mode(LoadBackend(BackendKind::kCudaSim), PipelineSteps::kOff), PipelineSteps::kOff);
+  EXPECT_EQ(mode(std::make_unique<NonChainingBackend>(LoadBackend()), PipelineSteps::kOn),
+            PipelineSteps::kOff);
 }
 
 // A device fault under cuda-sim (the emulator makes an error sticky, as a GPU does after an
@@ -1150,6 +1329,224 @@ TEST_P(EngineBackendTest, NonFiniteLogitsEndTheRequestWithInternal) {
   const auto greedy_run = (*runner)->Greedy(greedy.prompt_tokens, 5, 16);
   EXPECT_EQ(greedy_run.status().code(), absl::StatusCode::kInternal);
   EXPECT_NE(greedy_run.status().message().find("not finite"), std::string::npos);
+}
+
+// --- Pipelined steps (EngineOptions::pipeline_steps) against one step at a time ---
+
+struct MixResult {
+  std::vector<Collected> got;
+  EngineStats stats;
+};
+
+// Runs `requests` on an engine of `kind` with pipelined steps `mode`: the first `first` at
+// once, then each of the others once request 0 streamed one more chunk (they join while
+// steps are in flight), and collects every stream. Every block must be free at the end.
+MixResult RunMix(BackendKind kind, EngineOptions o, PipelineSteps mode, const Tokenizer* tok,
+                 const std::vector<GenerationRequest>& requests, size_t first) {
+  o.pipeline_steps = mode;
+  auto engine = MakeEngine(o, tok, kind);
+  MixResult res;
+  res.got.resize(requests.size());
+  std::vector<RequestHandle> handles;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i >= first && !res.got[0].finished) res.got[0].TakeOne(handles[0].stream());
+    auto h = engine->Enqueue(requests[i]);
+    EXPECT_TRUE(h.ok()) << h.status();
+    if (!h.ok()) return res;
+    handles.push_back(std::move(*h));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) res.got[i].Drain(handles[i].stream());
+  res.stats = engine->Stats();
+  EXPECT_EQ(res.stats.pipelining, mode == PipelineSteps::kOn);
+  EXPECT_EQ(res.stats.kv_blocks_used[0], 0);
+  EXPECT_EQ(res.stats.kv_blocks_used[1], 0);
+  EXPECT_EQ(res.stats.num_running, 0);
+  return res;
+}
+
+// The same finish reasons, tokens, text and usage; logprobs and top logprobs within `tol`.
+void ExpectSameOutputs(const MixResult& want, const MixResult& got, double tol) {
+  ASSERT_EQ(got.got.size(), want.got.size());
+  for (size_t i = 0; i < want.got.size(); ++i) {
+    const Collected& w = want.got[i];
+    const Collected& g = got.got[i];
+    EXPECT_EQ(g.final_chunk.finish_reason, w.final_chunk.finish_reason) << "request " << i;
+    EXPECT_EQ(g.ids(), w.ids()) << "request " << i;
+    EXPECT_EQ(g.text, w.text) << "request " << i;
+    EXPECT_EQ(g.final_chunk.usage.generated_tokens, w.final_chunk.usage.generated_tokens);
+    ASSERT_EQ(g.tokens.size(), w.tokens.size()) << "request " << i;
+    for (size_t t = 0; t < w.tokens.size(); ++t) {
+      EXPECT_NEAR(g.tokens[t].logprob, w.tokens[t].logprob, tol) << "request " << i << " " << t;
+      ASSERT_EQ(g.tokens[t].top.size(), w.tokens[t].top.size()) << "request " << i << " " << t;
+      for (size_t k = 0; k < w.tokens[t].top.size(); ++k) {
+        EXPECT_EQ(g.tokens[t].top[k].token, w.tokens[t].top[k].token);
+        EXPECT_NEAR(g.tokens[t].top[k].logprob, w.tokens[t].top[k].logprob, tol);
+      }
+    }
+  }
+}
+
+// A stop string of two printable ASCII tokens in a row of `ids` (the tiny tokenizer gives
+// ids < 256 their byte), from the `from`-th on; empty if there is none.
+std::string AsciiPairFrom(const std::vector<int32_t>& ids, size_t from) {
+  for (size_t k = from; k + 1 < ids.size(); ++k) {
+    if (ids[k] >= 32 && ids[k] < 127 && ids[k + 1] >= 32 && ids[k + 1] < 127) {
+      return std::string{static_cast<char>(ids[k]), static_cast<char>(ids[k + 1])};
+    }
+  }
+  return "";
+}
+
+// Pipelined steps give exactly the outputs of steps run one at a time (bit for bit on the
+// CPU; on cuda-sim float32 the same tokens and logprobs within 1e-4), through requests that
+// end while the next step is in flight (a stop id, an EOS, a stop string on the text,
+// max_new_tokens, one new token only), greedy requests with logprobs and top logprobs,
+// seeded sampling with penalties (the device slot counts each chained token), late arrivals
+// that join while steps are in flight and share prompt prefixes with earlier requests
+// (prefix caching), chunked prefill. The pipelined run really chained steps and dropped the
+// rows of requests that ended with a step in flight.
+TEST_P(EngineBackendTest, PipelinedStepsEqualSerialSteps) {
+  const bool sim = GetParam() == BackendKind::kCudaSim;
+  const int n = sim ? 1 : 2;  // emulated steps cost more: shorter generations
+  const auto tok = testing::TinyTokenizer();
+  const std::vector<int32_t> shared = RandomPrompt(40, 510);  // 2 full blocks and more
+  std::vector<GenerationRequest> r;
+  r.push_back(Greedy(shared, 20 * n));
+  r.back().output.logprobs = true;
+  r.back().output.top_logprobs = 3;
+  r.back().stopping.ignore_eos = true;
+  const auto p1 = RandomPrompt(9, 511), p2 = RandomPrompt(14, 512), p3 = RandomPrompt(8, 31);
+  r.push_back(Greedy(p1, 30));
+  r.back().stopping.stop_token_ids = {Reference(p1, 30)[6]};
+  r.push_back(Greedy(p2, 30));
+  r.back().stopping.eos_token_id = Reference(p2, 30)[4];
+  r.push_back(Greedy(p3, 40));
+  r.back().output.text = true;
+  r.back().stopping.ignore_eos = true;
+  const std::string stop = AsciiPairFrom(Reference(p3, 40), 3);
+  ASSERT_FALSE(stop.empty()) << "no two printable ASCII tokens in a row";
+  r.back().stopping.stop_strings = {stop};
+  GenerationRequest sampled;
+  sampled.prompt_tokens = RandomPrompt(11, 514);
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.top_k = 50;
+  sampled.sampling.repetition_penalty = 1.3f;
+  sampled.sampling.presence_penalty = 0.3f;
+  sampled.sampling.frequency_penalty = 0.2f;
+  sampled.sampling.seed = 5;
+  sampled.stopping.max_new_tokens = 15 * n;
+  sampled.stopping.ignore_eos = true;
+  sampled.output.text = false;
+  sampled.output.logprobs = true;
+  sampled.output.top_logprobs = 2;
+  r.push_back(sampled);
+  GenerationRequest one = sampled;  // ends at its first token
+  one.prompt_tokens = RandomPrompt(6, 515);
+  one.sampling = SamplingParams();
+  one.sampling.temperature = 1.0f;
+  one.sampling.top_p = 0.9f;
+  one.sampling.seed = 9;
+  one.stopping.max_new_tokens = 1;
+  r.push_back(one);
+  const size_t first = r.size();
+  // Late arrivals: a shared prefix (a hit on request 0's prompt blocks), a short one, the
+  // sampled request's prompt continued.
+  std::vector<int32_t> p6(shared.begin(), shared.begin() + 35);
+  for (int32_t t : RandomPrompt(5, 516)) p6.push_back(t);
+  r.push_back(Greedy(p6, 10 * n));
+  r.back().stopping.ignore_eos = true;
+  r.push_back(Greedy(RandomPrompt(20, 517), 3));
+  r.back().stopping.ignore_eos = true;
+  GenerationRequest continued = sampled;
+  continued.prompt_tokens.insert(continued.prompt_tokens.end(), {4, 5, 6});
+  continued.sampling.seed = 11;
+  continued.stopping.max_new_tokens = 12 * n;
+  r.push_back(continued);
+
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.max_num_seqs = 8;
+  o.max_num_batched_tokens = 24;
+  o.max_prefill_chunk_tokens = 16;
+  const MixResult serial = RunMix(GetParam(), o, PipelineSteps::kOff, tok.get(), r, first);
+  ASSERT_FALSE(HasFatalFailure());
+  const MixResult pipelined = RunMix(GetParam(), o, PipelineSteps::kOn, tok.get(), r, first);
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectSameOutputs(serial, pipelined, sim ? 1e-4 : 0.0);
+  // Each stop rule ended its request early, as the serial run did.
+  EXPECT_EQ(serial.got[1].final_chunk.finish_reason, FinishReason::kStopToken);
+  EXPECT_EQ(serial.got[2].final_chunk.finish_reason, FinishReason::kEos);
+  EXPECT_EQ(serial.got[3].final_chunk.finish_reason, FinishReason::kStopString);
+  EXPECT_EQ(serial.got[5].ids().size(), 1u);
+  EXPECT_GT(serial.stats.prefix_cache_hits, 0);
+  EXPECT_EQ(serial.stats.chained_steps, 0);
+  EXPECT_GT(pipelined.stats.chained_steps, pipelined.stats.steps / 2);
+  EXPECT_GT(pipelined.stats.pipeline_dropped_tokens, 0);
+  EXPECT_GT(pipelined.stats.prefix_cache_hits, 0);
+  EXPECT_EQ(serial.stats.tokens_generated, pipelined.stats.tokens_generated);
+}
+
+// Speculative decoding mixed in: sequences that may draft run serially (their proposer needs
+// their real last token), the others pipelined; the outputs are those of serial steps (and
+// of plain decoding).
+TEST_P(EngineBackendTest, PipelinedStepsWithSpeculatingRequestsEqualSerialSteps) {
+  const bool sim = GetParam() == BackendKind::kCudaSim;
+  std::vector<GenerationRequest> r;
+  // A copy-heavy prompt (a phrase repeated) that drafts well, speculating; then requests that
+  // do not speculate.
+  std::vector<int32_t> phrase = RandomPrompt(3, 520), copy;
+  for (int i = 0; i < 4; ++i) copy.insert(copy.end(), phrase.begin(), phrase.end());
+  // The others outlive the speculating ones: their last steps are pipelined.
+  r.push_back(Greedy(copy, 12));
+  for (int i = 0; i < 3; ++i) {
+    r.push_back(Greedy(RandomPrompt(7 + 5 * i, 521 + i), sim ? 24 : 30));
+    r.back().speculate = false;
+  }
+  r.push_back(Greedy(copy, 10));  // a late speculating arrival
+  r.back().prompt_tokens.push_back(3);
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.max_num_seqs = 8;
+  o.spec_tokens = 3;
+  o.spec_step_tokens = 16;  // no measurement (it would differ between the engines)
+  o.spec_ngram_min = 1;     // draft as often as possible
+  o.spec_adaptive = false;
+  const MixResult serial = RunMix(GetParam(), o, PipelineSteps::kOff, nullptr, r, 4);
+  ASSERT_FALSE(HasFatalFailure());
+  const MixResult pipelined = RunMix(GetParam(), o, PipelineSteps::kOn, nullptr, r, 4);
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectSameOutputs(serial, pipelined, sim ? 1e-4 : 0.0);
+  for (size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(pipelined.got[i].ids(),
+              Reference(r[i].prompt_tokens, r[i].stopping.max_new_tokens, GetParam()))
+        << "request " << i;
+  }
+  EXPECT_GT(pipelined.stats.spec_drafted_tokens, 0);
+  EXPECT_GT(pipelined.stats.spec_accepted_tokens, 0);
+  EXPECT_GT(pipelined.stats.chained_steps, 0);
+  EXPECT_LT(pipelined.stats.chained_steps, pipelined.stats.steps);
+}
+
+// Prefix caching after a pipelined run: a request whose prompt is an earlier request's
+// prompt and output reuses the blocks that its chained steps wrote (rows of tokens the host
+// knew only after their step was launched) and generates what it generates alone, without a
+// cache.
+TEST_P(EngineBackendTest, PrefixCacheAfterPipelinedStepsHoldsTheRightRows) {
+  EngineOptions o;
+  o.kv_num_blocks = {64, 32};
+  o.pipeline_steps = PipelineSteps::kOn;
+  auto engine = MakeEngine(o, nullptr, GetParam());
+  const std::vector<int32_t> prompt = RandomPrompt(20, 530);
+  const std::vector<int32_t> a = RunToEnd(*engine, Greedy(prompt, 40)).ids();
+  ASSERT_EQ(a.size(), 40u);
+  std::vector<int32_t> again = prompt;
+  again.insert(again.end(), a.begin(), a.begin() + 36);  // 56 tokens
+  again.push_back(7);
+  const Collected b = RunToEnd(*engine, Greedy(again, 12));
+  // Blocks of 16: the hit is the 3 full blocks (48 tokens), 28 of them generated by A.
+  EXPECT_EQ(b.final_chunk.usage.cached_tokens, 48);
+  EXPECT_EQ(b.ids(), Reference(again, 12, GetParam()));
+  EXPECT_GT(engine->Stats().chained_steps, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineBackendTest,

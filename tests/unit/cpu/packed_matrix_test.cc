@@ -191,18 +191,26 @@ TEST_P(PackedMatrixTest, RowsGiveTheSameBitsAloneAndInLargeProductsOnThreads) {
   }
 }
 
+// Every pass size: 2-3 rows (the 1-3-row kernel), 4-13, 24, 25 (passes of up to 12 rows over
+// whole panels, StreamsPanels in matmul_kernels.h, for every `in` below), 193-195 (a row
+// block of 192 rows, passes over column blocks, then the 1-3-row kernel on the rest).
+const std::vector<int64_t>& EveryPassSize() {
+  static const std::vector<int64_t> rows = {2,  3,  4,  5,  6,  7,   8,   9,  10,
+                                            11, 12, 13, 24, 25, 193, 194, 195};
+  return rows;
+}
+
 // Rows of x, each multiplied alone (the 1-3-row kernel, its sub-blocks interleaved) and with
-// 1-24 others (that kernel for 2-3 rows, every pass size of the blocked one from 4 rows on),
-// must give the same bits: `in` covers a partial sub-block, 1-3 whole sub-blocks after the
-// interleaved spans, and partial column blocks.
-void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t seed) {
+// the others of `row_counts` rows, must give the same bits: `in` covers a partial sub-block,
+// 1-3 whole sub-blocks after the interleaved spans, and partial column blocks.
+void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t seed,
+                                     const std::vector<int64_t>& row_counts = EveryPassSize()) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1, 1);
   const int64_t in = m.in(), out = m.out();
   std::vector<float> bias(out);
   for (float& b : bias) b = u(rng);
-  // 193-195: a pass of 192 rows, then the 1-3-row kernel on the rest.
-  for (const int64_t rows : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 24, 25, 193, 194, 195}) {
+  for (const int64_t rows : row_counts) {
     const int64_t ldx = in + 1, ldy = out + 2;
     std::vector<float> x(rows * ldx);
     for (float& v : x) v = u(rng);
@@ -230,6 +238,29 @@ TEST_P(PackedMatrixTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
     const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
     ExpectOneRowBitsInEveryPassSize(PackedMatrix::FromRows(w.data(), dtype, out, in, dtype), isa,
                                     static_cast<uint32_t>(in));
+  }
+}
+
+// Row counts on both sides of StreamsPanels (matmul_kernels.h), whole panels and column
+// blocks: 47 rows of 1027 columns pack all of x (4 passes), 48 are blocked; 12 rows of 8197
+// columns pack more than the blocked kernel's buffer (kPackFloats), 13 are blocked.
+struct PathCase {
+  int64_t in;
+  std::vector<int64_t> rows;
+};
+const std::vector<PathCase>& BothSidesOfWholePanels() {
+  static const std::vector<PathCase> cases = {{1027, {47, 48}}, {8197, {12, 13}}};
+  return cases;
+}
+
+TEST_P(PackedMatrixTest, WholePanelsAndColumnBlocksGiveTheBitsOfOneRow) {
+  const auto [isa, dtype] = GetParam();
+  std::mt19937 rng(6);
+  for (const PathCase& c : BothSidesOfWholePanels()) {
+    const int64_t out = 45;
+    const std::vector<uint8_t> w = RandomWeights(dtype, out, c.in, rng);
+    ExpectOneRowBitsInEveryPassSize(PackedMatrix::FromRows(w.data(), dtype, out, c.in, dtype),
+                                    isa, static_cast<uint32_t>(c.in), c.rows);
   }
 }
 
@@ -389,6 +420,18 @@ TEST_P(Int8MatrixTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
     ExpectOneRowBitsInEveryPassSize(
         PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, in}}, in, {group}), isa,
         static_cast<uint32_t>(in));
+  }
+}
+
+TEST_P(Int8MatrixTest, WholePanelsAndColumnBlocksGiveTheBitsOfOneRow) {
+  const auto [isa, group] = GetParam();
+  std::mt19937 rng(15);
+  for (const PathCase& c : BothSidesOfWholePanels()) {
+    const int64_t out = 45;
+    const std::vector<float> w = SpreadWeights(out, c.in, rng);
+    ExpectOneRowBitsInEveryPassSize(
+        PackedMatrix::QuantizeInt8({{w.data(), DType::kF32, out, false, c.in}}, c.in, {group}),
+        isa, static_cast<uint32_t>(c.in), c.rows);
   }
 }
 

@@ -252,6 +252,40 @@ Counts TraceLastStep(cuda::CudaBackend* backend, int steps, const std::string& p
   return Count(traced[0]);
 }
 
+// Runs `steps` pipelined decode steps from position kCached: each launched before the
+// previous one is waited for, its token chained to the previous step's sample
+// (step_batch.h), which the embedding reads on the device. Traces the last Launch and the
+// Wait after it (the previous step's): a pipelined step in steady state. Returns its counts
+// and the sampled tokens.
+Counts TracePipelinedStep(cuda::CudaBackend* backend, int steps, const std::string& path,
+                          std::vector<int32_t>* tokens) {
+  Counts counts;
+  std::remove(path.c_str());
+  std::vector<StepBatch> batches;  // alive until their Wait (backend.h)
+  for (int i = 0; i < steps; ++i) {
+    batches.push_back(Decode(i == 0 ? 11 : ChainedToken(0), kCached + i));
+  }
+  StepOutput out;
+  for (int i = 0; i < steps; ++i) {
+    if (i == steps - 1) simt::SetTraceFile(path);
+    const absl::Status launched = backend->Launch(batches[i]);
+    const absl::Status waited = launched.ok() && i > 0 ? backend->Wait(&out) : launched;
+    if (i == steps - 1) simt::SetTraceFile("");
+    EXPECT_TRUE(waited.ok()) << waited;
+    if (!waited.ok()) return counts;
+    if (i > 0) tokens->push_back(out.tokens[0]);
+  }
+  const absl::Status waited = backend->Wait(&out);
+  EXPECT_TRUE(waited.ok()) << waited;
+  if (!waited.ok()) return counts;
+  tokens->push_back(out.tokens[0]);
+  std::vector<StepTrace> traced = ReadSteps(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(traced.size(), 1u);
+  if (traced.size() != 1) return counts;
+  return Count(traced[0]);
+}
+
 void Print(const char* what, const Counts& c) {
   std::printf("%s: %d kernels+GEMMs, %d per layer, %d per step; DCMHA pass-1 grids %lld "
               "(window layer) %lld (global layer), pass-2 %lld %lld; %d h2d, %d d2h, %d other "
@@ -301,17 +335,38 @@ void ExpectDecodeCounts(const Counts& c) {
 }
 
 // Graphs on: the warmed-up step is one graph launch holding the whole step (its copies
-// included); the same tokens as without graphs, step by step.
+// included); the same tokens as without graphs, step by step. Pipelined (Launch of step n + 1
+// before the Wait of step n, its token chained on the device), a warm step has the same
+// counts (its copies through the other staging buffers, by a second graph of the shape) and
+// the steps sample the same tokens as when each token is fed from the host.
 TEST_F(DecodeTraceTest, WarmBatchOneDecodeStepIsOneGraphLaunch) {
   std::vector<int32_t> tokens[2];
   Counts counts[2];
+  std::vector<int32_t> pipelined_tokens;
+  Counts pipelined;
   for (const bool graphs : {false, true}) {
     std::unique_ptr<cuda::CudaBackend> backend = MakeBackend(graphs);
     ASSERT_NE(backend, nullptr);
     counts[graphs] = TraceLastStep(backend.get(), 3,
                                    ::testing::TempDir() + "/decode_trace.jsonl", &tokens[graphs]);
     Print(graphs ? "graphed decode step" : "ungraphed decode step", counts[graphs]);
+    if (graphs) {
+      // The same positions again (the steps rewrite their own cache rows): steps 0 and 2
+      // use the staging buffers of the serial steps and their graph, step 1 the other
+      // buffers (a second graph); step 2 is traced, with step 1's Wait.
+      pipelined = TracePipelinedStep(backend.get(), 3,
+                                     ::testing::TempDir() + "/decode_trace_pipelined.jsonl",
+                                     &pipelined_tokens);
+      Print("pipelined graphed decode step", pipelined);
+      EXPECT_EQ(backend->num_graphs(), 2);
+    }
   }
+  ExpectDecodeCounts(pipelined);
+  EXPECT_EQ(pipelined.graphs, 1);
+  EXPECT_EQ(pipelined.in_graph, pipelined.work);
+  EXPECT_EQ(pipelined.graph_nodes, pipelined.work + 2);
+  EXPECT_EQ(pipelined.names, counts[1].names);
+  EXPECT_EQ(pipelined_tokens, tokens[1]) << "the chained tokens are not the sampled ones";
   ExpectDecodeCounts(counts[0]);
   EXPECT_EQ(counts[0].graphs, 0);
   ExpectDecodeCounts(counts[1]);
@@ -351,7 +406,9 @@ TEST_F(DecodeTraceTest, LayerNormModelDecodeStepHasTheSameCounts) {
 }
 
 // int8 and fp8 weights (per-channel scales in the GEMVs' epilogues, docs/QUANTIZATION.md
-// "GPU"): the same counts, no kernel of their own; int8 issued call by call, fp8 as a graph.
+// "GPU"): the same counts, no kernel of their own; int8 issued call by call, fp8 as a graph,
+// then pipelined as in WarmBatchOneDecodeStepIsOneGraphLaunch (a second graph, on the other
+// staging buffers): the same counts and the tokens of the serial steps.
 TEST_F(DecodeTraceTest, QuantizedWeightsDecodeStepHasTheSameCounts) {
   for (const WeightQuant quant : {WeightQuant::kInt8, WeightQuant::kFp8}) {
     const bool graphs = quant == WeightQuant::kFp8;
@@ -366,6 +423,20 @@ TEST_F(DecodeTraceTest, QuantizedWeightsDecodeStepHasTheSameCounts) {
     Print(what.c_str(), c);
     ExpectDecodeCounts(c);
     EXPECT_EQ(c.graphs, graphs ? 1 : 0);
+    if (graphs) {
+      // The same positions again: the serial steps' graph for steps 0 and 2, a second graph
+      // (the other staging buffers) for step 1; step 2 is traced, with step 1's Wait.
+      std::vector<int32_t> pipelined_tokens;
+      const Counts p = TracePipelinedStep(
+          backend.get(), 3, ::testing::TempDir() + "/decode_trace_quant_pipelined.jsonl",
+          &pipelined_tokens);
+      Print((std::string("pipelined ") + what).c_str(), p);
+      ExpectDecodeCounts(p);
+      EXPECT_EQ(p.graphs, 1);
+      EXPECT_EQ(p.names, c.names);
+      EXPECT_EQ(backend->num_graphs(), 2);
+      EXPECT_EQ(pipelined_tokens, tokens) << "the chained tokens are not the sampled ones";
+    }
   }
 }
 

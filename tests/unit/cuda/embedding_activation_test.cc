@@ -13,19 +13,27 @@ using cuda::ElemType;
 
 class ElemTypeTest : public ::testing::TestWithParam<ElemType> {};
 
-TEST_P(ElemTypeTest, EmbeddingGathersRowsExactly) {
+TEST_P(ElemTypeTest, EmbeddingGathersRowsExactlyChainedOnesFromThePreviousSamples) {
   const ElemType type = GetParam();
   const int V = 50, E = 300;
   const std::vector<float> table = RandomVector(V * E, 11);
   const std::vector<float> rounded = RoundTo(table, type);
-  const std::vector<int32_t> tokens = {3, 49, 0, 3, 17};
+  // The last three are chained (step_batch.h): rows 2, 0 and 1 of the previous step's
+  // samples, which hold 41, -1 (nothing drawn: read as 0) and an id beyond the vocabulary
+  // (likewise).
+  const std::vector<int32_t> tokens = {3, 49, 0, 3, 17, -4, -2, -3};
+  const std::vector<int32_t> chained = {-1, V, 41};
+  const std::vector<int32_t> ids = {3, 49, 0, 3, 17, 41, 0, 0};
   TypedBuffer dt(table, type);
   DeviceBuffer<int32_t> dtok(tokens);
+  DeviceBuffer<int32_t> dchained(chained);
   DeviceBuffer<float> out(tokens.size() * E);
   cuda::EmbeddingParams p;
   p.num_tokens = tokens.size();
   p.dim = E;
   p.tokens = dtok.get();
+  p.chained = dchained.get();
+  p.vocab = V;
   p.table = dt.get();
   p.table_type = type;
   p.out = out.get();
@@ -33,7 +41,7 @@ TEST_P(ElemTypeTest, EmbeddingGathersRowsExactly) {
   const std::vector<float> got = out.ToHost();
   for (size_t t = 0; t < tokens.size(); ++t) {
     for (int e = 0; e < E; ++e) {
-      ASSERT_EQ(got[t * E + e], rounded[tokens[t] * E + e]) << "token " << t << " dim " << e;
+      ASSERT_EQ(got[t * E + e], rounded[ids[t] * E + e]) << "token " << t << " dim " << e;
     }
   }
 }

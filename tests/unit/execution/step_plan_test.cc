@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/kv/kv_layout.h"
 #include "gtest/gtest.h"
 
@@ -230,6 +231,69 @@ TEST(StepPlanTest, ValidationBoundsSampledRowsDraftsAndSharedSlots) {
   EXPECT_EQ(ValidateStepBatch(batch(3, 0, 1), c, shape, l).code(),
             absl::StatusCode::kInvalidArgument);  // more drafts than prepared
   EXPECT_TRUE(ValidateStepBatch(batch(2, -1, -1), c, shape, l).ok());
+}
+
+// Chained tokens (step_batch.h): only the one token of a sequence that samples one row, each
+// slot once, within the slots a step has; ChainableSlots marks the slots a next step may
+// chain with their sampled row, and CheckChainedTokens holds a batch to them.
+TEST(StepPlanTest, ChainedTokensNameOneSampledSlotOfThePreviousStep) {
+  EXPECT_EQ(ChainedToken(0), -2);
+  EXPECT_EQ(ChainedSlot(ChainedToken(7)), 7);
+  EXPECT_EQ(ChainedSlot(-1), -1);
+  EXPECT_EQ(ChainedSlot(0), -1);
+  const ModelConfig c = SmallConfig();
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.num_blocks = {8, 8};
+  StepLimits l;
+  l.max_tokens = 16;
+  l.max_seqs = 3;
+  l.blocks_per_seq = 4;
+  l.max_draft_rows = 2;  // so a step has 5 slots at most
+  SequenceKv kv;
+  kv.blocks[0] = {0, 1};
+  kv.blocks[1] = {0, 1};
+  const auto batch = [&](std::vector<int32_t> first, bool sample, int rows,
+                         std::vector<int32_t> second) {
+    StepBatch b;
+    b.Reset(4);
+    b.AddSequence(first, kv, sample, SamplingRow(), false, rows);
+    b.AddSequence(second, kv, true, SamplingRow(), false);
+    return b;
+  };
+  const auto code = [&](const StepBatch& b) { return ValidateStepBatch(b, c, shape, l).code(); };
+  EXPECT_EQ(code(batch({ChainedToken(4)}, true, 1, {ChainedToken(0)})), absl::StatusCode::kOk);
+  EXPECT_EQ(code(batch({ChainedToken(5)}, true, 1, {3})), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(batch({ChainedToken(1)}, true, 1, {ChainedToken(1)})),
+            absl::StatusCode::kInvalidArgument);  // one slot chained twice
+  EXPECT_EQ(code(batch({ChainedToken(1)}, false, 1, {3})),
+            absl::StatusCode::kInvalidArgument);  // a sequence that does not sample
+  EXPECT_EQ(code(batch({3, ChainedToken(1)}, true, 1, {3})),
+            absl::StatusCode::kInvalidArgument);  // a chunk of two tokens
+  EXPECT_EQ(code(batch({3, ChainedToken(1)}, true, 2, {3})),
+            absl::StatusCode::kInvalidArgument);  // a verified draft
+  EXPECT_EQ(code(batch({-1}, true, 1, {3})), absl::StatusCode::kInvalidArgument);
+
+  // The previous step: slots 0 (a prefill chunk that does not sample), 1..3 (a sequence
+  // verifying 2 drafts), 4 (a plain decode): only slot 4 may be chained, as sampled row 3.
+  StepBatch previous;
+  previous.Reset(4);
+  previous.AddSequence(std::vector<int32_t>{1, 2}, kv, false, SamplingRow(), false);
+  previous.AddSequence(std::vector<int32_t>{1, 2, 3}, kv, true, SamplingRow(), false, 3);
+  previous.AddSequence(std::vector<int32_t>{4}, kv, true, SamplingRow(), false);
+  const std::vector<int32_t> chainable = ChainableSlots(previous);
+  EXPECT_EQ(chainable, (std::vector<int32_t>{-1, -1, -1, -1, 3}));
+  EXPECT_TRUE(CheckChainedTokens(batch({ChainedToken(4)}, true, 1, {7}), chainable).ok());
+  for (int slot : {0, 1, 3, 5}) {
+    const absl::Status st =
+        CheckChainedTokens(batch({5}, true, 1, {ChainedToken(slot)}), chainable);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << slot;
+    EXPECT_EQ(st.message(), absl::StrCat("sequence 1 chains slot ", slot,
+                                         ", which the previous step did not sample as one "
+                                         "sequence's row"));
+  }
+  EXPECT_EQ(CheckChainedTokens(batch({ChainedToken(0)}, true, 1, {7}), {}).message(),
+            "sequence 0 chains slot 0, but no step was launched before it");
 }
 
 }  // namespace

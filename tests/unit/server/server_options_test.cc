@@ -3,7 +3,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
 #include "gtest/gtest.h"
+
+ABSL_DECLARE_FLAG(std::string, pipeline_steps);
 
 namespace dcf::server {
 namespace {
@@ -25,6 +29,19 @@ TEST(ServerOptionsTest, FlagsParseWithDefaults) {
   EXPECT_EQ(o->metrics_host, "127.0.0.1");
   EXPECT_NE(o->model_dir.find("models/dcformer-kjv"), std::string::npos);
   EXPECT_TRUE(o->engine.prefix_caching);  // on by default
+  EXPECT_EQ(o->engine.pipeline_steps, PipelineSteps::kAuto);
+}
+
+TEST(ServerOptionsTest, PipelineStepsFlag) {
+  absl::SetFlag(&FLAGS_pipeline_steps, "off");
+  auto o = ServerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->engine.pipeline_steps, PipelineSteps::kOff);
+  absl::SetFlag(&FLAGS_pipeline_steps, "sometimes");
+  o = ServerOptionsFromFlags();
+  EXPECT_EQ(o.status(), absl::InvalidArgumentError("--pipeline-steps: pipeline steps "
+                                                   "'sometimes': expected auto, on or off"));
+  absl::SetFlag(&FLAGS_pipeline_steps, "auto");
 }
 
 TEST(ServerOptionsTest, QueueLimitsOfOneAreAccepted) {

@@ -121,6 +121,7 @@ TEST(RequestStateTest, TransitionTable) {
   EXPECT_TRUE(IsValidTransition(S::kQueued, S::kPrefill));
   EXPECT_TRUE(IsValidTransition(S::kDecode, S::kPreempted));
   EXPECT_TRUE(IsValidTransition(S::kPreempted, S::kPrefill));
+  EXPECT_TRUE(IsValidTransition(S::kPreempted, S::kFinished));  // pipelined steps
   EXPECT_TRUE(IsValidTransition(S::kQueued, S::kCancelled));
   EXPECT_FALSE(IsValidTransition(S::kQueued, S::kDecode));
   EXPECT_FALSE(IsValidTransition(S::kFinished, S::kCancelled));

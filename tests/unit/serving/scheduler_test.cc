@@ -436,5 +436,115 @@ TEST(SchedulerSpecTest, RandomDraftsKeepTokensAndBlocksExact) {
   }
 }
 
+// Pipelined steps' bookkeeping (the engine's order, engine.cc Chain), randomized: each
+// step is planned while the previous one's tokens are still pending (kPendingToken in
+// Sequence::tokens); its sampling chunks add pending tokens, then the previous step's tokens
+// are filled (a sequence whose token reaches max_len, or a random "stop" token, ends there and
+// its chunk of this step is dropped), and only then is this step committed. Every sequence
+// must end with exactly the tokens of plain decoding, a pending token is only ever scheduled
+// as the one token of a decode chunk, never past max_len, never hashed (KvCacheManager aborts
+// on that) and never admitted, and the pool must be whole at the end; with and without prefix
+// caching (a shared prompt prefix gives hits), a window, and pools small enough to preempt.
+TEST(SchedulerPipelineTest, PendingTokensKeepTokensAndBlocksExact) {
+  std::mt19937 rng(11);
+  int preempted_pending = 0, skipped_at_length = 0, ended_in_flight = 0, hits = 0;
+  for (bool cached : {false, true}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      const int B = 1 + static_cast<int>(rng() % 6);
+      // At least what the longest sequence (34 tokens) needs alone (Enqueue's rule).
+      const int fits = (34 + B - 1) / B;
+      const KvCacheShape shape = Shape(fits + static_cast<int>(rng() % 40), 40, /*window=*/8, B);
+      const SchedulerConfig config{1 + static_cast<int>(rng() % 5),
+                                   4 + static_cast<int>(rng() % 16), static_cast<int>(rng() % 8),
+                                   0.0};
+      Harness h(shape, config, cached);
+      std::map<const Sequence*, int> stop_at;  // a sequence "samples a stop token" there
+      for (int i = 0; i < 7; ++i) {
+        Sequence* s = h.Add(2 + static_cast<int>(rng() % 12), 1 + static_cast<int>(rng() % 20));
+        if (rng() % 3 == 0) stop_at[s] = s->prompt_len + static_cast<int>(rng() % 8);
+      }
+      const auto ended = [&](const Sequence* s, int len) {
+        return len == s->max_len || (stop_at.count(s) > 0 && len == stop_at[s] + 1);
+      };
+      std::vector<Sequence*> previous;  // the sequences the step in flight samples for
+      for (int step = 0; step < 2000 && (h.sched.HasWork() || !previous.empty()); ++step) {
+        SchedulerOutput out = h.sched.Schedule();
+        for (size_t i = 0; i < out.admitted.size(); ++i) hits += out.cached_tokens[i] > 0;
+        for (const Sequence* p : out.preempted) preempted_pending += p->num_pending > 0;
+        for (const Sequence* s : h.sched.running()) {
+          if (s->num_pending > 0 && static_cast<int>(s->tokens.size()) == s->max_len) {
+            ++skipped_at_length;
+          }
+        }
+        for (const ScheduledChunk& c : out.chunks) {
+          ASSERT_LE(c.start + c.num_tokens, c.seq->max_len);
+          if (c.seq->num_pending == 0) continue;
+          ASSERT_EQ(c.seq->num_pending, 1);
+          ASSERT_EQ(c.num_tokens, 1);
+          ASSERT_EQ(c.start + 1, static_cast<int>(c.seq->tokens.size()));
+          ASSERT_TRUE(c.samples);
+        }
+        // Launch: what this step samples is pending.
+        std::vector<Sequence*> sampling;
+        for (const ScheduledChunk& c : out.chunks) {
+          if (!c.samples) continue;
+          c.seq->tokens.push_back(kPendingToken);
+          ++c.seq->num_pending;
+          sampling.push_back(c.seq);
+        }
+        // The previous step's results: the oldest pending token of each of its sequences.
+        std::vector<const Sequence*> dropped;
+        for (Sequence* s : previous) {
+          const int at = static_cast<int>(s->tokens.size()) - s->num_pending;
+          s->tokens[at] = FakeToken(s->seq_id, at);
+          --s->num_pending;
+          if (ended(s, at + 1)) {
+            ++ended_in_flight;
+            h.sched.Remove(s);
+            s->tokens.resize(s->tokens.size() - s->num_pending);
+            s->num_pending = 0;
+            SetState(*s, RequestState::kFinished);
+            dropped.push_back(s);
+          }
+        }
+        const auto is_dropped = [&](const Sequence* s) {
+          return std::find(dropped.begin(), dropped.end(), s) != dropped.end();
+        };
+        SchedulerOutput committed;
+        for (const ScheduledChunk& c : out.chunks) {
+          if (!is_dropped(c.seq)) committed.chunks.push_back(c);
+        }
+        h.sched.Commit(committed);
+        previous.clear();
+        for (Sequence* s : sampling) {
+          if (!is_dropped(s)) previous.push_back(s);
+        }
+        for (const Sequence* s : h.sched.running()) {
+          ASSERT_LE(s->kv.HeldBlocks(kW), h.kv.WindowBlockBound());
+        }
+      }
+      ASSERT_FALSE(h.sched.HasWork());
+      ASSERT_TRUE(previous.empty());
+      for (const auto& s : h.seqs) {
+        ASSERT_EQ(s->state, RequestState::kFinished);
+        ASSERT_EQ(s->num_pending, 0);
+        const int end =
+            stop_at.count(s.get()) > 0 ? std::min(s->max_len, stop_at[s.get()] + 1) : s->max_len;
+        ASSERT_EQ(static_cast<int>(s->tokens.size()), end) << "seq " << s->seq_id;
+        for (int p = s->prompt_len; p < end; ++p) {
+          ASSERT_EQ(s->tokens[p], FakeToken(s->seq_id, p)) << "seq " << s->seq_id << " pos " << p;
+        }
+      }
+      EXPECT_EQ(h.kv.num_used(kG), 0);
+      EXPECT_EQ(h.kv.num_used(kW), 0);
+    }
+  }
+  // The generator reaches every case the rules are for.
+  EXPECT_GT(preempted_pending, 0);
+  EXPECT_GT(skipped_at_length, 0);
+  EXPECT_GT(ended_in_flight, 0);
+  EXPECT_GT(hits, 0);
+}
+
 }  // namespace
 }  // namespace dcf
