@@ -268,7 +268,8 @@ class Recorder : public EngineObserver {
         st.backend_s += p.Total() - last_profile_.Total();
         st.step_s += absl::ToDoubleSeconds(step_time);
         // From the end of the previous step to the start of this one: publishing chunks to
-        // the streams, waiting for work, bookkeeping.
+        // the streams, waiting for work, bookkeeping. About 0 with pipelined steps, whose
+        // times run from the end of the one before (EngineObserver::OnStep).
         st.between_s += absl::ToDoubleSeconds(now - step_time - *last_step_end_);
         st.seqs += num_seqs;
         st.tokens += num_tokens;

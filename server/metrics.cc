@@ -224,7 +224,9 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   batch_tokens_ = histogram("dcformer_batch_tokens", "Tokens per engine step",
                             {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
   step_time_ = histogram("dcformer_engine_step_duration_seconds",
-                         "Wall time of one engine step", LatencyBuckets());
+                         "Wall time of one engine step (with pipelined steps, from the "
+                         "end of the previous one: the times never overlap)",
+                         LatencyBuckets());
   spec_accepted_length_ =
       histogram("dcformer_spec_accepted_length",
                 "Speculative decoding: drafted tokens accepted per verify of one sequence",

@@ -49,7 +49,8 @@ ABSL_FLAG(int, spec_step_tokens, 0,
 ABSL_FLAG(std::string, pipeline_steps, "auto",
           "pipelined steps: the next engine step is planned and launched before the previous "
           "one's results are waited for, hiding the host's work between steps (the output is "
-          "identical): auto (on for cuda, off for cpu), on or off");
+          "that of off, up to batch composition): auto (on for cuda, off for cpu, where it "
+          "would only delay each token by a step), on or off");
 ABSL_FLAG(int, threads, 0,
           "compute threads of the engine (OpenMP and BLAS); 0 = OMP_NUM_THREADS or every core. "
           "Idle compute threads sleep instead of spinning unless OMP_WAIT_POLICY says otherwise");

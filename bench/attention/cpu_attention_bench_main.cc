@@ -11,7 +11,8 @@
 //   dcformer-cpu-attention-bench [--mode prefill|decode] [--batch 32 --dim 512 --n-head 8]
 //       [--seq-lens 128,256,512,1024,2048 --windows 0,256 --variants mha,dcmha]
 //       [--warmup 10 --iters 100 | --quick] [--json-out FILE --plot-out FILE.png]
-//       [--noquery-tiles] [--nofma-peak]
+//       [--noquery-tiles] [--nofma-peak] [--kv-cache-dtype float32|bfloat16|float16]
+//       [--layers 1]
 #include <omp.h>
 
 #include <algorithm>
@@ -30,7 +31,9 @@
 #include "engine/cpu/fma_throughput.h"
 #include "engine/cpu/large_buffer.h"
 #include "engine/cpu/paged_attention.h"
+#include "engine/execution/backend_options.h"
 #include "engine/model/model_config.h"
+#include "engine/weights/dtype.h"
 
 ABSL_FLAG(std::string, mode, "prefill",
           "prefill: each sequence's --seq-lens tokens from position 0 in one forward; decode: "
@@ -46,11 +49,18 @@ ABSL_FLAG(int, warmup, 10, "untimed forwards first");
 ABSL_FLAG(int, iters, 100, "timed forwards (the mean is reported)");
 ABSL_FLAG(bool, quick, false, "1 warm-up and 3 timed forwards (a smoke run)");
 ABSL_FLAG(bool, query_tiles, true,
-          "prefill chunks attend in tiles of 16 queries (cpu::AttendTile); false: query by "
+          "prefill chunks attend in tiles of up to 32 queries (cpu::AttendTile); false: query by "
           "query (cpu::AttendOne, the path the tiles replaced; same bits)");
 ABSL_FLAG(bool, fma_peak, true,
           "measure the fp32 FMA peak (engine/cpu/fma_throughput.h) before and after the sweep "
           "and state each row's GFLOP/s against it");
+ABSL_FLAG(std::string, kv_cache_dtype, "float32",
+          "dtype of the KV cache rows (and of the fresh rows, rounded as they are stored): "
+          "float32, bfloat16 or float16");
+ABSL_FLAG(int, layers, 1,
+          "layers per forward, each with its own cache (as a decode step runs every layer "
+          "once): with several, a forward reads rows the previous one did not leave in the CPU "
+          "caches");
 ABSL_FLAG(std::string, json_out, "", "also write the report as JSON to this file");
 ABSL_FLAG(std::string, plot_out, "",
           "also draw ms per forward against sequence length to this PNG (needs gnuplot)");
@@ -68,9 +78,9 @@ struct CaseResult {
   int64_t query_tokens = 0;
 };
 
-// Runs one (variant, window, length) case on random inputs.
+// Runs one (variant, window, length) case on random inputs, over `layers` caches of `dtype`.
 CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window, int len,
-                   bool compose, int warmup, int iters) {
+                   bool compose, int warmup, int iters, DType dtype, int layers) {
   const int S = report.batch, N = report.n_head, hd = report.head_dim, B = report.block_size;
   const KvRowLayout layout(N, hd);
   const int row = layout.row_floats();
@@ -80,18 +90,27 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   const int end = start + new_per_seq;
   const int blocks_per_seq = (end + B - 1) / B;
   const int64_t T = static_cast<int64_t>(S) * new_per_seq;
+  const size_t esize = DTypeSize(dtype);
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   const auto fill = [&](std::vector<float>& v, float scale) {
     for (float& x : v) x = scale * u(rng);
   };
-  // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq).
+  // Elements of `dtype` at p: x rounded as the cache stores it.
+  const auto store = [&](void* p, size_t i, float x) {
+    if (dtype == DType::kF32) {
+      static_cast<float*>(p)[i] = x;
+    } else {
+      static_cast<uint16_t*>(p)[i] = dtype == DType::kBF16 ? FloatToBF16(x) : FloatToHalf(x);
+    }
+  };
+  // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq) of each layer's cache.
   // Allocated as the backend allocates its cache (huge pages).
-  const size_t cache_floats = static_cast<size_t>(S) * blocks_per_seq * B * row;
-  cpu::LargeBuffer cache_buffer(cache_floats * sizeof(float));
-  float* cache = static_cast<float*>(cache_buffer.data());
-  for (size_t i = 0; i < cache_floats; ++i) cache[i] = 0.5f * u(rng);  // decode: cached rows
+  const size_t cache_elems = static_cast<size_t>(S) * blocks_per_seq * B * row;
+  cpu::LargeBuffer cache_buffer(cache_elems * esize * layers);
+  char* cache = static_cast<char*>(cache_buffer.data());
+  for (size_t i = 0; i < cache_elems * layers; ++i) store(cache, i, 0.5f * u(rng));  // decode
   std::vector<int32_t> tables(static_cast<size_t>(S) * blocks_per_seq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
   std::vector<cpu::PagedSequence> seqs(S);
@@ -105,8 +124,9 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
       seq_of[static_cast<size_t>(s) * new_per_seq + j] = s;
     }
   }
-  std::vector<float> rows(T * row), q(T * E), dw(T * C * 2 * kI * N), g(T * C * N), out(T * E);
-  fill(rows, 0.5f);
+  std::vector<float> q(T * E), dw(T * C * 2 * kI * N), g(T * C * N), out(T * E);
+  std::vector<char> rows(static_cast<size_t>(T) * row * esize);  // fresh rows, of dtype
+  for (size_t i = 0; i < static_cast<size_t>(T) * row; ++i) store(rows.data(), i, 0.5f * u(rng));
   fill(q, 0.5f);
   fill(dw, 0.3f);
   fill(g, 0.3f);
@@ -127,11 +147,17 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   in.dw = dw.data();
   in.g = g.data();
   in.g_stride = C * N;
-  in.cache = {cache, 1, 0, B};
+  in.cache = {cache, 1, 0, B, dtype};
+  const auto forward = [&] {
+    for (int l = 0; l < layers; ++l) {
+      in.cache.base = cache + l * cache_elems * esize;
+      cpu::PagedAttention(in, out.data());
+    }
+  };
 
-  for (int i = 0; i < warmup; ++i) cpu::PagedAttention(in, out.data());
+  for (int i = 0; i < warmup; ++i) forward();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) cpu::PagedAttention(in, out.data());
+  for (int i = 0; i < iters; ++i) forward();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   CaseResult r;
@@ -140,10 +166,10 @@ CaseResult RunCase(const bench::AttentionReport& report, bool decode, int window
   const int64_t pairs =
       S * (decode ? bench::VisiblePairs(len, 1, window) : bench::VisiblePairs(0, len, window));
   // Every visible pair reads its key's row once (K and pre terms, then V and post terms).
-  r.kv_bytes_read = static_cast<double>(pairs) * row * sizeof(float);
-  r.bytes = static_cast<int64_t>(sizeof(float)) *
-                static_cast<int64_t>(cache_floats + rows.size() + q.size() + dw.size() + g.size() +
-                                     out.size()) +
+  r.kv_bytes_read = static_cast<double>(pairs) * layers * row * esize;
+  r.bytes = static_cast<int64_t>(cache_elems * esize * layers + rows.size()) +
+            static_cast<int64_t>(sizeof(float)) *
+                static_cast<int64_t>(q.size() + dw.size() + g.size() + out.size()) +
             static_cast<int64_t>(sizeof(int32_t) * (tables.size() + seq_of.size())) +
             static_cast<int64_t>(sizeof(int64_t) * positions.size()) +
             cpu::PagedAttentionScratchBytes(in);
@@ -194,7 +220,8 @@ int Main() {
   report.block_size = absl::GetFlag(FLAGS_block_size);
   report.warmup = absl::GetFlag(FLAGS_quick) ? 1 : absl::GetFlag(FLAGS_warmup);
   report.iters = absl::GetFlag(FLAGS_quick) ? 3 : absl::GetFlag(FLAGS_iters);
-  report.dtype = "float32";
+  const absl::StatusOr<DType> kv_dtype = ParseComputeDType(absl::GetFlag(FLAGS_kv_cache_dtype));
+  const int layers = absl::GetFlag(FLAGS_layers);
   report.device = std::string(cpu::IsaName(cpu::ActiveIsa())) + ", " +
                   std::to_string(omp_get_max_threads()) + " threads";
   report.scope =
@@ -214,9 +241,12 @@ int Main() {
         "--n-head");
   }
   report.head_dim = report.dim / report.n_head;
-  if (report.block_size < 1 || report.warmup < 0 || report.iters < 1) {
-    return bad("--block-size and --iters must be >= 1, --warmup >= 0");
+  if (report.block_size < 1 || report.warmup < 0 || report.iters < 1 || layers < 1) {
+    return bad("--block-size, --iters and --layers must be >= 1, --warmup >= 0");
   }
+  if (!kv_dtype.ok()) return bad("--kv-cache-dtype must be float32, bfloat16 or float16");
+  report.dtype = ComputeDTypeName(*kv_dtype);
+  if (layers > 1) report.scope += "; " + std::to_string(layers) + " layers, one cache each";
   absl::StatusOr<dcf::bench::AttentionSweep> sweep = dcf::bench::ParseAttentionSweep(
       absl::GetFlag(FLAGS_seq_lens), absl::GetFlag(FLAGS_windows), absl::GetFlag(FLAGS_variants));
   if (!sweep.ok()) return bad(std::string(sweep.status().message()).c_str());
@@ -242,16 +272,17 @@ int Main() {
   for (int window : windows) {
     for (const std::string& variant : variants) {
       for (int len : seq_lens) {
-        const CaseResult r =
-            RunCase(report, decode, window, len, variant == "dcmha", report.warmup, report.iters);
+        const CaseResult r = RunCase(report, decode, window, len, variant == "dcmha",
+                                     report.warmup, report.iters, *kv_dtype, layers);
         bench::AttentionRow row;
         row.variant = variant;
         row.window = window;
         row.seq_len = len;
         row.ms_per_forward = r.ms_per_forward;
         row.peak_memory_mb = r.bytes / 1048576.0;
-        const int64_t pairs = report.batch * (decode ? bench::VisiblePairs(len, 1, window)
-                                                     : bench::VisiblePairs(0, len, window));
+        const int64_t pairs =
+            layers * report.batch *
+            (decode ? bench::VisiblePairs(len, 1, window) : bench::VisiblePairs(0, len, window));
         bench::Finish(report, row, r.query_tokens, pairs, r.kv_bytes_read);
         report.rows.push_back(row);
         std::fprintf(stderr, "%s %s %d: %.3f ms, %.1f GFLOP/s\n", variant.c_str(),

@@ -6,7 +6,9 @@ For each N in --streams, starts N Generate streams at once (same prompt length, 
 server's metrics, the loop's wall time per step (elapsed / steps: everything the loop thread
 does, including handing output to the streams) and the model step alone
 (dcformer_engine_step_duration_seconds). Their difference is what the loop spends per step
-outside the model. Prints one line per N and a JSON summary.
+outside the model. That holds for serial steps (the server's default cpu backend); with
+pipelined steps (--pipeline-steps on) a step's time runs from the end of the one before, so
+the difference would be about 0. Prints one line per N and a JSON summary.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/soak/stream_fanout.py --streams 1,16,64
 """

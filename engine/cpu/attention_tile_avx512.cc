@@ -1,18 +1,19 @@
 // AVX-512 version of cpu::AttendTile (dcmha.h): up to 32 consecutive queries of one sequence
-// attend at once, in groups of 16 with one query per vector lane. Each block of 32 keys is
-// packed once for the tile (K, then V, per head, widened to f32) and serves both groups, and
-// the loops are GEMM-shaped (a vector of 16 queries' values times a broadcast key element,
+// attend at once, in groups of 16 with one query per vector lane. The keys go by blocks of 32
+// (f32 rows read in place, 16-bit rows widened once per block for the whole tile), and the
+// loops are GEMM-shaped (a vector of 16 queries' values times a broadcast key element,
 // accumulated):
 //   1. per key: scores S[key][head][query] = Q^T tile x broadcast K elements, pre-compose,
 //      running max;
 //   2. per key: exp(S - max) and the running sum, per head and query;
 //   3. per block of keys: normalise, post-compose, then PV = P x broadcast V elements into
-//      the output tile [head][dim][query].
+//      the output tile [head][dim][query], both groups sharing each broadcast V element over
+//      the keys they both see.
 // Bit-identical to AttendOneAvx512 (dcmha_avx512.cc) for each query: every reduction of that
 // kernel is reproduced per lane in its own order. A head's dot product there sums 16 lanes
-// (lane l: the FMA chain over dims l, l + 16, ...) by the Reduce16 tree; here lane l's chain
-// is its own vector (queries in lanes) and the same tree is written as vertical adds.
-// The compose dot products over heads likewise (Reduce4's tree). Softmax max and sum
+// (lane l: the FMA chain over dims l, l + 16, ...) in lane order (SumLanesInOrder16); here
+// lane l's chain is its own vector (queries in lanes), added to a running sum in the same
+// order. The compose dot products over heads likewise follow Reduce4's tree. Softmax max and sum
 // and the PV accumulation run over keys in position order per query, masked to the keys the
 // query sees (a masked lane keeps its value: no 0 * v terms). Lanes past a kernel's data (dims
 // past hd, heads past N) add +0, as the masked loads there do. exp, the widening of 16-bit
@@ -39,9 +40,11 @@ constexpr int kKeyBlock = 32;  // keys packed (and widened) at once
 
 int64_t Up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// Reduce16's tree (dcmha_avx512.cc) of the lanes p[0..16) of one dot product, per vector
-// lane, is ((B0 + B1) + (B2 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3]);
-// Reduce4's is ((B0 + B2) + (B1 + B3)). ScoresTile and ComposeTile fold them as they go.
+// AttendOneAvx512's sums over vector lanes: a head's dot product adds its 16 lane chains in
+// lane order (SumLanesInOrder16), which ScoresHead follows with one running sum per dot
+// product; the compose's four dot products over heads use Reduce4's tree,
+// ((B0 + B2) + (B1 + B3)) with B_b = (p[4b] + p[4b+2]) + (p[4b+1] + p[4b+3]), which
+// ComposeTile folds as it goes.
 
 // The tile's query-side data, transposed to one vector per value (lanes = queries).
 struct TileData {
@@ -51,61 +54,96 @@ struct TileData {
   const float* terms[2];  // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
 };
 
-// Lane l of one head's dot products for NK keys: the FMA chain over dims l, l + 16, ... (lane
-// l of AttendOneAvx512's accumulator); key r's head at k + r * k_stride.
-template <int NK>
-DCF_AVX512_INLINE void LaneChain(const float* qt, const float* k, int k_stride, int hd, int hd16,
-                                 int l, __m512* a) {
+// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
+// register per broadcast element (and runs out of registers) instead of one base pointer
+// with constant displacements.
+template <typename T>
+DCF_AVX512_INLINE const T* Opaque(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
+// One head's dot products of NK keys for the 16 queries of each of G lane groups: lane l of
+// AttendOneAvx512's accumulator is the FMA chain (from +0) over dims l, l + 16, ...,
+// l + 16 (HC - 1), a dim past hd adding +0 (there the masked loads give fma(0, 0, a)); the dot
+// product is ((c_0 + c_1) + c_2) + ... + c_15. Two chains at a time (2 G NK accumulators in
+// flight) are added to the running sum as they finish. Group g's queries at qt[g] ([hd][16]),
+// key r's head at k[r] (f32, dims contiguous); out[g][r] = scale * the dot product.
+template <int HC, int G, int NK>
+DCF_AVX512_INLINE void ScoresHead(const float* const* qt, const float* const* k, int hd,
+                                  __m512 scale, __m512 (*out)[NK]) {
   const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 16
-  for (int r = 0; r < NK; ++r) a[r] = zero;
-  for (int d = l; d < hd16; d += 16) {
-    if (d < hd) {
-      const __m512 qv = _mm512_loadu_ps(qt + d * kLanes);
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r)
-        a[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r * k_stride + d]), a[r]);
-    } else {
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r) a[r] = _mm512_add_ps(a[r], zero);  // fma(0, 0, a)
+  __m512 sum[G][NK];
+#pragma GCC unroll 8
+  for (int l = 0; l < kLanes; l += 2) {
+    __m512 a[2][G][NK];
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e) {
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NK; ++r) a[e][g][r] = zero;
+      }
     }
+#pragma GCC unroll 8
+    for (int c = 0; c < HC; ++c) {
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        const int d = l + e + 16 * c;
+        if (c == HC - 1 && d >= hd) {
+#pragma GCC unroll 2
+          for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+            for (int r = 0; r < NK; ++r) a[e][g][r] = _mm512_add_ps(a[e][g][r], zero);
+          }
+          continue;
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          const __m512 qv = _mm512_loadu_ps(qt[g] + d * kLanes);
+#pragma GCC unroll 8
+          for (int r = 0; r < NK; ++r) {
+            a[e][g][r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[r][d]), a[e][g][r]);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+      for (int r = 0; r < NK; ++r) {
+        sum[g][r] = l == 0 ? a[0][g][r] : _mm512_add_ps(sum[g][r], a[0][g][r]);
+        sum[g][r] = _mm512_add_ps(sum[g][r], a[1][g][r]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NK; ++r) out[g][r] = _mm512_mul_ps(sum[g][r], scale);
   }
 }
 
-// S[r][n] = scale * <q_n, k_n> of NK keys for the 16 queries, n < N; key r's head n at
-// k + n * head_stride + r * hd (f32).
-template <int NK>
-DCF_AVX512_INLINE void ScoresTile(const TileData& td, const float* k, int64_t head_stride,
-                                  float scale, float* const* S) {
-  const int N = td.N, hd = td.hd;
-  const int hd16 = static_cast<int>(Up16(hd));
+// S[g][r][n] = scale * <q_n, k_n> of NK keys for the queries of G lane groups, n < N; key r's
+// head n at k[r] + n * hd (f32).
+template <int HC, int G, int NK>
+DCF_AVX512 void ScoresTile(const TileData* const* td, const float* const* k, float scale,
+                           float* const (*S)[NK]) {
+  const int N = td[0]->N, hd = td[0]->hd;
+  const __m512 sv = _mm512_set1_ps(scale);
   for (int n = 0; n < N; ++n) {
-    const float* qt = td.qt + static_cast<int64_t>(n) * hd * kLanes;
-    const float* kn = k + n * head_stride;
-    // Reduce16's tree, folded as the lanes are computed (fewer live registers).
-    __m512 b01[NK], b23[NK];
-#pragma GCC unroll 16
-    for (int i = 0; i < 4; ++i) {
-      __m512 x[NK], y[NK], t[NK];
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i, x);
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 2, t);
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r) x[r] = _mm512_add_ps(x[r], t[r]);
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 1, y);
-      LaneChain<NK>(qt, kn, hd, hd, hd16, 4 * i + 3, t);
-#pragma GCC unroll 16
-      for (int r = 0; r < NK; ++r) {
-        const __m512 b = _mm512_add_ps(x[r], _mm512_add_ps(y[r], t[r]));
-        if (i == 0) b01[r] = b;
-        if (i == 1) b01[r] = _mm512_add_ps(b01[r], b);
-        if (i == 2) b23[r] = b;
-        if (i == 3) b23[r] = _mm512_add_ps(b23[r], b);
-      }
-    }
-    const __m512 sv = _mm512_set1_ps(scale);
-#pragma GCC unroll 16
-    for (int r = 0; r < NK; ++r) {
-      _mm512_storeu_ps(S[r] + n * kLanes, _mm512_mul_ps(_mm512_add_ps(b01[r], b23[r]), sv));
+    const float* kn[NK];
+#pragma GCC unroll 8
+    for (int r = 0; r < NK; ++r) kn[r] = Opaque(k[r] + n * hd);
+    const float* qn[G];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) qn[g] = td[g]->qt + static_cast<int64_t>(n) * hd * kLanes;
+    __m512 v[G][NK];
+    ScoresHead<HC, G, NK>(qn, kn, hd, sv, v);
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+      for (int r = 0; r < NK; ++r) _mm512_storeu_ps(S[g][r] + n * kLanes, v[g][r]);
     }
   }
 }
@@ -168,27 +206,67 @@ DCF_AVX512_INLINE void ComposeTile(int N, const float* qt, const float* kw, cons
   }
 }
 
-// acc[dd] (dims d .. d + DN of one head, [DN][16]) += P[j] * V[j][d + dd] over the nb keys
-// of a block in order, each key masked to the queries that see it: AccumulateHeadGroup's
-// chain per lane. P: key j's probabilities of the head at P + j * p_stride; its values of
-// those dims at v + j * v_stride.
-template <int DN>
-DCF_AVX512 void PvBlock(const float* P, int64_t p_stride, const float* v0, int v_stride,
-                        const __mmask16* vis, int nb, float* acc) {
-  __m512 a[DN];
+// acc[g][dd] (dims d .. d + DN of one head, [DN][16] for each of G lane groups) +=
+// P[g][j] * V[j][d + dd] over the nb keys of a block in order, each key masked to the queries
+// that see it: AccumulateHeadGroup's chain per lane. Group g's probabilities of key j at
+// P[g] + j * p_stride; the values of those dims at v[j] + off. Two groups share each
+// broadcast V element (fewer loads per FMA).
+template <int G, int DN>
+DCF_AVX512 void PvBlock(const float* const* P, int64_t p_stride, const float* const* v, int off,
+                        const __mmask16* const* vis, int nb, float* const* acc) {
+  __m512 a[G][DN];
+#pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
-  for (int dd = 0; dd < DN; ++dd) a[dd] = _mm512_loadu_ps(acc + dd * kLanes);
+    for (int dd = 0; dd < DN; ++dd) a[g][dd] = _mm512_loadu_ps(acc[g] + dd * kLanes);
+  }
   for (int j = 0; j < nb; ++j) {
-    const __m512 pv = _mm512_loadu_ps(P + j * p_stride);
-    const float* v = v0 + static_cast<int64_t>(j) * v_stride;
-    const __mmask16 m = vis[j];
+    const float* vj = Opaque(v[j] + off);
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const __m512 pv = _mm512_loadu_ps(P[g] + j * p_stride);
+      const __mmask16 m = vis[g][j];
 #pragma GCC unroll 16
-    for (int dd = 0; dd < DN; ++dd) {
-      a[dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(v[dd]), a[dd], m);
+      for (int dd = 0; dd < DN; ++dd) {
+        a[g][dd] = _mm512_mask3_fmadd_ps(pv, _mm512_set1_ps(vj[dd]), a[g][dd], m);
+      }
     }
   }
+#pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
-  for (int dd = 0; dd < DN; ++dd) _mm512_storeu_ps(acc + dd * kLanes, a[dd]);
+    for (int dd = 0; dd < DN; ++dd) _mm512_storeu_ps(acc[g] + dd * kLanes, a[g][dd]);
+  }
+}
+
+// PvBlock over a head's hd dims: G = 1 in chunks of 16 dims, G = 2 in chunks of 8, then
+// smaller ones (each dim's chain is its own, so how the dims are cut changes nothing).
+template <int G>
+DCF_AVX512 void PvHead(int hd, const float* const* P, int64_t p_stride, const float* const* v,
+                       int off, const __mmask16* const* vis, int nb, float* const* acc) {
+  constexpr int kWide = G == 1 ? 16 : 8;
+  float* an[G];
+  int d0 = 0;
+  while (d0 < hd) {
+    for (int g = 0; g < G; ++g) an[g] = acc[g] + d0 * kLanes;
+    const int left = hd - d0;
+    if (left >= kWide) {
+      PvBlock<G, kWide>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += kWide;
+    } else if (left >= 8) {
+      PvBlock<G, 8>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 8;
+    } else if (left >= 4) {
+      PvBlock<G, 4>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 4;
+    } else if (left >= 2) {
+      PvBlock<G, 2>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 2;
+    } else {
+      PvBlock<G, 1>(P, p_stride, v, off + d0, vis, nb, an);
+      d0 += 1;
+    }
+  }
 }
 
 DCF_AVX512_INLINE __mmask16 Visible(const TileData& td, int64_t p) {
@@ -206,14 +284,19 @@ DCF_AVX512_INLINE void CopyWiden(const typename VecElem<D>::T* src, int count, f
   }
 }
 
-// Copies keys [p0, p0 + n) of the segments, widened to f32 (exact), into a block laid out for
-// the passes: part [N][n][hd] (K or V, from row offset `part`: every key of a head in a row,
-// so the loops stream them) and terms [n][5N] (the key-side branch at row offset `branch`).
+// f32 views of the keys [p0, p0 + n) of the segments, the part at row offset `part` (K or V,
+// [N * hd]) and the key-side branch at row offset `branch` ([5N]): f32 rows are read in
+// place; 16-bit rows are widened (exactly) into `buf` ([n][N * hd + 16]) and `tbuf` ([n][5N]).
+struct BlockRows {
+  const float* part[kKeyBlock];
+  const float* terms[kKeyBlock];
+};
+
 template <DType D>
-DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments, int64_t p0, int n,
-                          int part, int branch, float* heads, float* terms) {
+DCF_AVX512 void GetBlock(const KvRowLayout& layout, const KeySegment* segments, int64_t p0, int n,
+                         int part, int branch, float* buf, float* tbuf, BlockRows* br) {
   using T = typename VecElem<D>::T;
-  const int N = layout.n_head, hd = layout.head_dim;
+  const int E = layout.n_head * layout.head_dim;
   const int nt = layout.BranchFloats();
   int si = 0;
   for (int j = 0; j < n; ++j) {
@@ -221,17 +304,63 @@ DCF_AVX512 void PackBlock(const KvRowLayout& layout, const KeySegment* segments,
     while (p >= segments[si].pos0 + segments[si].count) ++si;
     const KeySegment& seg = segments[si];
     const T* src = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
-    for (int h = 0; h < N; ++h) {
-      CopyWiden<D>(src + part + h * hd, hd, heads + (static_cast<int64_t>(h) * n + j) * hd);
+    if constexpr (D == DType::kF32) {
+      br->part[j] = src + part;
+      br->terms[j] = src + branch;
+    } else {
+      float* dst = buf + static_cast<int64_t>(j) * (E + kLanes);
+      float* tdst = tbuf + static_cast<int64_t>(j) * nt;
+      CopyWiden<D>(src + part, E, dst);
+      CopyWiden<D>(src + branch, nt, tdst);
+      br->part[j] = dst;
+      br->terms[j] = tdst;
     }
-    CopyWiden<D>(src + branch, nt, terms + static_cast<int64_t>(j) * nt);
   }
 }
+
+// dst [count][16]: element off + e of rows[i] at dst[e * 16 + i]; lane i is 0 where rows[i] is
+// null.
+DCF_AVX512 void RowsToLanes(const float* const* rows, int64_t off, int count, float* dst) {
+  __m512 in[kLanes], t[kLanes];
+  for (int e0 = 0; e0 < count; e0 += kLanes) {
+    const __mmask16 m = TailMask(count - e0);
+    for (int i = 0; i < kLanes; ++i) {
+      in[i] =
+          rows[i] != nullptr ? _mm512_maskz_loadu_ps(m, rows[i] + off + e0) : _mm512_setzero_ps();
+    }
+    Transpose16(in, t);
+    const int n = std::min(kLanes, count - e0);
+    for (int e = 0; e < n; ++e) _mm512_storeu_ps(dst + (e0 + e) * kLanes, t[e]);
+  }
+}
+
+// The inverse for the non-null rows: rows[i][e] = src[e * 16 + i], e < count.
+DCF_AVX512 void LanesToRows(const float* src, int count, float* const* rows) {
+  __m512 in[kLanes], t[kLanes];
+  for (int e0 = 0; e0 < count; e0 += kLanes) {
+    const int n = std::min(kLanes, count - e0);
+    for (int e = 0; e < kLanes; ++e) {
+      in[e] = e < n ? _mm512_loadu_ps(src + (e0 + e) * kLanes) : _mm512_setzero_ps();
+    }
+    Transpose16(in, t);
+    const __mmask16 m = TailMask(n);
+    for (int i = 0; i < kLanes; ++i) {
+      if (rows[i] != nullptr) _mm512_mask_storeu_ps(rows[i] + e0, m, t[i]);
+    }
+  }
+}
+
+// Floats from one key's scores [N][16] to the next in a group's S: one vector more than
+// they take, so the P x V loop, which reads one head's vector of every key of a block, does
+// not find them all in a few cache sets (N * 64 bytes apart: a power of two for 8 or 16
+// heads).
+int64_t KeyStride(int N) { return static_cast<int64_t>(N + 1) * kLanes; }
 
 // Floats of one lane group's state for queries seeing at most max_keys keys each.
 int64_t GroupFloats(const KvRowLayout& layout, int64_t max_keys) {
   const int64_t NL = static_cast<int64_t>(layout.n_head) * kLanes;
-  return (max_keys + kLanes - 1) * NL + 2 * NL * layout.head_dim + 2 * 5 * NL + 2 * NL;
+  return (max_keys + kLanes - 1) * KeyStride(layout.n_head) + 2 * NL * layout.head_dim +
+         2 * 5 * NL + 2 * NL;
 }
 
 // One lane group: 16 consecutive queries of the tile, its keys [first, last] and its state.
@@ -245,21 +374,80 @@ struct Group {
   float* acc;  // [N][hd][16] output
 };
 
-template <DType D>
+// PvHead of group gi alone over the block's keys [ja, jb).
+DCF_AVX512_INLINE void PvOneGroup(const Group& g, int64_t b0, int n, int ja, int jb,
+                                  const BlockRows& br, const __mmask16* vis) {
+  if (ja >= jb) return;
+  const int64_t SL = KeyStride(g.td.N);
+  const float* P = g.S + (b0 - g.first + ja) * SL + n * kLanes;
+  const __mmask16* vm = vis + ja;
+  float* an = g.acc + static_cast<int64_t>(n) * g.td.hd * kLanes;
+  PvHead<1>(g.td.hd, &P, SL, br.part + ja, n * g.td.hd, &vm, jb - ja, &an);
+}
+
+// One key's scores s [N][16] of group g: pre-compose (key terms kt, [5N]), then the running max
+// of the queries that see the key (vis).
+DCF_AVX512_INLINE void PreComposeAndMax(const Group& g, bool compose, float* s, const float* kt,
+                                        __mmask16 vis) {
+  const int N = g.td.N;
+  if (compose) ComposeTile(N, g.td.terms[0], kt, kt + 2 * kRank * N, s);
+  for (int n = 0; n < N; ++n) {
+    const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
+    _mm512_storeu_ps(g.mx + n * kLanes,
+                     _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
+  }
+}
+
+// Pass 1 over the block's keys [ja, jb) for G lane groups: scores (4 keys at a time), then
+// each key's pre-compose and running max.
+template <int HC, int G>
+DCF_AVX512 void ScoresRange(const Group* const* g, int64_t b0, int ja, int jb, const BlockRows& br,
+                            bool compose, float scale) {
+  if (ja >= jb) return;
+  const int64_t SL = KeyStride(g[0]->td.N);
+  const TileData* td[G];
+  for (int gi = 0; gi < G; ++gi) td[gi] = &g[gi]->td;
+  int j = ja;
+  for (; j + 4 <= jb; j += 4) {
+    float* s[G][4];
+    for (int gi = 0; gi < G; ++gi) {
+      for (int r = 0; r < 4; ++r) s[gi][r] = g[gi]->S + (b0 - g[gi]->first + j + r) * SL;
+    }
+    ScoresTile<HC, G, 4>(td, br.part + j, scale, s);
+    for (int gi = 0; gi < G; ++gi) {
+      for (int r = 0; r < 4; ++r) {
+        PreComposeAndMax(*g[gi], compose, s[gi][r], br.terms[j + r], Visible(*td[gi], b0 + j + r));
+      }
+    }
+  }
+  for (; j < jb; ++j) {
+    float* s[G][1];
+    for (int gi = 0; gi < G; ++gi) s[gi][0] = g[gi]->S + (b0 - g[gi]->first + j) * SL;
+    ScoresTile<HC, G, 1>(td, br.part + j, scale, s);
+    for (int gi = 0; gi < G; ++gi) {
+      PreComposeAndMax(*g[gi], compose, s[gi][0], br.terms[j], Visible(*td[gi], b0 + j));
+    }
+  }
+}
+
+template <DType D, int HC>
 DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
                                const KeySegment* segments, float* scratch, float* out,
                                int64_t out_stride) {
   const int N = layout.n_head, hd = layout.head_dim;
+  const int E = N * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t NL = static_cast<int64_t>(N) * kLanes;
+  const int64_t SL = KeyStride(N);  // floats from one key's scores to the next
   const int64_t max_keys =
       tile.pos0 + tile.count - 1 - FirstKeptPosition(tile.window, static_cast<int>(tile.pos0)) + 1;
   const int num_groups = (tile.count + kLanes - 1) / kLanes;
 
-  // Shared: the packed block of keys.
-  float* heads = scratch;                                            // [N][kKeyBlock][hd]
-  float* kterms = heads + static_cast<int64_t>(kKeyBlock) * N * hd;  // [kKeyBlock][5N]
-  float* next = kterms + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
+  // Shared: a block of keys widened from 16 bits (unused for f32 rows).
+  // [kKeyBlock][N * hd + 16]: the rows one vector apart more than they take, like S's keys.
+  float* buf = scratch;
+  float* tbuf = buf + static_cast<int64_t>(kKeyBlock) * (E + kLanes);  // [kKeyBlock][5N]
+  float* next = tbuf + static_cast<int64_t>(kKeyBlock) * layout.BranchFloats();
   Group groups[QueryTile::kMaxQueries / kLanes];
   const int64_t dw_stride = static_cast<int64_t>(kC) * 2 * kRank * N;
   for (int gi = 0; gi < num_groups; ++gi) {
@@ -269,7 +457,7 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     g.first = FirstKeptPosition(tile.window, static_cast<int>(g.pos0));
     g.last = g.pos0 + g.count - 1;
     g.S = next;
-    float* qt = g.S + (max_keys + kLanes - 1) * NL;  // [N][hd][16]
+    float* qt = g.S + (max_keys + kLanes - 1) * SL;  // [N][hd][16]
     float* terms = qt + NL * hd;                     // [2][5N][16]
     g.mx = terms + 2 * 5 * NL;
     g.inv = g.mx + NL;
@@ -286,88 +474,97 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
     td.lo = _mm512_load_si512(lo);
     td.hi = _mm512_load_si512(hi);
     // Transpose the query side; lanes past count hold zeros.
+    const float* rows[kLanes];
     for (int i = 0; i < kLanes; ++i) {
-      const bool on = i < g.count;
-      const int64_t t = gi * kLanes + i;
-      const float* qi = tile.q + t * tile.q_stride;
-      for (int e = 0; e < N * hd; ++e) qt[e * kLanes + i] = on ? qi[e] : 0.0f;
-      for (int b = 0; b < 2; ++b) {
-        const float* w = tile.dw + t * dw_stride + (2 * b) * 2 * kRank * N;  // branch 0 or 2
-        const float* gg = tile.g + t * tile.g_stride + (2 * b) * N;
-        float* tb = terms + b * 5 * NL;
-        for (int e = 0; e < 4 * N; ++e) tb[e * kLanes + i] = on ? w[e] : 0.0f;
-        for (int m = 0; m < N; ++m) tb[(4 * N + m) * kLanes + i] = on ? 1.0f + gg[m] : 0.0f;
+      rows[i] = i < g.count ? tile.q + (gi * kLanes + i) * tile.q_stride : nullptr;
+    }
+    RowsToLanes(rows, 0, E, qt);
+    for (int b = 0; b < 2; ++b) {
+      float* tb = terms + b * 5 * NL;
+      for (int i = 0; i < kLanes; ++i) {
+        rows[i] = i < g.count ? tile.dw + (gi * kLanes + i) * dw_stride : nullptr;
+      }
+      RowsToLanes(rows, (2 * b) * 2 * kRank * N, 4 * N, tb);  // W1 | W2 of branch 0 or 2
+      for (int i = 0; i < kLanes; ++i) {
+        rows[i] = i < g.count ? tile.g + (gi * kLanes + i) * tile.g_stride : nullptr;
+      }
+      float* g1 = tb + 4 * NL;
+      RowsToLanes(rows, (2 * b) * N, N, g1);  // G of branch 0 or 2, then 1 + G
+      const __mmask16 on = TailMask(g.count);
+      for (int m = 0; m < N; ++m) {
+        const __m512 v = _mm512_loadu_ps(g1 + m * kLanes);
+        _mm512_storeu_ps(g1 + m * kLanes, _mm512_mask_add_ps(v, on, _mm512_set1_ps(1.0f), v));
       }
     }
     td.qt = qt;
     td.terms[0] = terms;
     td.terms[1] = terms + 5 * NL;
+    for (int n = 0; n < N; ++n) _mm512_storeu_ps(g.mx + n * kLanes, _mm512_set1_ps(-INFINITY));
   }
   const int64_t first = groups[0].first;
   const int64_t last = groups[num_groups - 1].last;
-  const int nt = layout.BranchFloats();
   const int kb = 2 * kRank * N;  // G's offset in a branch
+  BlockRows br;
 
   // Pass 1: scores, pre-compose and the running max, per key.
-  for (int gi = 0; gi < num_groups; ++gi) {
-    for (int n = 0; n < N; ++n) {
-      _mm512_storeu_ps(groups[gi].mx + n * kLanes, _mm512_set1_ps(-INFINITY));
-    }
-  }
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
-    PackBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), heads,
-                 kterms);
-    const int64_t head_stride = static_cast<int64_t>(nb) * hd;
+    GetBlock<D>(layout, segments, b0, nb, layout.k_offset(), layout.branch_offset(0), buf, tbuf,
+                &br);
+    // The block's keys each group sees, [j0s[g], j1s[g]); those both see are done together
+    // (sharing every broadcast K element), the others by one group.
+    int j0s[2], j1s[2];
     for (int gi = 0; gi < num_groups; ++gi) {
-      const Group& g = groups[gi];
-      // The block's keys this group sees: [j0, j1).
-      const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
-      const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
-      if (j0 >= j1) continue;
-      float* S = g.S + (b0 - g.first) * NL;  // key j of the block at S + j * NL
-      int j = j0;
-      for (; j + 4 <= j1; j += 4) {
-        float* s[4];
-        for (int r = 0; r < 4; ++r) s[r] = S + (j + r) * NL;
-        ScoresTile<4>(g.td, heads + j * hd, head_stride, scale, s);
-      }
-      for (; j < j1; ++j) {
-        float* s = S + j * NL;
-        ScoresTile<1>(g.td, heads + j * hd, head_stride, scale, &s);
-      }
-      for (j = j0; j < j1; ++j) {
-        float* s = S + j * NL;
-        const float* kt = kterms + j * nt;
-        if (tile.compose) ComposeTile(N, g.td.terms[0], kt, kt + kb, s);
-        const __mmask16 vis = Visible(g.td, b0 + j);
-        for (int n = 0; n < N; ++n) {
-          const __m512 m = _mm512_loadu_ps(g.mx + n * kLanes);
-          _mm512_storeu_ps(g.mx + n * kLanes,
-                           _mm512_mask_max_ps(m, vis, m, _mm512_loadu_ps(s + n * kLanes)));
-        }
+      j0s[gi] = static_cast<int>(std::max<int64_t>(0, groups[gi].first - b0));
+      j1s[gi] = static_cast<int>(std::min<int64_t>(nb, groups[gi].last + 1 - b0));
+    }
+    const Group* g0 = &groups[0];
+    const Group* g1 = &groups[1];
+    if (num_groups == 1) {
+      ScoresRange<HC, 1>(&g0, b0, j0s[0], j1s[0], br, tile.compose, scale);
+    } else {
+      const int ja = std::max(j0s[0], j0s[1]), jb = std::min(j1s[0], j1s[1]);
+      if (ja >= jb) {
+        ScoresRange<HC, 1>(&g0, b0, j0s[0], j1s[0], br, tile.compose, scale);
+        ScoresRange<HC, 1>(&g1, b0, j0s[1], j1s[1], br, tile.compose, scale);
+      } else {
+        const Group* both[2] = {g0, g1};
+        ScoresRange<HC, 1>(&g0, b0, j0s[0], ja, br, tile.compose, scale);
+        ScoresRange<HC, 2>(both, b0, ja, jb, br, tile.compose, scale);
+        ScoresRange<HC, 1>(&g1, b0, jb, j1s[1], br, tile.compose, scale);
       }
     }
   }
 
-  // Pass 2: exp and the running sum, per key in position order.
+  // Pass 2: exp and the running sum, per key in position order (8 heads at a time, their max
+  // and sum in registers).
   for (int gi = 0; gi < num_groups; ++gi) {
     const Group& g = groups[gi];
-    for (int n = 0; n < N; ++n) _mm512_storeu_ps(g.inv + n * kLanes, _mm512_setzero_ps());
-    for (int64_t p = g.first; p <= g.last; ++p) {
-      const __mmask16 vis = Visible(g.td, p);
-      float* s = g.S + (p - g.first) * NL;
-      for (int n = 0; n < N; ++n) {
-        const __m512 e = ExpNonPositive(
-            _mm512_sub_ps(_mm512_loadu_ps(s + n * kLanes), _mm512_loadu_ps(g.mx + n * kLanes)));
-        _mm512_storeu_ps(s + n * kLanes, e);
-        const __m512 sum = _mm512_loadu_ps(g.inv + n * kLanes);
-        _mm512_storeu_ps(g.inv + n * kLanes, _mm512_mask_add_ps(sum, vis, sum, e));
+    for (int n0 = 0; n0 < N; n0 += 8) {
+      const int nh = std::min(8, N - n0);
+      __m512 mx[8], sum[8];
+#pragma GCC unroll 8
+      for (int h = 0; h < 8; ++h) {
+        if (h < nh) mx[h] = _mm512_loadu_ps(g.mx + (n0 + h) * kLanes);
+        sum[h] = _mm512_setzero_ps();
       }
-    }
-    for (int n = 0; n < N; ++n) {
-      _mm512_storeu_ps(g.inv + n * kLanes,
-                       _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(g.inv + n * kLanes)));
+      for (int64_t p = g.first; p <= g.last; ++p) {
+        const __mmask16 vis = Visible(g.td, p);
+        float* s = g.S + (p - g.first) * SL + n0 * kLanes;
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; ++h) {
+          if (h >= nh) break;
+          const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(s + h * kLanes), mx[h]));
+          _mm512_storeu_ps(s + h * kLanes, e);
+          sum[h] = _mm512_mask_add_ps(sum[h], vis, sum[h], e);
+        }
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < 8; ++h) {
+        if (h < nh) {
+          _mm512_storeu_ps(g.inv + (n0 + h) * kLanes, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[h]));
+        }
+      }
     }
     for (int64_t e = 0; e < NL * hd; e += 16) _mm512_storeu_ps(g.acc + e, _mm512_setzero_ps());
   }
@@ -375,60 +572,82 @@ DCF_AVX512 void AttendTileImpl(const KvRowLayout& layout, const QueryTile& tile,
   // Pass 3: per block of keys, normalise and post-compose, then accumulate P x V.
   for (int64_t b0 = first; b0 <= last; b0 += kKeyBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kKeyBlock, last + 1 - b0));
-    PackBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), heads,
-                 kterms);
+    GetBlock<D>(layout, segments, b0, nb, layout.v_offset(), layout.branch_offset(1), buf, tbuf,
+                &br);
+    __mmask16 vis[2][kKeyBlock];
+    int j0s[2], j1s[2];  // each group's keys of the block
     for (int gi = 0; gi < num_groups; ++gi) {
       const Group& g = groups[gi];
       const int j0 = static_cast<int>(std::max<int64_t>(0, g.first - b0));
       const int j1 = static_cast<int>(std::min<int64_t>(nb, g.last + 1 - b0));
-      if (j0 >= j1) continue;
-      float* S = g.S + (b0 - g.first) * NL;
-      __mmask16 vis[kKeyBlock];
+      if (j0 >= j1) {
+        j0s[gi] = j1s[gi] = 0;
+        continue;
+      }
+      float* S = g.S + (b0 - g.first) * SL;
       for (int j = j0; j < j1; ++j) {
-        float* s = S + j * NL;
+        float* s = S + j * SL;
         for (int n = 0; n < N; ++n) {
           _mm512_storeu_ps(s + n * kLanes, _mm512_mul_ps(_mm512_loadu_ps(s + n * kLanes),
                                                          _mm512_loadu_ps(g.inv + n * kLanes)));
         }
-        const float* kt = kterms + j * nt;
+        const float* kt = br.terms[j];
         if (tile.compose) ComposeTile(N, g.td.terms[1], kt, kt + kb, s);
-        vis[j] = Visible(g.td, b0 + j);
+        vis[gi][j] = Visible(g.td, b0 + j);
       }
-      const int nj = j1 - j0;
-      for (int n = 0; n < N; ++n) {
-        const float* P = S + j0 * NL + n * kLanes;
-        const float* v = heads + (static_cast<int64_t>(n) * nb + j0) * hd;
-        float* an = g.acc + static_cast<int64_t>(n) * hd * kLanes;
-        // Dims in groups of 16, then 8, 4, 2, 1 (each dim's chain is its own).
-        int d0 = 0;
-        for (; d0 + 16 <= hd; d0 += 16) {
-          PvBlock<16>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-        }
-        if (d0 + 8 <= hd) {
-          PvBlock<8>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-          d0 += 8;
-        }
-        if (d0 + 4 <= hd) {
-          PvBlock<4>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-          d0 += 4;
-        }
-        if (d0 + 2 <= hd) {
-          PvBlock<2>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
-          d0 += 2;
-        }
-        if (d0 < hd) PvBlock<1>(P, NL, v + d0, hd, vis + j0, nj, an + d0 * kLanes);
+      j0s[gi] = j0;
+      j1s[gi] = j1;
+    }
+    // P x V in key order per group: the keys only group 0 sees, those both see (sharing
+    // every broadcast V element), then those only group 1 sees.
+    for (int n = 0; n < N; ++n) {
+      const int off = n * hd;
+      if (num_groups == 1) {
+        PvOneGroup(groups[0], b0, n, j0s[0], j1s[0], br, vis[0]);
+        continue;
       }
+      const int ja = std::max(j0s[0], j0s[1]), jb = std::min(j1s[0], j1s[1]);
+      if (ja >= jb) {
+        PvOneGroup(groups[0], b0, n, j0s[0], j1s[0], br, vis[0]);
+        PvOneGroup(groups[1], b0, n, j0s[1], j1s[1], br, vis[1]);
+        continue;
+      }
+      PvOneGroup(groups[0], b0, n, j0s[0], ja, br, vis[0]);
+      const float* P[2];
+      const __mmask16* vm[2];
+      float* an[2];
+      for (int gi = 0; gi < 2; ++gi) {
+        const Group& g = groups[gi];
+        P[gi] = g.S + (b0 - g.first + ja) * SL + n * kLanes;
+        vm[gi] = vis[gi] + ja;
+        an[gi] = g.acc + static_cast<int64_t>(n) * hd * kLanes;
+      }
+      PvHead<2>(hd, P, SL, br.part + ja, off, vm, jb - ja, an);
+      PvOneGroup(groups[1], b0, n, jb, j1s[1], br, vis[1]);
     }
   }
 
   // The output tile back to rows.
   for (int gi = 0; gi < num_groups; ++gi) {
     const Group& g = groups[gi];
-    for (int i = 0; i < g.count; ++i) {
-      float* o = out + (gi * kLanes + i) * out_stride;
-      for (int e = 0; e < N * hd; ++e) o[e] = g.acc[e * kLanes + i];
+    float* rows[kLanes];
+    for (int i = 0; i < kLanes; ++i) {
+      rows[i] = i < g.count ? out + (gi * kLanes + i) * out_stride : nullptr;
+    }
+    LanesToRows(g.acc, E, rows);
+  }
+}
+
+// AttendTileImpl with HC = ceil(head_dim / 16), 1..8, as a compile-time constant.
+template <DType D, int HC = 1>
+void AttendTileAnyHd(const KvRowLayout& layout, const QueryTile& tile, const KeySegment* segments,
+                     float* scratch, float* out, int64_t out_stride) {
+  if constexpr (HC < 8) {
+    if ((layout.head_dim + 15) / 16 > HC) {
+      return AttendTileAnyHd<D, HC + 1>(layout, tile, segments, scratch, out, out_stride);
     }
   }
+  AttendTileImpl<D, HC>(layout, tile, segments, scratch, out, out_stride);
 }
 
 }  // namespace
@@ -438,7 +657,7 @@ int64_t AttendTileAvx512ScratchFloats(const KvRowLayout& layout, int64_t max_key
   // sized for that: simpler than per group, and the same order of size).
   const int64_t tile_keys = max_keys + QueryTile::kMaxQueries - 1;
   return static_cast<int64_t>(kKeyBlock) *
-             (layout.n_head * layout.head_dim + layout.BranchFloats()) +
+             (layout.n_head * layout.head_dim + kLanes + layout.BranchFloats()) +
          QueryTile::kMaxQueries / kLanes * GroupFloats(layout, tile_keys);
 }
 
@@ -447,11 +666,11 @@ void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const Ke
                       int64_t out_stride) {
   switch (dtype) {
     case DType::kF32:
-      return AttendTileImpl<DType::kF32>(layout, tile, segments, scratch, out, out_stride);
+      return AttendTileAnyHd<DType::kF32>(layout, tile, segments, scratch, out, out_stride);
     case DType::kBF16:
-      return AttendTileImpl<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
+      return AttendTileAnyHd<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
     case DType::kF16:
-      return AttendTileImpl<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
+      return AttendTileAnyHd<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
   }
 }
 

@@ -140,7 +140,8 @@ void Compose(int n_head, const float* qw, const float* qg, const float* kw, cons
 }
 
 int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys) {
-  return num_keys * ((layout.n_head + 15) / 16 * 16);
+  // Scores [num_keys][N padded to 16], then one row pointer per key (two floats each).
+  return num_keys * ((layout.n_head + 15) / 16 * 16 + 2);
 }
 
 namespace {

@@ -41,8 +41,8 @@ struct QueryInputs {
   bool compose = true;            // false: plain multi-head attention (benchmarks only)
 };
 
-// Floats of AttendOne's scratch for `num_keys` visible keys: num_keys * N rounded up to whole
-// 16-lane vectors per key.
+// Floats of AttendOne's scratch for `num_keys` visible keys: per key, its N scores rounded up
+// to whole 16-lane vectors and a row pointer.
 int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys);
 
 // Attends query `qi` to the visible keys [lo, hi] (inclusive) found in `segments` (which

@@ -1,6 +1,7 @@
 // AVX-512 version of cpu::AttendOne (dcmha.h): the same two passes over the keys, with the
 // heads of a key in vector lanes (16 per vector, the last chunk masked), per-head dot products
-// folded 16 at a time by a transpose-and-add tree, and a vector exp. Every function carries
+// (16 lane chains each) summed 16 at a time by a transpose and adds in lane order
+// (SumLanesInOrder16), and a vector exp. Every function carries
 // the target attribute; dcmha.cc calls it only when cpu_isa.h found AVX-512. Cache rows of
 // 16-bit dtypes are widened as they are loaded (bf16: a 16-bit shift; f16: vcvtph2ps), so
 // the arithmetic is that of f32 rows holding the same values.
@@ -8,6 +9,8 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "engine/cpu/dcmha_avx512_inl.h"
 #include "engine/cpu/dcmha_kernels.h"
@@ -18,29 +21,7 @@ namespace {
 
 constexpr int kRank = ModelConfig::kRank;
 constexpr int kMaxHeads = 256;
-
-// r[i] = sum of the lanes of v[i], for 16 vectors (a transpose-and-add tree: 15 adds and 30
-// shuffles instead of 16 separate horizontal sums).
-DCF_AVX512_INLINE __m512 Reduce16(const __m512* v) {
-  __m512 t[8];
-  for (int i = 0; i < 8; ++i) {
-    // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] for a = v[2i], b = v[2i+1].
-    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  }
-  __m512 u[4];
-  for (int i = 0; i < 4; ++i) {
-    // Per 128-bit lane: partial sums of v[4i..4i+3] in lanes 0..3.
-    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xee));
-  }
-  // Add the four 128-bit lanes of each u and lay the results out in order.
-  const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
-                                  _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-  const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
-                                  _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xdd));
-}
+constexpr int kLanes = 16;
 
 // Lanes 0..3 of the result: the sums of a, b, c and d.
 DCF_AVX512_INLINE __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -90,44 +71,114 @@ DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg,
   }
 }
 
-// s[NP] = scale * <q_n, k_n> for every head n (zero past N); k holds row elements of dtype D.
-template <DType D>
-DCF_AVX512_INLINE void Scores(const float* q, const typename VecElem<D>::T* k, int N, int hd,
-                              float scale, float* s) {
+// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
+// register per vector it loads (and runs out of registers) instead of one base pointer with
+// constant displacements.
+template <typename T>
+DCF_AVX512_INLINE const T* Opaque(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
+// s[r][0, NP) = scale * <q_n, k_n> for every head n of NK keys (1 or 2), zero past N; key r's
+// K part at k[r], row elements of dtype D, HC = ceil(hd / 16) vectors a head (the last one
+// masked). The dot products go 16 at a time through SumLanesInOrder16: 16 heads of one key,
+// or 8 heads of each of two keys, which then share every load of q.
+template <DType D, int HC, int NK>
+DCF_AVX512_INLINE void ScoresKeys(const float* q, const typename VecElem<D>::T* const* k, int N,
+                                  int hd, float scale, float* const* s) {
   using E = VecElem<D>;
-  const __mmask16 dtail = TailMask(hd % 16 == 0 ? 16 : hd % 16);
-  const int full = hd % 16 == 0 ? hd : hd - hd % 16;
-  for (int h0 = 0; h0 < N; h0 += 16) {
-    __m512 acc[16];
-    const int nh = N - h0 < 16 ? N - h0 : 16;
-    for (int h = 0; h < 16; ++h) acc[h] = _mm512_setzero_ps();
-    for (int h = 0; h < nh; ++h) {
-      const float* qn = q + (h0 + h) * hd;
-      const typename E::T* kn = k + (h0 + h) * hd;
-      __m512 a = _mm512_setzero_ps();
-      int d = 0;
-      for (; d + 16 <= full; d += 16) {
-        a = _mm512_fmadd_ps(_mm512_loadu_ps(qn + d), E::Load(kn + d), a);
+  using T = typename E::T;
+  constexpr int kH = kLanes / NK;  // heads of each key in a call
+  const bool tail = hd % 16 != 0;
+  const __mmask16 dtail = TailMask(hd - (HC - 1) * 16);
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int h0 = 0; h0 < N; h0 += kH) {
+    __m512 acc[kLanes];
+#pragma GCC unroll 16
+    for (int i = 0; i < kLanes; ++i) acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int h = 0; h < kH; ++h) {
+      if (h0 + h >= N) break;
+      const float* qh = Opaque(q + (h0 + h) * hd);
+      const T* kh[NK];
+#pragma GCC unroll 2
+      for (int r = 0; r < NK; ++r) kh[r] = Opaque(k[r] + (h0 + h) * hd);
+#pragma GCC unroll 8
+      for (int c = 0; c < HC; ++c) {
+        const bool masked = c == HC - 1 && tail;
+        const __m512 qv =
+            masked ? _mm512_maskz_loadu_ps(dtail, qh + 16 * c) : _mm512_loadu_ps(qh + 16 * c);
+#pragma GCC unroll 2
+        for (int r = 0; r < NK; ++r) {
+          const __m512 kv = masked ? E::LoadMasked(dtail, kh[r] + 16 * c) : E::Load(kh[r] + 16 * c);
+          acc[r * kH + h] = _mm512_fmadd_ps(qv, kv, acc[r * kH + h]);
+        }
       }
-      if (d < hd) {
-        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dtail, qn + d), E::LoadMasked(dtail, kn + d), a);
-      }
-      acc[h] = a;
     }
-    _mm512_storeu_ps(s + h0, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+    const __m512 v = _mm512_mul_ps(SumLanesInOrder16(acc), sv);
+    if constexpr (NK == 1) {
+      _mm512_storeu_ps(s[0] + h0, v);
+    } else {
+      _mm256_storeu_ps(s[0] + h0, _mm512_castps512_ps256(v));
+      _mm256_storeu_ps(s[1] + h0, _mm512_extractf32x8_ps(v, 1));
+    }
+  }
+  if constexpr (NK == 2) {
+    // Heads past N up to the padded width: 0, as a 16-head call leaves them.
+    const int written = (N + kH - 1) / kH * kH, NP = (N + 15) / 16 * 16;
+    if (written < NP) {
+      for (int r = 0; r < NK; ++r) _mm256_storeu_ps(s[r] + written, _mm256_setzero_ps());
+    }
   }
 }
 
+// Prefetches the cache lines of [p, p + bytes) into L1 (rows of keys a few keys ahead: a
+// decode query reads each row once, so its time goes to waiting for memory unless the next
+// rows are on their way while this one is computed).
+DCF_AVX512_INLINE void PrefetchBytes(const void* p, int bytes) {
+  const char* c = static_cast<const char*>(p);
+  const char* end = c + bytes;
+  for (c = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(c) & ~uintptr_t{63}); c < end;
+       c += 64) {
+    _mm_prefetch(c, _MM_HINT_T0);
+  }
+}
+
+// Keys whose rows are prefetched ahead of the one being computed.
+constexpr int kAhead = 4;
+
+// Each visible key's row (row elements of type T), kept in the float scratch after the scores:
+// two floats a pointer, written and read by memcpy (no aliasing of the floats).
+template <typename T>
+class RowTable {
+ public:
+  explicit RowTable(float* storage) : storage_(storage) {}
+  void Set(int64_t j, const T* row) { std::memcpy(storage_ + 2 * j, &row, sizeof row); }
+  const T* operator[](int64_t j) const {
+    const T* row;
+    std::memcpy(&row, storage_ + 2 * j, sizeof row);
+    return row;
+  }
+
+ private:
+  static_assert(sizeof(const T*) <= 2 * sizeof(float), "a row pointer takes two floats");
+  float* storage_;
+};
+
 // out[n, :] = sum over the keys of P[j][n] * v_j[n, :] for heads [n0, n0 + G), each head's
 // HC vectors of 16 (the last masked) held in registers across all keys: the value rows are
-// read once per head group, and `out` is written once.
+// read once per head group, and `out` is written once. Key j's row at rows[j].
 template <DType D, int HC>
-DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment* segments,
-                                    int num_segments, int64_t lo, int64_t hi, const float* P,
-                                    int NP, int n0, int G, float* out) {
+DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout,
+                                    const RowTable<typename VecElem<D>::T>& rows, int64_t L,
+                                    const float* P, int NP, int n0, int G, float* out) {
   using E = VecElem<D>;
+  using T = typename E::T;
   constexpr int kMaxG = 16 / HC;
   const int hd = layout.head_dim;
+  const int off = layout.v_offset() + n0 * hd;
+  const int bytes = G * hd * static_cast<int>(sizeof(T));
   const __mmask16 dtail = TailMask(hd - (HC - 1) * 16);
   __m512 acc[kMaxG][HC];
 #pragma GCC unroll 16
@@ -135,24 +186,18 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment*
 #pragma GCC unroll 8
     for (int c = 0; c < HC; ++c) acc[h][c] = _mm512_setzero_ps();
   }
-  for (int si = 0; si < num_segments; ++si) {
-    const KeySegment& seg = segments[si];
-    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
-    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
-    for (int64_t p = begin; p < end; ++p) {
-      const typename E::T* v = static_cast<const typename E::T*>(seg.rows) +
-                               (p - seg.pos0) * seg.stride + layout.v_offset() + n0 * hd;
-      const float* pj = P + (p - lo) * NP + n0;
+  for (int64_t j = 0; j < L; ++j) {
+    if (j + kAhead < L) PrefetchBytes(rows[j + kAhead] + off, bytes);
+    const float* pj = P + j * NP + n0;
 #pragma GCC unroll 16
-      for (int h = 0; h < kMaxG; ++h) {
-        if (h >= G) break;
-        const __m512 w = _mm512_set1_ps(pj[h]);
+    for (int h = 0; h < kMaxG; ++h) {
+      if (h >= G) break;
+      const T* v = Opaque(rows[j] + off + h * hd);
+      const __m512 w = _mm512_set1_ps(pj[h]);
 #pragma GCC unroll 8
-        for (int c = 0; c < HC; ++c) {
-          const __m512 vv = c == HC - 1 ? E::LoadMasked(dtail, v + h * hd + c * 16)
-                                        : E::Load(v + h * hd + c * 16);
-          acc[h][c] = _mm512_fmadd_ps(w, vv, acc[h][c]);
-        }
+      for (int c = 0; c < HC; ++c) {
+        const __m512 vv = c == HC - 1 ? E::LoadMasked(dtail, v + c * 16) : E::Load(v + c * 16);
+        acc[h][c] = _mm512_fmadd_ps(w, vv, acc[h][c]);
       }
     }
   }
@@ -171,17 +216,6 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout, const KeySegment*
 }
 
 template <DType D, int HC>
-DCF_AVX512 void AccumulateValues(const KvRowLayout& layout, const KeySegment* segments,
-                                 int num_segments, int64_t lo, int64_t hi, const float* P,
-                                 int NP, float* out) {
-  constexpr int kMaxG = 16 / HC;
-  for (int n0 = 0; n0 < layout.n_head; n0 += kMaxG) {
-    const int G = layout.n_head - n0 < kMaxG ? layout.n_head - n0 : kMaxG;
-    AccumulateHeadGroup<D, HC>(layout, segments, num_segments, lo, hi, P, NP, n0, G, out);
-  }
-}
-
-template <DType D>
 DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs& qi,
                                     const KeySegment* segments, int num_segments, int64_t lo,
                                     int64_t hi, float* scratch, float* out) {
@@ -190,63 +224,90 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
   const int NP = (N + 15) / 16 * 16;  // a key's scores, padded to whole vectors
   const int64_t L = hi - lo + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* S = scratch;  // [L, NP]
-
-  // Pass 1: scores and pre-compose at every key.
-  for (int si = 0; si < num_segments; ++si) {
-    const KeySegment& seg = segments[si];
-    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
-    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
-    for (int64_t p = begin; p < end; ++p) {
-      const T* row = static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride;
-      float* s = S + (p - lo) * NP;
-      Scores<D>(qi.q, row + layout.k_offset(), N, hd, scale, s);
-      const T* kt = row + layout.branch_offset(0);
-      if (qi.compose) ComposeInPlace<D>(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
+  float* S = scratch;                                        // [L, NP]
+  RowTable<T> rows(S + L * NP);                              // [L] each key's row
+  {
+    int64_t j = 0;
+    for (int si = 0; si < num_segments; ++si) {
+      const KeySegment& seg = segments[si];
+      const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
+      const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
+      for (int64_t p = begin; p < end; ++p) {
+        rows.Set(j++, static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride);
+      }
     }
+  }
+  const int kbytes = N * hd * static_cast<int>(sizeof(T));
+  const int tbytes = layout.BranchFloats() * static_cast<int>(sizeof(T));
+
+  // Pass 1: scores (two keys at a time) and pre-compose at every key.
+  int64_t j = 0;
+  for (; j + 2 <= L; j += 2) {
+    for (int64_t a = j + kAhead; a < j + kAhead + 2 && a < L; ++a) {
+      PrefetchBytes(rows[a] + layout.k_offset(), kbytes);
+      PrefetchBytes(rows[a] + layout.branch_offset(0), tbytes);
+    }
+    const T* k[2] = {rows[j] + layout.k_offset(), rows[j + 1] + layout.k_offset()};
+    float* ss[2] = {S + j * NP, S + (j + 1) * NP};
+    ScoresKeys<D, HC, 2>(qi.q, k, N, hd, scale, ss);
+    if (qi.compose) {
+      for (int r = 0; r < 2; ++r) {
+        const T* kt = rows[j + r] + layout.branch_offset(0);
+        ComposeInPlace<D>(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, ss[r]);
+      }
+    }
+  }
+  if (j < L) {
+    const T* k = rows[j] + layout.k_offset();
+    float* s = S + j * NP;
+    ScoresKeys<D, HC, 1>(qi.q, &k, N, hd, scale, &s);
+    const T* kt = rows[j] + layout.branch_offset(0);
+    if (qi.compose) ComposeInPlace<D>(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
   }
 
   // Softmax over keys, per head (heads in lanes).
   alignas(64) float inv[kMaxHeads];
   for (int c = 0; c < NP; c += 16) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < L; ++j) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + j * NP + c));
+    for (int64_t i = 0; i < L; ++i) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + i * NP + c));
     __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < L; ++j) {
-      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(S + j * NP + c), mx));
-      _mm512_storeu_ps(S + j * NP + c, e);
+    for (int64_t i = 0; i < L; ++i) {
+      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(S + i * NP + c), mx));
+      _mm512_storeu_ps(S + i * NP + c, e);
       sum = _mm512_add_ps(sum, e);
     }
     _mm512_store_ps(inv + c, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
   }
 
   // Pass 2: normalise and post-compose every key's probabilities, then accumulate values.
-  for (int si = 0; si < num_segments; ++si) {
-    const KeySegment& seg = segments[si];
-    const int64_t begin = lo > seg.pos0 ? lo : seg.pos0;
-    const int64_t end = hi + 1 < seg.pos0 + seg.count ? hi + 1 : seg.pos0 + seg.count;
-    for (int64_t p = begin; p < end; ++p) {
-      float* s = S + (p - lo) * NP;
-      for (int c = 0; c < NP; c += 16) {
-        _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_load_ps(inv + c)));
-      }
-      if (qi.compose) {
-        const T* kt =
-            static_cast<const T*>(seg.rows) + (p - seg.pos0) * seg.stride + layout.branch_offset(1);
-        ComposeInPlace<D>(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
-      }
+  for (int64_t i = 0; i < L; ++i) {
+    float* s = S + i * NP;
+    for (int c = 0; c < NP; c += 16) {
+      _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_load_ps(inv + c)));
+    }
+    if (qi.compose) {
+      if (i + kAhead < L) PrefetchBytes(rows[i + kAhead] + layout.branch_offset(1), tbytes);
+      const T* kt = rows[i] + layout.branch_offset(1);
+      ComposeInPlace<D>(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
     }
   }
-  switch ((hd + 15) / 16) {
-    case 1: AccumulateValues<D, 1>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 2: AccumulateValues<D, 2>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 3: AccumulateValues<D, 3>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 4: AccumulateValues<D, 4>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 5: AccumulateValues<D, 5>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 6: AccumulateValues<D, 6>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    case 7: AccumulateValues<D, 7>(layout, segments, num_segments, lo, hi, S, NP, out); break;
-    default: AccumulateValues<D, 8>(layout, segments, num_segments, lo, hi, S, NP, out); break;
+  constexpr int kMaxG = 16 / HC;
+  for (int n0 = 0; n0 < N; n0 += kMaxG) {
+    const int G = N - n0 < kMaxG ? N - n0 : kMaxG;
+    AccumulateHeadGroup<D, HC>(layout, rows, L, S, NP, n0, G, out);
   }
+}
+
+// AttendOneAvx512Impl with HC = ceil(head_dim / 16), 1..8, as a compile-time constant.
+template <DType D, int HC = 1>
+void AttendOneAnyHd(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
+                    int num_segments, int64_t lo, int64_t hi, float* scratch, float* out) {
+  if constexpr (HC < 8) {
+    if ((layout.head_dim + 15) / 16 > HC) {
+      return AttendOneAnyHd<D, HC + 1>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+    }
+  }
+  AttendOneAvx512Impl<D, HC>(layout, qi, segments, num_segments, lo, hi, scratch, out);
 }
 
 }  // namespace
@@ -260,14 +321,11 @@ void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const Key
                      float* out) {
   switch (dtype) {
     case DType::kF32:
-      return AttendOneAvx512Impl<DType::kF32>(layout, qi, segments, num_segments, lo, hi,
-                                              scratch, out);
+      return AttendOneAnyHd<DType::kF32>(layout, qi, segments, num_segments, lo, hi, scratch, out);
     case DType::kBF16:
-      return AttendOneAvx512Impl<DType::kBF16>(layout, qi, segments, num_segments, lo, hi,
-                                               scratch, out);
+      return AttendOneAnyHd<DType::kBF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
     case DType::kF16:
-      return AttendOneAvx512Impl<DType::kF16>(layout, qi, segments, num_segments, lo, hi,
-                                              scratch, out);
+      return AttendOneAnyHd<DType::kF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
   }
 }
 

@@ -55,6 +55,48 @@ DCF_AVX512_INLINE __mmask16 TailMask(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
+// out[l] = lane l of every in[i] (out[l][i] = in[i][l]): a 16 x 16 transpose, 64 shuffles.
+DCF_AVX512_INLINE void Transpose16(const __m512* in, __m512* out) {
+  __m512 t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(in[2 * i], in[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
+    t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    out[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    out[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+  }
+}
+
+// r[i] = ((v[i][0] + v[i][1]) + v[i][2]) + ... + v[i][15], the lanes of v[i] summed in lane
+// order, for 16 vectors: Transpose16, then 15 vertical adds. The order of a head's dot
+// product over its 16 lane chains in both attention kernels (a query tile keeps it with one
+// running sum per dot product, adding the lane chains as they finish).
+DCF_AVX512_INLINE __m512 SumLanesInOrder16(const __m512* v) {
+  __m512 t[16];
+  Transpose16(v, t);
+  __m512 sum = t[0];
+#pragma GCC unroll 16
+  for (int l = 1; l < 16; ++l) sum = _mm512_add_ps(sum, t[l]);
+  return sum;
+}
+
 // exp(x) for x <= 0 (scores minus their maximum), ~1 ulp (Cephes expf polynomial on
 // x - n ln2 with |x - n ln2| <= ln2 / 2, then scaled by 2^n); 0 below -87.3.
 DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {

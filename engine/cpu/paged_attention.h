@@ -1,7 +1,7 @@
 // One layer's attention over the paged KV cache for one step, on the CPU: the fresh cache
 // rows of every sequence are written into its blocks (only the positions the layer keeps,
-// step_batch.h's window rule), then every query attends to its visible keys (cpu::AttendTile / AttendOne;
-// the chunk's own keys come from the fresh rows). The projections around it (q, k, v, the
+// step_batch.h's window rule), then every query attends to its visible keys
+// (cpu::AttendTile / AttendOne; the chunk's own keys come from the fresh rows). The projections around it (q, k, v, the
 // dynamic compose terms, Wo) are the caller's.
 //
 // Rows are of the KV cache dtype (F32, BF16 or F16), the fresh ones too: the caller rounds a
@@ -9,13 +9,14 @@
 // key came from this step's rows or from the cache, and results never depend on chunking,
 // batching or a prefix-cache hit.
 //
-// A chunk of several new tokens attends in tiles of 16 queries (cpu::AttendTile: every key row
-// read once per tile), a decode token alone (cpu::AttendOne); both give a query the same bits.
+// A chunk of several new tokens attends in tiles of up to 32 queries (cpu::AttendTile: every
+// key row read once per tile), a decode token alone (cpu::AttendOne); both give a query the
+// same bits.
 // The environment variable DCF_CPU_QUERY_TILES=0 makes every query attend alone (benchmarks
 // of the per-query path in the same binary).
 //
-// Thread-safety: uses OpenMP threads over the tiles and queries; the caller owns every buffer and must
-// not touch them concurrently.
+// Thread-safety: uses OpenMP threads over the tiles and queries; the caller owns every buffer
+// and must not touch them concurrently.
 #pragma once
 
 #include <cstdint>

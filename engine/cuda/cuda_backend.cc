@@ -179,10 +179,6 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
         cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
         "cudaEventCreate");
   }
-  for (cudaEvent_t& e : penalty_done_) {
-    DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                             "cudaEventCreate");
-  }
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(kGemmWorkspaceBytes));
   const char* graphs = std::getenv("DCF_CUDA_GRAPHS");
   use_graphs_ = graphs == nullptr || std::string_view(graphs) != "0";
@@ -277,8 +273,9 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
     results_host_[b].Reset();
   }
   penalty_host_.Reset();  // cudaFreeHost waits for the copies still reading it
-  penalty_pending_.fill(false);
-  penalty_next_ = 0;
+  for (cudaEvent_t e : penalty_done_) cudaEventDestroy(e);
+  penalty_done_.clear();
+  penalty_before_step_.clear();
 
   const int64_t T = limits.max_tokens, S = limits.max_seqs, E = config_.dim,
                 F = config_.intermediate_size, V = config_.vocab_size, N = config_.n_head;
@@ -325,8 +322,16 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   }
   penalty_stride_ = Align16(V) + Align16(4 * V);
   if (slots > 0) {
-    ASSIGN_OR_RETURN(penalty_host_, PinnedBuffer::Allocate(kPenaltyStaging * penalty_stride_,
-                                                           "penalty staging"));
+    ASSIGN_OR_RETURN(penalty_host_,
+                     PinnedBuffer::Allocate(slots * penalty_stride_, "penalty staging"));
+    penalty_before_step_.assign(slots, 0);
+    penalty_done_.reserve(slots);
+    for (int64_t i = 0; i < slots; ++i) {
+      cudaEvent_t e = nullptr;
+      DCF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                               "cudaEventCreate");
+      penalty_done_.push_back(e);
+    }
   }
   DCF_CUDA_RETURN_IF_ERROR(
       DcmhaInitWorkspace(attn_workspace_.get(), attn_workspace_.bytes(), stream_),
@@ -404,16 +409,15 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
   // The host sampler's state for these tokens (one rule: PenaltyState::Reset), uploaded.
   PenaltyState state(V);
   state.Reset(prompt, generated);
-  // Through the next staging area of the ring: wait only for that area's previous copies
-  // (issued kPenaltyStaging admissions ago, normally long done), never for the whole stream.
-  // The copies are stream-ordered after any step still in flight and before the next one.
-  const int i = penalty_next_;
-  penalty_next_ = (penalty_next_ + 1) % kPenaltyStaging;
+  // Through the slot's own staging area, once its previous copies are done: in the engine
+  // they preceded a step already waited for (no device call); else wait for them alone, never
+  // for the stream. The copies are stream-ordered after any step still in flight and before
+  // the next one.
+  const int i = slot;
   cudaError_t e = cudaSuccess;
-  if (penalty_pending_[i]) {
+  if (penalty_before_step_[i] > steps_waited_) {
     e = cudaEventSynchronize(penalty_done_[i]);
     if (e != cudaSuccess) return Fail(CudaStatus(e, "SetPenaltyState"));
-    penalty_pending_[i] = false;
   }
   uint8_t* host_seen = penalty_host_.as<uint8_t>() + i * penalty_stride_;  // [V] u8
   int32_t* host_counts = reinterpret_cast<int32_t*>(host_seen + Align16(V));  // [V] i32
@@ -427,7 +431,7 @@ absl::Status CudaBackend::SetPenaltyState(int slot, absl::Span<const int32_t> pr
   }
   if (e == cudaSuccess) e = cudaEventRecord(penalty_done_[i], stream_);
   if (e != cudaSuccess) return Fail(CudaStatus(e, "SetPenaltyState"));
-  penalty_pending_[i] = true;
+  penalty_before_step_[i] = steps_launched_ + 1;
   return absl::OkStatus();
 }
 
@@ -461,7 +465,7 @@ absl::Status CudaBackend::Launch(const StepBatch& batch) {
     return Fail(CudaStatus(e, "cudaEventRecord"));
   }
   last_chainable_ = ChainableSlots(batch);
-  in_flight_.push_back(InFlight{std::move(plan), buffer});
+  in_flight_.push_back(InFlight{std::move(plan), buffer, ++steps_launched_});
   return absl::OkStatus();
 }
 
@@ -675,6 +679,7 @@ absl::Status CudaBackend::Wait(StepOutput* out) {
   if (cudaError_t e = cudaEventSynchronize(done_[step.buffer]); e != cudaSuccess) {
     return Fail(CudaStatus(e, "step"));
   }
+  steps_waited_ = step.number;  // and, in stream order, everything queued before it
   const DevicePlan& plan = step.plan;
   const int V = config_.vocab_size;
   const int returned = plan.logits.num_returned;

@@ -246,15 +246,21 @@ class CudaBackend final : public Backend {
   // Per staging buffer (one per step in flight): the step arrays, and [R_s] SampleResult.
   std::array<PinnedBuffer, kStaging> step_host_;
   std::array<PinnedBuffer, kStaging> results_host_;
-  // SetPenaltyState's uploads: a ring of page-locked staging areas ([V] u8 seen, then [V]
-  // i32 counts, 16-byte aligned), each reused only after the event recorded behind its last
-  // copies (no stream sync per admission).
-  static constexpr int kPenaltyStaging = 4;
-  PinnedBuffer penalty_host_;  // [kPenaltyStaging, penalty_stride_] bytes
+  // SetPenaltyState's uploads: one page-locked staging area per penalty slot ([V] u8 seen,
+  // then [V] i32 counts, 16-byte aligned), reused only once its last copies are done: known
+  // without a device call when a step launched after them was waited for (stream order),
+  // else through the event recorded behind them. The engine sets a slot again only after the
+  // step that read its previous upload was waited for, so an admission never waits for the
+  // device, however many one step makes (a ring of 4 areas shared by every slot made the
+  // 5th admission of a step wait for the pipelined step in flight: the device then idled).
+  PinnedBuffer penalty_host_;  // [num_penalty_slots, penalty_stride_] bytes
   size_t penalty_stride_ = 0;
-  std::array<cudaEvent_t, kPenaltyStaging> penalty_done_{};
-  std::array<bool, kPenaltyStaging> penalty_pending_{};
-  int penalty_next_ = 0;
+  std::vector<cudaEvent_t> penalty_done_;  // [num_penalty_slots]
+  // [num_penalty_slots] the number of the step the slot's last upload was queued before
+  // (steps are numbered by Launch from 1; 0: no upload).
+  std::vector<int64_t> penalty_before_step_;
+  int64_t steps_launched_ = 0;  // successful Launches so far
+  int64_t steps_waited_ = 0;    // the number of the last step Wait completed
 
   KvCacheShape cache_shape_;
   std::array<DeviceBuffer, kNumLayerGroups> cache_;  // [blocks, layers_in_group, B, row] dtype
@@ -264,6 +270,7 @@ class CudaBackend final : public Backend {
   struct InFlight {
     DevicePlan plan;
     int buffer = 0;
+    int64_t number = 0;  // steps_launched_ at its Launch
   };
   std::deque<InFlight> in_flight_;
   // ChainableSlots of the last successful Launch: the sampled row a chained slot names.

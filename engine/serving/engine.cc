@@ -20,10 +20,11 @@
 #include "engine/serving/output_processor.h"
 #include "engine/serving/request_validator.h"
 #include "engine/serving/scheduler.h"
+#include "engine/serving/step_pipeline.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace dcf {
-namespace {
+namespace engine_internal {
 
 // Everything the engine keeps about one accepted request. Created by Enqueue (any thread),
 // then owned and touched only by the engine loop.
@@ -54,17 +55,7 @@ struct ActiveRequest {
   bool in_queue_counters = true;  // counted in the waiting-queue limits
 };
 
-// A pipelined step: launched and committed, its results not waited for yet.
-struct InFlightStep {
-  // [chunks] the request of each chunk; null once it ended (its results are dropped).
-  std::vector<ActiveRequest*> owners;
-  std::vector<int32_t> slots;       // [chunks] its output slot where it samples, else -1
-  std::vector<int32_t> num_tokens;  // [chunks]
-  int num_tokens_total = 0, num_prefill_tokens = 0;
-  absl::Time start;  // when its planning began
-};
-
-}  // namespace
+}  // namespace engine_internal
 
 absl::StatusOr<PipelineSteps> ParsePipelineSteps(absl::string_view name) {
   for (PipelineSteps m : {PipelineSteps::kAuto, PipelineSteps::kOn, PipelineSteps::kOff}) {
@@ -168,6 +159,9 @@ class EngineImpl {
   // (FailBackend has ended every request).
   bool CompleteInFlight();
   bool Complete(const InFlightStep& step);
+  // EngineObserver::OnStep for a step planned at `start` whose results were just processed,
+  // with StepPipeline::StepTime (the times never overlap).
+  void ReportStep(int num_seqs, int num_tokens, int num_prefill_tokens, absl::Time start);
   // After the pipelined Launch of `out`'s step (`slots`: its StepBatch::slot_offsets): the
   // pending tokens of its sampling chunks, then the results of the step before, then its
   // Commit, which therefore only ever covers known tokens.
@@ -214,10 +208,8 @@ class EngineImpl {
   std::array<StepBatch, 2> batches_;
   int next_batch_ = 0;
   StepOutput out_;
-  const bool pipeline_;                    // pipelined steps in effect
-  std::optional<InFlightStep> in_flight_;  // pipelined: the step launched last
-  int64_t chained_steps_ = 0;
-  int64_t pipeline_dropped_tokens_ = 0;
+  const bool pipeline_;                // pipelined steps in effect
+  StepPipeline step_pipeline_;         // the step in flight, its counters, the step times
   std::vector<int32_t> chunk_tokens_;  // a verify chunk's tokens while the batch is built
   const int blocks_per_seq_;
   std::vector<int> free_penalty_slots_;
@@ -346,7 +338,7 @@ void EngineImpl::Loop() {
     {
       absl::MutexLock lock(&mu_);
       // Idle: wake at least once a second so stats_.last_progress shows a live loop.
-      if (!scheduler_.HasWork() && !in_flight_.has_value()) {
+      if (!scheduler_.HasWork() && !step_pipeline_.has_in_flight()) {
         mu_.AwaitWithTimeout(absl::Condition(this, &EngineImpl::HasInput), absl::Seconds(1));
       }
       incoming.swap(inbox_);
@@ -368,11 +360,11 @@ void EngineImpl::Loop() {
     }
     if (stop) {
       // The step in flight first: its tokens are emitted, the backend is left idle.
-      if (in_flight_.has_value()) CompleteInFlight();
+      if (step_pipeline_.has_in_flight()) CompleteInFlight();
       for (auto& [id, r] : requests_) {
         if (!IsFinal(r->seq.state)) Finish(r.get(), FinishReason::kCancelled, absl::OkStatus());
       }
-    } else if (scheduler_.HasWork() || in_flight_.has_value()) {
+    } else if (scheduler_.HasWork() || step_pipeline_.has_in_flight()) {
       Step();
     }
     for (uint64_t key : finished_keys_) requests_.erase(key);
@@ -434,7 +426,7 @@ void EngineImpl::Step() {
   // Pipelined unless a running sequence may draft; serially, the step in flight (if any)
   // completes first. It also does when nothing is left to plan (every request of it ended).
   const bool chain = pipeline_ && !MayDraft();
-  if (in_flight_.has_value() && (!chain || !scheduler_.HasWork())) {
+  if (step_pipeline_.has_in_flight() && (!chain || !scheduler_.HasWork())) {
     if (!CompleteInFlight() || !scheduler_.HasWork()) return;
   }
   if (options_.spec_tokens > 0) ProposeDrafts();
@@ -464,7 +456,7 @@ void EngineImpl::Step() {
   if (out.empty()) {
     // Pipelined: every running sequence waits for its last token (max_len) from the step in
     // flight, which ends it.
-    if (in_flight_.has_value()) {
+    if (step_pipeline_.has_in_flight()) {
       CompleteInFlight();
       return;
     }
@@ -552,69 +544,47 @@ void EngineImpl::Step() {
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     if (out.chunks[i].samples) ProcessTokens(owners[i], slots[i], accepted[i]);
   }
-  if (observer_ != nullptr) {
-    observer_->OnStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens,
-                      absl::Now() - t0);
-  }
+  ReportStep(static_cast<int>(out.chunks.size()), out.num_tokens, out.num_prefill_tokens, t0);
 }
 
 void EngineImpl::Chain(const SchedulerOutput& out, std::vector<ActiveRequest*> owners,
                        const std::vector<int32_t>& slots, absl::Time start) {
-  InFlightStep step;
-  step.owners = std::move(owners);
-  step.slots.assign(out.chunks.size(), -1);
-  step.num_tokens.resize(out.chunks.size());
   for (size_t i = 0; i < out.chunks.size(); ++i) {
-    const ScheduledChunk& c = out.chunks[i];
-    step.num_tokens[i] = c.num_tokens;
-    if (!c.samples) continue;
-    // The token this step samples, known when its results come: scheduled meanwhile as the
-    // next step's chained decode token.
-    c.seq->tokens.push_back(kPendingToken);
-    ++c.seq->num_pending;
-    step.owners[i]->pending_slot = slots[i];
-    step.slots[i] = slots[i];
+    if (out.chunks[i].samples) owners[i]->pending_slot = slots[i];
   }
-  step.num_tokens_total = out.num_tokens;
-  step.num_prefill_tokens = out.num_prefill_tokens;
-  step.start = start;
-  std::optional<InFlightStep> previous = std::move(in_flight_);
-  in_flight_ = std::move(step);
-  if (previous.has_value()) ++chained_steps_;
+  std::optional<InFlightStep> previous =
+      step_pipeline_.Launched(out, std::move(owners), slots, start);
   // The step before fills the pending tokens this step's chunks end with (and may end some
   // of its requests, whose chunks are then dropped: Finish).
   if (previous.has_value() && !Complete(*previous)) return;
-  SchedulerOutput committed;
-  for (size_t i = 0; i < out.chunks.size(); ++i) {
-    if (in_flight_->owners[i] != nullptr) committed.chunks.push_back(out.chunks[i]);
-  }
-  scheduler_.Commit(committed);
+  scheduler_.Commit(step_pipeline_.LiveChunks(out));
   prompt_tokens_computed_ += out.num_prefill_tokens;
 }
 
-bool EngineImpl::CompleteInFlight() {
-  InFlightStep step = std::move(*in_flight_);
-  in_flight_.reset();
-  return Complete(step);
-}
+bool EngineImpl::CompleteInFlight() { return Complete(*step_pipeline_.Take()); }
 
 bool EngineImpl::Complete(const InFlightStep& step) {
   if (absl::Status st = backend_->Wait(&out_); !st.ok()) {
     FailBackend(st);
     return false;
   }
+  step_pipeline_.Completed(step);
   for (size_t i = 0; i < step.owners.size(); ++i) {
-    if (step.owners[i] == nullptr) {
-      pipeline_dropped_tokens_ += step.num_tokens[i];
-    } else if (step.slots[i] >= 0) {
+    if (step.owners[i] != nullptr && step.slots[i] >= 0) {
       ProcessTokens(step.owners[i], step.slots[i], 0);
     }
   }
-  if (observer_ != nullptr) {
-    observer_->OnStep(static_cast<int>(step.owners.size()), step.num_tokens_total,
-                      step.num_prefill_tokens, absl::Now() - step.start);
-  }
+  ReportStep(static_cast<int>(step.owners.size()), step.num_tokens_total, step.num_prefill_tokens,
+             step.start);
   return true;
+}
+
+void EngineImpl::ReportStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+                            absl::Time start) {
+  const absl::Duration step_time = step_pipeline_.StepTime(start, absl::Now());
+  if (observer_ != nullptr) {
+    observer_->OnStep(num_seqs, num_tokens, num_prefill_tokens, step_time);
+  }
 }
 
 absl::Status EngineImpl::AcquirePenaltySlot(ActiveRequest* r) {
@@ -641,7 +611,7 @@ void EngineImpl::FailBackend(const absl::Status& status) {
                  << status;
   failure_ = status;
   // A step in flight is lost with the backend: never waited for.
-  in_flight_.reset();
+  step_pipeline_.Abandon();
   {
     absl::MutexLock lock(&mu_);
     stats_.healthy = false;
@@ -738,11 +708,7 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
   // Pipelined: its chunk in the step in flight is computed for nothing (its blocks may be
   // reused at once: every later step runs after it, on the device too), and its pending
   // tokens will never be known.
-  if (in_flight_.has_value()) {
-    for (ActiveRequest*& owner : in_flight_->owners) {
-      if (owner == r) owner = nullptr;
-    }
-  }
+  step_pipeline_.Drop(r);
   r->seq.tokens.resize(r->seq.tokens.size() - r->seq.num_pending);
   r->seq.num_pending = 0;
   const RequestState to = reason == FinishReason::kCancelled ? RequestState::kCancelled
@@ -789,8 +755,8 @@ void EngineImpl::PublishAndFlush() {
     stats_.spec_drafted_tokens = spec_drafted_;
     stats_.spec_accepted_tokens = spec_accepted_;
     stats_.prompt_tokens_computed = prompt_tokens_computed_;
-    stats_.chained_steps = chained_steps_;
-    stats_.pipeline_dropped_tokens = pipeline_dropped_tokens_;
+    stats_.chained_steps = step_pipeline_.chained_steps();
+    stats_.pipeline_dropped_tokens = step_pipeline_.dropped_tokens();
     hook = step_hook_;
   }
   finished_keys_.clear();

@@ -29,7 +29,10 @@ class Tokenizer;
 // Pipelined steps (docs/DESIGN.md "Pipelined steps"): step n + 1 is planned and launched
 // before the results of step n are waited for, its decode tokens chained to what step n is
 // still sampling (step_batch.h), so the host's work between steps (results, stop rules,
-// streams, scheduling, packing) overlaps the device's. Outputs are identical either way.
+// streams, scheduling, packing) overlaps the device's. Outputs are those of serial steps, up to
+// batch composition (bit for bit on the CPU; 16-bit weights on a GPU may sample a near-tie
+// differently, as two serial runs whose batches form differently may). On the CPU, which
+// computes a step at Launch, it overlaps nothing and delays every token by one step.
 enum class PipelineSteps {
   kAuto,  // on where Launch returns before the device is done (cuda, cuda-sim), else off
   kOn,    // on wherever the backend chains steps (Backend::ChainsSteps; else off, logged)
@@ -134,6 +137,10 @@ struct EngineStats {
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
+  // A step's results were processed. `step_time` runs from its planning, or from the end of
+  // the step reported before when that is later (pipelined steps: the step was planned while
+  // the one before was on the device), to now: the reported times never overlap, so their sum
+  // is at most the time the loop spent, and pipelined or not each one is a step's share.
   virtual void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
                       absl::Duration step_time) {}
   virtual void OnPreemption() {}

@@ -125,9 +125,12 @@ SchedulerOutput Scheduler::Schedule() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs &&
          budget > 0) {
     Sequence* seq = waiting_.front();
-    // Preempted while a step was sampling its last token: its prefix-cache lookup and its
-    // prefill need that token first (it comes before the next Schedule).
-    if (seq->num_pending > 0) break;
+    // Its prefix-cache lookup and prefill need every token. One preempted while a step was
+    // sampling its last token was preempted by a Schedule that admits nothing (it returned
+    // above), and the caller fills pending tokens before the next Schedule (scheduler.h).
+    DCF_CHECK(seq->num_pending == 0)
+        << "admitting sequence " << seq->seq_id << " with a pending token: the step that "
+        << "samples it must complete before the next Schedule";
     const int len = static_cast<int>(seq->tokens.size());
     // The longest cached prefix (empty without prefix caching); its blocks count as computed.
     const PrefixHit hit = kv_->FindCachedPrefix(seq->kv, seq->tokens);

@@ -29,8 +29,10 @@
 // every step.
 // Pipelined steps (Sequence::num_pending): a running sequence's pending token (still being
 // sampled by the step in flight) is scheduled like a known one, as its decode chunk, except
-// when it is its last (max_len tokens): that sequence gets no chunk. A waiting sequence with a
-// pending token (preempted while it was being sampled) is not admitted until it is known.
+// when it is its last (max_len tokens): that sequence gets no chunk. A sequence preempted with
+// a pending token keeps it; the caller must fill it before the next Schedule (the engine does:
+// a Schedule that preempts admits nothing, and the step in flight completes before the next
+// one), which aborts when it would admit a sequence with a pending token.
 //  4. Speculative decoding, last (so drafts never take budget or blocks from decodes,
 //     prefill chunks or admissions, and never cause a preemption): when nothing was
 //     preempted, each decode chunk of a sequence with a draft (Sequence::draft), oldest first,

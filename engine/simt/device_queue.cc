@@ -9,6 +9,7 @@
 #include "engine/simt/error_state.h"
 #include "engine/simt/graphs.h"
 #include "engine/simt/schedule.h"
+#include "engine/simt/simt_testing.h"
 
 namespace dcf::simt::detail {
 namespace {
@@ -190,3 +191,9 @@ bool StreamPending(cudaStream_t stream) {
 }
 
 }  // namespace dcf::simt::detail
+
+namespace dcf::simt {
+
+void RunQueuedWork() { detail::RunAll(); }
+
+}  // namespace dcf::simt

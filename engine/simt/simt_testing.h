@@ -53,6 +53,12 @@ Schedule GetSchedule();
 // "" stops tracing.
 void SetTraceFile(const std::string& path);
 
+// Runs every operation queued on every stream now, without a host wait: the device of a
+// GPU that ran ahead of the host. Later work (the next step's copies included) has then
+// completed before the host waits for earlier work, which the emulator otherwise runs only
+// up to the awaited operation (device_queue.h). Errors stay sticky as in any run.
+void RunQueuedWork();
+
 // cudaMemcpyAsync calls so far whose host memory was pageable (each also warns once per call
 // site).
 size_t PageableAsyncCopies();

@@ -15,6 +15,7 @@
 #include "engine/model/random_model.h"
 #include "engine/serving/sequence_runner.h"
 #include "engine/sampling/token_sampler.h"
+#include "engine/simt/simt_testing.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
 #include "tests/testing/temp_dir.h"
@@ -741,6 +742,15 @@ TEST_P(BackendTest, VerifyRowsSampleLikePlainDecoding) {
   manager.Free(kv_b);
 }
 
+// Test hook: the device runs ahead of the host, as a GPU may (the host descheduled between
+// Launch and Wait): every step launched so far completes, its results copied to the host,
+// before the host waits for the earlier one. cuda-sim otherwise runs queued work only up to
+// what the host waits for (device_queue.h), so the next step's download would never have
+// run at a Wait. The CPU computes a step at Launch: nothing to do.
+void LetDeviceRunAhead(BackendKind kind) {
+  if (kind == BackendKind::kCudaSim) simt::RunQueuedWork();
+}
+
 // Chained steps (step_batch.h, Backend::ChainsSteps): each step is launched before the
 // previous one is waited for, its decode tokens chained to the slots where the previous step
 // samples them; the outputs are those of the same steps run one at a time with the tokens fed
@@ -748,7 +758,9 @@ TEST_P(BackendTest, VerifyRowsSampleLikePlainDecoding) {
 // runs the same host code; within 1e-4 on cuda-sim). Sequence A samples with penalties (its
 // slot counts each chained token before the next is drawn), B greedily, C joins mid-way
 // (a prefill chunk that samples nothing, so the previous step's slots and sampled rows
-// differ, then its last chunk); the sequence order changes every step. A chained token the
+// differ, then its last chunk); the sequence order changes every step. Every other step the
+// device runs ahead (LetDeviceRunAhead): step k's results are downloaded before step k - 1's
+// are read, which must not overwrite them (two result buffers). A chained token the
 // previous step did not sample and a third step in flight are refused without harm.
 TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
   auto model = Load("dcformer-f32-short-prompt", GetParam());
@@ -831,6 +843,7 @@ TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
       }
       ASSERT_TRUE(backend.Launch(b).ok()) << "step " << k;
       if (chained && k > 0) {
+        if (k % 2 == 1) LetDeviceRunAhead(GetParam());
         if (k == 2) {
           EXPECT_EQ(backend.Launch(b).code(), absl::StatusCode::kFailedPrecondition)
               << "a third step in flight";
@@ -874,6 +887,140 @@ TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
     }
   }
   EXPECT_EQ(sampled, 2 + 2 + 3 + 3 * 6);
+}
+
+// A step that returns logits must be waited for before the next Launch (backend.h): the CUDA
+// backend refuses that Launch (its Wait copies the logits from a buffer the next step would
+// overwrite), without harm to the step in flight; the CPU, which computes a step at Launch,
+// takes it, and the first step's logits stay those of the step alone.
+TEST_P(BackendTest, LaunchAfterAStepThatReturnsLogits) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 4;  // a chunk that returns logits returns every row's
+  limits.blocks_per_seq = 16;
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {16, 16};
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  KvCacheManager manager(shape);
+  SamplingRow greedy;
+  greedy.params.temperature = 0;
+  const auto add = [&](const std::vector<int32_t>& tokens, bool logits, SequenceKv* kv,
+                       StepBatch* b) {
+    ASSERT_TRUE(manager.Reserve(*kv, static_cast<int>(tokens.size())).ok());
+    b->Reset(limits.blocks_per_seq);
+    b->AddSequence(tokens, *kv, true, greedy, logits);
+    manager.Commit(*kv, static_cast<int>(tokens.size()));
+  };
+  SequenceKv kv_a, kv_b, kv_alone;
+  StepBatch with_logits, next, alone;
+  add({5, 17, 42, 7}, true, &kv_a, &with_logits);
+  add({9, 3, 11}, false, &kv_b, &next);
+  add({5, 17, 42, 7}, true, &kv_alone, &alone);
+  ASSERT_FALSE(HasFatalFailure());
+  StepOutput want, got, second;
+  {
+    const absl::Status st = backend.Step(alone, &want);
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  ASSERT_TRUE(backend.Launch(with_logits).ok());
+  const absl::Status chained = backend.Launch(next);
+  if (GetParam() == BackendKind::kCpu) {
+    EXPECT_TRUE(chained.ok()) << chained;
+  } else {
+    EXPECT_EQ(chained.code(), absl::StatusCode::kFailedPrecondition) << chained;
+  }
+  ASSERT_TRUE(backend.Wait(&got).ok());
+  EXPECT_EQ(got.logits, want.logits);
+  EXPECT_EQ(got.tokens, want.tokens);
+  if (!chained.ok()) ASSERT_TRUE(backend.Launch(next).ok());  // after the Wait: taken
+  ASSERT_TRUE(backend.Wait(&second).ok());
+  EXPECT_EQ(second.tokens.size(), 1u);
+  StepOutput none;
+  EXPECT_EQ(backend.Wait(&none).code(), absl::StatusCode::kFailedPrecondition);
+  for (SequenceKv* kv : {&kv_a, &kv_b, &kv_alone}) manager.Free(*kv);
+}
+
+// Admissions while a pipelined step is in flight: the engine readmits (SetPenaltyState) a
+// slot only after the step that read its previous upload was waited for, and then the upload
+// waits for nothing on the device, however many admissions a step makes (here 6, more than
+// the ring of 4 staging areas the CUDA backend once shared between slots, whose 5th reuse
+// waited for the step in flight). Checked on cuda-sim's trace: no synchronisation at all
+// between the Launch of the step in flight and its Wait; the step's results are right.
+TEST_P(BackendTest, PenaltyUploadsNeverWaitForAStepInFlight) {
+  if (GetParam() != BackendKind::kCudaSim) GTEST_SKIP() << "counted on cuda-sim's trace";
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  constexpr int kSlots = 6;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 0;
+  limits.blocks_per_seq = 16;
+  limits.num_penalty_slots = kSlots;
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {16, 16};
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  const std::vector<int32_t> prompt = {5, 17, 42, 7};
+  for (int slot = 0; slot < kSlots; ++slot) {
+    ASSERT_TRUE(backend.SetPenaltyState(slot, prompt, {}).ok());
+  }
+  KvCacheManager manager(shape);
+  SequenceKv kv;
+  SamplingRow row;
+  row.params.temperature = 0;
+  row.params.repetition_penalty = 1.3f;
+  row.penalty_slot = 0;
+  const auto launch = [&](const std::vector<int32_t>& tokens, int step, StepBatch* b) {
+    ASSERT_TRUE(manager.Reserve(kv, kv.num_tokens + static_cast<int>(tokens.size())).ok());
+    b->Reset(limits.blocks_per_seq);
+    row.step = step;
+    b->AddSequence(tokens, kv, true, row, false);
+    manager.Commit(kv, kv.num_tokens + static_cast<int>(tokens.size()));
+    ASSERT_TRUE(backend.Launch(*b).ok());
+  };
+  StepBatch first, second;
+  StepOutput out1, out2;
+  launch(prompt, 0, &first);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Wait(&out1).ok());
+  launch({ChainedToken(0)}, 1, &second);
+  ASSERT_FALSE(HasFatalFailure());
+  testing::TempDir dir;
+  simt::SetTraceFile(dir.File("trace.jsonl"));
+  for (int slot = 1; slot < kSlots; ++slot) {  // readmissions while step 2 is in flight
+    ASSERT_TRUE(backend.SetPenaltyState(slot, prompt, {{3, slot}}).ok());
+  }
+  simt::SetTraceFile("");
+  const std::string trace = dir.Read("trace.jsonl");
+  EXPECT_EQ(trace.find("\"sync\""), std::string::npos) << trace;
+  EXPECT_NE(trace.find("\"h2d\""), std::string::npos) << "no upload traced";
+  ASSERT_TRUE(backend.Wait(&out2).ok());
+  // Plain decoding's second token: the first fed from the host, without chaining.
+  StepBatch host_fed;
+  ASSERT_TRUE(backend.SetPenaltyState(0, prompt, {}).ok());
+  manager.Free(kv);
+  kv = SequenceKv();
+  StepOutput want1, want2;
+  launch(prompt, 0, &first);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Wait(&want1).ok());
+  launch({want1.tokens[0]}, 1, &host_fed);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Wait(&want2).ok());
+  EXPECT_EQ(out1.tokens, want1.tokens);
+  EXPECT_EQ(out2.tokens, want2.tokens);
+  manager.Free(kv);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()),

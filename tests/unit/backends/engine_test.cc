@@ -200,18 +200,16 @@ INSTANTIATE_TEST_SUITE_P(ChunkBudgets, BatchingInvarianceTest, ::testing::Values
 // every output equal to its solo run through chunked prefill, staggered arrivals and
 // preemption of sequences whose last token a step in flight is still sampling.
 TEST(EngineTest, PipelinedTinyPoolForcesPreemptionAndStillMatches) {
-  for (int chunk : {7}) {
-    EngineOptions o;
-    o.max_prefill_chunk_tokens = chunk;
-    o.max_num_batched_tokens = 8;
-    o.max_num_seqs = 8;
-    o.watermark = 0;
-    o.kv_num_blocks = {12, 6};
-    o.pipeline_steps = PipelineSteps::kOn;
-    int64_t preemptions = -1;
-    RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions);
-    EXPECT_GT(preemptions, 0) << "chunk " << chunk;
-  }
+  EngineOptions o;
+  o.max_prefill_chunk_tokens = 7;
+  o.max_num_batched_tokens = 8;
+  o.max_num_seqs = 8;
+  o.watermark = 0;
+  o.kv_num_blocks = {12, 6};
+  o.pipeline_steps = PipelineSteps::kOn;
+  int64_t preemptions = -1;
+  RunBatchingInvariance(o, kGrowingCases, BackendKind::kCpu, &preemptions);
+  EXPECT_GT(preemptions, 0);
 }
 
 // int8 matrices (--weight-dtype int8), weight-only and int8 x int8 (--activation-dtype int8),
@@ -250,9 +248,11 @@ TEST(EngineTest, CudaSimBatchingWithPreemptionMatchesSoloRuns) {
 // Counts the observer hooks (called on the loop thread; read after the engine is idle).
 class CountingObserver : public EngineObserver {
  public:
-  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens, absl::Duration) override {
+  void OnStep(int num_seqs, int num_tokens, int num_prefill_tokens,
+              absl::Duration step_time) override {
     absl::MutexLock l(&mu);
     ++steps;
+    step_times += step_time;
     tokens += num_tokens;
     prefill_tokens += num_prefill_tokens;
     max_seqs = std::max(max_seqs, num_seqs);
@@ -282,6 +282,7 @@ class CountingObserver : public EngineObserver {
   int64_t steps = 0, tokens = 0, prefill_tokens = 0, preemptions = 0, first_tokens = 0,
           later_tokens = 0, finished = 0, generated = 0, nonfinite = 0;
   int max_seqs = 0;
+  absl::Duration step_times;  // summed
 };
 
 TEST(EngineTest, ObserverAndStatsAgree) {
@@ -1070,7 +1071,7 @@ TEST(EngineTest, PipelinedCancelWithAStepInFlight) {
   EXPECT_EQ(cv.final_chunk.usage.generated_tokens, 5);
   EXPECT_EQ(cs.ids(), Reference(other, 40));
   const EngineStats st = engine->Stats();
-  EXPECT_GE(st.pipeline_dropped_tokens, 1);
+  EXPECT_EQ(st.pipeline_dropped_tokens, 1);  // the victim's decode row of the step in flight
   EXPECT_EQ(st.kv_blocks_used[0], 0);
   EXPECT_EQ(st.kv_blocks_used[1], 0);
   EXPECT_EQ(st.num_running, 0);
@@ -1078,12 +1079,25 @@ TEST(EngineTest, PipelinedCancelWithAStepInFlight) {
 
 // Shutdown with a step in flight: the loop waits for it, emits its tokens and cancels every
 // request; streams end with kCancelled and a prefix of their reference. (Under ASan, a
-// pointer to a destroyed request kept by the step in flight would be a use-after-free.)
+// pointer to a destroyed request kept by the step in flight would be a use-after-free.) The
+// step hook shows the step in flight: after the last step before the shutdown, both
+// sequences had their next token pending; after the shutdown, nothing runs.
 TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
   o.pipeline_steps = PipelineSteps::kOn;
   auto engine = MakeEngine(o);
+  struct AfterStep {
+    int running = 0, pending = 0;
+  };
+  std::vector<AfterStep> after_steps;  // read once the loop thread is joined
+  engine->SetStepHookForTesting(
+      [&](const KvCacheManager&, const std::vector<const Sequence*>& running) {
+        AfterStep a;
+        a.running = static_cast<int>(running.size());
+        for (const Sequence* s : running) a.pending += s->num_pending;
+        after_steps.push_back(a);
+      });
   const std::vector<int32_t> p0 = RandomPrompt(10, 61), p1 = RandomPrompt(12, 62);
   auto h0 = engine->Enqueue(Greedy(p0, 200));
   auto h1 = engine->Enqueue(Greedy(p1, 200));
@@ -1092,6 +1106,10 @@ TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
   c0.TakeOne(h0->stream());
   c1.TakeOne(h1->stream());
   engine.reset();
+  ASSERT_GE(after_steps.size(), 2u);
+  EXPECT_EQ(after_steps[after_steps.size() - 2].running, 2);
+  EXPECT_EQ(after_steps[after_steps.size() - 2].pending, 2) << "no step was in flight";
+  EXPECT_EQ(after_steps.back().running, 0);
   c0.Drain(h0->stream());
   c1.Drain(h1->stream());
   for (const auto& [c, p] : {std::make_pair(&c0, &p0), std::make_pair(&c1, &p1)}) {
@@ -1100,6 +1118,34 @@ TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
     ASSERT_LT(c->ids().size(), reference.size());
     EXPECT_EQ(c->ids(),
               std::vector<int32_t>(reference.begin(), reference.begin() + c->ids().size()));
+  }
+}
+
+// The step times reported to the observer never overlap (EngineObserver::OnStep), pipelined
+// or not: they add up to at most the time the requests took. Counted from each step's
+// planning, pipelined steps would add up to about twice the time the loop was busy (each
+// would also span the next step's planning and launch).
+TEST(EngineTest, StepTimesAddUpToAtMostTheElapsedTime) {
+  for (const PipelineSteps mode : {PipelineSteps::kOff, PipelineSteps::kOn}) {
+    CountingObserver obs;
+    EngineOptions o;
+    o.kv_num_blocks = {64, 32};
+    o.pipeline_steps = mode;
+    auto created = Engine::Create(LoadBackend(), nullptr, o, &obs);
+    ASSERT_TRUE(created.ok()) << created.status();
+    Engine& engine = **created;
+    const absl::Time start = absl::Now();
+    auto a = engine.Enqueue(Greedy(RandomPrompt(12, 71), 60));
+    auto b = engine.Enqueue(Greedy(RandomPrompt(7, 72), 60));
+    ASSERT_TRUE(a.ok() && b.ok());
+    Collected ca, cb;
+    ca.Drain(a->stream());
+    cb.Drain(b->stream());
+    const absl::Duration elapsed = absl::Now() - start;
+    absl::MutexLock l(&obs.mu);
+    EXPECT_EQ(obs.steps, engine.Stats().steps) << PipelineStepsName(mode);
+    EXPECT_GT(obs.step_times, absl::ZeroDuration());
+    EXPECT_LE(obs.step_times, elapsed) << PipelineStepsName(mode);
   }
 }
 
@@ -1243,9 +1289,11 @@ TEST(EngineTest, CudaSimTraceMarksEveryBackendStep) {
 
 // SetPenaltyState (every admission with penalties) uploads from page-locked staging and
 // never synchronises the stream: its trace is two pinned async copies and an event record
-// per call, and a wait only for the event of a staging area being reused (the ring holds 4:
-// calls 5 and 6 wait for calls 1 and 2). What the slots then hold is checked by
-// backend_conformance_test (VerifyRowsSampleLikePlainDecoding sets six slots).
+// per call, and a wait only for the event of a staging area being reused while no step
+// launched after its copies was waited for (each slot has its own area: six slots wait for
+// nothing, slot 0 set again waits for its first upload). What the slots then hold is checked
+// by backend_conformance_test (VerifyRowsSampleLikePlainDecoding sets six slots;
+// PenaltyUploadsNeverWaitForAStepInFlight: no wait once a later step was waited for).
 TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
   std::unique_ptr<Backend> backend = LoadBackend(BackendKind::kCudaSim);
   const int V = backend->config().vocab_size;
@@ -1259,7 +1307,7 @@ TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
   const std::string path = ::testing::TempDir() + "/engine_test_penalty_trace.jsonl";
   std::remove(path.c_str());
   dcf::simt::SetTraceFile(path);
-  for (int slot = 0; slot < 6; ++slot) {
+  for (int slot : {0, 1, 2, 3, 4, 5, 0}) {
     const std::vector<int32_t> prompt = {slot + 1, 7}, generated = {slot + 3};
     ASSERT_TRUE(backend->SetPenaltyState(slot, prompt, generated).ok());
   }
@@ -1283,10 +1331,10 @@ TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
     }
   }
   std::remove(path.c_str());
-  EXPECT_EQ(pinned_uploads, 12);
-  EXPECT_EQ(upload_bytes, 6u * (V + 4 * V));  // seen [V] u8 and counts [V] i32 per slot
-  EXPECT_EQ(records, 6);
-  EXPECT_EQ(event_waits, 2);
+  EXPECT_EQ(pinned_uploads, 14);
+  EXPECT_EQ(upload_bytes, 7u * (V + 4 * V));  // seen [V] u8 and counts [V] i32 per call
+  EXPECT_EQ(records, 7);
+  EXPECT_EQ(event_waits, 1);
   EXPECT_EQ(others, 0);
 }
 
@@ -1481,7 +1529,10 @@ TEST_P(EngineBackendTest, PipelinedStepsEqualSerialSteps) {
   EXPECT_GT(serial.stats.prefix_cache_hits, 0);
   EXPECT_EQ(serial.stats.chained_steps, 0);
   EXPECT_GT(pipelined.stats.chained_steps, pipelined.stats.steps / 2);
-  EXPECT_GT(pipelined.stats.pipeline_dropped_tokens, 0);
+  // One dropped row (a decode token) for each request a stop rule ended while its next step
+  // was in flight: the stop id, the EOS, the stop string. None for those that end by length
+  // (max_new_tokens, the one-token request): their last step is known ahead.
+  EXPECT_EQ(pipelined.stats.pipeline_dropped_tokens, 3);
   EXPECT_GT(pipelined.stats.prefix_cache_hits, 0);
   EXPECT_EQ(serial.stats.tokens_generated, pipelined.stats.tokens_generated);
 }
@@ -1525,6 +1576,8 @@ TEST_P(EngineBackendTest, PipelinedStepsWithSpeculatingRequestsEqualSerialSteps)
   EXPECT_GT(pipelined.stats.spec_accepted_tokens, 0);
   EXPECT_GT(pipelined.stats.chained_steps, 0);
   EXPECT_LT(pipelined.stats.chained_steps, pipelined.stats.steps);
+  // Every request ends by length, known ahead: no row is computed for nothing.
+  EXPECT_EQ(pipelined.stats.pipeline_dropped_tokens, 0);
 }
 
 // Prefix caching after a pipelined run: a request whose prompt is an earlier request's

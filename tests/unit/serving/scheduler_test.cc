@@ -443,7 +443,9 @@ TEST(SchedulerSpecTest, RandomDraftsKeepTokensAndBlocksExact) {
 // its chunk of this step is dropped), and only then is this step committed. Every sequence
 // must end with exactly the tokens of plain decoding, a pending token is only ever scheduled
 // as the one token of a decode chunk, never past max_len, never hashed (KvCacheManager aborts
-// on that) and never admitted, and the pool must be whole at the end; with and without prefix
+// on that) and never admitted (Schedule aborts on that; the engine's order, kept here, never
+// does it: sequences preempted with a pending token get it before the next Schedule), and the
+// pool must be whole at the end; with and without prefix
 // caching (a shared prompt prefix gives hits), a window, and pools small enough to preempt.
 TEST(SchedulerPipelineTest, PendingTokensKeepTokensAndBlocksExact) {
   std::mt19937 rng(11);
@@ -478,6 +480,10 @@ TEST(SchedulerPipelineTest, PendingTokensKeepTokensAndBlocksExact) {
         }
         for (const ScheduledChunk& c : out.chunks) {
           ASSERT_LE(c.start + c.num_tokens, c.seq->max_len);
+          // A pending token that is the sequence's last (max_len) ends it: no chunk for it.
+          ASSERT_TRUE(c.seq->num_pending == 0 ||
+                      static_cast<int>(c.seq->tokens.size()) < c.seq->max_len)
+              << "seq " << c.seq->seq_id << " scheduled past its last token";
           if (c.seq->num_pending == 0) continue;
           ASSERT_EQ(c.seq->num_pending, 1);
           ASSERT_EQ(c.num_tokens, 1);
@@ -544,6 +550,17 @@ TEST(SchedulerPipelineTest, PendingTokensKeepTokensAndBlocksExact) {
   EXPECT_GT(skipped_at_length, 0);
   EXPECT_GT(ended_in_flight, 0);
   EXPECT_GT(hits, 0);
+}
+
+// Admission needs every token of a sequence (its prefix lookup, its prefill): a waiting
+// sequence with a pending token (preempted while a step sampled it, and Schedule called before
+// that step's results filled it) aborts, naming the caller's rule it broke.
+TEST(SchedulerPipelineDeathTest, AdmittingAPendingTokenAborts) {
+  Harness h(Shape(8, 8, /*window=*/8, 4), SchedulerConfig{4, 16, 0, 0.0});
+  Sequence* s = h.Add(5, 4);
+  s->tokens.push_back(kPendingToken);
+  ++s->num_pending;
+  EXPECT_DEATH(h.sched.Schedule(), "with a pending token");
 }
 
 }  // namespace
