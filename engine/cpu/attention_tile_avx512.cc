@@ -54,15 +54,6 @@ struct TileData {
   const float* terms[2];  // pre, post: [4N][16] W1 | W2, then [N][16] 1 + G
 };
 
-// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
-// register per broadcast element (and runs out of registers) instead of one base pointer
-// with constant displacements.
-template <typename T>
-DCF_AVX512_INLINE const T* Opaque(const T* p) {
-  asm("" : "+r"(p));
-  return p;
-}
-
 // One head's dot products of NK keys for the 16 queries of each of G lane groups: lane l of
 // AttendOneAvx512's accumulator is the FMA chain (from +0) over dims l, l + 16, ...,
 // l + 16 (HC - 1), a dim past hd adding +0 (there the masked loads give fma(0, 0, a)); the dot

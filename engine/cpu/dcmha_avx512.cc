@@ -71,15 +71,6 @@ DCF_AVX512_INLINE void ComposeInPlace(int N, const float* qw, const float* qg,
   }
 }
 
-// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
-// register per vector it loads (and runs out of registers) instead of one base pointer with
-// constant displacements.
-template <typename T>
-DCF_AVX512_INLINE const T* Opaque(const T* p) {
-  asm("" : "+r"(p));
-  return p;
-}
-
 // s[r][0, NP) = scale * <q_n, k_n> for every head n of NK keys (1 or 2), zero past N; key r's
 // K part at k[r], row elements of dtype D, HC = ceil(hd / 16) vectors a head (the last one
 // masked). The dot products go 16 at a time through SumLanesInOrder16: 16 heads of one key,

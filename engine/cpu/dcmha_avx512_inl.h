@@ -97,6 +97,15 @@ DCF_AVX512_INLINE __m512 SumLanesInOrder16(const __m512* v) {
   return sum;
 }
 
+// `p` itself, opaque to the optimiser: GCC otherwise folds a runtime offset into one index
+// register per vector or broadcast element it loads (and runs out of registers) instead of
+// one base pointer with constant displacements.
+template <typename T>
+DCF_AVX512_INLINE const T* Opaque(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
 // exp(x) for x <= 0 (scores minus their maximum), ~1 ulp (Cephes expf polynomial on
 // x - n ln2 with |x - n ln2| <= ln2 / 2, then scaled by 2^n); 0 below -87.3.
 DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {

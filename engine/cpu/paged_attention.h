@@ -1,8 +1,8 @@
 // One layer's attention over the paged KV cache for one step, on the CPU: the fresh cache
 // rows of every sequence are written into its blocks (only the positions the layer keeps,
 // step_batch.h's window rule), then every query attends to its visible keys
-// (cpu::AttendTile / AttendOne; the chunk's own keys come from the fresh rows). The projections around it (q, k, v, the
-// dynamic compose terms, Wo) are the caller's.
+// (cpu::AttendTile / AttendOne; the chunk's own keys come from the fresh rows). The
+// projections around it (q, k, v, the dynamic compose terms, Wo) are the caller's.
 //
 // Rows are of the KV cache dtype (F32, BF16 or F16), the fresh ones too: the caller rounds a
 // chunk's fresh rows exactly as they are stored, so a query reads the same values whether a

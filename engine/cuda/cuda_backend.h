@@ -250,8 +250,10 @@ class CudaBackend final : public Backend {
   // then [V] i32 counts, 16-byte aligned), reused only once its last copies are done: known
   // without a device call when a step launched after them was waited for (stream order),
   // else through the event recorded behind them. The engine sets a slot again only after the
-  // step that read its previous upload was waited for, so an admission never waits for the
-  // device, however many one step makes (a ring of 4 areas shared by every slot made the
+  // step that read its previous upload was waited for, so an admission never waits for a
+  // step, however many one step makes (it can wait for one upload's copy: a request admitted
+  // and then cancelled before the step that read its upload was waited for frees its slot,
+  // and the next admission may take it at once; a ring of 4 areas shared by every slot made the
   // 5th admission of a step wait for the pipelined step in flight: the device then idled).
   PinnedBuffer penalty_host_;  // [num_penalty_slots, penalty_stride_] bytes
   size_t penalty_stride_ = 0;

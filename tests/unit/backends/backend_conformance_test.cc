@@ -947,9 +947,9 @@ TEST_P(BackendTest, LaunchAfterAStepThatReturnsLogits) {
   for (SequenceKv* kv : {&kv_a, &kv_b, &kv_alone}) manager.Free(*kv);
 }
 
-// Admissions while a pipelined step is in flight: the engine readmits (SetPenaltyState) a
-// slot only after the step that read its previous upload was waited for, and then the upload
-// waits for nothing on the device, however many admissions a step makes (here 6, more than
+// Admissions while a pipelined step is in flight, each into a slot whose previous upload a
+// step that was waited for has read (as the engine's slots are, but for one admitted and
+// cancelled before that step's Wait): the upload waits for nothing on the device, however many admissions a step makes (here 6, more than
 // the ring of 4 staging areas the CUDA backend once shared between slots, whose 5th reuse
 // waited for the step in flight). Checked on cuda-sim's trace: no synchronisation at all
 // between the Launch of the step in flight and its Wait; the step's results are right.
@@ -1021,6 +1021,68 @@ TEST_P(BackendTest, PenaltyUploadsNeverWaitForAStepInFlight) {
   EXPECT_EQ(out1.tokens, want1.tokens);
   EXPECT_EQ(out2.tokens, want2.tokens);
   manager.Free(kv);
+}
+
+// An upload queued while a step is in flight and read by the next step must survive the
+// slot's next upload, made after the earlier step's Wait but before the reading step's: the
+// slot's pinned area is reused only once a step launched after its copy was waited for (a
+// backend that counted the next step as waited for too reads {} here, not {top}).
+TEST_P(BackendTest, PenaltyUploadReadByTheNextStepSurvivesAReupload) {
+  if (GetParam() != BackendKind::kCudaSim) GTEST_SKIP() << "cuda-sim";
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 0;
+  limits.blocks_per_seq = 16;
+  limits.num_penalty_slots = 2;
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {16, 16};
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  KvCacheManager manager(shape);
+  const std::vector<int32_t> prompt = {5, 17, 42, 7}, other = {9, 3, 11, 2};
+  SamplingRow row;
+  row.params.temperature = 0;
+  row.params.repetition_penalty = 1000.0f;
+  const auto make = [&](const std::vector<int32_t>& tokens, int slot, SequenceKv* kv,
+                        StepBatch* b) {
+    ASSERT_TRUE(manager.Reserve(*kv, static_cast<int>(tokens.size())).ok());
+    b->Reset(limits.blocks_per_seq);
+    row.penalty_slot = slot;
+    b->AddSequence(tokens, *kv, true, row, false);
+    manager.Commit(*kv, static_cast<int>(tokens.size()));
+  };
+  // The greedy token of `prompt` with an empty penalty state.
+  SequenceKv kv0;
+  StepBatch b0;
+  ASSERT_TRUE(backend.SetPenaltyState(0, {}, {}).ok());
+  make(prompt, 0, &kv0, &b0);
+  ASSERT_FALSE(HasFatalFailure());
+  StepOutput plain;
+  ASSERT_TRUE(backend.Step(b0, &plain).ok());
+  const int32_t top = plain.tokens[0];
+  manager.Free(kv0);
+  // Step P in flight; slot 0 := {top} (read by step Q); Launch Q; Wait P; slot 0 := {}.
+  SequenceKv kvp, kvq;
+  StepBatch bp, bq;
+  make(other, 1, &kvp, &bp);
+  make(prompt, 0, &kvq, &bq);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(backend.Launch(bp).ok());
+  ASSERT_TRUE(backend.SetPenaltyState(0, {top}, {}).ok());
+  ASSERT_TRUE(backend.Launch(bq).ok());
+  StepOutput outp, outq;
+  ASSERT_TRUE(backend.Wait(&outp).ok());
+  ASSERT_TRUE(backend.SetPenaltyState(0, {}, {}).ok());
+  ASSERT_TRUE(backend.Wait(&outq).ok());
+  EXPECT_NE(outq.tokens[0], top) << "step Q read the later upload";
+  manager.Free(kvp);
+  manager.Free(kvq);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(Backends()),

@@ -94,7 +94,8 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
   for (const Isa isa : TestIsas()) {
     for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (const auto& [N, hd] : {std::pair{8, 64}, std::pair{1, 16}, std::pair{20, 20},
-                                  std::pair{32, 80}, std::pair{5, 128}, std::pair{3, 8}}) {
+                                  std::pair{32, 80}, std::pair{5, 128}, std::pair{3, 8},
+                                  std::pair{7, 96}, std::pair{4, 33}}) {
         const KvRowLayout layout(N, hd);
         const int row = layout.row_floats();
         const int P = 75;  // keys 0..74
@@ -154,7 +155,7 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
       }
     }
   }
-  EXPECT_EQ(compared, static_cast<int>(TestIsas().size()) * 3 * 6 * 4 * 2 *
+  EXPECT_EQ(compared, static_cast<int>(TestIsas().size()) * 3 * 8 * 4 * 2 *
                           (16 * 3 + 5 + 1 + 1 + 13 + 32 + 31 + 27 + 32));
 }
 
