@@ -287,7 +287,9 @@ int Main() {
       absl::GetFlag(FLAGS_weight_bytes) > 0
           ? static_cast<double>(absl::GetFlag(FLAGS_weight_bytes))
           : static_cast<double>(StepParameters(model->config)) *
-                (info.int8_weight_group > 0
+                (info.channel_quant != WeightQuant::kNone
+                     ? 1.0  // int8 / fp8 per output channel (the scales are 4 / K bytes)
+                 : info.int8_weight_group > 0
                      // + scales (int8 x int8: and the sums of q)
                      ? 1.0 + (info.int8_activations ? 4.0 : 2.0) / info.int8_weight_group
                      : DTypeSize(info.dtype));

@@ -112,6 +112,49 @@ AutoBackendChoice ChooseAutoBackend() {
 #endif
 }
 
+absl::Status CheckQuantization(BackendKind kind, const BackendOptions& options) {
+  const bool cpu = kind == BackendKind::kCpu;
+  switch (options.weight_quant) {
+    case WeightQuant::kNone:
+      break;
+    case WeightQuant::kInt8:
+      if (cpu) RETURN_IF_ERROR(ValidateWeightGroupSize(options.weight_group_size));
+      break;
+    case WeightQuant::kFp8:
+      if (cpu) {
+        return absl::InvalidArgumentError(
+            "--weight-dtype fp8: the cpu backend has no fp8 kernels (fp8 E4M3 weights run on "
+            "--backend cuda or cuda-sim; the cpu backend takes --weight-dtype int8)");
+      }
+      break;
+  }
+  switch (options.activation_quant) {
+    case ActivationQuant::kFloat32:
+      break;
+    case ActivationQuant::kInt8:
+      if (!cpu) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--activation-dtype int8: the ", BackendKindName(kind),
+            " backend has no int8 x int8 kernels (only --backend cpu runs them; with "
+            "--weight-dtype fp8 it takes --activation-dtype fp8)"));
+      }
+      break;
+    case ActivationQuant::kFp8:
+      if (cpu) {
+        return absl::InvalidArgumentError(
+            "--activation-dtype fp8: the cpu backend has no fp8 kernels (it runs on --backend "
+            "cuda or cuda-sim with --weight-dtype fp8; the cpu backend takes "
+            "--activation-dtype int8 with --weight-dtype int8)");
+      }
+      if (options.weight_quant != WeightQuant::kFp8) {
+        return absl::InvalidArgumentError(
+            "--activation-dtype fp8 multiplies fp8 weights: give --weight-dtype fp8");
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
 BackendKind ResolveBackendKind(BackendKind kind) {
   return kind == BackendKind::kAuto ? ChooseAutoBackend().kind : kind;
 }
@@ -152,20 +195,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     }
 #endif
   }
-  if (options.weight_quant != WeightQuant::kNone) {
-    RETURN_IF_ERROR(ValidateWeightGroupSize(options.weight_group_size));
-    if (kind != BackendKind::kCpu) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--weight-dtype ", WeightQuantName(options.weight_quant), ": the ",
-          BackendKindName(kind),
-          " backend has no int8 weight kernels (only --backend cpu runs int8 weights)"));
-    }
-  }
-  if (options.activation_quant == ActivationQuant::kInt8 && kind != BackendKind::kCpu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--activation-dtype int8: the ", BackendKindName(kind),
-        " backend has no int8 x int8 kernels (only --backend cpu runs them)"));
-  }
+  RETURN_IF_ERROR(CheckQuantization(kind, options));
   LoadedModel m;
   ASSIGN_OR_RETURN(m.config, ModelConfig::FromFile(dir + "/config.json"));
   if (options.activation_quant == ActivationQuant::kInt8) {
@@ -176,9 +206,14 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const BackendOptio
     }
   }
   if (m.config.int8_group_size > 0 && kind != BackendKind::kCpu) {
+    // The GPU kernels scale per output channel (a multiply in the epilogue), the checkpoint
+    // per group of G columns: its scales cannot be applied without changing the kernels'
+    // summation, and re-quantizing would round twice.
     return absl::InvalidArgumentError(absl::StrCat(
-        dir, " holds an int8 checkpoint (config.json quantization_config): the ",
-        BackendKindName(kind), " backend has no int8 weight kernels (use --backend cpu)"));
+        dir, " holds an int8 checkpoint with one scale per ", m.config.int8_group_size,
+        " columns (config.json quantization_config): the ", BackendKindName(kind),
+        " backend's int8 kernels take one scale per output channel; load the float "
+        "checkpoint with --weight-dtype int8 instead, or use --backend cpu"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpointDir(dir));
   // The cpu backend keeps the checkpoint's dtype unless told otherwise (its kernels widen

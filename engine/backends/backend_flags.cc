@@ -23,16 +23,21 @@ ABSL_FLAG(bool, check_weights, false,
           "weights); a checkpoint that holds any is refused, naming the tensor");
 
 ABSL_FLAG(std::string, weight_dtype, "none",
-          "none, or int8: the cpu backend quantizes the weight matrices at load (int8 "
-          "weight-only, symmetric, one bf16 scale per --weight-group-size input columns; "
-          "docs/QUANTIZATION.md); the cuda backends refuse it");
+          "none, int8 or fp8: quantize the weight matrices at load (weight-only; vectors, the "
+          "embedding table and the compose matrices keep --dtype). cpu: int8, symmetric, one "
+          "bf16 scale per --weight-group-size input columns. cuda and cuda-sim: int8 or fp8 "
+          "E4M3, one scale per output channel (docs/QUANTIZATION.md); fp8 is refused on cpu");
 ABSL_FLAG(int32_t, weight_group_size, dcf::kDefaultWeightGroupSize,
-          "input columns per scale of --weight-dtype int8: 32, 64 or 128");
+          "input columns per scale of --weight-dtype int8 on the cpu backend: 32, 64 or 128 "
+          "(cuda and cuda-sim scale per output channel and do not read it)");
 
 ABSL_FLAG(std::string, activation_dtype, "float32",
-          "float32 (also f32, fp32), or int8: the int8 matrices (--weight-dtype int8, or an "
-          "int8 checkpoint) also quantize their inputs per row and weight group and multiply "
-          "int8 x int8 (AVX-512 VNNI where the CPU has it; docs/QUANTIZATION.md); cpu only");
+          "float32 (also f32, fp32), int8 or fp8. int8 (cpu only): the int8 matrices "
+          "(--weight-dtype int8, or an int8 checkpoint) also quantize their inputs per row and "
+          "weight group and multiply int8 x int8 (AVX-512 VNNI where the CPU has it). fp8 "
+          "(cuda and cuda-sim, with --weight-dtype fp8; refused on a GPU below compute "
+          "capability 8.9): products of more than 16 rows quantize their inputs to fp8 E4M3 "
+          "per row and run cuBLASLt's FP8 GEMM. docs/QUANTIZATION.md");
 
 namespace dcf {
 

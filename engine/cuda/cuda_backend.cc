@@ -14,6 +14,7 @@
 #include "engine/cuda/attention_input.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/embedding.h"
+#include "engine/cuda/gemm_quant.h"
 #include "engine/cuda/gemv.h"
 #include "engine/cuda/norm.h"
 #include "engine/execution/step_plan.h"
@@ -88,6 +89,16 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         "); only --kv-cache-dtype ", ComputeDTypeName(dtype),
         " is supported (the cpu backend takes float32, bfloat16 or float16)"));
   }
+  if (options.activation_quant == ActivationQuant::kInt8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--activation-dtype int8: the ", kBackendName,
+        " backend has no int8 x int8 kernels (only --backend cpu runs them)"));
+  }
+  if (options.activation_quant == ActivationQuant::kFp8 &&
+      options.weight_quant != WeightQuant::kFp8) {
+    return absl::InvalidArgumentError(
+        "--activation-dtype fp8 multiplies fp8 weights: give --weight-dtype fp8");
+  }
   if (config.n_head > kMaxDynHeads || config.head_dim > kMaxQkRopeHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",
@@ -126,6 +137,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const BackendOptions& option
     : config_(config), layout_(config), options_(options) {
   options_.dtype = options.dtype.value_or(kDefaultCudaDType);
   dtype_ = ToElemType(*options_.dtype);
+  matrices_ = options.weight_quant == WeightQuant::kInt8  ? WeightType::kI8
+              : options.weight_quant == WeightQuant::kFp8 ? WeightType::kFp8
+                                                          : WeightType::kDense;
+  fp8_activations_ = options.activation_quant == ActivationQuant::kFp8;
   for (int g = 0; g < kNumLayerGroups; ++g) {
     layers_in_group_[g] = config_.NumLayersIn(static_cast<LayerGroup>(g));
   }
@@ -149,6 +164,12 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device),
                            "cudaGetDeviceProperties");
   device_name_ = prop.name;
+  if (fp8_activations_) {
+    if (absl::Status s = Fp8GemmSupport(prop.major, prop.minor); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--activation-dtype fp8 on ", prop.name, ": ", s.message()));
+    }
+  }
   DCF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                            "cudaStreamCreate");
   // Wait blocks the engine thread on these events: a blocking sync sleeps instead of
@@ -166,7 +187,7 @@ absl::Status CudaBackend::Init(ModelWeights weights) {
   use_gemv_ = sim_gemv != nullptr && std::string_view(sim_gemv) == "1";
 #endif
   ASSIGN_OR_RETURN(weights_, UploadWeights(config_, std::move(weights), dtype_,
-                                             options_.check_weights));
+                                             options_.check_weights, matrices_));
 
   // RoPE angles of every position (RopeAngles, as the CPU backend computes them per token),
   // so both backends rotate by bit-identical cos/sin. The device tables come first
@@ -207,6 +228,8 @@ BackendInfo CudaBackend::info() const {
   info.device = device_name_;
   info.dtype = *options_.dtype;
   info.kv_cache_dtype = *options_.dtype;
+  info.channel_quant = options_.weight_quant;
+  info.fp8_activations = fp8_activations_;
   return info;
 }
 
@@ -324,8 +347,15 @@ absl::StatusOr<size_t> CudaBackend::Prepare(const StepLimits& limits) {
   limits_ = limits;
   // Plans (candidates timed on a GPU) for every product the steps will run: no step builds
   // one. Products the GEMV takes never reach the library.
-  const int library_min_m = use_gemv_ ? kGemvMaxRows + 1 : 1;
-  if (absl::Status st = gemm_->Prepare(LibraryProducts(), library_min_m, stream_); !st.ok()) {
+  const std::vector<GemmArgs> products = LibraryProducts();
+  // Quantized weights whose rows the GEMV cannot load (gemv.h) run every m on the library.
+  bool gemv_takes_all = use_gemv_;
+  for (GemmArgs p : products) {
+    p.m = 1;
+    gemv_takes_all = gemv_takes_all && GemvHandles(p);
+  }
+  const int library_min_m = gemv_takes_all ? kGemvMaxRows + 1 : 1;
+  if (absl::Status st = gemm_->Prepare(products, library_min_m, stream_); !st.ok()) {
     return Fail(st);
   }
   if (const char* log = std::getenv("DCF_GEMM_PLAN_LOG"); log != nullptr && log[0] == '1') {
@@ -689,7 +719,7 @@ CacheView CudaBackend::CacheFor(LayerGroup g, const int32_t* table) const {
   return v;
 }
 
-absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const DeviceMatrix& w,
                                  const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) {
   const GemmArgs g = LinearArgs(rows, in, k, w, bias, y, n, accumulate);
   // Decode-sized batches stream each weight row once (gemv.h); larger ones go to the library.
@@ -697,7 +727,7 @@ absl::Status CudaBackend::Linear(int rows, const void* in, int64_t k, const Devi
   return gemm_->Linear(g, stream_);
 }
 
-GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const DeviceMatrix& w,
                                  const DeviceBuffer& bias, float* y, int64_t n,
                                  bool accumulate) const {
   GemmArgs g;
@@ -706,8 +736,11 @@ GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const Devi
   g.k = static_cast<int>(k);
   g.x = in;
   g.ldx = k;
-  g.w = w.get();
+  g.w = w.w.get();
   g.dtype = dtype_;
+  g.wtype = w.type;
+  g.w_scale = w.scale.empty() ? nullptr : w.scale.as<float>();
+  g.fp8_activations = fp8_activations_ && w.type == WeightType::kFp8;
   g.bias = bias.empty() ? nullptr : bias.as<float>();
   g.y = y;
   g.ldy = n;
@@ -715,7 +748,7 @@ GemmArgs CudaBackend::LinearArgs(int rows, const void* in, int64_t k, const Devi
   return g;
 }
 
-GemmArgs CudaBackend::NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias,
+GemmArgs CudaBackend::NormedLinearArgs(int rows, const DeviceMatrix& w, const DeviceBuffer& bias,
                                        float* y, int64_t n) const {
   return LinearArgs(rows, x_.get(), config_.dim, w, bias, y, n, false);
 }

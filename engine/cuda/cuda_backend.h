@@ -3,7 +3,10 @@
 // (backend name "cuda-sim"). The CPU backend (engine/cpu) is its oracle: same math, same
 // window rule, same sampler semantics.
 //
-// Numerics: weights and GEMM inputs in the compute dtype (float32, bfloat16 or float16);
+// Numerics: weights and GEMM inputs in the compute dtype (float32, bfloat16 or float16), or
+// the weight matrices int8 / fp8 E4M3 with per-output-channel scales (--weight-dtype;
+// docs/QUANTIZATION.md "GPU": the GEMV widens the codes exactly and scales its f32 sums,
+// larger products run gemm_quant.h's library path);
 // norms, biases, qk-norm scales and qkw in f32; the residual stream, the projection outputs,
 // the DCMHA terms and the logits in f32; fp32 accumulation everywhere. With float32 it
 // reproduces the CPU backend to rounding.
@@ -60,9 +63,12 @@ inline constexpr DType kDefaultCudaDType = DType::kBF16;
 class CudaBackend final : public Backend {
  public:
   // Uploads `weights` (any stored dtype) to device `options.device` in `options.dtype`
-  // (kDefaultCudaDType when unset); options.kind is not read. InvalidArgument when the model
-  // exceeds what the kernels support (n_head or head_dim > 256); Unavailable without a
-  // usable device; ResourceExhausted when the weights do not fit.
+  // (kDefaultCudaDType when unset), the matrices quantized as options.weight_quant says;
+  // options.kind is not read. InvalidArgument when the model exceeds what the kernels
+  // support (n_head or head_dim > 256) or for activation dtypes this backend has no kernels
+  // for (int8; fp8 without fp8 weights); FailedPrecondition for fp8 activations on a GPU
+  // below compute capability 8.9 (Fp8GemmSupport); Unavailable without a usable device;
+  // ResourceExhausted when the weights do not fit.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
                                                              ModelWeights weights,
                                                              const BackendOptions& options);
@@ -171,13 +177,13 @@ class CudaBackend final : public Backend {
   absl::Status Sample(const StepArrays& d, const DevicePlan& plan, int buffer);
 
   // y[rows, n] (+)= in[rows, k] . w^T (+ bias), in the compute dtype with f32 accumulation.
-  absl::Status Linear(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+  absl::Status Linear(int rows, const void* in, int64_t k, const DeviceMatrix& w,
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate);
-  GemmArgs LinearArgs(int rows, const void* in, int64_t k, const DeviceBuffer& w,
+  GemmArgs LinearArgs(int rows, const void* in, int64_t k, const DeviceMatrix& w,
                       const DeviceBuffer& bias, float* y, int64_t n, bool accumulate) const;
   // y[rows, n] = Norm(x_[rows]) . w^T (+ bias) for LaunchGemv with NormPrologue(norm
   // weight): the f32 residual stream as the product's input.
-  GemmArgs NormedLinearArgs(int rows, const DeviceBuffer& w, const DeviceBuffer& bias, float* y,
+  GemmArgs NormedLinearArgs(int rows, const DeviceMatrix& w, const DeviceBuffer& bias, float* y,
                             int64_t n) const;
   // The GEMV prologue of the model's norm (RMSNorm, or dcpythia's LayerNorm with bias
   // `norm_b`, which may be empty).
@@ -198,6 +204,8 @@ class CudaBackend final : public Backend {
   KvRowLayout layout_;
   BackendOptions options_;  // dtype always set
   ElemType dtype_ = ElemType::kBF16;
+  WeightType matrices_ = WeightType::kDense;  // options_.weight_quant
+  bool fp8_activations_ = false;              // options_.activation_quant == kFp8
   std::string device_name_;
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   absl::Status health_;

@@ -11,7 +11,7 @@
 #include "engine/model/model_weights.h"
 
 // Bump when a signature below or a type crossing the boundary changes.
-#define DCF_CUDA_PLUGIN_ABI_VERSION 7
+#define DCF_CUDA_PLUGIN_ABI_VERSION 8
 #define DCF_CUDA_PLUGIN_FILE "libdcformer_cuda_plugin.so"
 
 extern "C" {

@@ -8,6 +8,8 @@
 #include "engine/common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/execution/step_plan.h"
+#include "engine/weights/fp8_quant.h"
+#include "engine/weights/int8_quant.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -73,7 +75,8 @@ class Uploader {
 
 class Loader {
  public:
-  Loader(ElemType dtype, Uploader uploader) : dtype_(dtype), up_(std::move(uploader)) {}
+  Loader(ElemType dtype, WeightType matrices, Uploader uploader)
+      : dtype_(dtype), matrices_(matrices), up_(std::move(uploader)) {}
 
   // A device tensor of `elems` elements of `type`, filled from the concatenation of `parts`
   // (each released after its upload).
@@ -96,6 +99,61 @@ class Loader {
   absl::StatusOr<DeviceBuffer> Matrix(Tensor& t, const std::string& what) {
     return Concat({&t}, t.numel(), dtype_, what);
   }
+  // The concatenation of `parts` (row-major, `cols` columns each) as one of the five weight
+  // matrices: in the compute dtype, or quantized row by row (device_weights.h), each part
+  // released after its upload.
+  absl::StatusOr<DeviceMatrix> WeightMatrix(std::initializer_list<Tensor*> parts, int64_t rows,
+                                            int64_t cols, const std::string& what) {
+    DeviceMatrix m;
+    m.type = matrices_;
+    if (matrices_ == WeightType::kDense) {
+      ASSIGN_OR_RETURN(m.w, Concat(parts, rows * cols, dtype_, what));
+      return m;
+    }
+    ASSIGN_OR_RETURN(m.w, DeviceBuffer::Allocate(rows * cols, what));
+    ASSIGN_OR_RETURN(m.scale, DeviceBuffer::Allocate(rows * sizeof(float), what + " scales"));
+    // Rows per host chunk: about kChunkElems values at a time.
+    const int64_t chunk = std::max<int64_t>(1, kChunkElems / cols);
+    std::vector<float> f(static_cast<size_t>(chunk * cols));
+    std::vector<uint8_t> q(f.size());
+    std::vector<float> scales(static_cast<size_t>(chunk));
+    int64_t row = 0;
+    for (Tensor* t : parts) {
+      const int64_t part_rows = t->numel() / cols;
+      const int src_size = DTypeSize(t->dtype());
+      for (int64_t r0 = 0; r0 < part_rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, part_rows - r0);
+        ConvertToF32(t->dtype(), static_cast<const uint8_t*>(t->data()) + r0 * cols * src_size,
+                     n * cols, f.data());
+        for (int64_t r = 0; r < n; ++r) {
+          const float* v = f.data() + r * cols;
+          uint8_t* codes = q.data() + r * cols;
+          if (matrices_ == WeightType::kI8) {
+            // The cpu's int8 rule with one group spanning the row: a bf16 scale, widened.
+            uint16_t bits = 0;
+            QuantizeRowInt8(v, cols, static_cast<int>(cols), reinterpret_cast<int8_t*>(codes),
+                            &bits);
+            scales[r] = BF16ToFloat(bits);
+          } else {
+            scales[r] = QuantizeRowFp8E4M3(v, cols, codes);
+          }
+        }
+        DCF_CUDA_RETURN_IF_ERROR(cudaMemcpy(m.w.as<uint8_t>() + (row + r0) * cols, q.data(),
+                                            n * cols, cudaMemcpyHostToDevice),
+                                 "weight upload");
+        DCF_CUDA_RETURN_IF_ERROR(cudaMemcpy(m.scale.as<float>() + row + r0, scales.data(),
+                                            n * sizeof(float), cudaMemcpyHostToDevice),
+                                 "weight upload");
+      }
+      row += part_rows;
+      *t = Tensor();
+    }
+    if (row != rows) {
+      return absl::InternalError(absl::StrCat(what, ": ", row, " rows, expected ", rows));
+    }
+    bytes_ += m.w.bytes() + m.scale.bytes();
+    return m;
+  }
   // One tensor in f32; empty stays empty.
   absl::StatusOr<DeviceBuffer> F32(Tensor& t, const std::string& what) {
     if (t.empty()) return DeviceBuffer();
@@ -109,6 +167,7 @@ class Loader {
 
  private:
   ElemType dtype_;
+  WeightType matrices_;
   Uploader up_;
   size_t bytes_ = 0;
 };
@@ -139,8 +198,8 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
     Tensor dd_t = Transposed(L.dd, E, C * N);    // [C*N, E]
     L.dw1 = Tensor();
     L.dd = Tensor();
-    ASSIGN_OR_RETURN(d->w_in, ld.Concat({&L.wqkv_w, &dw1_t, &dd_t}, rows_in * E, ld.dtype(),
-                                        p + "attention.wqkv|dw1|dd"));
+    ASSIGN_OR_RETURN(d->w_in, ld.WeightMatrix({&L.wqkv_w, &dw1_t, &dd_t}, rows_in, E,
+                                              p + "attention.wqkv|dw1|dd"));
   }
   if (!L.wqkv_b.empty()) {
     Tensor b(DType::kF32, {rows_in});
@@ -152,18 +211,18 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
   ASSIGN_OR_RETURN(d->q_norm, ld.F32(L.q_norm, p + "attention.q_norm.scale"));
   ASSIGN_OR_RETURN(d->k_norm, ld.F32(L.k_norm, p + "attention.k_norm.scale"));
   ASSIGN_OR_RETURN(d->qkw, ld.Matrix(L.qkw, p + "attention.dyn_w_proj.qkw"));
-  ASSIGN_OR_RETURN(d->wo, ld.Matrix(L.wo_w, p + "attention.wo.weight"));
+  ASSIGN_OR_RETURN(d->wo, ld.WeightMatrix({&L.wo_w}, E, E, p + "attention.wo.weight"));
   ASSIGN_OR_RETURN(d->wo_b, ld.F32(L.wo_b, p + "attention.wo.bias"));
   ASSIGN_OR_RETURN(d->ffn_norm_w, ld.F32(L.ffn_norm_w, p + "ffn_norm.weight"));
   ASSIGN_OR_RETURN(d->ffn_norm_b, ld.F32(L.ffn_norm_b, p + "ffn_norm.bias"));
   if (cfg.architecture == Architecture::kDcPythia) {
-    ASSIGN_OR_RETURN(d->w_up, ld.Matrix(L.w1_w, p + "feed_forward.w1.weight"));
+    ASSIGN_OR_RETURN(d->w_up, ld.WeightMatrix({&L.w1_w}, F, E, p + "feed_forward.w1.weight"));
     ASSIGN_OR_RETURN(d->b_up, ld.F32(L.w1_b, p + "feed_forward.w1.bias"));
   } else {
-    ASSIGN_OR_RETURN(
-        d->w_up, ld.Concat({&L.w1_w, &L.w3_w}, 2 * F * E, ld.dtype(), p + "feed_forward.w1|w3"));
+    ASSIGN_OR_RETURN(d->w_up,
+                     ld.WeightMatrix({&L.w1_w, &L.w3_w}, 2 * F, E, p + "feed_forward.w1|w3"));
   }
-  ASSIGN_OR_RETURN(d->w_down, ld.Matrix(L.w2_w, p + "feed_forward.w2.weight"));
+  ASSIGN_OR_RETURN(d->w_down, ld.WeightMatrix({&L.w2_w}, E, F, p + "feed_forward.w2.weight"));
   ASSIGN_OR_RETURN(d->b_down, ld.F32(L.w2_b, p + "feed_forward.w2.bias"));
   return absl::OkStatus();
 }
@@ -171,9 +230,10 @@ absl::Status UploadLayer(const ModelConfig& cfg, int l, LayerWeights& L, Loader&
 }  // namespace
 
 absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config, ModelWeights weights,
-                                            ElemType dtype, bool check_finite) {
+                                            ElemType dtype, bool check_finite,
+                                            WeightType matrices) {
   ASSIGN_OR_RETURN(Uploader uploader, Uploader::Create(check_finite));
-  Loader ld(dtype, std::move(uploader));
+  Loader ld(dtype, matrices, std::move(uploader));
   DeviceWeights d;
   ASSIGN_OR_RETURN(d.embed, ld.Matrix(weights.tok_embeddings, "tok_embeddings.weight"));
   d.layers.resize(config.n_layer);
@@ -182,7 +242,8 @@ absl::StatusOr<DeviceWeights> UploadWeights(const ModelConfig& config, ModelWeig
   }
   ASSIGN_OR_RETURN(d.norm_w, ld.F32(weights.norm_w, "norm.weight"));
   ASSIGN_OR_RETURN(d.norm_b, ld.F32(weights.norm_b, "norm.bias"));
-  ASSIGN_OR_RETURN(d.output, ld.Matrix(weights.output, "output.weight"));
+  ASSIGN_OR_RETURN(d.output, ld.WeightMatrix({&weights.output}, config.vocab_size, config.dim,
+                                             "output.weight"));
   d.bytes = ld.bytes();
   return d;
 }

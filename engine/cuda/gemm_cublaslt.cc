@@ -23,6 +23,7 @@
 #include "engine/common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/gemm_quant.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -237,6 +238,8 @@ struct Gemm::Impl {
   GemmPlanCache<Plan> plans{kLazyPlanCapacity};
   std::vector<GemmPlanChoice> choices;
   int64_t built_on_use = 0;
+  QuantScratch quant;
+  bool fp8_ok = false;  // the device runs the FP8 GEMM (Fp8GemmSupport)
 
   ~Impl() {
     plans.Clear();  // before the handle goes
@@ -247,9 +250,12 @@ struct Gemm::Impl {
   // for it (in the heuristic's order, at least one).
   absl::Status Describe(const GemmArgs& g, const GemmPlanKey& key, int count, Plan* p,
                         std::vector<cublasLtMatmulHeuristicResult_t>* candidates) {
-    const std::string what = absl::StrCat("GEMM plan m=", g.m, " n=", g.n, " k=", g.k);
+    const std::string what = absl::StrCat(key.fp8 ? "FP8 " : "", "GEMM plan m=", g.m, " n=", g.n,
+                                          " k=", g.k);
     // Column-major view: D[n, m] = W^T[n, k] . X[k, m]; W is stored as a k x n column-major
-    // matrix (ld k), X as k x m (ld ldx), D as n x m (ld ldy).
+    // matrix (ld k), X as k x m (ld ldx), D as n x m (ld ldy). That is the "TN" form (A
+    // transposed, B not) cuBLASLt's FP8 GEMM requires: e4m3 A and B, f32 C and D, f32
+    // compute and scale type, no scale pointers (1) and no bias (gemm_quant.h applies both).
     DCF_LT_RETURN_IF_ERROR(api->MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     DCF_LT_RETURN_IF_ERROR(
@@ -266,7 +272,7 @@ struct Gemm::Impl {
                                                          &bias, sizeof(bias)),
                              what);
     }
-    const cudaDataType_t in = DataType(g.dtype);
+    const cudaDataType_t in = key.fp8 ? CUDA_R_8F_E4M3 : DataType(g.dtype);
     DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p->a, in, g.k, g.n, g.k), what);
     DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p->b, in, g.k, g.m, g.ldx), what);
     DCF_LT_RETURN_IF_ERROR(api->MatrixLayoutCreate(&p->c, CUDA_R_32F, g.n, g.m, g.ldy), what);
@@ -414,6 +420,9 @@ struct Gemm::Impl {
     }
     return absl::OkStatus();
   }
+
+  // One library product (dense, or an FP8 product of gemm_quant.h), validated.
+  absl::Status Product(const GemmArgs& a, cudaStream_t stream);
 };
 
 Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -429,10 +438,22 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
   auto ws = DeviceBuffer::Allocate(workspace_bytes, "the cuBLASLt workspace");
   if (!ws.ok()) return ws.status();
   impl->workspace = std::move(*ws);
+  int device = 0;
+  cudaDeviceProp prop{};
+  DCF_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
+  DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  impl->fp8_ok = Fp8GemmSupport(prop.major, prop.minor).ok();
   return std::unique_ptr<Gemm>(new Gemm(std::move(impl)));
 }
 
 size_t Gemm::workspace_bytes() const { return impl_->workspace.bytes(); }
+
+size_t Gemm::quant_workspace_bytes() const {
+  const QuantScratch& q = impl_->quant;
+  return q.sums.bytes() + q.panel.bytes() + q.x8.bytes() + q.x_scale.bytes();
+}
+
+bool Gemm::fp8_gemm_supported() const { return impl_->fp8_ok; }
 
 absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
   impl_->plans.Clear();
@@ -446,7 +467,22 @@ absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaS
   }
   absl::Status st;
   for (const GemmArgs& p : products) {
-    st = impl_->PrepareProduct(p, min_m, start, stop, stream);
+    if (p.wtype == WeightType::kDense) {
+      st = impl_->PrepareProduct(p, min_m, start, stop, stream);
+    } else if (p.m >= min_m) {
+      // The library products of a quantized one (gemm_quant.h), on its workspace.
+      if (p.fp8_activations && !impl_->fp8_ok) {
+        st = absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+      } else {
+        st = EnsureQuantScratch(p, &impl_->quant, stream);
+      }
+      if (st.ok()) {
+        for (const GemmArgs& inner : QuantLibraryProducts(p, impl_->quant)) {
+          st = impl_->PrepareProduct(inner, min_m, start, stop, stream);
+          if (!st.ok()) break;
+        }
+      }
+    }
     if (!st.ok()) break;
   }
   cudaEventDestroy(start);
@@ -468,15 +504,23 @@ const std::vector<GemmPlanChoice>& Gemm::choices() const { return impl_->choices
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
   if (a.m == 0) return absl::OkStatus();
-  const LtApi* api = impl_->api;
+  if (a.wtype == WeightType::kDense) return impl_->Product(a, stream);
+  if (a.fp8_activations && !impl_->fp8_ok) {
+    return absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+  }
+  return RunQuantized(
+      a, impl_->quant, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
+}
+
+absl::Status Gemm::Impl::Product(const GemmArgs& a, cudaStream_t stream) {
   const GemmPlanKey key = GemmPlanKeyOf(a);
-  Plan* p = impl_->plans.Find(key);
+  Plan* p = plans.Find(key);
   if (p == nullptr) {
-    absl::StatusOr<Plan*> built = impl_->BuildOnUse(a, key);
+    absl::StatusOr<Plan*> built = BuildOnUse(a, key);
     if (!built.ok()) return built.status();
     p = *built;
   }
-  const cublasLtMatmulAlgo_t* algo = impl_->AlgoFor(*p, a.m);
+  const cublasLtMatmulAlgo_t* algo = AlgoFor(*p, a.m);
   if (algo == nullptr) {
     return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for GEMM m=", a.m, " n=",
                                             a.n, " k=", a.k, " among the plan's candidates"));
@@ -490,8 +534,8 @@ absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   }
   const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
   DCF_LT_RETURN_IF_ERROR(
-      api->Matmul(impl_->handle, p->op, &alpha, a.w, p->a, a.x, p->b, &beta, a.y, p->c, a.y, p->c,
-                  algo, impl_->workspace.get(), impl_->workspace.bytes(), stream),
+      api->Matmul(handle, p->op, &alpha, a.w, p->a, a.x, p->b, &beta, a.y, p->c, a.y, p->c,
+                  algo, workspace.get(), workspace.bytes(), stream),
       absl::StrCat("GEMM m=", a.m, " n=", a.n, " k=", a.k));
   return absl::OkStatus();
 }

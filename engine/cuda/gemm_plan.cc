@@ -41,6 +41,7 @@ GemmPlanKey GemmPlanKeyOf(const GemmArgs& a) {
   key.ldx = a.ldx;
   key.ldy = a.ldy;
   key.dtype = a.dtype;
+  key.fp8 = a.wtype == WeightType::kFp8 && a.fp8_activations;
   key.bias = a.bias != nullptr;
   key.accumulate = a.accumulate;
   key.align_x = GemmAlignmentOf(a.x);
@@ -66,7 +67,10 @@ int PickFastestCandidate(absl::Span<const GemmCandidateTime> candidates,
 
 std::string DescribeGemmChoice(const GemmPlanChoice& c) {
   const GemmPlanKey& k = c.key;
-  const char* type = k.dtype == ElemType::kF32 ? "f32" : k.dtype == ElemType::kBF16 ? "bf16" : "f16";
+  const char* type = k.fp8                          ? "fp8"
+                     : k.dtype == ElemType::kF32  ? "f32"
+                     : k.dtype == ElemType::kBF16 ? "bf16"
+                                                  : "f16";
   std::string s = absl::StrCat("gemm plan n=", k.n, " k=", k.k, " ", type, " bias=", k.bias ? 1 : 0,
                                " acc=", k.accumulate ? 1 : 0, " m=", GemmBucketLo(k.bucket), "..",
                                GemmBucketHi(k.bucket), " timed at m=", c.timed_m, ": ");

@@ -45,19 +45,22 @@ std::vector<int> GemmBucketsFor(int min_m, int max_m);
 // The largest power of two (<= 256) dividing the address: the alignment a plan may assume.
 uint32_t GemmAlignmentOf(const void* p);
 
-// Everything but the exact m that selects a plan: m's bucket, shape, strides, dtype,
-// epilogue, accumulation and the operands' alignments.
+// Everything but the exact m that selects a plan: m's bucket, shape, strides, dtype, FP8
+// operands, epilogue, accumulation and the operands' alignments. The library only runs dense
+// products and the FP8 products of gemm_quant.h (`fp8`: x and w E4M3 codes).
 struct GemmPlanKey {
   int bucket = 0;
   int n = 0, k = 0;
   int64_t ldx = 0, ldy = 0;
   ElemType dtype = ElemType::kF32;
+  bool fp8 = false;
   bool bias = false;
   bool accumulate = false;
   uint32_t align_x = 0, align_w = 0, align_y = 0;
 
   auto Tie() const {
-    return std::tie(bucket, n, k, ldx, ldy, dtype, bias, accumulate, align_x, align_w, align_y);
+    return std::tie(bucket, n, k, ldx, ldy, dtype, fp8, bias, accumulate, align_x, align_w,
+                    align_y);
   }
   bool operator<(const GemmPlanKey& o) const { return Tie() < o.Tie(); }
   bool operator==(const GemmPlanKey& o) const { return Tie() == o.Tie(); }

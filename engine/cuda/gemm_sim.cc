@@ -10,9 +10,12 @@
 #include <memory>
 #include <vector>
 
+#include "engine/common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/gemm_quant.h"
 #include "engine/simt/library_work.h"
 #include "engine/weights/dtype.h"
+#include "engine/weights/fp8_quant.h"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
@@ -34,6 +37,18 @@ const float* AsF32(const void* src, ElemType type, int64_t rows, int64_t cols, i
   return buf.data();
 }
 
+// E4M3 codes [rows, cols] (`ld` apart) widened exactly to f32 in `buf` (ld cols): what the
+// FP8 tensor cores multiply.
+const float* Fp8AsF32(const void* src, int64_t rows, int64_t cols, int64_t ld,
+                      std::vector<float>& buf) {
+  buf.resize(static_cast<size_t>(rows * cols));
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) buf[r * cols + c] = Fp8E4M3ToFloat(s[r * ld + c]);
+  }
+  return buf.data();
+}
+
 }  // namespace
 
 struct Gemm::Impl {
@@ -48,33 +63,66 @@ struct Gemm::Impl {
   GemmPlanCache<NoPlan> plans{kLazyPlanCapacity};
   std::vector<GemmPlanChoice> choices;
   int64_t built_on_use = 0;
+  QuantScratch quant;
+  bool fp8_ok = false;  // the device's compute capability allows the FP8 GEMM (9.0 unless a
+                        // test lowers it: simt::SetComputeCapability)
+
+  // One library product (dense, or the FP8 products of gemm_quant.h), validated.
+  absl::Status Product(const GemmArgs& a, cudaStream_t stream);
+  // Pins the plans of `p`'s buckets from min_m on.
+  void PrepareProduct(const GemmArgs& p, int min_m);
 };
 
 Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Gemm::~Gemm() = default;
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t /*workspace_bytes*/) {
-  return std::unique_ptr<Gemm>(new Gemm(std::make_unique<Impl>()));
+  auto impl = std::make_unique<Impl>();
+  cudaDeviceProp prop{};
+  DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  impl->fp8_ok = Fp8GemmSupport(prop.major, prop.minor).ok();
+  return std::unique_ptr<Gemm>(new Gemm(std::move(impl)));
 }
 
 size_t Gemm::workspace_bytes() const { return 0; }
 
-absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m,
-                           cudaStream_t /*stream*/) {
+size_t Gemm::quant_workspace_bytes() const {
+  const QuantScratch& q = impl_->quant;
+  return q.sums.bytes() + q.panel.bytes() + q.x8.bytes() + q.x_scale.bytes();
+}
+
+bool Gemm::fp8_gemm_supported() const { return impl_->fp8_ok; }
+
+void Gemm::Impl::PrepareProduct(const GemmArgs& p, int min_m) {
+  for (int b : GemmBucketsFor(min_m, p.m)) {
+    GemmArgs at = p;
+    at.m = std::min(GemmBucketHi(b), p.m);
+    const GemmPlanKey key = GemmPlanKeyOf(at);
+    if (plans.Find(key) != nullptr) continue;
+    plans.Insert(key, Impl::NoPlan{}, /*pinned=*/true);
+    GemmPlanChoice c;
+    c.key = key;
+    c.timed_m = at.m;
+    choices.push_back(c);
+  }
+}
+
+absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
   impl_->plans.Clear();
   impl_->choices.clear();
+  for (const GemmArgs& p : products) RETURN_IF_ERROR(ValidateGemmArgs(p));
   for (const GemmArgs& p : products) {
-    if (absl::Status s = ValidateGemmArgs(p); !s.ok()) return s;
-    for (int b : GemmBucketsFor(min_m, p.m)) {
-      GemmArgs at = p;
-      at.m = std::min(GemmBucketHi(b), p.m);
-      const GemmPlanKey key = GemmPlanKeyOf(at);
-      if (impl_->plans.Find(key) != nullptr) continue;
-      impl_->plans.Insert(key, Impl::NoPlan{}, /*pinned=*/true);
-      GemmPlanChoice c;
-      c.key = key;
-      c.timed_m = at.m;
-      impl_->choices.push_back(c);
+    if (p.wtype == WeightType::kDense) {
+      impl_->PrepareProduct(p, min_m);
+      continue;
+    }
+    if (p.m < min_m) continue;
+    if (p.fp8_activations && !impl_->fp8_ok) {
+      return absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+    }
+    RETURN_IF_ERROR(EnsureQuantScratch(p, &impl_->quant, stream));
+    for (const GemmArgs& inner : QuantLibraryProducts(p, impl_->quant)) {
+      impl_->PrepareProduct(inner, min_m);
     }
   }
   return absl::OkStatus();
@@ -92,17 +140,35 @@ Gemm::Stats Gemm::stats() const {
 const std::vector<GemmPlanChoice>& Gemm::choices() const { return impl_->choices; }
 
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
-  if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateGemmArgs(a));
   if (a.m == 0) return absl::OkStatus();
-  if (const GemmPlanKey key = GemmPlanKeyOf(a); impl_->plans.Find(key) == nullptr) {
-    impl_->plans.Insert(key, Impl::NoPlan{}, /*pinned=*/false);
-    ++impl_->built_on_use;
+  if (a.wtype == WeightType::kDense) return impl_->Product(a, stream);
+  if (a.fp8_activations && !impl_->fp8_ok) {
+    return absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
   }
+  return RunQuantized(
+      a, impl_->quant, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
+}
+
+absl::Status Gemm::Impl::Product(const GemmArgs& a, cudaStream_t stream) {
+  if (const GemmPlanKey key = GemmPlanKeyOf(a); plans.Find(key) == nullptr) {
+    plans.Insert(key, Impl::NoPlan{}, /*pinned=*/false);
+    ++built_on_use;
+  }
+  const bool fp8 = a.wtype == WeightType::kFp8 && a.fp8_activations;
   // Fails after a sticky device error, as a real library call does.
-  return CudaStatus(simt::EnqueueGemm(stream, a.m, a.n, a.k, [a, buf = impl_->buffers] {
+  return CudaStatus(simt::EnqueueGemm(stream, a.m, a.n, a.k, [a, fp8, buf = buffers] {
                       int64_t ldx = 0, ldw = 0;
-                      const float* x = AsF32(a.x, a.dtype, a.m, a.k, a.ldx, buf->x, &ldx);
-                      const float* w = AsF32(a.w, a.dtype, a.n, a.k, a.k, buf->w, &ldw);
+                      const float* x;
+                      const float* w;
+                      if (fp8) {  // e4m3 x e4m3, exactly widened: the FP8 GEMM's products
+                        x = Fp8AsF32(a.x, a.m, a.k, a.ldx, buf->x);
+                        w = Fp8AsF32(a.w, a.n, a.k, a.k, buf->w);
+                        ldx = ldw = a.k;
+                      } else {
+                        x = AsF32(a.x, a.dtype, a.m, a.k, a.ldx, buf->x, &ldx);
+                        w = AsF32(a.w, a.dtype, a.n, a.k, a.k, buf->w, &ldw);
+                      }
                       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.m, a.n, a.k, 1.0f,
                                   x, ldx, w, ldw, a.accumulate ? 1.0f : 0.0f, a.y, a.ldy);
                       if (a.bias != nullptr) {

@@ -1,267 +1,40 @@
-// LaunchGemv (gemv.h): weights streamed once per batch of <= 16 rows.
+// LaunchGemv (gemv.h): weights streamed once per batch of <= 16 rows. The kernel is in
+// gemv_kernel.cuh; this file instantiates it for weights in the compute dtype,
+// gemv_int8.cu and gemv_fp8.cu for the quantized ones.
 #include "engine/cuda/gemv.h"
 
-#include "engine/cuda/device_util.cuh"
-
-// DCF_UNROLL on a GPU; on the emulator the loops are left to g++'s own unrolling: full
-// unrolls of 150 instantiations (3 types x 2 vector widths x 5 row counts x 5 prologue and
-// epilogue forms, up to 4 x 16 x 2 x 8 multiply-adds a step) took g++ 193 s for this file
-// (15 s without, and the same test times). Unrolling changes no result: every sum keeps its
-// order, and each a * b + c stays one statement for -ffp-contract.
-#if defined(__CUDACC__)
-#define DCF_GEMV_UNROLL DCF_UNROLL
-#else
-#define DCF_GEMV_UNROLL
-#endif
+#include "engine/cuda/gemv_kernel.cuh"
 
 namespace dcf::cuda {
 inline namespace DCF_CUDA_NS {
+namespace gemv_detail {
+
+cudaError_t DispatchDense(const Params& p, bool vec, int blocks, cudaStream_t stream) {
+  return DispatchWeights<void>(p, vec, blocks, stream);
+}
+
+}  // namespace gemv_detail
+
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kVecElems = 8;        // 16 bytes of 16-bit values, 32 of f32 (two float4)
-constexpr int kTargetBlocks = 264;  // two waves of 132 SMs
-
-struct Params {
-  GemmArgs a;
-  GemvOut o;
-  GemvIn in;
-  int features;  // outputs per row: n, or n / 2 for kSwiGlu
-  int per_block;  // features per block
-};
-
-// The prologue (gemv.h, GemvIn): none, RMSNorm (dcformer) or LayerNorm (dcpythia).
-constexpr int kNoNorm = 0, kRmsNorm = 1, kLayerNorm = 2;
-
-// act[at] = v in `type` (the epilogues that write the activation, as LaunchActivation does).
-__device__ __forceinline__ void StoreAct(void* act, ElemType type, int64_t at, float v) {
-  switch (type) {
-    case ElemType::kF32:
-      static_cast<float*>(act)[at] = v;
-      break;
-    case ElemType::kBF16:
-      static_cast<__nv_bfloat16*>(act)[at] = __float2bfloat16_rn(v);
-      break;
-    case ElemType::kF16:
-      static_cast<__half*>(act)[at] = __float2half_rn(v);
-      break;
-  }
-}
-
-// Row `row` of x or w as VEC-element slices; P weight rows per feature (2 for SwiGLU); NORM:
-// the prologue (kNoNorm, kRmsNorm or kLayerNorm).
-template <typename T, int VEC, int MT, int P, int NORM>
-__global__ void __launch_bounds__(kThreads) GemvKernel(Params p) {
-  DCF_SHARED(float, red, kWarps * 2 * kGemvMaxRows);  // [warp][P][MT] partial sums
-  const GemmArgs& a = p.a;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int team_warps = kWarps / p.per_block;  // warps sharing a feature's K
-  const int slot = warp / team_warps, slice = warp % team_warps;
-  const int j = blockIdx.x * p.per_block + slot;
-  const bool live = j < p.features;  // uniform across the warp
-  const int M = a.m;
-  const int64_t K = a.k;
-  const T* x = static_cast<const T*>(a.x);
-  const float* xf = static_cast<const float*>(a.x);  // NORM: the f32 rows
-  int64_t x_at[MT];  // where row mm of x starts (GemvIn::row_index's gather)
-  DCF_GEMV_UNROLL
-  for (int mm = 0; mm < MT; ++mm) {
-    x_at[mm] = mm < M ? (p.in.row_index != nullptr ? p.in.row_index[mm] : mm) * a.ldx : 0;
-  }
-  float inv[MT];      // kRmsNorm: each row's 1 / rms, as NormKernel computes it
-  double mean[MT];    // kLayerNorm: each row's mean and 1 / sqrt(var + eps), as NormKernel
-  double inv_sd[MT];  //   computes them (f64, the same 256-thread order)
-  if constexpr (NORM == kRmsNorm) {
-    DCF_SHARED(double, red_norm, 32);
-    DCF_GEMV_UNROLL
-    for (int mm = 0; mm < MT; ++mm) {
-      inv[mm] = 0.0f;
-      if (mm < M) {  // uniform across the block
-        const float* row = xf + x_at[mm];
-        double ss = 0;
-        for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) {
-          ss += static_cast<double>(row[e]) * row[e];
-        }
-        ss = dev::BlockSum(ss, red_norm);
-        inv[mm] = static_cast<float>(1.0 / sqrt(ss / a.k + p.in.eps));
-      }
-    }
-  } else if constexpr (NORM == kLayerNorm) {
-    DCF_SHARED(double, red_norm, 32);
-    DCF_GEMV_UNROLL
-    for (int mm = 0; mm < MT; ++mm) {
-      mean[mm] = 0.0;
-      inv_sd[mm] = 0.0;
-      if (mm < M) {  // uniform across the block
-        const float* row = xf + x_at[mm];
-        double s = 0;
-        for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) s += row[e];
-        mean[mm] = dev::BlockSum(s, red_norm) / a.k;
-        double v = 0;
-        for (int64_t e = threadIdx.x; e < a.k; e += blockDim.x) {
-          const double d = row[e] - mean[mm];
-          v += d * d;
-        }
-        const double var = dev::BlockSum(v, red_norm) / a.k;
-        inv_sd[mm] = 1.0 / sqrt(var + p.in.eps);
-      }
-    }
-  }
-  const T* w[P];
-  DCF_GEMV_UNROLL
-  for (int q = 0; q < P; ++q) {
-    w[q] = static_cast<const T*>(a.w) + (live ? j + static_cast<int64_t>(q) * p.features : 0) * K;
-  }
-  float acc[P][MT];
-  DCF_GEMV_UNROLL
-  for (int q = 0; q < P; ++q) {
-    DCF_GEMV_UNROLL
-    for (int mm = 0; mm < MT; ++mm) acc[q][mm] = 0.0f;
-  }
-  const int64_t step = static_cast<int64_t>(team_warps) * 32 * VEC;
-  if (live) {
-    for (int64_t k0 = (static_cast<int64_t>(slice) * 32 + lane) * VEC; k0 < K;
-         k0 += step * kGemvUnroll) {
-      // kGemvUnroll slices of each weight row in flight before any is used.
-      dev::RawSlice<T, VEC> wv[kGemvUnroll][P];
-      DCF_GEMV_UNROLL
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        const int64_t kk = k0 + u * step;
-        DCF_GEMV_UNROLL
-        for (int q = 0; q < P; ++q) {
-          if (kk < K) {
-            wv[u][q].Load(w[q] + kk);
-          } else {
-            wv[u][q].Zero();
-          }
-        }
-      }
-      DCF_GEMV_UNROLL
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        const int64_t kk = k0 + u * step;
-        if (kk >= K) break;
-        float wf[P][VEC];
-        DCF_GEMV_UNROLL
-        for (int q = 0; q < P; ++q) wv[u][q].Unpack(wf[q]);
-        float nw[VEC], nb[VEC];
-        if constexpr (NORM != kNoNorm) dev::LoadVec<float, VEC>(p.in.norm_weight + kk, nw);
-        if constexpr (NORM == kLayerNorm) {
-          if (p.in.norm_bias != nullptr) {
-            dev::LoadVec<float, VEC>(p.in.norm_bias + kk, nb);
-          } else {
-            DCF_GEMV_UNROLL
-            for (int e = 0; e < VEC; ++e) nb[e] = 0.0f;  // NormKernel's `+ 0.0f`
-          }
-        }
-        DCF_GEMV_UNROLL
-        for (int mm = 0; mm < MT; ++mm) {
-          if (mm < M) {
-            float xv[VEC];
-            if constexpr (NORM == kRmsNorm) {
-              dev::LoadVec<float, VEC>(xf + x_at[mm] + kk, xv);
-              DCF_GEMV_UNROLL
-              for (int e = 0; e < VEC; ++e) {
-                const float n = xv[e] * inv[mm];
-                xv[e] = dev::ToFloat(dev::FromFloat<T>(n * nw[e]));
-              }
-            } else if constexpr (NORM == kLayerNorm) {
-              dev::LoadVec<float, VEC>(xf + x_at[mm] + kk, xv);
-              DCF_GEMV_UNROLL
-              for (int e = 0; e < VEC; ++e) {
-                const float n = static_cast<float>((xv[e] - mean[mm]) * inv_sd[mm]);
-                xv[e] = dev::ToFloat(dev::FromFloat<T>(fmaf(n, nw[e], nb[e])));  // as NormKernel
-              }
-            } else {
-              dev::LoadVec<T, VEC>(x + x_at[mm] + kk, xv);
-            }
-            DCF_GEMV_UNROLL
-            for (int q = 0; q < P; ++q) {
-              DCF_GEMV_UNROLL
-              for (int e = 0; e < VEC; ++e) acc[q][mm] += wf[q][e] * xv[e];
-            }
-          }
-        }
-      }
-    }
-  }
-  // Lanes by a butterfly, then the team's warps in warp order.
-  DCF_GEMV_UNROLL
-  for (int q = 0; q < P; ++q) {
-    DCF_GEMV_UNROLL
-    for (int mm = 0; mm < MT; ++mm) {
-      const float s = dev::WarpSum(acc[q][mm]);
-      if (lane == 0) red[(warp * 2 + q) * kGemvMaxRows + mm] = s;
-    }
-  }
-  __syncthreads();
-  if (!live || slice != 0 || lane >= M) return;
-  const int mm = lane;
-  float v[P];
-  DCF_GEMV_UNROLL
-  for (int q = 0; q < P; ++q) {
-    float s = 0.0f;
-    for (int t = 0; t < team_warps; ++t) s += red[((warp + t) * 2 + q) * kGemvMaxRows + mm];
-    if (a.bias != nullptr) s += a.bias[j + q * p.features];
-    v[q] = s;
-  }
-  if constexpr (P == 2) {
-    const float g = v[0], u = v[1];
-    const float act = g / (1.0f + expf(-g)) * u;  // LaunchActivation's kSwiGlu
-    StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, act);
-  } else if (p.o.epilogue == GemvEpilogue::kGelu) {
-    StoreAct(p.o.act, p.o.act_type, mm * p.o.act_ld + j, dev::GeluErf(v[0]));  // LaunchActivation's kGelu
-  } else {
-    float* y = a.y + mm * a.ldy + j;
-    *y = a.accumulate ? *y + v[0] : v[0];
-  }
-}
-
-template <int VEC, int P, int NORM>
-struct ByType {
-  template <typename T>
-  static cudaError_t Run(const Params& p, int blocks, cudaStream_t stream) {
-    const int m = p.a.m;
-    if (m <= 1) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 1, P, NORM>), blocks, kThreads, 0, stream, p);
-    } else if (m <= 2) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 2, P, NORM>), blocks, kThreads, 0, stream, p);
-    } else if (m <= 4) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 4, P, NORM>), blocks, kThreads, 0, stream, p);
-    } else if (m <= 8) {
-      DCF_LAUNCH((GemvKernel<T, VEC, 8, P, NORM>), blocks, kThreads, 0, stream, p);
-    } else {
-      DCF_LAUNCH((GemvKernel<T, VEC, kGemvMaxRows, P, NORM>), blocks, kThreads, 0, stream, p);
-    }
-    return cudaGetLastError();
-  }
-};
-
-template <int P, int NORM>
-cudaError_t DispatchVec(const Params& p, bool vec, int blocks, cudaStream_t stream) {
-  return vec ? dev::DispatchElem<ByType<kVecElems, P, NORM>>(p.a.dtype, p, blocks, stream)
-             : dev::DispatchElem<ByType<1, P, NORM>>(p.a.dtype, p, blocks, stream);
-}
-template <int P>
-cudaError_t Dispatch(const Params& p, bool vec, int blocks, cudaStream_t stream) {
-  if (p.in.norm_weight == nullptr) return DispatchVec<P, kNoNorm>(p, vec, blocks, stream);
-  if (!p.in.layer_norm) return DispatchVec<P, kRmsNorm>(p, vec, blocks, stream);
-  // LayerNorm models have no SwiGLU MLP: not instantiated (LaunchGemv refuses it).
-  if constexpr (P == 1) return DispatchVec<P, kLayerNorm>(p, vec, blocks, stream);
-  return cudaErrorInvalidValue;
-}
-
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Every row of x and w starts 16-byte aligned: the vector loads' condition.
+bool RowsAligned(const GemmArgs& a) {
+  return a.k % gemv_detail::kVecElems == 0 && a.ldx % gemv_detail::kVecElems == 0 &&
+         Aligned16(a.x) && Aligned16(a.w);
+}
 
 }  // namespace
 
 bool GemvHandles(const GemmArgs& a) {
-  return a.m >= 1 && a.m <= kGemvMaxRows && ValidateGemmArgs(a).ok();
+  return a.m >= 1 && a.m <= kGemvMaxRows && ValidateGemmArgs(a).ok() &&
+         (a.wtype == WeightType::kDense || RowsAligned(a));
 }
 
 GemvGrid GemvGridFor(int n) {
-  int r = kWarps;
-  while (r > 1 && (n + r - 1) / r < kTargetBlocks) r /= 2;
+  int r = gemv_detail::kWarps;
+  while (r > 1 && (n + r - 1) / r < gemv_detail::kTargetBlocks) r /= 2;
   return {r, (n + r - 1) / r};
 }
 
@@ -277,18 +50,26 @@ cudaError_t LaunchGemv(const GemmArgs& a, const GemvOut& out, const GemvIn& in,
       (out.act == nullptr || out.act_ld < a.n || a.accumulate)) {
     return cudaErrorInvalidValue;
   }
-  Params p;
+  gemv_detail::Params p;
   p.a = a;
   p.o = out;
   p.in = in;
   p.features = glu ? a.n / 2 : a.n;
   const GemvGrid g = GemvGridFor(p.features);
   p.per_block = g.features_per_block;
-  // 16-byte vectors when every row starts 16-byte aligned.
-  const bool vec = a.k % kVecElems == 0 && a.ldx % kVecElems == 0 && Aligned16(a.x) &&
-                   Aligned16(a.w) && (in.norm_weight == nullptr || Aligned16(in.norm_weight)) &&
+  // Vector loads (16 bytes of x, 16 or 8 of w) when every row starts aligned.
+  const bool vec = RowsAligned(a) && (in.norm_weight == nullptr || Aligned16(in.norm_weight)) &&
                    (in.norm_bias == nullptr || Aligned16(in.norm_bias));
-  return glu ? Dispatch<2>(p, vec, g.blocks, stream) : Dispatch<1>(p, vec, g.blocks, stream);
+  if (a.wtype != WeightType::kDense && !vec) return cudaErrorInvalidValue;
+  switch (a.wtype) {
+    case WeightType::kDense:
+      return gemv_detail::DispatchDense(p, vec, g.blocks, stream);
+    case WeightType::kI8:
+      return gemv_detail::DispatchInt8(p, vec, g.blocks, stream);
+    case WeightType::kFp8:
+      return gemv_detail::DispatchFp8(p, vec, g.blocks, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace DCF_CUDA_NS

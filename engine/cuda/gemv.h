@@ -35,9 +35,16 @@
 // the value NormKernel writes. Epilogue kGelu writes LaunchActivation's kGelu of the f32
 // product (+ bias) in act_type: a dcpythia decode layer's MLP input is one GEMV.
 //
-// A weight-only quantised variant (int8 / fp8 rows with a per-output-channel scale) slots in
-// as another weight type for LoadVec and a multiply by scale[n] in the epilogue: x and the
-// accumulation stay as they are.
+// Quantized weights (GemmArgs::wtype kI8 / kFp8 with w_scale, docs/QUANTIZATION.md "GPU"):
+// the same layout and order of sums, each lane loading 8 one-byte codes (8 bytes) per slice
+// and decoding them exactly to f32 (8 slices in flight instead of 4: the same bytes), x and
+// the accumulation as above; the epilogue multiplies the finished f32 sum S by the output
+// channel's scale, rounded on its own (__fmul_rn), before the bias: v = S * w_scale[n] +
+// bias[n], then y = v or y + v, or SwiGLU / GELU of v. So the quantized GEMV is bit for bit
+// the f32 GEMV of the codes' values followed by that epilogue (gemv_quant_test). The kernel
+// is gemv_kernel.cuh, instantiated per weight storage in gemv.cu, gemv_int8.cu and
+// gemv_fp8.cu. GemmArgs::fp8_activations is read by the library path only: the GEMV of
+// such a product is weight-only (the decode steps of --activation-dtype fp8).
 #pragma once
 
 #include <cstdint>
@@ -75,10 +82,13 @@ struct GemvIn {
   const int32_t* row_index = nullptr;
 };
 
-// Whether LaunchGemv takes `a`: 1 <= m <= kGemvMaxRows and well-formed (ValidateGemmArgs).
+// Whether LaunchGemv takes `a`: 1 <= m <= kGemvMaxRows and well-formed (ValidateGemmArgs);
+// quantized weights also need every row of x and w 16-byte aligned (K and ldx multiples of 8:
+// every model shape here), else the library path takes them (gemm_quant.h).
 bool GemvHandles(const GemmArgs& a);
 
-// Enqueues the product. cudaErrorInvalidValue for arguments GemvHandles refuses, a kSwiGlu
+// Enqueues the product. cudaErrorInvalidValue for arguments GemvHandles refuses (and for
+// quantized weights with a norm weight or bias that is not 16-byte aligned), a kSwiGlu
 // epilogue with an odd n, no act buffer, act_ld < n / 2 or a LayerNorm prologue (no model has
 // both), or a kGelu one with no act buffer, act_ld < n or accumulation (a.y is not written by
 // either).

@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model_config.h"
+#include "engine/execution/backend_options.h"
 #include "engine/execution/step_batch.h"
 #include "engine/weights/dtype.h"
 
@@ -49,11 +50,18 @@ struct BackendInfo {
   int int8_weight_group = 0;
   // With int8 matrices: the products quantize their activations to int8 too (int8 x int8).
   bool int8_activations = false;
+  // kInt8 / kFp8: the matrices are int8 or fp8 E4M3 with one fp32 scale per output channel
+  // (the cuda backends' --weight-dtype; docs/QUANTIZATION.md "GPU"), `dtype` that of the
+  // rest; kNone otherwise.
+  WeightQuant channel_quant = WeightQuant::kNone;
+  // With fp8 matrices: products of more than 16 rows quantize their activations to fp8 too.
+  bool fp8_activations = false;
   DType kv_cache_dtype = DType::kF32;  // the dtype of the KV cache's elements
 };
 
 // How the weight matrices are stored, for logs and benchmarks: the dtype's name
-// ("bfloat16"), "int8 (group 64)", or "int8 x int8 (group 64)".
+// ("bfloat16"), "int8 (group 64)", "int8 x int8 (group 64)", "int8 (per channel)",
+// "fp8 (per channel)" or "fp8 x fp8 (per channel)".
 std::string WeightsName(const BackendInfo& info);
 
 class Backend {

@@ -60,15 +60,28 @@ absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "none") return WeightQuant::kNone;
   if (n == "int8") return WeightQuant::kInt8;
+  if (n == "fp8" || n == "fp8_e4m3" || n == "e4m3") return WeightQuant::kFp8;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown weight dtype '", name, "' (choose none or int8)"));
+      absl::StrCat("unknown weight dtype '", name, "' (choose none, int8 or fp8)"));
 }
 
 const char* WeightQuantName(WeightQuant quant) {
-  return quant == WeightQuant::kInt8 ? "int8" : "none";
+  switch (quant) {
+    case WeightQuant::kNone:
+      return "none";
+    case WeightQuant::kInt8:
+      return "int8";
+    case WeightQuant::kFp8:
+      return "fp8";
+  }
+  return "?";
 }
 
 std::string WeightsName(const BackendInfo& info) {
+  if (info.channel_quant != WeightQuant::kNone) {
+    return absl::StrCat(WeightQuantName(info.channel_quant),
+                        info.fp8_activations ? " x fp8" : "", " (per channel)");
+  }
   if (info.int8_weight_group > 0) {
     return absl::StrCat(info.int8_activations ? "int8 x int8" : "int8", " (group ",
                         info.int8_weight_group, ")");
@@ -80,12 +93,21 @@ absl::StatusOr<ActivationQuant> ParseActivationQuant(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "float32" || n == "f32" || n == "fp32") return ActivationQuant::kFloat32;
   if (n == "int8") return ActivationQuant::kInt8;
+  if (n == "fp8" || n == "fp8_e4m3" || n == "e4m3") return ActivationQuant::kFp8;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown activation dtype '", name, "' (choose float32 or int8)"));
+      absl::StrCat("unknown activation dtype '", name, "' (choose float32, int8 or fp8)"));
 }
 
 const char* ActivationQuantName(ActivationQuant quant) {
-  return quant == ActivationQuant::kInt8 ? "int8" : "float32";
+  switch (quant) {
+    case ActivationQuant::kFloat32:
+      return "float32";
+    case ActivationQuant::kInt8:
+      return "int8";
+    case ActivationQuant::kFp8:
+      return "fp8";
+  }
+  return "?";
 }
 
 absl::Status ValidateWeightGroupSize(int group) {

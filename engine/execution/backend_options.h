@@ -30,19 +30,25 @@ const char* ComputeDTypeName(DType dtype);  // "float32", "bfloat16", "float16"
 // How the weight matrices are stored beyond the --dtype choice (docs/QUANTIZATION.md).
 enum class WeightQuant {
   kNone,  // as --dtype says
-  kInt8,  // int8 weight-only, symmetric per group of input columns with bf16 scales (cpu)
+  // int8 weight-only, symmetric: on the cpu per group of input columns with bf16 scales; on
+  // cuda and cuda-sim per output channel (the same rule with one group per row)
+  kInt8,
+  kFp8,  // fp8 E4M3, one fp32 scale per output channel (cuda and cuda-sim only)
 };
-// "none" | "int8" (InvalidArgument otherwise).
+// "none" | "int8" | "fp8" (InvalidArgument otherwise).
 absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name);
-const char* WeightQuantName(WeightQuant quant);  // "none", "int8"
+const char* WeightQuantName(WeightQuant quant);  // "none", "int8", "fp8"
 // What the int8 matrices' products multiply their weights with (docs/QUANTIZATION.md).
 enum class ActivationQuant {
-  kFloat32,  // fp32 activations, int8 weights widened in the kernel (weight-only)
+  kFloat32,  // activations as computed, quantized weights widened in the kernel (weight-only)
   kInt8,     // activations quantized per row and weight group (int8 x int8, VNNI on AVX-512)
+  // fp8 weights on cuda / cuda-sim: products of more than 16 rows quantize their activations
+  // to E4M3 per row and run cuBLASLt's FP8 GEMM (compute capability 8.9 or later)
+  kFp8,
 };
-// "float32" | "int8" (InvalidArgument otherwise).
+// "float32" | "int8" | "fp8" (InvalidArgument otherwise).
 absl::StatusOr<ActivationQuant> ParseActivationQuant(absl::string_view name);
-const char* ActivationQuantName(ActivationQuant quant);  // "float32", "int8"
+const char* ActivationQuantName(ActivationQuant quant);  // "float32", "int8", "fp8"
 
 // Group sizes of int8 weights: 32, 64 or 128 input columns share one scale.
 inline constexpr int kDefaultWeightGroupSize = 64;
@@ -67,13 +73,18 @@ struct BackendOptions {
   // Scan the weights for NaN and infinity while loading them (one pass; the factory refuses
   // a checkpoint that holds any, naming the tensor). Off by default.
   bool check_weights = false;
-  // kInt8: the cpu backend quantizes every matrix at load (vectors, the embedding table and
-  // the small compose matrices qkw keep their dtype) in groups of `weight_group_size`
-  // columns; the cuda backends refuse it (InvalidArgument).
+  // kInt8: every matrix is quantized at load (vectors, the embedding table and the small
+  // compose matrices qkw keep their dtype): on the cpu in groups of `weight_group_size`
+  // columns, on cuda and cuda-sim per output channel (weight_group_size is not read there).
+  // kFp8: E4M3 per output channel, cuda and cuda-sim only (the factory refuses it on the
+  // cpu). docs/QUANTIZATION.md.
   WeightQuant weight_quant = WeightQuant::kNone;
   int weight_group_size = kDefaultWeightGroupSize;
   // kInt8: the int8 matrices (weight_quant kInt8, or an int8 checkpoint) also quantize their
-  // activations (cpu only; the factory refuses it without int8 matrices).
+  // activations (cpu only; the factory refuses it without int8 matrices). kFp8: the fp8
+  // matrices' products of more than 16 rows quantize their activations too (cuda and
+  // cuda-sim with weight_quant kFp8 only; the cuda backend refuses it below compute
+  // capability 8.9).
   ActivationQuant activation_quant = ActivationQuant::kFloat32;
 };
 

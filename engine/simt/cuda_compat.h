@@ -45,7 +45,8 @@
 //   unsigned long long), atomicExch (int, unsigned int, float).
 // Math: the C float functions (expf, logf, exp2f, log1pf, sqrtf, tanhf, erff, fmaxf, fminf,
 //   fabsf, floorf, ceilf, powf, fmaf, isnan, isinf, INFINITY ...), __expf, __logf, __log2f,
-//   __powf, __sinf, __cosf, __fdividef, __saturatef, rsqrtf, __float_as_int,
+//   __powf, __sinf, __cosf, __fdividef, __fmul_rn, __fadd_rn (never fused into an FMA),
+//   __saturatef, rsqrtf, __float_as_int,
 //   __float_as_uint, __int_as_float, __uint_as_float, __popc, __popcll, __clz, __clzll,
 //   __ffs, __ffsll, min/max (both arguments of one type), __ldg, __threadfence,
 //   __threadfence_block. The emulator computes fast intrinsics with the accurate host
@@ -55,6 +56,11 @@
 //   __half_as_ushort, __ushort_as_half: bit-exact in both builds (round to nearest even).
 //   No implicit conversions or operators (both builds define __CUDA_NO_HALF_CONVERSIONS__
 //   etc.): convert explicitly and compute in float.
+// fp8 (E4M3 only): __nv_fp8_storage_t (unsigned char), __nv_fp8x2_storage_t, __nv_fp8_e4m3
+//   (explicit from float, saturating; explicit to float), __half_raw, __half2_raw,
+//   __nv_cvt_float_to_fp8(x, __NV_SATFINITE or __NV_NOSAT, __NV_E4M3),
+//   __nv_cvt_fp8_to_halfraw(x, __NV_E4M3), __nv_cvt_fp8x2_to_halfraw2(x, __NV_E4M3):
+//   bit-exact in both builds (round to nearest even; engine/simt/fp8_types.h has the rules).
 // Vector types: float2, float4, int2, int4, uint2, uint4 (CUDA's alignment), make_*.
 // Launch, only in .cu files and only through this macro (no `<<<` anywhere else):
 //   DCF_LAUNCH(kernel, grid, block, dynamic_smem_bytes, stream, args...);
@@ -118,6 +124,7 @@
 #endif
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #define DCF_CUDA_NS gpu

@@ -1,4 +1,6 @@
-// The emulated device: one sm_90-like device, its properties, and kernel attributes.
+// The emulated device: one sm_90-like device (SetComputeCapability may say otherwise), its
+// properties, and kernel attributes.
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +11,13 @@
 #include "engine/simt/simt_testing.h"
 
 namespace dcf::simt {
+namespace {
+
+std::atomic<int> compute_capability{90};  // major * 10 + minor
+
+}  // namespace
+
+void SetComputeCapability(int major, int minor) { compute_capability = major * 10 + minor; }
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (cudaError_t e = detail::StickyError(); e != cudaSuccess) return e;
@@ -56,8 +65,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[0] = 0x7fffffff;
   prop->maxGridSize[1] = 65535;
   prop->maxGridSize[2] = 65535;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = compute_capability.load() / 10;
+  prop->minor = compute_capability.load() % 10;
   prop->multiProcessorCount = 132;
   prop->maxThreadsPerMultiProcessor = 2048;
   prop->l2CacheSize = 50 * 1024 * 1024;

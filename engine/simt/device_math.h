@@ -31,6 +31,11 @@ inline float __cosf(float x) noexcept { return cosf(x); }
 namespace dcf::simt {
 
 inline float __fdividef(float x, float y) { return x / y; }
+// A product and a sum rounded on their own, never fused into a multiply-add with a
+// neighbouring operation (CUDA's guarantee for these intrinsics): an opaque call keeps g++'s
+// -ffp-contract=fast (DCFORMER_SIM_FMA) from contracting them after inlining.
+[[gnu::noinline]] inline float __fmul_rn(float x, float y) { return x * y; }
+[[gnu::noinline]] inline float __fadd_rn(float x, float y) { return x + y; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
@@ -104,7 +109,9 @@ inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_s
 
 using dcf::simt::__clz;
 using dcf::simt::__clzll;
+using dcf::simt::__fadd_rn;
 using dcf::simt::__fdividef;
+using dcf::simt::__fmul_rn;
 using dcf::simt::__ffs;
 using dcf::simt::__ffsll;
 using dcf::simt::__float_as_int;

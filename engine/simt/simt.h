@@ -6,6 +6,7 @@
 #include "engine/simt/atomics.h"
 #include "engine/simt/builtins.h"
 #include "engine/simt/device_math.h"
+#include "engine/simt/fp8_types.h"
 #include "engine/simt/half_types.h"
 #include "engine/simt/launch.h"
 #include "engine/simt/qualifiers.h"

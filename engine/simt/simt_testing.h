@@ -35,6 +35,11 @@ size_t DeviceMemoryBytes();
 // Bytes currently allocated with cudaMalloc (after rounding each allocation to 256 bytes).
 size_t DeviceMemoryUsedBytes();
 
+// The compute capability cudaGetDeviceProperties reports (major, minor). Initially 9.0; a
+// test lowers it to check what code refuses on older GPUs (the emulator itself still runs
+// every kernel). Set it before creating what reads it.
+void SetComputeCapability(int major, int minor);
+
 // OS threads that run a grid's blocks (>= 1). Initially DCF_SIMT_THREADS or 1.
 void SetWorkerThreads(int threads);
 int WorkerThreads();

@@ -20,6 +20,10 @@ Parts and their time caps (seconds; a part past its cap is stopped and marked "t
   model_dcmha     90  dcformer-model-bench: decode batch 1 and 64 at context 2048, and 64
                       requests x (512 prompt + 256 new) through the serving engine
   model_mha       50  the same decode runs with compose off (plain multi-head attention)
+  model_dcmha_nographs 40  the decode runs of model_dcmha issued call by call
+  model_int8      45  the decode runs with --weight-dtype int8 (per-channel scales)
+  model_fp8       45  the decode runs with --weight-dtype fp8 (E4M3, per-channel scales)
+  model_fp8_act   40  the same with --activation-dtype fp8 (batch 64: cuBLASLt's FP8 GEMM)
 Exit status: 0 every part passed, 1 a part failed or timed out, 3 no GPU (only the
 self-check ran), 2 bad usage.
 """
@@ -39,7 +43,7 @@ BIN = os.path.join(HERE, "bin")
 LIB = os.path.join(HERE, "lib")
 FALLBACK = os.path.join(LIB, "fallback")
 DATA = os.path.join(HERE, "data")
-TOTAL_BUDGET_S = 470
+TOTAL_BUDGET_S = 560
 PEAK_GBPS = float(os.environ.get("DCF_PEAK_GBPS", "4800"))  # H200 HBM3e
 TOOLS = ["dcformer-generate", "dcformer-make-model", "dcformer-model-bench",
          "dcformer-attention-bench", "dcformer-decode-bench"]
@@ -101,7 +105,7 @@ class Checker:
         budget = min(cap, self.left())
         entry = {"part": name, "cap_s": cap}
         if budget < 3:
-            entry.update(status="skip", detail="no time left in the 8-minute budget")
+            entry.update(status="skip", detail="no time left in the 10-minute budget")
             self.parts.append(entry)
             self.log(f"== {name}: skipped (no time left)")
             return entry
@@ -392,13 +396,20 @@ class Checker:
             return "timeout", None
         return ("pass" if rc == 0 else "fail"), {"dir": self.model_dir}
 
-    def model_bench(self, compose, deadline, graphs=True):
-        name = ("model_dcmha" if compose else "model_mha") + ("" if graphs else "_nographs")
+    def model_bench(self, compose, deadline, graphs=True, quant=None):
+        """quant: None (bf16 weights), "int8", "fp8" or "fp8_act" (fp8 weights and
+        activations): the decode runs only, with those weights (docs/QUANTIZATION.md "GPU")."""
+        name = (("model_dcmha" if compose else "model_mha") + ("" if graphs else "_nographs")
+                if quant is None else "model_" + quant)
         out = os.path.join(self.out, name + ".json")
         cmd = [os.path.join(BIN, "dcformer-model-bench"), "--model", self.model_dir, "--backend",
                "cuda", "--dtype", "bfloat16", "--decode-batches", "1,64", "--context", "2048",
                "--decode-steps", "32", "--peak-gbps", str(PEAK_GBPS), "--json-out", out]
-        if not compose:
+        if quant is not None:
+            cmd += ["--weight-dtype", "int8" if quant == "int8" else "fp8"]
+            if quant == "fp8_act":
+                cmd += ["--activation-dtype", "fp8"]
+        elif not compose:
             cmd += ["--nocompose"]
         elif graphs:
             cmd += ["--serve-requests", "64", "--serve-prompt", "512", "--serve-new", "256"]
@@ -450,6 +461,19 @@ class Checker:
         if "serve" in dc:
             t["serve_64x(512+256)_tokens_per_s"] = dc["serve"]["tokens_per_s"]
             t["serve_share_of_peak_bandwidth"] = dc["serve"]["share_of_peak_bandwidth"]
+        # Quantized weights (reported): a batch-1 step reads about half of bf16's weight bytes,
+        # so at the same share of the roofline it runs about 2x bf16's tokens/s.
+        for quant in ("int8", "fp8", "fp8_act"):
+            q = (by.get("model_" + quant) or {}).get("detail") or {}
+            dec_q = {d["batch"]: d for d in q.get("decode", [])}
+            for b in (1, 64):
+                if b not in dec_q:
+                    continue
+                t[f"{quant}_decode_b{b}_tokens_per_s"] = dec_q[b]["tokens_per_s"]
+                t[f"{quant}_decode_b{b}_share_of_roofline"] = dec_q[b]["share_of_roofline"]
+                if b in dec:
+                    t[f"{quant}_over_bf16_decode_b{b}"] = (dec[b]["ms_per_step"] /
+                                                           dec_q[b]["ms_per_step"])
         return t
 
     def main(self, work_dir):
@@ -476,6 +500,9 @@ class Checker:
             self.part("model_dcmha", 90, lambda d: self.model_bench(True, d))
             self.part("model_mha", 50, lambda d: self.model_bench(False, d))
             self.part("model_dcmha_nographs", 40, lambda d: self.model_bench(True, d, False))
+            self.part("model_int8", 45, lambda d: self.model_bench(True, d, quant="int8"))
+            self.part("model_fp8", 45, lambda d: self.model_bench(True, d, quant="fp8"))
+            self.part("model_fp8_act", 40, lambda d: self.model_bench(True, d, quant="fp8_act"))
         shutil.rmtree(self.model_dir, ignore_errors=True)
         self.summary["targets"] = self.targets()
         self.summary["seconds"] = round(time.monotonic() - self.start, 1)

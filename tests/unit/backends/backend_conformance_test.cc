@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "engine/backends/backend_factory.h"
@@ -304,6 +305,72 @@ TEST(CudaSimBackendTest, RefusesAKvCacheDtypeOtherThanItsDtype) {
   auto same = LoadModel(testing::GoldenDir("dcformer-f32-long-prompt"), o);
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->backend->info().kv_cache_dtype, DType::kF32);
+}
+
+// int8 and fp8 weights on the GEMV path (DCF_SIM_GEMV=1, as on a GPU), bfloat16: decode
+// steps of three sequences give each sequence the logits it gets alone, bit for bit (the
+// quantized GEMV's sums do not depend on the rows beside them, gemv.h), token after token.
+// A small random model (2 layers, a window layer and a global one) keeps the emulated GEMV
+// grids cheap: ~10 s.
+TEST(CudaSimBackendTest, QuantizedDecodeRowsDoNotDependOnTheBatch) {
+  if (!CudaSimBackendBuilt()) GTEST_SKIP() << "this build has no cuda-sim backend";
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteRandomModel(dir.path(), SmallDcFormerConfig(64, 2, 4, 96, 64, 64, 4),
+                               DType::kBF16, 3)
+                  .ok());
+  for (const WeightQuant quant : {WeightQuant::kInt8, WeightQuant::kFp8}) {
+    SCOPED_TRACE(WeightQuantName(quant));
+    BackendOptions o;
+    o.kind = BackendKind::kCudaSim;
+    o.dtype = DType::kBF16;
+    o.weight_quant = quant;
+    setenv("DCF_SIM_GEMV", "1", 1);  // read when the backend is created
+    auto model = LoadModel(dir.path(), o);
+    unsetenv("DCF_SIM_GEMV");
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_EQ(model->backend->info().channel_quant, quant);
+    const int V = model->config.vocab_size, kTokens = 4, B = 4;
+    std::vector<std::vector<int32_t>> seqs(3);
+    for (int s = 0; s < 3; ++s) {
+      for (int i = 0; i < kTokens; ++i) seqs[s].push_back((i * 37 + s * 11 + 5) % V);
+    }
+    std::vector<std::vector<float>> alone(3);
+    for (int s = 0; s < 3; ++s) {
+      auto runner = SequenceRunner::Create(model->backend.get(), B);
+      ASSERT_TRUE(runner.ok());
+      ASSERT_TRUE((*runner)->Append(seqs[s], 1, &alone[s]).ok());
+    }
+    KvCacheShape shape;
+    shape.block_size = B;
+    shape.window = model->config.window_size;
+    shape.num_blocks = {16, 16};
+    StepLimits limits;
+    limits.max_tokens = 16;
+    limits.max_seqs = 3;
+    limits.max_logit_rows = 16;
+    limits.blocks_per_seq = (model->config.max_positions + B - 1) / B;
+    ASSERT_TRUE(model->backend->Prepare(limits).ok());
+    ASSERT_TRUE(model->backend->AllocateCache(shape).ok());
+    KvCacheManager manager(shape);
+    std::vector<SequenceKv> kv(3);
+    StepBatch batch;
+    StepOutput out;
+    for (int t = 0; t < kTokens; ++t) {
+      batch.Reset(limits.blocks_per_seq);
+      for (int s = 0; s < 3; ++s) {
+        ASSERT_TRUE(manager.Reserve(kv[s], t + 1).ok());
+        batch.AddSequence(absl::MakeConstSpan(seqs[s]).subspan(t, 1), kv[s], false, {}, true);
+      }
+      ASSERT_TRUE(model->backend->Step(batch, &out).ok());
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_EQ(0, std::memcmp(out.logits.data() + static_cast<size_t>(s) * V,
+                                 alone[s].data() + static_cast<size_t>(t) * V, V * sizeof(float)))
+            << "sequence " << s << " token " << t;
+        manager.Commit(kv[s], t + 1);
+      }
+    }
+    for (SequenceKv& k : kv) manager.Free(k);
+  }
 }
 
 // The CUDA backend's GEMV path (DCF_SIM_GEMV=1, as on a GPU: products of <= 16 rows with the

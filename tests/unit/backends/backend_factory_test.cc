@@ -25,7 +25,13 @@ TEST(BackendFactoryTest, ParsesNamesAndRefusesOthers) {
   }
   EXPECT_EQ(*ParseComputeDType("bf16"), DType::kBF16);
   EXPECT_EQ(ParseComputeDType("int8").status().code(), absl::StatusCode::kInvalidArgument);
-  for (ActivationQuant a : {ActivationQuant::kFloat32, ActivationQuant::kInt8}) {
+  for (WeightQuant w : {WeightQuant::kNone, WeightQuant::kInt8, WeightQuant::kFp8}) {
+    auto parsed = ParseWeightQuant(WeightQuantName(w));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, w);
+  }
+  for (ActivationQuant a : {ActivationQuant::kFloat32, ActivationQuant::kInt8,
+                            ActivationQuant::kFp8}) {
     auto parsed = ParseActivationQuant(ActivationQuantName(a));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, a);
@@ -33,7 +39,58 @@ TEST(BackendFactoryTest, ParsesNamesAndRefusesOthers) {
   EXPECT_EQ(*ParseActivationQuant("FP32"), ActivationQuant::kFloat32);
   const absl::Status act = ParseActivationQuant("int4").status();
   EXPECT_EQ(act.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(act.message().find("float32 or int8"), std::string::npos) << act.message();
+  EXPECT_NE(act.message().find("float32, int8 or fp8"), std::string::npos) << act.message();
+}
+
+// Which backend runs which weight and activation dtypes (docs/QUANTIZATION.md): each refusal
+// names the flag and where it runs; LoadModel refuses before reading a file.
+TEST(BackendFactoryTest, RefusesQuantizationsABackendHasNoKernelsFor) {
+  struct Case {
+    BackendKind kind;
+    WeightQuant weights;
+    ActivationQuant activations;
+    const char* error;  // nullptr: accepted
+  };
+  const Case cases[] = {
+      {BackendKind::kCpu, WeightQuant::kInt8, ActivationQuant::kFloat32, nullptr},
+      {BackendKind::kCpu, WeightQuant::kInt8, ActivationQuant::kInt8, nullptr},
+      {BackendKind::kCpu, WeightQuant::kFp8, ActivationQuant::kFloat32,
+       "--weight-dtype fp8: the cpu backend has no fp8 kernels"},
+      {BackendKind::kCpu, WeightQuant::kNone, ActivationQuant::kFp8,
+       "--activation-dtype fp8: the cpu backend has no fp8 kernels"},
+      {BackendKind::kCudaSim, WeightQuant::kInt8, ActivationQuant::kFloat32, nullptr},
+      {BackendKind::kCudaSim, WeightQuant::kFp8, ActivationQuant::kFloat32, nullptr},
+      {BackendKind::kCudaSim, WeightQuant::kFp8, ActivationQuant::kFp8, nullptr},
+      {BackendKind::kCuda, WeightQuant::kFp8, ActivationQuant::kFp8, nullptr},
+      {BackendKind::kCudaSim, WeightQuant::kInt8, ActivationQuant::kFp8,
+       "--activation-dtype fp8 multiplies fp8 weights"},
+      {BackendKind::kCudaSim, WeightQuant::kNone, ActivationQuant::kFp8,
+       "--activation-dtype fp8 multiplies fp8 weights"},
+      {BackendKind::kCudaSim, WeightQuant::kInt8, ActivationQuant::kInt8,
+       "no int8 x int8 kernels"},
+      {BackendKind::kCuda, WeightQuant::kFp8, ActivationQuant::kInt8, "no int8 x int8 kernels"},
+  };
+  for (const Case& c : cases) {
+    BackendOptions o;
+    o.kind = c.kind;
+    o.weight_quant = c.weights;
+    o.activation_quant = c.activations;
+    const std::string what = std::string(BackendKindName(c.kind)) + " " +
+                             WeightQuantName(c.weights) + " x " +
+                             ActivationQuantName(c.activations);
+    const absl::Status st = CheckQuantization(c.kind, o);
+    if (c.error == nullptr) {
+      EXPECT_TRUE(st.ok()) << what << ": " << st;
+      continue;
+    }
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(st.message().find(c.error), std::string::npos) << what << ": " << st.message();
+    if (c.kind != BackendKind::kCuda) {  // LoadModel: refused before reading anything
+      const absl::Status loaded =
+          LoadModel(::testing::TempDir() + "/no-such-model", o).status();
+      EXPECT_NE(loaded.message().find(c.error), std::string::npos) << what << ": " << loaded;
+    }
+  }
 }
 
 TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {

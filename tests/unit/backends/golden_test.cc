@@ -9,6 +9,7 @@
 #include "tests/testing/golden.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -135,23 +136,29 @@ struct Agreement {
   int rows = 0;
 };
 
-void MeasureAgreement(const std::string& name, const BackendOptions& options, Agreement* out) {
+void MeasureAgreement(const std::string& name, const BackendOptions& options, Agreement* out,
+                      int chunk = 16) {
   auto m = LoadModel(testing::GoldenDir(name), options);
   ASSERT_TRUE(m.ok()) << m.status();
   // The backend runs what was asked for, so the agreement measures that.
   if (options.dtype.has_value()) {
     ASSERT_EQ(m->backend->info().dtype, *options.dtype);
   }
-  if (options.weight_quant == WeightQuant::kInt8) {
+  if (options.kind == BackendKind::kCpu && options.weight_quant == WeightQuant::kInt8) {
     ASSERT_EQ(m->backend->info().int8_weight_group, options.weight_group_size);
+  }
+  if (options.kind == BackendKind::kCudaSim) {
+    ASSERT_EQ(m->backend->info().channel_quant, options.weight_quant);
   }
   ASSERT_EQ(m->backend->info().int8_activations,
             options.activation_quant == ActivationQuant::kInt8);
+  ASSERT_EQ(m->backend->info().fp8_activations,
+            options.activation_quant == ActivationQuant::kFp8);
   const testing::Golden g = testing::LoadGolden(name);
   auto runner = SequenceRunner::Create(m->backend.get());
   ASSERT_TRUE(runner.ok());
   std::vector<float> logits;
-  ASSERT_TRUE((*runner)->Append(g.sequence, 16, &logits).ok());
+  ASSERT_TRUE((*runner)->Append(g.sequence, chunk, &logits).ok());
   const int V = m->config.vocab_size;
   Agreement a;
   a.rows = static_cast<int>(g.sequence.size());
@@ -263,6 +270,92 @@ TEST(Int8ActivationsAgreementTest, CpuInt8x8AgreesWithReference) {
                                agree_all, rows_all);
   EXPECT_GE(agree_all, 0.9 * rows_all) << agree_all << "/" << rows_all;
 }
+
+// int8 and fp8 E4M3 weights on cuda-sim (per output channel; docs/QUANTIZATION.md "GPU"),
+// teacher-forced over each golden sequence, in float32 (the weights' rounding alone) and
+// bfloat16 (the GPU default): on the library path (chunks of 32, as prefill: the decoded
+// panels' GEMM, or with fp8 activations the FP8 GEMM) and on the GEMV path (chunks of 16 with
+// DCF_SIM_GEMV=1, as decode steps run on a GPU: 7-8 minutes per case on the emulator, so only
+// with DCF_QUANT_GEMV_AGREEMENT=1; docs/QUANTIZATION.md has its numbers). The agreement is
+// printed for the record. Bounds: the 98% for int8 weight-only; fp8 (3 mantissa bits)
+// measures 91% weight-only and 85-88% with fp8 activations on these random-weight models,
+// whose nearly flat logits make argmax the hard case, and is held to 88% and 80%: a broken
+// path (a scale applied twice or not at all) moves logits by O(1) and agrees at chance.
+struct QuantCase {
+  WeightQuant weights;
+  ActivationQuant activations;
+  DType dtype;
+  bool gemv;
+};
+
+class CudaSimQuantAgreementTest : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(CudaSimQuantAgreementTest, AgreesWithReference) {
+  const QuantCase& c = GetParam();
+  if (c.gemv) {
+    const char* on = std::getenv("DCF_QUANT_GEMV_AGREEMENT");
+    if (on == nullptr || std::string(on) != "1") {
+      GTEST_SKIP() << "the GEMV path's agreement takes minutes on the emulator: "
+                      "DCF_QUANT_GEMV_AGREEMENT=1 runs it";
+    }
+  }
+  const bool fp8_x = c.activations == ActivationQuant::kFp8;
+  const double min_agreement = c.weights == WeightQuant::kInt8 ? kInt8MinAgreement
+                               : fp8_x                          ? 0.80
+                                                                : 0.88;
+  const double max_error = c.weights == WeightQuant::kInt8 ? kInt8MaxLogitError : fp8_x ? 0.4 : 0.3;
+  int agree_all = 0, rows_all = 0;
+  double worst_all = 0;
+  for (const std::string& name : testing::GoldenCases()) {
+    BackendOptions options;
+    options.kind = BackendKind::kCudaSim;
+    options.dtype = c.dtype;
+    options.weight_quant = c.weights;
+    options.activation_quant = c.activations;
+    if (c.gemv) setenv("DCF_SIM_GEMV", "1", 1);  // read when the backend is created
+    Agreement a;
+    MeasureAgreement(name, options, &a, c.gemv ? 16 : 32);
+    unsetenv("DCF_SIM_GEMV");
+    if (HasFatalFailure()) return;
+    agree_all += a.agree;
+    rows_all += a.rows;
+    worst_all = std::max(worst_all, a.worst);
+    const std::string line = absl::StrFormat(
+        "cuda-sim %s %s%s %s %s: max |logit error| %.4f, argmax agreement %d/%d",
+        WeightQuantName(c.weights), c.activations == ActivationQuant::kFp8 ? "x fp8 " : "",
+        ComputeDTypeName(c.dtype), c.gemv ? "GEMV" : "library", name, a.worst, a.agree, a.rows);
+    std::cout << line << "\n";
+    RecordProperty(name + "_argmax_agreement", absl::StrFormat("%d/%d", a.agree, a.rows));
+    EXPECT_LT(a.worst, max_error) << line;
+  }
+  std::cout << absl::StrFormat("cuda-sim %s%s %s %s all golden cases: argmax agreement %d/%d, "
+                               "max |logit error| %.4f\n",
+                               WeightQuantName(c.weights),
+                               c.activations == ActivationQuant::kFp8 ? " x fp8" : "",
+                               ComputeDTypeName(c.dtype), c.gemv ? "GEMV" : "library", agree_all,
+                               rows_all, worst_all);
+  EXPECT_GE(agree_all, min_agreement * rows_all) << agree_all << "/" << rows_all;
+}
+
+std::vector<QuantCase> QuantCases() {
+  std::vector<QuantCase> cases;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool gemv : {true, false}) {
+      cases.push_back({WeightQuant::kInt8, ActivationQuant::kFloat32, dtype, gemv});
+      cases.push_back({WeightQuant::kFp8, ActivationQuant::kFloat32, dtype, gemv});
+    }
+    cases.push_back({WeightQuant::kFp8, ActivationQuant::kFp8, dtype, false});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaSimQuantAgreementTest, ::testing::ValuesIn(QuantCases()),
+                         [](const auto& info) {
+                           const QuantCase& c = info.param;
+                           return std::string(WeightQuantName(c.weights)) +
+                                  (c.activations == ActivationQuant::kFp8 ? "_x_fp8" : "") + "_" +
+                                  ComputeDTypeName(c.dtype) + (c.gemv ? "_gemv" : "_library");
+                         });
 
 }  // namespace
 }  // namespace dcf

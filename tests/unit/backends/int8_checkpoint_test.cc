@@ -172,16 +172,25 @@ TEST_F(Int8CheckpointTest, Int8ActivationsLoadFromEitherAndNeedInt8Matrices) {
       << unread.status();
 }
 
-TEST_F(Int8CheckpointTest, CudaBackendsRefuseInt8) {
+// The cuda backends scale per output channel: they refuse a checkpoint of per-group scales,
+// naming both layouts and the way in (--weight-dtype int8 on the float checkpoint), which
+// loads.
+TEST_F(Int8CheckpointTest, CudaBackendsRefuseGroupScalesAndQuantizeAtLoad) {
   BackendOptions options;
   options.kind = BackendKind::kCudaSim;
   auto m = LoadModel(dir_->path(), options);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("no int8 weight kernels"), std::string::npos) << m.status();
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("one scale per 64 columns"), std::string::npos)
+      << m.status();
+  EXPECT_NE(m.status().message().find("one scale per output channel"), std::string::npos)
+      << m.status();
+  EXPECT_NE(m.status().message().find("--weight-dtype int8"), std::string::npos) << m.status();
   options.weight_quant = WeightQuant::kInt8;
   auto q = LoadModel(kModelDir, options);
-  ASSERT_FALSE(q.ok());
-  EXPECT_NE(q.status().message().find("--weight-dtype int8"), std::string::npos) << q.status();
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->backend->info().channel_quant, WeightQuant::kInt8);
+  EXPECT_EQ(WeightsName(q->backend->info()), "int8 (per channel)");
 }
 
 TEST_F(Int8CheckpointTest, RefusesMalformedScalesNamingTheTensor) {

@@ -189,5 +189,38 @@ TEST_F(KjvModelTest, HeldoutPerplexityWithInt8IsWithinTheGoals) {
   RecordProperty("heldout_perplexity_int8x8", std::to_string(w8a8));
 }
 
+// The GPU's int8 and fp8 weights (per output channel, docs/QUANTIZATION.md "GPU") on cuda-sim,
+// against cuda-sim's own bfloat16, on the first 2,500 characters of the held-out text (three
+// 256-token windows; the whole text takes about an hour of emulation for the four runs:
+// docs/QUANTIZATION.md has that measurement):
+// weight-only within the issue's +1%, fp8 activations within +3%. --score reads whole
+// 256-token windows, so these are the library path's products (gemm_quant.h).
+TEST_F(KjvModelTest, CudaSimPerplexityWithInt8AndFp8IsWithinTheGoals) {
+  testing::TempDir dir;
+  std::ifstream held_in(std::string(DCF_TEST_DATA_DIR) + "/kjv/heldout.txt", std::ios::binary);
+  std::stringstream held_text;
+  held_text << held_in.rdbuf();
+  dir.Write("part.txt", held_text.str().substr(0, 2500));
+  const std::string sim = " --backend cuda-sim --dtype bfloat16";
+  const double bf16 = ScorePerplexity(kModelDir, dir.File("part.txt"), sim);
+  const double w8 = ScorePerplexity(kModelDir, dir.File("part.txt"), sim + " --weight-dtype int8");
+  const double f8 = ScorePerplexity(kModelDir, dir.File("part.txt"), sim + " --weight-dtype fp8");
+  const double f8a8 = ScorePerplexity(kModelDir, dir.File("part.txt"),
+                                      sim + " --weight-dtype fp8 --activation-dtype fp8");
+  std::cout << "cuda-sim perplexity (first 2500 characters of the held-out text): bf16 " << bf16
+            << ", int8 " << w8 << ", fp8 " << f8 << ", fp8 x fp8 " << f8a8 << "\n";
+  EXPECT_LE(w8, kMaxInt8PerplexityRatio * bf16) << "bf16 " << bf16 << ", int8 " << w8;
+  EXPECT_LE(f8, kMaxInt8PerplexityRatio * bf16) << "bf16 " << bf16 << ", fp8 " << f8;
+  EXPECT_LE(f8a8, kMaxInt8x8PerplexityRatio * bf16) << "bf16 " << bf16 << ", fp8 x fp8 " << f8a8;
+  // Each flag changed the logits.
+  EXPECT_NE(w8, bf16);
+  EXPECT_NE(f8, bf16);
+  EXPECT_NE(f8a8, f8);
+  RecordProperty("cuda_sim_perplexity_bf16", std::to_string(bf16));
+  RecordProperty("cuda_sim_perplexity_int8", std::to_string(w8));
+  RecordProperty("cuda_sim_perplexity_fp8", std::to_string(f8));
+  RecordProperty("cuda_sim_perplexity_fp8x8", std::to_string(f8a8));
+}
+
 }  // namespace
 }  // namespace dcf

@@ -179,7 +179,8 @@ class DecodeTraceTest : public ::testing::Test {
 
   // A backend of the model, prepared for steps of up to 4 sequences, with a cache of
   // room for one sequence of the whole context in each group.
-  static std::unique_ptr<cuda::CudaBackend> MakeBackend(bool graphs, bool pythia = false) {
+  static std::unique_ptr<cuda::CudaBackend> MakeBackend(bool graphs, bool pythia = false,
+                                                        WeightQuant quant = WeightQuant::kNone) {
     const testing::TempDir& dir = pythia ? *pythia_dir_ : *dir_;
     setenv("DCF_SIM_GEMV", "1", 1);  // read by CudaBackend::Init: the GPU's GEMV path
     auto config = ModelConfig::FromFile(dir.File("config.json"));
@@ -196,6 +197,7 @@ class DecodeTraceTest : public ::testing::Test {
     if (!weights.ok()) return nullptr;
     BackendOptions o;
     o.dtype = DType::kBF16;
+    o.weight_quant = quant;
     auto backend = cuda::CudaBackend::Create(*config, *std::move(weights), o);
     unsetenv("DCF_SIM_GEMV");
     EXPECT_TRUE(backend.ok()) << backend.status();
@@ -401,6 +403,41 @@ TEST_F(DecodeTraceTest, LayerNormModelDecodeStepHasTheSameCounts) {
   EXPECT_EQ(counts[1].graphs, 1);
   EXPECT_EQ(counts[1].names, counts[0].names);
   EXPECT_EQ(tokens[1], tokens[0]);
+}
+
+// int8 and fp8 weights (per-channel scales in the GEMVs' epilogues, docs/QUANTIZATION.md
+// "GPU"): the same counts, no kernel of their own; int8 issued call by call, fp8 as a graph,
+// then pipelined as in WarmBatchOneDecodeStepIsOneGraphLaunch (a second graph, on the other
+// staging buffers): the same counts and the tokens of the serial steps.
+TEST_F(DecodeTraceTest, QuantizedWeightsDecodeStepHasTheSameCounts) {
+  for (const WeightQuant quant : {WeightQuant::kInt8, WeightQuant::kFp8}) {
+    const bool graphs = quant == WeightQuant::kFp8;
+    std::unique_ptr<cuda::CudaBackend> backend = MakeBackend(graphs, /*pythia=*/false, quant);
+    ASSERT_NE(backend, nullptr);
+    EXPECT_EQ(backend->info().channel_quant, quant);
+    std::vector<int32_t> tokens;
+    // Ungraphed, the second step is warm; graphed, the third replays the captured graph.
+    const Counts c = TraceLastStep(backend.get(), graphs ? 3 : 2,
+                                   ::testing::TempDir() + "/decode_trace_quant.jsonl", &tokens);
+    const std::string what = std::string(WeightQuantName(quant)) + " decode step";
+    Print(what.c_str(), c);
+    ExpectDecodeCounts(c);
+    EXPECT_EQ(c.graphs, graphs ? 1 : 0);
+    if (graphs) {
+      // The same positions again: the serial steps' graph for steps 0 and 2, a second graph
+      // (the other staging buffers) for step 1; step 2 is traced, with step 1's Wait.
+      std::vector<int32_t> pipelined_tokens;
+      const Counts p = TracePipelinedStep(
+          backend.get(), 3, ::testing::TempDir() + "/decode_trace_quant_pipelined.jsonl",
+          &pipelined_tokens);
+      Print((std::string("pipelined ") + what).c_str(), p);
+      ExpectDecodeCounts(p);
+      EXPECT_EQ(p.graphs, 1);
+      EXPECT_EQ(p.names, c.names);
+      EXPECT_EQ(backend->num_graphs(), 2);
+      EXPECT_EQ(pipelined_tokens, tokens) << "the chained tokens are not the sampled ones";
+    }
+  }
 }
 
 }  // namespace

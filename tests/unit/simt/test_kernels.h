@@ -62,6 +62,15 @@ cudaError_t LaunchFloatToHalfs(const float* in, unsigned short* bf16, unsigned s
 // from_bf16[i] = __bfloat162float(bits i), from_half[i] = __half2float(bits i), i < 65536.
 cudaError_t LaunchHalfsToFloat(float* from_bf16, float* from_half, cudaStream_t stream);
 
+// fp8 E4M3 on the device: sat[i] / nosat[i] = __nv_cvt_float_to_fp8(in[i], __NV_SATFINITE /
+// __NV_NOSAT, __NV_E4M3), ctor[i] = __nv_fp8_e4m3(in[i]).__x, for i in [0, n).
+cudaError_t LaunchFloatToFp8(const float* in, unsigned char* sat, unsigned char* nosat,
+                             unsigned char* ctor, int n, cudaStream_t stream);
+// For every code c < 256: half[c] = __nv_cvt_fp8_to_halfraw(c).x; pair[2c], pair[2c + 1] =
+// __nv_cvt_fp8x2_to_halfraw2(c | (255 - c) << 8) .x, .y; value[c] = float(__nv_fp8_e4m3 c).
+cudaError_t LaunchFp8ToHalf(unsigned short* half, unsigned short* pair, float* value,
+                            cudaStream_t stream);
+
 // The contract's math on the device: for each x = in[i], out[i * kMathFunctions + f] is
 // function f of x (see math_kernels.cu for the order). Inputs must lie in every function's
 // domain (0 < x).

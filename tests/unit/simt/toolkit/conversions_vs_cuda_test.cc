@@ -1,7 +1,8 @@
-// The emulator's bf16/half conversions against the CUDA toolkit's own host implementation
-// (cuda_bf16.hpp / cuda_fp16.hpp), which matches the device: every 16-bit pattern to float,
-// and float to bf16/half around every rounding boundary plus a sweep of all float bit
-// patterns with a prime stride. Needs the toolkit's headers, not a GPU.
+// The emulator's bf16/half and fp8 E4M3 conversions against the CUDA toolkit's own host
+// implementation (cuda_bf16.hpp / cuda_fp16.hpp / cuda_fp8.hpp), which matches the device:
+// every 16-bit pattern and every fp8 code to float or half, and float to bf16/half/fp8
+// around every rounding boundary plus a sweep of all float bit patterns with a prime stride.
+// Needs the toolkit's headers, not a GPU.
 #include <cstdint>
 #include <cstring>
 
@@ -29,8 +30,20 @@ TEST(ConversionsVsCudaTest, SixteenBitToFloat) {
   }
 }
 
+TEST(ConversionsVsCudaTest, EveryFp8CodeToHalf) {
+  for (uint32_t c = 0; c < 256; ++c) {
+    ASSERT_EQ(sim_host::Fp8ToHalf(static_cast<uint8_t>(c)),
+              cuda_host::Fp8ToHalf(static_cast<uint8_t>(c)))
+        << std::hex << c;
+  }
+}
+
 void ExpectSame(uint32_t bits) {
   const float f = FromBits(bits);
+  for (const bool saturate : {true, false}) {
+    ASSERT_EQ(sim_host::FloatToFp8(f, saturate), cuda_host::FloatToFp8(f, saturate))
+        << "fp8 of 0x" << std::hex << bits << (saturate ? " satfinite" : " nosat");
+  }
   ASSERT_EQ(sim_host::FloatToBf16(f), cuda_host::FloatToBf16(f))
       << "bf16 of 0x" << std::hex << bits;
   ASSERT_EQ(sim_host::FloatToHalf(f), cuda_host::FloatToHalf(f))
