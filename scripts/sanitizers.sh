@@ -70,7 +70,7 @@ configure() {  # build_dir sanitizer
 SIM_TESTS='DecodeTraceTest|DecodeGraphTest|CudaGemmPlansTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)$'
-WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^CudaSimBackendTest\.(GemvPath|QuantizedDecodeRows)|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)'
+WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^CudaSimBackendTest\.(GemvPath|QuantizedDecodeRows)|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)|^Cases/CudaSimQuantAgreementTest\..*_float32_'
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   start=$(date +%s)

@@ -43,7 +43,10 @@ absl::Status Fp8GemmSupport(int major, int minor) {
 }
 
 bool UsesFp8Gemm(const GemmArgs& a) {
-  return a.wtype == WeightType::kFp8 && a.fp8_activations && a.k % 16 == 0;
+  // cuBLASLt's FP8 kernels want K and N multiples of 16 (16-byte rows of both operands; a
+  // logits product of a 50,257-token vocabulary has no FP8 algorithm), and the panels of a
+  // product are multiples of 16 rows but for its last, so N % 16 covers every panel.
+  return a.wtype == WeightType::kFp8 && a.fp8_activations && a.k % 16 == 0 && a.n % 16 == 0;
 }
 
 int QuantPanelRows(const GemmArgs& a) {

@@ -14,7 +14,7 @@
 //     both scales, y = [y +] ((S * x_scale[m]) * w_scale[n] + bias[n]).
 // The scales are applied by our epilogue kernel rather than by cuBLASLt's scale pointers:
 // the same rounding steps in both builds and on every GPU that runs FP8 (the per-row times
-// per-channel "outer vector" mode is Hopper-only and new in CUDA 12.9), at the price of one
+// per-channel "outer vector" mode is Hopper-only and new in cuBLAS 12.9), at the price of one
 // extra pass over the [M, N] f32 sums.
 #pragma once
 
@@ -36,9 +36,10 @@ inline namespace DCF_CUDA_NS {
 // product with fp8_activations.
 absl::Status Fp8GemmSupport(int major, int minor);
 
-// Whether `a` (quantized) runs the FP8 GEMM: fp8 weights, fp8_activations, and K a multiple
-// of 16 (cuBLASLt's FP8 alignment; the weight rows and the quantized x rows are then 16-byte
-// aligned). Other quantized products take the weight-only path.
+// Whether `a` (quantized) runs the FP8 GEMM: fp8 weights, fp8_activations, and K and N
+// multiples of 16 (cuBLASLt's FP8 alignment: the weight rows and the quantized x rows are then
+// 16-byte aligned, and so is every panel's N). Other quantized products take the weight-only
+// path (a logits product of a vocabulary that is not a multiple of 16, for one).
 bool UsesFp8Gemm(const GemmArgs& a);
 
 // Weight rows per panel of `a`: all of them when their codes (FP8 GEMM) or decoded values

@@ -18,7 +18,8 @@ inline namespace DCF_CUDA_NS {
 // k..ldq zero) and its scale x_scale[m] (docs/QUANTIZATION.md "GPU"):
 //   amax = max |x[m, :]|;  x_scale[m] = amax / 448 (f32 division; 0 for a zero row)
 //   q    = e4m3_satfinite(x * (448 / amax))   ((x / amax) * 448 where 448 / amax overflows;
-//          0 for a zero row); a NaN in the row becomes a NaN code, so its outputs are NaN.
+//          0 for a zero row); a NaN or an infinity in the row makes its outputs NaN (an infinite
+//          amax gives 448 / amax = 0 and inf * 0 a NaN code).
 struct QuantizeRowsFp8Params {
   int rows = 0, k = 0;
   const void* x = nullptr;

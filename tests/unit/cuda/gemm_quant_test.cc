@@ -160,12 +160,13 @@ TEST_P(GemmQuantTest, LinearMatchesTheReference) {
   ASSERT_TRUE((*gemm)->fp8_gemm_supported());  // the emulator is a 9.0 device
   for (const Shape s : {Shape{17, 96, 64, 64, 96, false, false},     // one panel
                         Shape{20, 700, 256, 264, 704, true, true},   // several, + a partial one
-                        Shape{33, 130, 80, 80, 136, true, false},
+                        Shape{33, 128, 80, 80, 136, true, false},
+                        Shape{33, 130, 80, 80, 136, true, false},  // N not a multiple of 16
                         Shape{19, 40, 37, 41, 44, true, true}}) {  // K not a multiple of 16
     for (const bool fp8_flag : {false, true}) {
       if (fp8_flag && wtype() != WeightType::kFp8) continue;
-      // The FP8 GEMM needs K a multiple of 16; other products run weight-only.
-      const bool fp8_x = fp8_flag && s.k % 16 == 0;
+      // The FP8 GEMM needs K and N multiples of 16; other products run weight-only.
+      const bool fp8_x = fp8_flag && s.k % 16 == 0 && s.n % 16 == 0;
       SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
                                       << (fp8_flag ? " fp8 activations" : ""));
       const std::vector<float> x = RoundTo(RandomVector(s.m * s.ldx, 71), type());
@@ -218,8 +219,16 @@ TEST_P(GemmQuantTest, LinearMatchesTheReference) {
             y = static_cast<float>(s.accumulate ? y + v : v);
           }
         }
+#if defined(DCF_CUDA_SIM)
+        // The emulator's FP8 GEMM widens the codes and sums in f32.
         EXPECT_LT(Nmse(got, want), 1e-10);
         EXPECT_LT(MaxAbs(got, want), 1e-4);
+#else
+        // Hopper's FP8 tensor cores add with about 14 bits between cuBLASLt's promotions to
+        // f32 (an NMSE near 1e-8 estimated): the bound is the products' rounding, not f32's.
+        EXPECT_LT(Nmse(got, want), 1e-6);
+        EXPECT_LT(MaxAbs(got, want), 1e-2);
+#endif
         // And near the weight-only product: E4M3 keeps 3 mantissa bits of each x.
         EXPECT_LT(Nmse(got, weight_only), 2e-3);
         EXPECT_GT(MaxAbs(got, weight_only), 1e-6);  // it did quantize x
