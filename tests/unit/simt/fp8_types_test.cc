@@ -12,10 +12,14 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/simt/cuda_test_util.h"
+#include "tests/testing/fp8_reference.h"
 #include "tests/unit/simt/test_kernels.h"
 
 namespace dcf::cuda_test {
 namespace {
+
+using ::dcf::testing::RefFloatToFp8;
+using ::dcf::testing::RefFp8Magnitude;
 
 float FromBits(uint32_t u) {
   float f;
@@ -28,32 +32,12 @@ uint32_t Bits(float f) {
   return u;
 }
 
-// The magnitude of code c (0..0x7E) from the format's definition: bias 7, 3 mantissa bits.
-double RefMagnitude(int c) {
-  const int e = c >> 3, m = c & 7;
-  return e == 0 ? m * std::ldexp(1.0, -9) : (8 + m) * std::ldexp(1.0, e - 10);
-}
-
-// float -> E4M3 by search: the nearest finite magnitude, ties to the even code; beyond the
-// largest finite value plus half its spacing (448 + 16), +-448 or NaN as `saturate` says.
-uint8_t RefFloatToFp8(float f, bool saturate) {
-  if (std::isnan(f)) return 0x7f;
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const double a = std::fabs(static_cast<double>(f));
-  if (a > 464.0) return saturate ? sign | 0x7e : sign | 0x7f;
-  int best = 0;
-  for (int c = 1; c <= 0x7e; ++c) {
-    const double d = std::fabs(RefMagnitude(c) - a), bd = std::fabs(RefMagnitude(best) - a);
-    if (d < bd || (d == bd && c % 2 == 0)) best = c;
-  }
-  return static_cast<uint8_t>(sign | best);
-}
 
 // E4M3 -> half bits, exactly (every E4M3 value is a half value).
 uint16_t RefFp8ToHalf(int c) {
   if ((c & 0x7f) == 0x7f) return 0x7fff;
   const uint16_t sign = (c & 0x80) ? 0x8000 : 0;
-  const double v = RefMagnitude(c & 0x7f);
+  const double v = RefFp8Magnitude(c & 0x7f);
   if (v == 0) return sign;
   const int e = std::ilogb(v);
   if (e < -14) return sign | static_cast<uint16_t>(v / std::ldexp(1.0, -24));  // half subnormal
@@ -74,7 +58,7 @@ TEST(Fp8TypesTest, EveryCodeToHalfAndFloat) {
     if ((c & 0x7f) == 0x7f) {
       EXPECT_TRUE(std::isnan(v[c]));
     } else {
-      const double want = (c & 0x80 ? -1 : 1) * RefMagnitude(c & 0x7f);
+      const double want = (c & 0x80 ? -1 : 1) * RefFp8Magnitude(c & 0x7f);
       ASSERT_EQ(Bits(v[c]), Bits(static_cast<float>(want))) << "code 0x" << std::hex << c;
     }
   }
@@ -155,8 +139,8 @@ TEST(Fp8TypesTest, AroundEveryRepresentableValueAndMidpoint) {
     }
   };
   for (int c = 0; c <= 0x7e; ++c) {
-    const double v = RefMagnitude(c);
-    const double next = c < 0x7e ? RefMagnitude(c + 1) : 480.0;  // 480: the overflow side
+    const double v = RefFp8Magnitude(c);
+    const double next = c < 0x7e ? RefFp8Magnitude(c + 1) : 480.0;  // 480: the overflow side
     add_around(static_cast<float>(v));
     add_around(static_cast<float>(0.5 * (v + next)));  // exact in float
   }
