@@ -239,7 +239,8 @@ struct Gemm::Impl {
   std::vector<GemmPlanChoice> choices;
   int64_t built_on_use = 0;
   QuantScratch quant;
-  bool fp8_ok = false;  // the device runs the FP8 GEMM (Fp8GemmSupport)
+  // Fp8GemmSupport of the device: what a product with fp8 activations returns when not ok.
+  absl::Status fp8_support = absl::FailedPreconditionError("no device");
 
   ~Impl() {
     plans.Clear();  // before the handle goes
@@ -442,7 +443,7 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
   cudaDeviceProp prop{};
   DCF_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
   DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  impl->fp8_ok = Fp8GemmSupport(prop.major, prop.minor).ok();
+  impl->fp8_support = Fp8GemmSupport(prop.major, prop.minor);
   return std::unique_ptr<Gemm>(new Gemm(std::move(impl)));
 }
 
@@ -453,7 +454,7 @@ size_t Gemm::quant_workspace_bytes() const {
   return q.sums.bytes() + q.panel.bytes() + q.x8.bytes() + q.x_scale.bytes();
 }
 
-bool Gemm::fp8_gemm_supported() const { return impl_->fp8_ok; }
+bool Gemm::fp8_gemm_supported() const { return impl_->fp8_support.ok(); }
 
 absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
   impl_->plans.Clear();
@@ -471,8 +472,8 @@ absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaS
       st = impl_->PrepareProduct(p, min_m, start, stop, stream);
     } else if (p.m >= min_m) {
       // The library products of a quantized one (gemm_quant.h), on its workspace.
-      if (p.fp8_activations && !impl_->fp8_ok) {
-        st = absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+      if (p.fp8_activations && !impl_->fp8_support.ok()) {
+        st = impl_->fp8_support;
       } else {
         st = EnsureQuantScratch(p, &impl_->quant, stream);
       }
@@ -505,8 +506,8 @@ absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
   if (a.m == 0) return absl::OkStatus();
   if (a.wtype == WeightType::kDense) return impl_->Product(a, stream);
-  if (a.fp8_activations && !impl_->fp8_ok) {
-    return absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+  if (a.fp8_activations && !impl_->fp8_support.ok()) {
+    return impl_->fp8_support;
   }
   return RunQuantized(
       a, impl_->quant, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);

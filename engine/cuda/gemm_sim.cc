@@ -64,8 +64,9 @@ struct Gemm::Impl {
   std::vector<GemmPlanChoice> choices;
   int64_t built_on_use = 0;
   QuantScratch quant;
-  bool fp8_ok = false;  // the device's compute capability allows the FP8 GEMM (9.0 unless a
-                        // test lowers it: simt::SetComputeCapability)
+  // Fp8GemmSupport of the device's compute capability (9.0 unless a test lowers it:
+  // simt::SetComputeCapability); what a product with fp8 activations returns when not ok.
+  absl::Status fp8_support = absl::FailedPreconditionError("no device");
 
   // One library product (dense, or the FP8 products of gemm_quant.h), validated.
   absl::Status Product(const GemmArgs& a, cudaStream_t stream);
@@ -80,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t /*workspace_bytes*/) {
   auto impl = std::make_unique<Impl>();
   cudaDeviceProp prop{};
   DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  impl->fp8_ok = Fp8GemmSupport(prop.major, prop.minor).ok();
+  impl->fp8_support = Fp8GemmSupport(prop.major, prop.minor);
   return std::unique_ptr<Gemm>(new Gemm(std::move(impl)));
 }
 
@@ -91,7 +92,7 @@ size_t Gemm::quant_workspace_bytes() const {
   return q.sums.bytes() + q.panel.bytes() + q.x8.bytes() + q.x_scale.bytes();
 }
 
-bool Gemm::fp8_gemm_supported() const { return impl_->fp8_ok; }
+bool Gemm::fp8_gemm_supported() const { return impl_->fp8_support.ok(); }
 
 void Gemm::Impl::PrepareProduct(const GemmArgs& p, int min_m) {
   for (int b : GemmBucketsFor(min_m, p.m)) {
@@ -117,8 +118,8 @@ absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaS
       continue;
     }
     if (p.m < min_m) continue;
-    if (p.fp8_activations && !impl_->fp8_ok) {
-      return absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+    if (p.fp8_activations && !impl_->fp8_support.ok()) {
+      return impl_->fp8_support;
     }
     RETURN_IF_ERROR(EnsureQuantScratch(p, &impl_->quant, stream));
     for (const GemmArgs& inner : QuantLibraryProducts(p, impl_->quant)) {
@@ -143,8 +144,8 @@ absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateGemmArgs(a));
   if (a.m == 0) return absl::OkStatus();
   if (a.wtype == WeightType::kDense) return impl_->Product(a, stream);
-  if (a.fp8_activations && !impl_->fp8_ok) {
-    return absl::FailedPreconditionError("fp8 activations: this GPU has no FP8 GEMM");
+  if (a.fp8_activations && !impl_->fp8_support.ok()) {
+    return impl_->fp8_support;
   }
   return RunQuantized(
       a, impl_->quant, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
