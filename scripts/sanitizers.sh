@@ -38,10 +38,13 @@
 # kernels the golden cases run), nor the quantized whole-model runs on cuda-sim
 # (CudaSimBackendTest.QuantizedDecodeRowsDoNotDependOnTheBatch: GEMV grids, ~20 s plain;
 # KjvModelTest.CudaSimPerplexity*: emulated prefill windows; their kernels run under ASan in
-# cuda_kernels_test_sim's GemvQuant / GemmQuant cases and golden_test's quantized cases). All of these run in the plain CTest pass. Left out of ASan,
-# as they run no server or engine code of their own: the packaging checks (deploy,
-# kubernetes, gpu bundle, monitoring queries), the PyTorch baseline, and the golden cases
-# repeated on the portable kernels.
+# cuda_kernels_test_sim's GemvQuant / GemmQuant cases and golden_test's quantized cases).
+# All of these run in the plain CTest pass. Left out of ASan, as they run no server or engine
+# code of their own: the packaging checks (deploy, kubernetes, gpu bundle, monitoring
+# queries), the PyTorch baseline, the golden cases repeated on the portable kernels, and the
+# documents' commands (integration.test_docs: the server, clients and benches the other
+# integration tests run under ASan, with the documents' flags; 450 s of the pass's test
+# time, the longest test of its integration lane).
 # Usage: scripts/sanitizers.sh [asan|tsan|all=all]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -69,7 +72,7 @@ configure() {  # build_dir sanitizer
 # after the backend, and the runs of dcformer-attention-bench (cuda-sim without a GPU).
 SIM_TESTS='DecodeTraceTest|DecodeGraphTest|CudaGemmPlansTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
-ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring)$'
+ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring|docs)$'
 WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^CudaSimBackendTest\.(GemvPath|QuantizedDecodeRows)|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)|^Cases/CudaSimQuantAgreementTest\..*_float32_'
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
