@@ -26,11 +26,12 @@
 # cuda-sim runs that were 145 of the pass's 168 s of plain test time and ~85% of its 22
 # minutes under ASan (CI ran out of room; 440 s without them):
 # GenerateCliTest.CudaSimGemvPathReproducesGoldenGreedy and DecodeTraceTest (DCF_SIM_GEMV=1:
-# the GEMV kernels run under ASan in cuda_kernels_test_sim's Gemv cases, but the backend's
+# the GEMV kernels run under ASan in cuda_kernels_test_sim's Gemv cases, and the backend's
 # wiring of them, the norm prologue and activation epilogue of each layer, the final norm's
-# gather into the logits GEMV and dcpythia's parallel block, runs under ASan in no test: a
-# known gap: CudaSimBackendTest.GemvPathSamplesTheLogitRowsItGathers, which checks that
-# wiring, 18 s of emulated GEMV grids plain, is left out with them), PrefixCacheCudaSimTest and
+# gather into the logits GEMV and dcpythia's parallel block, in two cases of
+# CudaSimGemvPathTest on small random models: dcformer with int8 weights and dcpythia with
+# 16-bit ones; its other three cases and CudaSimBackendTest.GemvPathSamplesTheLogitRowsItGathers,
+# 18 s of emulated GEMV grids of a golden model plain, are left out), PrefixCacheCudaSimTest and
 # EngineTest.CudaSimBatchingWithPreemptionMatchesSoloRuns (preemption on cuda-sim still runs
 # in EngineBackendTest.*ThroughPreemption/cuda_sim and SpecDecodeStreamTest.UnderPreemption*;
 # prefix caching in PrefixCacheStreamTest on the cpu backend). Nor, in the first pass, the
@@ -73,7 +74,7 @@ configure() {  # build_dir sanitizer
 SIM_TESTS='DecodeTraceTest|DecodeGraphTest|CudaGemmPlansTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring|docs)$'
-WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^CudaSimBackendTest\.(GemvPath|QuantizedDecodeRows)|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)|^Cases/CudaSimQuantAgreementTest\..*_float32_'
+WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^Models/CudaSimGemvPathTest\..*/(dcformer_dense|dcformer_fp8|dcpythia_int8)|^CudaSimBackendTest\.(GemvPath|QuantizedDecodeRows)|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)|^Cases/CudaSimQuantAgreementTest\..*_float32_'
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   start=$(date +%s)
