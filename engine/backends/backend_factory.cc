@@ -112,49 +112,6 @@ AutoBackendChoice ChooseAutoBackend() {
 #endif
 }
 
-absl::Status CheckQuantization(BackendKind kind, const BackendOptions& options) {
-  const bool cpu = kind == BackendKind::kCpu;
-  switch (options.weight_quant) {
-    case WeightQuant::kNone:
-      break;
-    case WeightQuant::kInt8:
-      if (cpu) RETURN_IF_ERROR(ValidateWeightGroupSize(options.weight_group_size));
-      break;
-    case WeightQuant::kFp8:
-      if (cpu) {
-        return absl::InvalidArgumentError(
-            "--weight-dtype fp8: the cpu backend has no fp8 kernels (fp8 E4M3 weights run on "
-            "--backend cuda or cuda-sim; the cpu backend takes --weight-dtype int8)");
-      }
-      break;
-  }
-  switch (options.activation_quant) {
-    case ActivationQuant::kFloat32:
-      break;
-    case ActivationQuant::kInt8:
-      if (!cpu) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--activation-dtype int8: the ", BackendKindName(kind),
-            " backend has no int8 x int8 kernels (only --backend cpu runs them; with "
-            "--weight-dtype fp8 it takes --activation-dtype fp8)"));
-      }
-      break;
-    case ActivationQuant::kFp8:
-      if (cpu) {
-        return absl::InvalidArgumentError(
-            "--activation-dtype fp8: the cpu backend has no fp8 kernels (it runs on --backend "
-            "cuda or cuda-sim with --weight-dtype fp8; the cpu backend takes "
-            "--activation-dtype int8 with --weight-dtype int8)");
-      }
-      if (options.weight_quant != WeightQuant::kFp8) {
-        return absl::InvalidArgumentError(
-            "--activation-dtype fp8 multiplies fp8 weights: give --weight-dtype fp8");
-      }
-      break;
-  }
-  return absl::OkStatus();
-}
-
 BackendKind ResolveBackendKind(BackendKind kind) {
   return kind == BackendKind::kAuto ? ChooseAutoBackend().kind : kind;
 }

@@ -49,14 +49,6 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
 };
 
-// Whether `kind` (cpu, cuda or cuda-sim) runs the weight and activation dtypes `options`
-// asks for (docs/QUANTIZATION.md): OK, or InvalidArgument naming the flag and what runs it.
-// The cpu backend takes --weight-dtype int8 (per group) and --activation-dtype int8; cuda
-// and cuda-sim take --weight-dtype int8 or fp8 (per output channel) and, with fp8 weights,
-// --activation-dtype fp8. The device's own limit (fp8 activations below compute capability
-// 8.9) is the cuda backend's to refuse. LoadModel calls it before reading the weights.
-absl::Status CheckQuantization(BackendKind kind, const BackendOptions& options);
-
 // Parses `dir`/config.json, validates and loads the weights (LoadModelWeights) and builds
 // the chosen backend. Errors name the file, key, tensor or option at fault; Unavailable when
 // the chosen backend cannot run here (e.g. cuda without a device).

@@ -30,8 +30,10 @@ static_assert(kBranches == ModelConfig::kComposeBranches && kRank == ModelConfig
               "DCMHA constants differ between the CUDA kernels and the model");
 
 #if defined(DCF_CUDA_SIM)
+constexpr BackendKind kBackendKind = BackendKind::kCudaSim;
 constexpr char kBackendName[] = "cuda-sim";
 #else
+constexpr BackendKind kBackendKind = BackendKind::kCuda;
 constexpr char kBackendName[] = "cuda";
 #endif
 
@@ -89,16 +91,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         "); only --kv-cache-dtype ", ComputeDTypeName(dtype),
         " is supported (the cpu backend takes float32, bfloat16 or float16)"));
   }
-  if (options.activation_quant == ActivationQuant::kInt8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--activation-dtype int8: the ", kBackendName,
-        " backend has no int8 x int8 kernels (only --backend cpu runs them)"));
-  }
-  if (options.activation_quant == ActivationQuant::kFp8 &&
-      options.weight_quant != WeightQuant::kFp8) {
-    return absl::InvalidArgumentError(
-        "--activation-dtype fp8 multiplies fp8 weights: give --weight-dtype fp8");
-  }
+  RETURN_IF_ERROR(CheckQuantization(kBackendKind, options));
   if (config.n_head > kMaxDynHeads || config.head_dim > kMaxQkRopeHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", kBackendName, " backend supports n_head <= ", kMaxDynHeads, " and head_dim <= ",

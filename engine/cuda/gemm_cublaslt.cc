@@ -238,9 +238,7 @@ struct Gemm::Impl {
   GemmPlanCache<Plan> plans{kLazyPlanCapacity};
   std::vector<GemmPlanChoice> choices;
   int64_t built_on_use = 0;
-  QuantScratch quant;
-  // Fp8GemmSupport of the device: what a product with fp8 activations returns when not ok.
-  absl::Status fp8_support = absl::FailedPreconditionError("no device");
+  QuantGemm quant;  // validation, the dense / quantized routing, the quantized workspace
 
   ~Impl() {
     plans.Clear();  // before the handle goes
@@ -439,53 +437,29 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
   auto ws = DeviceBuffer::Allocate(workspace_bytes, "the cuBLASLt workspace");
   if (!ws.ok()) return ws.status();
   impl->workspace = std::move(*ws);
-  int device = 0;
-  cudaDeviceProp prop{};
-  DCF_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
-  DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  impl->fp8_support = Fp8GemmSupport(prop.major, prop.minor);
+  RETURN_IF_ERROR(impl->quant.Init());
   return std::unique_ptr<Gemm>(new Gemm(std::move(impl)));
 }
 
 size_t Gemm::workspace_bytes() const { return impl_->workspace.bytes(); }
 
-size_t Gemm::quant_workspace_bytes() const {
-  const QuantScratch& q = impl_->quant;
-  return q.sums.bytes() + q.panel.bytes() + q.x8.bytes() + q.x_scale.bytes();
-}
+size_t Gemm::quant_workspace_bytes() const { return impl_->quant.workspace_bytes(); }
 
-bool Gemm::fp8_gemm_supported() const { return impl_->fp8_support.ok(); }
+bool Gemm::fp8_gemm_supported() const { return impl_->quant.fp8_gemm_supported(); }
 
 absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
   impl_->plans.Clear();
   impl_->choices.clear();
-  for (const GemmArgs& p : products) RETURN_IF_ERROR(ValidateGemmArgs(p));
   cudaEvent_t start = nullptr, stop = nullptr;
   DCF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start), "cudaEventCreate");
   if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
     cudaEventDestroy(start);
     return CudaStatus(e, "cudaEventCreate");
   }
-  absl::Status st;
-  for (const GemmArgs& p : products) {
-    if (p.wtype == WeightType::kDense) {
-      st = impl_->PrepareProduct(p, min_m, start, stop, stream);
-    } else if (p.m >= min_m) {
-      // The library products of a quantized one (gemm_quant.h), on its workspace.
-      if (p.fp8_activations && !impl_->fp8_support.ok()) {
-        st = impl_->fp8_support;
-      } else {
-        st = EnsureQuantScratch(p, &impl_->quant, stream);
-      }
-      if (st.ok()) {
-        for (const GemmArgs& inner : QuantLibraryProducts(p, impl_->quant)) {
-          st = impl_->PrepareProduct(inner, min_m, start, stop, stream);
-          if (!st.ok()) break;
-        }
-      }
-    }
-    if (!st.ok()) break;
-  }
+  const absl::Status st = impl_->quant.Prepare(
+      products, min_m,
+      [&](const GemmArgs& p) { return impl_->PrepareProduct(p, min_m, start, stop, stream); },
+      stream);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return st;
@@ -503,14 +477,8 @@ Gemm::Stats Gemm::stats() const {
 const std::vector<GemmPlanChoice>& Gemm::choices() const { return impl_->choices; }
 
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
-  if (absl::Status s = ValidateGemmArgs(a); !s.ok()) return s;
-  if (a.m == 0) return absl::OkStatus();
-  if (a.wtype == WeightType::kDense) return impl_->Product(a, stream);
-  if (a.fp8_activations && !impl_->fp8_support.ok()) {
-    return impl_->fp8_support;
-  }
-  return RunQuantized(
-      a, impl_->quant, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
+  return impl_->quant.Linear(
+      a, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
 }
 
 absl::Status Gemm::Impl::Product(const GemmArgs& a, cudaStream_t stream) {

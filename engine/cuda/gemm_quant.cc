@@ -107,8 +107,7 @@ std::vector<GemmArgs> QuantLibraryProducts(const GemmArgs& a, const QuantScratch
   return products;
 }
 
-absl::Status RunQuantized(const GemmArgs& a, QuantScratch& s,
-                          const std::function<absl::Status(const GemmArgs&)>& product,
+absl::Status RunQuantized(const GemmArgs& a, QuantScratch& s, const LibraryProductFn& product,
                           cudaStream_t stream) {
   RETURN_IF_ERROR(EnsureQuantScratch(a, &s, stream));
   const bool fp8 = UsesFp8Gemm(a);
@@ -151,6 +150,45 @@ absl::Status RunQuantized(const GemmArgs& a, QuantScratch& s,
     ep.accumulate = a.accumulate;
     RETURN_IF_ERROR(CudaStatus(LaunchScaleEpilogue(ep, stream), "quantized GEMM epilogue"));
     n0 += panel;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantGemm::Init() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  DCF_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
+  DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  fp8_support_ = Fp8GemmSupport(prop.major, prop.minor);
+  return absl::OkStatus();
+}
+
+size_t QuantGemm::workspace_bytes() const {
+  return scratch_.sums.bytes() + scratch_.panel.bytes() + scratch_.x8.bytes() +
+         scratch_.x_scale.bytes();
+}
+
+absl::Status QuantGemm::Linear(const GemmArgs& a, const LibraryProductFn& product,
+                               cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateGemmArgs(a));
+  if (a.m == 0) return absl::OkStatus();
+  if (a.wtype == WeightType::kDense) return product(a);
+  if (a.fp8_activations && !fp8_support_.ok()) return fp8_support_;
+  return RunQuantized(a, scratch_, product, stream);
+}
+
+absl::Status QuantGemm::Prepare(absl::Span<const GemmArgs> products, int min_m,
+                                const LibraryProductFn& plan, cudaStream_t stream) {
+  for (const GemmArgs& p : products) RETURN_IF_ERROR(ValidateGemmArgs(p));
+  for (const GemmArgs& p : products) {
+    if (p.wtype == WeightType::kDense) {
+      RETURN_IF_ERROR(plan(p));
+      continue;
+    }
+    if (p.m < min_m) continue;
+    if (p.fp8_activations && !fp8_support_.ok()) return fp8_support_;
+    RETURN_IF_ERROR(EnsureQuantScratch(p, &scratch_, stream));
+    for (const GemmArgs& inner : QuantLibraryProducts(p, scratch_)) RETURN_IF_ERROR(plan(inner));
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "engine/simt/cuda_compat.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/gemm.h"
@@ -68,11 +69,46 @@ absl::Status EnsureQuantScratch(const GemmArgs& a, QuantScratch* s, cudaStream_t
 // never a bias or accumulation. For Gemm::Prepare.
 std::vector<GemmArgs> QuantLibraryProducts(const GemmArgs& a, const QuantScratch& s);
 
+// One library product (validated): a dense one, or an FP8 one of QuantLibraryProducts.
+using LibraryProductFn = std::function<absl::Status(const GemmArgs&)>;
+
 // Enqueues `a` (quantized, a.m >= 1, validated) on `stream` as above, calling `product` for
 // each library product of QuantLibraryProducts. Internal when a kernel launch fails.
-absl::Status RunQuantized(const GemmArgs& a, QuantScratch& s,
-                          const std::function<absl::Status(const GemmArgs&)>& product,
+absl::Status RunQuantized(const GemmArgs& a, QuantScratch& s, const LibraryProductFn& product,
                           cudaStream_t stream);
+
+// What both builds' Gemm::Linear and Gemm::Prepare do around their library (each build's
+// Gemm::Impl holds one): validation, dense products straight to the library, quantized ones
+// through the panels above on this workspace, and the refusal of fp8 activations where the
+// device has no FP8 GEMM. A build supplies only its library product and its planning of one
+// library product. Not thread-safe (the Gemm's).
+class QuantGemm {
+ public:
+  // Reads the current device's compute capability (Fp8GemmSupport). Internal on a CUDA error.
+  absl::Status Init();
+
+  // Gemm::Linear: InvalidArgument for inconsistent shapes (ValidateGemmArgs); nothing for
+  // m = 0; `product(a)` for dense weights; for quantized ones RunQuantized calling `product`,
+  // or Fp8GemmSupport's FailedPrecondition for fp8 activations on a device without the FP8
+  // GEMM.
+  absl::Status Linear(const GemmArgs& a, const LibraryProductFn& product, cudaStream_t stream);
+
+  // Gemm::Prepare (after the build dropped its plans): validates every product, then, in
+  // order, `plan(p)` for a dense one; for a quantized one of p.m >= min_m, refuses fp8
+  // activations as Linear does, sizes the workspace for it (EnsureQuantScratch) and calls
+  // `plan` for each of its library products. Returns the first error.
+  absl::Status Prepare(absl::Span<const GemmArgs> products, int min_m,
+                       const LibraryProductFn& plan, cudaStream_t stream);
+
+  bool fp8_gemm_supported() const { return fp8_support_.ok(); }
+  size_t workspace_bytes() const;  // of the scratch buffers, all together
+
+ private:
+  QuantScratch scratch_;
+  // Fp8GemmSupport of the device (9.0 on the emulator unless a test lowers it:
+  // simt::SetComputeCapability); what a product with fp8 activations returns when not ok.
+  absl::Status fp8_support_ = absl::FailedPreconditionError("no device");
+};
 
 }  // namespace DCF_CUDA_NS
 }  // namespace dcf::cuda

@@ -63,10 +63,7 @@ struct Gemm::Impl {
   GemmPlanCache<NoPlan> plans{kLazyPlanCapacity};
   std::vector<GemmPlanChoice> choices;
   int64_t built_on_use = 0;
-  QuantScratch quant;
-  // Fp8GemmSupport of the device's compute capability (9.0 unless a test lowers it:
-  // simt::SetComputeCapability); what a product with fp8 activations returns when not ok.
-  absl::Status fp8_support = absl::FailedPreconditionError("no device");
+  QuantGemm quant;  // validation, the dense / quantized routing, the quantized workspace
 
   // One library product (dense, or the FP8 products of gemm_quant.h), validated.
   absl::Status Product(const GemmArgs& a, cudaStream_t stream);
@@ -79,20 +76,15 @@ Gemm::~Gemm() = default;
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t /*workspace_bytes*/) {
   auto impl = std::make_unique<Impl>();
-  cudaDeviceProp prop{};
-  DCF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  impl->fp8_support = Fp8GemmSupport(prop.major, prop.minor);
+  RETURN_IF_ERROR(impl->quant.Init());
   return std::unique_ptr<Gemm>(new Gemm(std::move(impl)));
 }
 
 size_t Gemm::workspace_bytes() const { return 0; }
 
-size_t Gemm::quant_workspace_bytes() const {
-  const QuantScratch& q = impl_->quant;
-  return q.sums.bytes() + q.panel.bytes() + q.x8.bytes() + q.x_scale.bytes();
-}
+size_t Gemm::quant_workspace_bytes() const { return impl_->quant.workspace_bytes(); }
 
-bool Gemm::fp8_gemm_supported() const { return impl_->fp8_support.ok(); }
+bool Gemm::fp8_gemm_supported() const { return impl_->quant.fp8_gemm_supported(); }
 
 void Gemm::Impl::PrepareProduct(const GemmArgs& p, int min_m) {
   for (int b : GemmBucketsFor(min_m, p.m)) {
@@ -111,22 +103,13 @@ void Gemm::Impl::PrepareProduct(const GemmArgs& p, int min_m) {
 absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
   impl_->plans.Clear();
   impl_->choices.clear();
-  for (const GemmArgs& p : products) RETURN_IF_ERROR(ValidateGemmArgs(p));
-  for (const GemmArgs& p : products) {
-    if (p.wtype == WeightType::kDense) {
-      impl_->PrepareProduct(p, min_m);
-      continue;
-    }
-    if (p.m < min_m) continue;
-    if (p.fp8_activations && !impl_->fp8_support.ok()) {
-      return impl_->fp8_support;
-    }
-    RETURN_IF_ERROR(EnsureQuantScratch(p, &impl_->quant, stream));
-    for (const GemmArgs& inner : QuantLibraryProducts(p, impl_->quant)) {
-      impl_->PrepareProduct(inner, min_m);
-    }
-  }
-  return absl::OkStatus();
+  return impl_->quant.Prepare(
+      products, min_m,
+      [&](const GemmArgs& p) {
+        impl_->PrepareProduct(p, min_m);
+        return absl::OkStatus();
+      },
+      stream);
 }
 
 Gemm::Stats Gemm::stats() const {
@@ -141,14 +124,8 @@ Gemm::Stats Gemm::stats() const {
 const std::vector<GemmPlanChoice>& Gemm::choices() const { return impl_->choices; }
 
 absl::Status Gemm::Linear(const GemmArgs& a, cudaStream_t stream) {
-  RETURN_IF_ERROR(ValidateGemmArgs(a));
-  if (a.m == 0) return absl::OkStatus();
-  if (a.wtype == WeightType::kDense) return impl_->Product(a, stream);
-  if (a.fp8_activations && !impl_->fp8_support.ok()) {
-    return impl_->fp8_support;
-  }
-  return RunQuantized(
-      a, impl_->quant, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
+  return impl_->quant.Linear(
+      a, [&](const GemmArgs& p) { return impl_->Product(p, stream); }, stream);
 }
 
 absl::Status Gemm::Impl::Product(const GemmArgs& a, cudaStream_t stream) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/status_macros.h"
 
 namespace dcf {
 
@@ -114,6 +115,49 @@ absl::Status ValidateWeightGroupSize(int group) {
   if (group == 32 || group == 64 || group == 128) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("weight group size ", group, " is not supported (choose 32, 64 or 128)"));
+}
+
+absl::Status CheckQuantization(BackendKind kind, const BackendOptions& options) {
+  const bool cpu = kind == BackendKind::kCpu;
+  switch (options.weight_quant) {
+    case WeightQuant::kNone:
+      break;
+    case WeightQuant::kInt8:
+      if (cpu) RETURN_IF_ERROR(ValidateWeightGroupSize(options.weight_group_size));
+      break;
+    case WeightQuant::kFp8:
+      if (cpu) {
+        return absl::InvalidArgumentError(
+            "--weight-dtype fp8: the cpu backend has no fp8 kernels (fp8 E4M3 weights run on "
+            "--backend cuda or cuda-sim; the cpu backend takes --weight-dtype int8)");
+      }
+      break;
+  }
+  switch (options.activation_quant) {
+    case ActivationQuant::kFloat32:
+      break;
+    case ActivationQuant::kInt8:
+      if (!cpu) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--activation-dtype int8: the ", BackendKindName(kind),
+            " backend has no int8 x int8 kernels (only --backend cpu runs them; with "
+            "--weight-dtype fp8 it takes --activation-dtype fp8)"));
+      }
+      break;
+    case ActivationQuant::kFp8:
+      if (cpu) {
+        return absl::InvalidArgumentError(
+            "--activation-dtype fp8: the cpu backend has no fp8 kernels (it runs on --backend "
+            "cuda or cuda-sim with --weight-dtype fp8; the cpu backend takes "
+            "--activation-dtype int8 with --weight-dtype int8)");
+      }
+      if (options.weight_quant != WeightQuant::kFp8) {
+        return absl::InvalidArgumentError(
+            "--activation-dtype fp8 multiplies fp8 weights: give --weight-dtype fp8");
+      }
+      break;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dcf

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/weights/dtype.h"
@@ -87,5 +88,15 @@ struct BackendOptions {
   // capability 8.9).
   ActivationQuant activation_quant = ActivationQuant::kFloat32;
 };
+
+// Whether `kind` (cpu, cuda or cuda-sim) runs the weight and activation dtypes `options`
+// asks for (docs/QUANTIZATION.md): OK, or InvalidArgument naming the flag and what runs it.
+// The cpu backend takes --weight-dtype int8 (per group) and --activation-dtype int8; cuda
+// and cuda-sim take --weight-dtype int8 or fp8 (per output channel) and, with fp8 weights,
+// --activation-dtype fp8. The one rule: LoadModel (engine/backends) calls it before reading
+// the weights, and CudaBackend::Create with its own kind, for callers that build the backend
+// directly. The device's own limit (fp8 activations below compute capability 8.9) is the
+// cuda backend's to refuse (engine/cuda/gemm_quant.h, Fp8GemmSupport).
+absl::Status CheckQuantization(BackendKind kind, const BackendOptions& options);
 
 }  // namespace dcf

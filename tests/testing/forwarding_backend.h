@@ -1,5 +1,5 @@
 // A Backend that forwards every call to another one: the base of the test decorators that
-// break a real backend on purpose (fault_injecting_backend.h, engine_test's failing ones).
+// break a real backend on purpose (fault_injecting_backend.h, engine_faults_test's failing ones).
 // Subclasses override what they change, usually Launch. One that keeps state from a Launch to
 // its Wait must hold it per step in flight (2 when the inner backend ChainsSteps), or say
 // ChainsSteps() false.

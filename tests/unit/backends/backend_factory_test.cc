@@ -2,6 +2,8 @@
 #include "engine/backends/backend_factory.h"
 
 #include "engine/cuda/cuda_backend_factory.h"
+#include "engine/model/model_weights.h"
+#include "engine/weights/checkpoint.h"
 #include "gtest/gtest.h"
 #include "tests/testing/golden.h"
 
@@ -91,6 +93,38 @@ TEST(BackendFactoryTest, RefusesQuantizationsABackendHasNoKernelsFor) {
       EXPECT_NE(loaded.message().find(c.error), std::string::npos) << what << ": " << loaded;
     }
   }
+}
+
+// The cuda-sim backend built directly (no factory in front of it) refuses the same weight and
+// activation dtypes with the same status: CheckQuantization is the one rule for both.
+TEST(BackendFactoryTest, CudaSimCreatedDirectlyRefusesWhatTheFactoryRefuses) {
+  if (!CudaSimBackendBuilt()) GTEST_SKIP() << "this build has no cuda-sim backend";
+  const std::string dir = testing::GoldenDir("dcformer-f32-long-prompt");
+  absl::StatusOr<ModelConfig> config = ModelConfig::FromFile(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  int refused = 0;
+  for (WeightQuant w : {WeightQuant::kNone, WeightQuant::kInt8, WeightQuant::kFp8}) {
+    for (ActivationQuant a :
+         {ActivationQuant::kFloat32, ActivationQuant::kInt8, ActivationQuant::kFp8}) {
+      BackendOptions o;
+      o.kind = BackendKind::kCudaSim;
+      o.dtype = DType::kF32;
+      o.weight_quant = w;
+      o.activation_quant = a;
+      const absl::Status want = CheckQuantization(BackendKind::kCudaSim, o);
+      if (want.ok()) continue;  // building those is the conformance tests' job
+      ++refused;
+      absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = OpenCheckpointDir(dir);
+      ASSERT_TRUE(reader.ok()) << reader.status();
+      absl::StatusOr<ModelWeights> weights = LoadModelWeights(*config, **reader);
+      ASSERT_TRUE(weights.ok()) << weights.status();
+      const absl::Status got =
+          cuda::sim::CreateBackend(*config, *std::move(weights), o).status();
+      EXPECT_EQ(got, want) << WeightQuantName(w) << " x " << ActivationQuantName(a);
+    }
+  }
+  // int8 activations with any weights, fp8 activations with none or int8 weights.
+  EXPECT_EQ(refused, 5);
 }
 
 TEST(BackendFactoryTest, AutoIsCpuWithoutADevice) {
