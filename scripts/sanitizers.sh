@@ -30,8 +30,7 @@
 # wiring of them, the norm prologue and activation epilogue of each layer, the final norm's
 # gather into the logits GEMV and dcpythia's parallel block, in two cases of
 # CudaSimGemvPathTest on small random models: dcformer with int8 weights and dcpythia with
-# 16-bit ones; its other three cases and CudaSimBackendTest.GemvPathSamplesTheLogitRowsItGathers,
-# 18 s of emulated GEMV grids of a golden model plain, are left out), PrefixCacheCudaSimTest and
+# 16-bit ones; its other three cases are left out), PrefixCacheCudaSimTest and
 # EngineTest.CudaSimBatchingWithPreemptionMatchesSoloRuns (preemption on cuda-sim still runs
 # in EngineBackendTest.*ThroughPreemption/cuda_sim and SpecDecodeStreamTest.UnderPreemption*;
 # prefix caching in PrefixCacheStreamTest on the cpu backend). Nor, in the first pass, the
@@ -76,7 +75,7 @@ configure() {  # build_dir sanitizer
 SIM_TESTS='DecodeTraceTest|DecodeGraphTest|CudaGemmPlansTest|_sim\.|_sim$|cuda_sim|CudaSim|SixteenBitAgreement|^AttentionBenchCliTest\.(EmulatorRun|DecodeMode)'
 REPEATS='\.schedule_|_sim\.(threads|ucontext)$|SpecDecodeGoldenTest\..*/cuda_sim'
 ASAN_EXCLUDE='^portable_isa/|^baseline\.|^integration\.test_(deploy|kubernetes|gpu_bundle|monitoring|docs)$'
-WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^Models/CudaSimGemvPathTest\..*/(dcformer_dense|dcformer_fp8|dcpythia_int8)|^CudaSimBackendTest\.(GemvPath|QuantizedDecodeRows)|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)|^Cases/CudaSimQuantAgreementTest\.'
+WHOLE_MODEL='^GenerateCliTest\.CudaSimGemvPath|^Models/CudaSimGemvPathTest\..*/(dcformer_dense|dcformer_fp8|dcpythia_int8)|^CudaSimBackendTest\.QuantizedDecodeRows|^DecodeTraceTest\.|^PrefixCacheCudaSimTest\.|^EngineTest\.CudaSimBatchingWithPreemption|^KjvModelTest\.(HeldoutPerplexity|CudaSimPerplexity)|^Cases/CudaSimQuantAgreementTest\.'
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   start=$(date +%s)

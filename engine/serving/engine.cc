@@ -83,8 +83,9 @@ class EngineImpl {
  public:
   using StepHook = Engine::StepHook;
 
-  EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, const EngineOptions& options,
-       EngineObserver* observer, const KvCacheShape& shape, const StepLimits& limits)
+  EngineImpl(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer,
+             const EngineOptions& options, EngineObserver* observer, const KvCacheShape& shape,
+             const StepLimits& limits)
       : backend_(std::move(backend)),
         tokenizer_(tokenizer),
         options_(options),
@@ -96,8 +97,8 @@ class EngineImpl {
                                    options.max_prefill_chunk_tokens, options.watermark,
                                    options.spec_max_step_drafts, options.spec_step_tokens},
                    &kv_),
-        blocks_per_seq_(limits.blocks_per_seq),
-        pipeline_(options.pipeline_steps == PipelineSteps::kOn) {
+        pipeline_(options.pipeline_steps == PipelineSteps::kOn),
+        blocks_per_seq_(limits.blocks_per_seq) {
     for (int slot = limits.num_penalty_slots - 1; slot >= 0; --slot) {
       free_penalty_slots_.push_back(slot);
     }

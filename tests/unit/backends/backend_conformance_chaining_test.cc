@@ -135,7 +135,9 @@ TEST_P(BackendTest, ChainedStepsEqualStepsFedFromTheHost) {
         if (sampler[i] >= 0) slot[sampler[i]] = slots[i];
       }
     }
-    if (chained) ASSERT_TRUE(backend.Wait(&(*outs)[steps - 1]).ok());
+    if (chained) {
+      ASSERT_TRUE(backend.Wait(&(*outs)[steps - 1]).ok());
+    }
     StepOutput none;
     EXPECT_EQ(backend.Wait(&none).code(), absl::StatusCode::kFailedPrecondition);
     for (SequenceKv& k : kv) manager.Free(k);
@@ -214,7 +216,9 @@ TEST_P(BackendTest, LaunchAfterAStepThatReturnsLogits) {
   ASSERT_TRUE(backend.Wait(&got).ok());
   EXPECT_EQ(got.logits, want.logits);
   EXPECT_EQ(got.tokens, want.tokens);
-  if (!chained.ok()) ASSERT_TRUE(backend.Launch(next).ok());  // after the Wait: taken
+  if (!chained.ok()) {
+    ASSERT_TRUE(backend.Launch(next).ok());  // after the Wait: taken
+  }
   ASSERT_TRUE(backend.Wait(&second).ok());
   EXPECT_EQ(second.tokens.size(), 1u);
   StepOutput none;

@@ -57,7 +57,9 @@ void RunBatchingInvariance(const EngineOptions& options, const std::vector<Case>
   EXPECT_EQ(st.kv_blocks_used[1], 0);
   EXPECT_EQ(st.num_running, 0);
   EXPECT_EQ(st.num_waiting, 0);
-  if (st.pipelining) EXPECT_GT(st.chained_steps, 0);
+  if (st.pipelining) {
+    EXPECT_GT(st.chained_steps, 0);
+  }
   *preemptions = st.num_preemptions;
 }
 
