@@ -250,10 +250,12 @@ def main():
                "final_heldout_loss_bf16": final_held,
                "heldout_perplexity_bf16": math.exp(final_held), "torch": torch.__version__,
                "command": f"bash models/train/retrain.sh (train.py --steps {args.steps} "
-                          f"--stop-after {run_steps}"
-                          + (f" --copy-fraction {args.copy_fraction}" if copies else "") + ")"}
+                          f"--stop-after {run_steps})"}
     if copies is not None:
         summary["copy_fraction"] = args.copy_fraction
+        summary["command"] = (f"bash models/train/train_copy.sh OUT (train.py --steps "
+                              f"{args.steps} --stop-after {run_steps} --copy-fraction "
+                              f"{args.copy_fraction})")
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
