@@ -42,6 +42,13 @@ MODEL = dict(
     bos_token_id=0, eos_token_id=0,  # <|endoftext|>
 )
 SEQ_LEN = 256  # tokens per training sequence (= block_size)
+# --copy-fraction: copy windows hold a passage of COPY_MIN_LEN..SEQ_LEN/2 tokens, starting at
+# a line, repeated to the window's end (dcformer-bench --copy_text prompts are a passage of the
+# held-out text from a line, then its first eighth again, and the answer repeats the rest;
+# with this model's 256 positions a passage there is 84-112 tokens).
+COPY_MIN_LEN = 32
+COPY_MAX_LEN = SEQ_LEN // 2
+NEWLINE_ID = 11  # "\n" (byte 10 + 1); no other token of the tokenizer holds a newline
 
 
 def read_ids(path):
@@ -49,6 +56,44 @@ def read_ids(path):
     with open(path, "rb") as f:
         raw = bytearray(f.read())
     return torch.frombuffer(raw, dtype=torch.int16).to(torch.int64) & 0xFFFF
+
+
+def plain_batch(ids, gen, batch):
+    """`batch` random windows of the stream: x [batch, SEQ_LEN] and y, x shifted by one."""
+    starts = torch.randint(0, len(ids) - SEQ_LEN - 1, (batch,), generator=gen)
+    x = torch.stack([ids[s:s + SEQ_LEN] for s in starts.tolist()])  # [B,T]
+    y = torch.stack([ids[s + 1:s + SEQ_LEN + 1] for s in starts.tolist()])  # [B,T]
+    return x, y
+
+
+def line_starts(ids):
+    """Positions where a line begins: 0 and every position after a newline or EOS."""
+    ends = ((ids == NEWLINE_ID) | (ids == MODEL["eos_token_id"])).nonzero().flatten() + 1
+    return torch.cat([torch.zeros(1, dtype=torch.int64), ends[ends < len(ids)]])
+
+
+class CopyWindows:
+    """Turns a fraction of a batch's windows into copy examples: a passage of the stream
+    (COPY_MIN_LEN to COPY_MAX_LEN tokens from a line start) followed by itself again, repeated
+    to the window's end, so the model learns to repeat text it was shown. Draws from its own
+    generator, so the ordinary windows are the ones a run without copies draws."""
+
+    def __init__(self, ids, fraction, seed):
+        self.ids = ids
+        self.fraction = fraction
+        self.gen = torch.Generator().manual_seed(seed)
+        starts = line_starts(ids)
+        self.starts = starts[starts + COPY_MAX_LEN <= len(ids)]
+
+    def apply(self, x, y):
+        for i in range(x.shape[0]):
+            if torch.rand((), generator=self.gen).item() >= self.fraction:
+                continue
+            n = int(torch.randint(COPY_MIN_LEN, COPY_MAX_LEN + 1, (), generator=self.gen))
+            s = int(self.starts[int(torch.randint(len(self.starts), (), generator=self.gen))])
+            window = self.ids[s:s + n].repeat(SEQ_LEN // n + 1)[:SEQ_LEN + 1]
+            x[i], y[i] = window[:-1], window[1:]
+        return x, y
 
 
 def lr_at(step, args):
@@ -128,6 +173,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=60)
+    ap.add_argument("--copy-fraction", type=float, default=0.0,
+                    help="fraction of the training windows that are copy examples (a passage, "
+                         "then the same passage again); 0 (the committed model) draws none")
     args = ap.parse_args()
     run_steps = args.steps if args.stop_after is None else min(args.steps, args.stop_after)
 
@@ -147,6 +195,9 @@ def main():
     opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
                             betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(args.seed)
+    copies = None
+    if args.copy_fraction > 0:
+        copies = CopyWindows(train_ids, args.copy_fraction, args.seed + 1)
 
     os.makedirs(args.out, exist_ok=True)
     rows, interval_loss, interval_n = [], 0.0, 0
@@ -154,9 +205,9 @@ def main():
     for step in range(run_steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
-        starts = torch.randint(0, len(train_ids) - SEQ_LEN - 1, (args.batch,), generator=gen)
-        x = torch.stack([train_ids[s:s + SEQ_LEN] for s in starts.tolist()])  # [B,T]
-        y = torch.stack([train_ids[s + 1:s + SEQ_LEN + 1] for s in starts.tolist()])  # [B,T]
+        x, y = plain_batch(train_ids, gen, args.batch)
+        if copies is not None:
+            x, y = copies.apply(x, y)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -200,6 +251,11 @@ def main():
                "heldout_perplexity_bf16": math.exp(final_held), "torch": torch.__version__,
                "command": f"bash models/train/retrain.sh (train.py --steps {args.steps} "
                           f"--stop-after {run_steps})"}
+    if copies is not None:
+        summary["copy_fraction"] = args.copy_fraction
+        summary["command"] = (f"bash models/train/train_copy.sh OUT (train.py --steps "
+                              f"{args.steps} --stop-after {run_steps} --copy-fraction "
+                              f"{args.copy_fraction})")
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
