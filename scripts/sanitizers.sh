@@ -30,7 +30,7 @@
 # wiring of them, the norm prologue and activation epilogue of each layer, the final norm's
 # gather into the logits GEMV and dcpythia's parallel block, in two cases of
 # CudaSimGemvPathTest on small random models: dcformer with int8 weights and dcpythia with
-# 16-bit ones; its other three cases are left out), PrefixCacheCudaSimTest and
+# float32 ones; its other three cases are left out), PrefixCacheCudaSimTest and
 # EngineTest.CudaSimBatchingWithPreemptionMatchesSoloRuns (preemption on cuda-sim still runs
 # in EngineBackendTest.*ThroughPreemption/cuda_sim and SpecDecodeStreamTest.UnderPreemption*;
 # prefix caching in PrefixCacheStreamTest on the cpu backend). Nor, in the first pass, the
@@ -44,9 +44,11 @@
 # All of these run in the plain CTest pass. Left out of ASan, as they run no server or engine
 # code of their own: the packaging checks (deploy, kubernetes, gpu bundle, monitoring
 # queries), the PyTorch baseline, the golden cases repeated on the portable kernels, and the
-# documents' commands (integration.test_docs: the server, clients and benches the other
-# integration tests run under ASan, with the documents' flags; 450 s of the pass's test
-# time, the longest test of its integration lane).
+# documents' commands (integration.test_docs: 450 s of the pass's test time, the longest
+# test of its integration lane; the server, clients and benches it runs are run under ASan
+# by the other integration tests and the unit tests, except dcformer-cpu-attention-bench,
+# whose kernels run under ASan in the cpu attention tests; what is lost is the documents'
+# own flag combinations under ASan).
 # Usage: scripts/sanitizers.sh [asan|tsan|all=all]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

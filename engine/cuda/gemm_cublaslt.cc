@@ -450,6 +450,9 @@ bool Gemm::fp8_gemm_supported() const { return impl_->quant.fp8_gemm_supported()
 absl::Status Gemm::Prepare(absl::Span<const GemmArgs> products, int min_m, cudaStream_t stream) {
   impl_->plans.Clear();
   impl_->choices.clear();
+  // Malformed products are InvalidArgument whatever the device's state (QuantGemm::Prepare
+  // checks them again, before any planning).
+  for (const GemmArgs& p : products) RETURN_IF_ERROR(ValidateGemmArgs(p));
   cudaEvent_t start = nullptr, stop = nullptr;
   DCF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start), "cudaEventCreate");
   if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {

@@ -1,8 +1,10 @@
 // What Engine::Create (engine.h) decides before the engine loop starts, from the options, the
 // model and the backend's answers: the options checked, the speculation and the pipelining in
 // effect, the step limits the backend is prepared for, and the KV cache's shape within its
-// budget. Each function logs what it turns off, caps or leaves unused (INFO / WARN). Called
-// once, on the thread that creates the engine; errors are InvalidArgument naming the option.
+// budget. The speculation and pipelining resolution and the cache planning log what they
+// turn off or leave unused (INFO / WARN). Called once, on the thread that creates the engine;
+// a bad option is InvalidArgument naming it, and the cache planning passes on
+// PlanKvCache's errors (ResourceExhausted when the budget holds too little).
 #pragma once
 
 #include <cstddef>

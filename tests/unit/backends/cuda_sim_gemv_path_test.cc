@@ -2,7 +2,7 @@
 // LaunchGemv with the norm in its prologue, SwiGLU / GELU in its epilogue and the final norm
 // gathering the rows that need logits into the logits GEMV) against its library path, through
 // whole steps of small random models: dcformer and dcpythia (LayerNorm prologues with a bias,
-// GELU, the parallel block), with 16-bit weights and with int8 and fp8 weights (the quantized
+// GELU, the parallel block), with float32 weights and with int8 and fp8 ones (the quantized
 // GEMV, gemv_kernel.cuh, against the library's decoded panels and scale epilogue,
 // gemm_quant.h). float32 compute: the two paths differ only in the order of their f32 sums.
 // Models this small keep the emulated grids cheap (seconds), so these run under ASan too
@@ -60,7 +60,13 @@ StepsResult Steps(const std::string& dir, WeightQuant quant, bool gemv) {
   o.kind = BackendKind::kCudaSim;
   o.dtype = DType::kF32;
   o.weight_quant = quant;
-  if (gemv) setenv("DCF_SIM_GEMV", "1", 1);  // read when the backend is created
+  // Read when the backend is created; cleared for the library run even where the
+  // environment of the test sets it.
+  if (gemv) {
+    setenv("DCF_SIM_GEMV", "1", 1);
+  } else {
+    unsetenv("DCF_SIM_GEMV");
+  }
   auto model = LoadModel(dir, o);
   unsetenv("DCF_SIM_GEMV");
   EXPECT_TRUE(model.ok()) << model.status();

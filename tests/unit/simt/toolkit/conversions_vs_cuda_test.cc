@@ -1,8 +1,9 @@
 // The emulator's bf16/half and fp8 E4M3 conversions against the CUDA toolkit's own host
 // implementation (cuda_bf16.hpp / cuda_fp16.hpp / cuda_fp8.hpp), which matches the device:
 // every 16-bit pattern and every fp8 code to float or half, and float to bf16/half/fp8
-// around every rounding boundary (every E4M3 tie, both signs and modes, named on its own),
-// from every bf16 and half value, plus a sweep of all float bit patterns with a prime stride.
+// around every rounding boundary (every bf16 and half value is among them; every E4M3 tie,
+// both signs and modes, is named on its own), plus a sweep of all float bit patterns with a
+// prime stride.
 // Needs the toolkit's headers, not a GPU.
 #include <cmath>
 #include <cstdint>
@@ -115,15 +116,6 @@ TEST(ConversionsVsCudaTest, FloatToFp8AtTiesBetweenCodes) {
   EXPECT_EQ(cuda_host::FloatToFp8(-464.0f, false), 0xfe);
   EXPECT_EQ(cuda_host::FloatToFp8(std::nextafter(464.0f, 1e9f), true), 0x7e);
   EXPECT_EQ(cuda_host::FloatToFp8(std::nextafter(464.0f, 1e9f), false), 0x7f);
-}
-
-// Every bf16 and every half value (all 2^16 patterns of each, NaNs and infinities included)
-// to E4M3, bf16 and half: what a 16-bit activation or weight quantized to fp8 can be.
-TEST(ConversionsVsCudaTest, EverySixteenBitValueToFp8) {
-  for (uint32_t h = 0; h < 65536; ++h) {
-    ExpectSame(Bits(cuda_host::Bf16ToFloat(static_cast<uint16_t>(h))));
-    ExpectSame(Bits(cuda_host::HalfToFloat(static_cast<uint16_t>(h))));
-  }
 }
 
 TEST(ConversionsVsCudaTest, FloatToSixteenBitStridedSweep) {
