@@ -392,18 +392,18 @@ template <int MR, int NC>
 DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q, int64_t steps,
                                __m512i* s0, __m512i* s1) {
   __m512i a0[NC][MR], a1[NC][MR];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int c = 0; c < NC; ++c) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) a0[c][r] = a1[c][r] = _mm512_setzero_si512();
   }
   int64_t s = 0;
   for (; s + NC <= steps; s += NC) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int c = 0; c < NC; ++c) {
       const __m512i w0 = _mm512_loadu_si512(q + (s + c) * 128);
       const __m512i w1 = _mm512_loadu_si512(q + (s + c) * 128 + 64);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         int32_t four;
         __builtin_memcpy(&four, xq + r * ldxq + (s + c) * 4, 4);
@@ -416,7 +416,7 @@ DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q,
   for (; s < steps; ++s) {
     const __m512i w0 = _mm512_loadu_si512(q + s * 128);
     const __m512i w1 = _mm512_loadu_si512(q + s * 128 + 64);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       int32_t four;
       __builtin_memcpy(&four, xq + r * ldxq + s * 4, 4);
@@ -425,11 +425,11 @@ DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q,
       a1[0][r] = _mm512_dpbusd_epi32(a1[0][r], b, w1);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     s0[r] = a0[0][r];
     s1[r] = a1[0][r];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int c = 1; c < NC; ++c) {
       s0[r] = _mm512_add_epi32(s0[r], a0[c][r]);
       s1[r] = _mm512_add_epi32(s1[r], a1[c][r]);
@@ -477,11 +477,90 @@ DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t
   }
 }
 
-// Every panel, rows in passes of at most kI8A8RowsPerPass (the remainder split evenly); a
-// panel (its q, scales and sums) is read from memory once and from cache by later passes.
+// *acc += the four u8 x s8 products of each 32-bit lane of x and w (_mm512_dpbusd_epi32, the
+// accumulator updated in place): GCC 12 copies every accumulator of the intrinsic's form
+// between two registers each step and spills them past 8 rows (24 accumulators).
+DCF_VNNI_INLINE void DpBusd(__m512i* acc, __m512i x, __m512i w) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(*acc) : "v"(x), "v"(w));
+}
+
+// RowsI8A8 for 5-12 rows: a group's integer sums take 2 MR accumulators (24 of the 32
+// vector registers at 12 rows: two weight loads and MR broadcasts feed 2 MR vpdpbusd a
+// 4-column step, where 4 rows gave 8 for 6 loads), so y waits between groups in an L1
+// buffer instead of registers. The same operations on the same values in the same order as
+// RowsI8A8: the same bits.
+template <int MR, bool kPrefetch>
+DCF_VNNI void RowsI8A8Wide(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t ldxs,
+                           const uint8_t* panel, int64_t in, int64_t group, const float* bias,
+                           float* y, int64_t ldy, int valid, const uint8_t* next) {
+  alignas(64) float acc[MR][kPanel];
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  for (int r = 0; r < MR; ++r) {
+    _mm512_store_ps(acc[r], bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps());
+    _mm512_store_ps(acc[r] + 16,
+                    bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps());
+  }
+  const uint8_t* block = panel;
+  for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
+    const int64_t len = in - k0 < group ? in - k0 : group;
+    __m512i s0[MR], s1[MR];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
+    const int8_t* q = reinterpret_cast<const int8_t*>(block);
+    const int64_t steps = I8A8Steps(len);
+    const uint8_t* pf = next + (block - panel);
+    for (int64_t s = 0; s < steps; ++s) {
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + s * 128), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf + s * 128 + 64), _MM_HINT_T0);
+      }
+      const __m512i w0 = _mm512_loadu_si512(q + s * 128);
+      const __m512i w1 = _mm512_loadu_si512(q + s * 128 + 64);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        int32_t four;
+        __builtin_memcpy(&four, xq + k0 + r * ldxq + s * 4, 4);
+        const __m512i b = _mm512_set1_epi32(four);
+        DpBusd(&s0[r], b, w0);
+        DpBusd(&s1[r], b, w1);
+      }
+    }
+    if constexpr (kPrefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf + I8A8ScalesOffset(len)), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pf + I8A8SumsOffset(len)), _MM_HINT_T0);
+    }
+    __m512 sc0, sc1;
+    LoadScales(reinterpret_cast<const uint16_t*>(block + I8A8ScalesOffset(len)), &sc0, &sc1);
+    const __m512i qsum = _mm512_loadu_si512(block + I8A8SumsOffset(len));
+    const __m512i c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(qsum)), 7);
+    const __m512i c1 =
+        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(qsum, 1)), 7);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xscale = _mm512_set1_ps(xs[r * ldxs + g]);
+      _mm512_store_ps(acc[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0[r], c0)),
+                                              _mm512_mul_ps(xscale, sc0),
+                                              _mm512_load_ps(acc[r])));
+      _mm512_store_ps(acc[r] + 16,
+                      _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1[r], c1)),
+                                      _mm512_mul_ps(xscale, sc1), _mm512_load_ps(acc[r] + 16)));
+    }
+    block += I8A8BlockBytes(len);
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_load_ps(acc[r]));
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_load_ps(acc[r] + 16));
+  }
+}
+
+// Every panel, rows in passes of at most kI8A8RowsPerPass (the remainder split evenly: 29 ->
+// 10 + 10 + 9); a panel (its q, scales and sums) is read from memory once and from cache by
+// later passes. At 29 rows this took the 261M shape's products 1.2-1.6x faster than passes
+// of 4 (docs/QUANTIZATION.md, "Passes of 12 rows").
 DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
   constexpr int kMaxRows = kI8A8RowsPerPass;
-  static_assert(kMaxRows == 4, "the switch below has cases for 1-4 rows");
+  static_assert(kMaxRows == 12, "the switch below has cases for 1-12 rows");
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   const int64_t panel_bytes = I8A8PanelBytes(a.in, a.group);
   for (int64_t p = p0; p < p1; ++p) {
@@ -496,14 +575,34 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
       const uint8_t* xq = a.xq + r * a.ldxq;
       const float* xs = a.xs + r * a.ldxs;
       float* y = a.y + r * a.ldy + o;
+      // The first pass over a panel asks for the next one (this thread's, p + 1 < p1)
+      // as it reads its own, so later passes' time hides the next panel's fetch.
+      const uint8_t* next = r == 0 && p + 1 < p1 ? panel + panel_bytes : nullptr;
       switch (n) {
 #define DCF_ROWS(m) \
   RowsI8A8<m>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid)
         case 1: DCF_ROWS(1); break;
         case 2: DCF_ROWS(2); break;
         case 3: DCF_ROWS(3); break;
-        default: DCF_ROWS(4);
+        case 4: DCF_ROWS(4); break;
 #undef DCF_ROWS
+#define DCF_WIDE(m)                                                                         \
+  if (next != nullptr) {                                                                    \
+    RowsI8A8Wide<m, true>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy, valid, \
+                          next);                                                            \
+  } else {                                                                                  \
+    RowsI8A8Wide<m, false>(xq, a.ldxq, xs, a.ldxs, panel, a.in, a.group, bias, y, a.ldy,       \
+                           valid, panel);                                                   \
+  }
+        case 5: DCF_WIDE(5); break;
+        case 6: DCF_WIDE(6); break;
+        case 7: DCF_WIDE(7); break;
+        case 8: DCF_WIDE(8); break;
+        case 9: DCF_WIDE(9); break;
+        case 10: DCF_WIDE(10); break;
+        case 11: DCF_WIDE(11); break;
+        default: DCF_WIDE(12);
+#undef DCF_WIDE
       }
       r += n;
     }

@@ -104,9 +104,10 @@ void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 
 // Rows of x one pass over a panel serves at most (the row block of each kernel), and for
-// kWeightI8A8 (whose AVX-512 kernel keeps two accumulators per row and 4-column step).
+// kWeightI8A8 (whose AVX-512 kernel keeps two accumulators per row and 4-column step: 24 of
+// the 32 vector registers).
 inline constexpr int kRowsPerPass = 12;
-inline constexpr int kI8A8RowsPerPass = 4;
+inline constexpr int kI8A8RowsPerPass = 12;
 // Blocking of the AVX-512 kernel for large products (more rows than StreamsPanels allows):
 // rows of x and columns (k) packed together (192 x 256 floats = 192 KiB, resident in L2 while
 // every panel passes over them); the weights are streamed rows / kRowBlock times, each panel

@@ -558,7 +558,7 @@ TEST_P(Int8ActivationsTest, GivesTheBitsOfTheIntegerReference) {
       const PackedMatrix m = QuantizeA8(w, out, in, group);
       std::vector<float> bias(out);
       for (float& b : bias) b = u(rng);
-      for (const int64_t rows : {1, 2, 3, 4, 5, 7, 12, 29}) {
+      for (const int64_t rows : {1, 2, 3, 4, 5, 7, 9, 12, 13, 29}) {
         const int64_t ldx = in + 3, ldy = out + 5;
         std::vector<float> x(rows * ldx);
         for (int64_t i = 0; i < rows * ldx; ++i) x[i] = u(rng) * (i % 5 == 0 ? 30.0f : 1.0f);
