@@ -547,7 +547,7 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
     if (pythia) {
       for (int64_t f = 0; f < F; ++f) a[f] = cpu::GeluErf(u[f]);
     } else {
-      for (int64_t f = 0; f < F; ++f) a[f] = cpu::Silu(u[f]) * u[F + f];
+      cpu::SiluMul(u, u + F, a, F, cpu::ActiveIsa());
     }
   }
   timer.Next(P::kFfnAct);

@@ -36,6 +36,18 @@ float GeluErf(float x) { return 0.5f * x * (1.0f + std::erf(x * static_cast<floa
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+namespace kernels {
+void SiluMulAvx512(const float* g, const float* u, float* out, int64_t n);
+}  // namespace kernels
+
+void SiluMul(const float* g, const float* u, float* out, int64_t n, Isa isa) {
+  if (SupportedIsa(isa) == Isa::kAvx512) {
+    kernels::SiluMulAvx512(g, u, out, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = Silu(g[i]) * u[i];
+}
+
 void ApplyRope(float* x, int rotary_dim, const float* cos_in, const float* sin_in) {
   const int half = rotary_dim / 2;
   for (int j = 0; j < half; ++j) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "engine/cpu/cpu_isa.h"
+
 namespace dcf::cpu {
 
 // Per row of x[T, E]: y = x / sqrt(mean(x^2) + eps) * w.
@@ -16,6 +18,12 @@ void LayerNorm(const float* x, const float* w, const float* b, int64_t T, int64_
 // Exact GELU: 0.5 x (1 + erf(x / sqrt 2)).
 float GeluErf(float x);
 float Silu(float x);
+// out[i] = Silu(g[i]) * u[i] for i < n (the FFN's SwiGLU). The portable and AVX2 levels run
+// the scalar functions above; AVX-512 computes exp with the attention kernels' polynomial
+// (dcmha_avx512_inl.h, ~1 ulp where std::exp is within half an ulp), 16 lanes at a time, so
+// its results may differ from theirs in the last bits (up to 4 ulp: cpu_ops_test).
+// Either way an element's result depends on nothing but g[i] and u[i].
+void SiluMul(const float* g, const float* u, float* out, int64_t n, Isa isa);
 
 // Half-pairing RoPE with the angles of RopeAngles (engine/execution/step_plan.h): rotates dims
 // (j, j + r/2) of x[hd] for j < r/2 and leaves dims >= r untouched.

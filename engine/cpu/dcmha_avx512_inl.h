@@ -1,8 +1,9 @@
 // AVX-512 helpers shared by the attention kernels (dcmha_avx512.cc: one query at a time;
-// attention_tile_avx512.cc: a tile of queries). Internal to engine/cpu: include it only from
-// translation units whose AVX-512 code runs after cpu_isa.h found AVX-512. Both kernels must
-// use these very functions (the same exp, the same widening), so that they compute bit for
-// bit the same values.
+// attention_tile_avx512.cc: a tile of queries) and the FFN's activation
+// (activation_avx512.cc). Internal to engine/cpu: include it only from translation units
+// whose AVX-512 code runs after cpu_isa.h found AVX-512. Both attention kernels must use
+// these very functions (the same exp, the same widening), so that they compute bit for bit
+// the same values.
 #pragma once
 
 #include <immintrin.h>
@@ -106,11 +107,9 @@ DCF_AVX512_INLINE const T* Opaque(const T* p) {
   return p;
 }
 
-// exp(x) for x <= 0 (scores minus their maximum), ~1 ulp (Cephes expf polynomial on
-// x - n ln2 with |x - n ln2| <= ln2 / 2, then scaled by 2^n); 0 below -87.3.
-DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+// exp's polynomial part: p and n with exp(x) ~ p * 2^n (Cephes expf polynomial on
+// x - n ln2, |x - n ln2| <= ln2 / 2; ~1 ulp), for x in [-87.3, 88.8].
+DCF_AVX512_INLINE void ExpParts(__m512 x, __m512* p_out, __m512* n_out) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -121,8 +120,27 @@ DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  *p_out = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  *n_out = n;
+}
+
+// exp(x) for x <= 0 (scores minus their maximum), ~1 ulp; 0 below -87.3.
+DCF_AVX512_INLINE __m512 ExpNonPositive(__m512 x) {
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  __m512 p, n;
+  ExpParts(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), &p, &n);
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n);
+}
+
+// exp(x) for any x, ~1 ulp: 0 below -87.3 (where expf is at most a subnormal), +inf from
+// 88.8 on (expf overflows from 88.73), NaN stays NaN.
+DCF_AVX512_INLINE __m512 Exp(__m512 x) {
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  __m512 p, n;
+  ExpParts(_mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.8f)), &p,
+           &n);
+  return _mm512_mask_mov_ps(_mm512_maskz_scalef_ps(static_cast<__mmask16>(~tiny), p, n), nan, x);
 }
 
 }  // namespace dcf::cpu::kernels
