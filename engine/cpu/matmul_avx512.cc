@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <limits>
+
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/matmul_kernels.h"
 
@@ -610,6 +612,52 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
 }
 
 }  // namespace
+
+// QuantizeActivationRowInt8 16 lanes at a time: the same operations on the same values
+// (max |x| over the group's non-NaN elements, one IEEE multiply or divide, the clamp, the
+// round-half-even additions), so the same bits; the partial last group through masked
+// loads (0 in the lanes past n, which no max changes) and stores.
+DCF_AVX512 void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int group,
+                                                uint8_t* u, float* scales) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23, as the scalar rule
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t g = 0, k0 = 0; k0 < n; ++g, k0 += group) {
+    const int64_t len = n - k0 < group ? n - k0 : group;
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+    for (int64_t k = 0; k < len; k += 16) {
+      const __mmask16 m = len - k >= 16 ? static_cast<__mmask16>(0xffff)
+                                        : static_cast<__mmask16>((1u << (len - k)) - 1);
+      const __m512 v = _mm512_maskz_loadu_ps(m, x + k0 + k);
+      const __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+      nan |= static_cast<__mmask16>(~ord & m);
+      mx = _mm512_mask_max_ps(mx, ord, mx, _mm512_andnot_ps(sign, v));
+    }
+    const float absmax = _mm512_reduce_max_ps(mx);
+    scales[g] = nan != 0 ? std::numeric_limits<float>::quiet_NaN() : absmax / 127.0f;
+    const float inv = absmax > 0 ? 127.0f / absmax : 0.0f;
+    const bool tiny = inv > std::numeric_limits<float>::max();
+    const __m512 vinv = _mm512_set1_ps(inv), vmax = _mm512_set1_ps(absmax);
+    for (int64_t k = 0; k < len; k += 16) {
+      const __mmask16 m = len - k >= 16 ? static_cast<__mmask16>(0xffff)
+                                        : static_cast<__mmask16>((1u << (len - k)) - 1);
+      const __m512 v = _mm512_maskz_loadu_ps(m, x + k0 + k);
+      const __m512 t = tiny ? _mm512_mul_ps(_mm512_div_ps(v, vmax), _mm512_set1_ps(127.0f))
+                            : _mm512_mul_ps(v, vinv);
+      __m512 c = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, _mm512_set1_ps(127.0f), _CMP_GT_OQ),
+                                    _mm512_set1_ps(127.0f));
+      c = _mm512_mask_mov_ps(c, _mm512_cmp_ps_mask(c, _mm512_set1_ps(-127.0f), _CMP_LT_OQ),
+                             _mm512_set1_ps(-127.0f));
+      const __m512 r = _mm512_sub_ps(_mm512_add_ps(c, _mm512_set1_ps(kRound)),
+                                     _mm512_set1_ps(kRound));
+      // NaN (a NaN x, or an infinite one: inf * 0) becomes 0; the scale carries it.
+      const __m512i q = _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+      _mm_mask_storeu_epi8(u + k0 + k, m,
+                           _mm512_cvtepi32_epi8(_mm512_add_epi32(q, _mm512_set1_epi32(128))));
+    }
+  }
+  for (int64_t k = n; k < (n + 3) / 4 * 4; ++k) u[k] = 128;
+}
 
 void PackRowsAvx512(const PanelArgs& a, float* dst) {
   int64_t row[kRowBlock], n[kRowBlock];

@@ -101,6 +101,10 @@ void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 // PanelArgs::xpacked. Plain C++: runs on any CPU.
 void PackRowsAvx512(const PanelArgs& a, float* dst);
 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
+// QuantizeActivationRowInt8 (engine/weights/int8_quant.h) with AVX-512: the same bits, for
+// MatMul's int8 x int8 products on a CPU with AVX-512 (packed_matrix_test compares them).
+void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int group, uint8_t* u,
+                                     float* scales);
 void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 
 // Rows of x one pass over a panel serves at most (the row block of each kernel), and for

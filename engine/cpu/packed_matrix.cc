@@ -290,11 +290,12 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     float* const qs = buf.xs.data();
     const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
     const int group = w.int8_group();
+    const auto quantize = SupportedIsa(isa) == Isa::kAvx512
+                              ? kernels::QuantizeActivationRowInt8Avx512
+                              : QuantizeActivationRowInt8;
 #pragma omp parallel for schedule(static) \
     if (rows > 1 && rows * in >= kMinParallelQuantElements && !omp_in_parallel())
-    for (int64_t r = 0; r < rows; ++r) {
-      QuantizeActivationRowInt8(x + r * ldx, in, group, q + r * ldq, qs + r * ldqs);
-    }
+    for (int64_t r = 0; r < rows; ++r) quantize(x + r * ldx, in, group, q + r * ldq, qs + r * ldqs);
     a.xq = q;
     a.xs = qs;
   }

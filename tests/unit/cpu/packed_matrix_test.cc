@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/packed_matrix.h"
 #include "engine/weights/int8_quant.h"
 #include "gtest/gtest.h"
@@ -518,6 +519,57 @@ TEST(Int8ActivationRuleTest, QuantizesEachGroupToItsLargestMagnitude) {
   EXPECT_EQ(v[1], 128 + 64);
   EXPECT_EQ(v[2], 128 - 127);
   EXPECT_EQ(v[3], 128);
+}
+
+// MatMul's AVX-512 quantizer against the rule it implements, bit for bit: every group size,
+// row lengths with partial groups and 16-lane tails, and groups holding NaN, infinities,
+// zeros only, subnormals (whose reciprocal overflows), exact half steps and huge values.
+TEST(Int8ActivationRuleTest, Avx512QuantizerGivesTheBitsOfTheRule) {
+  if (SupportedIsa(Isa::kAvx512) != Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float sub = std::ldexp(1.0f, -127);
+  int cases = 0;
+  for (const int group : {32, 64, 128}) {
+    for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, int64_t{group} - 1,
+                            int64_t{group}, int64_t{3} * group + 7, int64_t{1027}}) {
+      for (int trial = 0; trial < 12; ++trial) {
+        std::vector<float> x(n);
+        for (float& v : x) v = u(rng) * (trial % 3 == 0 ? 1e4f : 1.0f);
+        const int64_t at = static_cast<int64_t>(rng() % n);
+        switch (trial) {
+          case 1: x[at] = nan; break;
+          case 2: x[at] = inf; break;
+          case 3: x[at] = -inf; x[(at + 1) % n] = nan; break;
+          case 4: std::fill(x.begin(), x.end(), 0.0f); break;
+          case 5: for (float& v : x) v *= sub; break;
+          case 6: for (int64_t k = 0; k < n; ++k) x[k] = (static_cast<float>(k % 255) - 127.0f) / 2; break;
+          case 7: x[at] = 3e38f; break;
+          case 8: x[at] = -0.0f; break;
+          default: break;
+        }
+        const int64_t padded = RoundUpTo4(n);
+        const int64_t groups = (n + group - 1) / group;
+        std::vector<uint8_t> want(padded + 1, 0xAB), got(padded + 1, 0xCD);
+        std::vector<float> want_s(groups), got_s(groups);
+        QuantizeActivationRowInt8(x.data(), n, group, want.data(), want_s.data());
+        kernels::QuantizeActivationRowInt8Avx512(x.data(), n, group, got.data(), got_s.data());
+        for (int64_t k = 0; k < padded; ++k) {
+          ASSERT_EQ(got[k], want[k]) << "group " << group << " n " << n << " trial " << trial
+                                     << " at " << k << " x " << (k < n ? x[k] : 0.0f);
+        }
+        ASSERT_EQ(got[padded], 0xCD) << "wrote past the padded row";
+        for (int64_t g = 0; g < groups; ++g) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got_s[g]), std::bit_cast<uint32_t>(want_s[g]))
+              << "group " << group << " n " << n << " trial " << trial << " scale " << g;
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 8 * 12);
 }
 
 TEST_P(Int8ActivationsTest, KeepsTheWeightOnlyQuantization) {
