@@ -662,6 +662,8 @@ void AttendTileAvx512(const KvRowLayout& layout, const QueryTile& tile, const Ke
       return AttendTileAnyHd<DType::kBF16>(layout, tile, segments, scratch, out, out_stride);
     case DType::kF16:
       return AttendTileAnyHd<DType::kF16>(layout, tile, segments, scratch, out, out_stride);
+    case DType::kI8:  // a weight dtype only: no KV cache holds int8 rows
+      break;
   }
 }
 

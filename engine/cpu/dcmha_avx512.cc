@@ -317,6 +317,8 @@ void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const Key
       return AttendOneAnyHd<DType::kBF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
     case DType::kF16:
       return AttendOneAnyHd<DType::kF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+    case DType::kI8:  // a weight dtype only: no KV cache holds int8 rows
+      break;
   }
 }
 
