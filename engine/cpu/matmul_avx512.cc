@@ -9,6 +9,7 @@
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/weights/int8_quant.h"
 
 #define DCF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define DCF_AVX512_INLINE DCF_AVX512 inline __attribute__((always_inline))
@@ -394,18 +395,18 @@ template <int MR, int NC>
 DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q, int64_t steps,
                                __m512i* s0, __m512i* s1) {
   __m512i a0[NC][MR], a1[NC][MR];
-#pragma GCC unroll 16
+#pragma GCC unroll 4
   for (int c = 0; c < NC; ++c) {
-#pragma GCC unroll 16
+#pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) a0[c][r] = a1[c][r] = _mm512_setzero_si512();
   }
   int64_t s = 0;
   for (; s + NC <= steps; s += NC) {
-#pragma GCC unroll 16
+#pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) {
       const __m512i w0 = _mm512_loadu_si512(q + (s + c) * 128);
       const __m512i w1 = _mm512_loadu_si512(q + (s + c) * 128 + 64);
-#pragma GCC unroll 16
+#pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
         int32_t four;
         __builtin_memcpy(&four, xq + r * ldxq + (s + c) * 4, 4);
@@ -418,7 +419,7 @@ DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q,
   for (; s < steps; ++s) {
     const __m512i w0 = _mm512_loadu_si512(q + s * 128);
     const __m512i w1 = _mm512_loadu_si512(q + s * 128 + 64);
-#pragma GCC unroll 16
+#pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       int32_t four;
       __builtin_memcpy(&four, xq + r * ldxq + s * 4, 4);
@@ -427,16 +428,32 @@ DCF_VNNI_INLINE void GroupSums(const uint8_t* xq, int64_t ldxq, const int8_t* q,
       a1[0][r] = _mm512_dpbusd_epi32(a1[0][r], b, w1);
     }
   }
-#pragma GCC unroll 16
+#pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) {
     s0[r] = a0[0][r];
     s1[r] = a1[0][r];
-#pragma GCC unroll 16
+#pragma GCC unroll 4
     for (int c = 1; c < NC; ++c) {
       s0[r] = _mm512_add_epi32(s0[r], a0[c][r]);
       s1[r] = _mm512_add_epi32(s1[r], a1[c][r]);
     }
   }
+}
+
+// A group block's 32 scales (outputs 0-15, 16-31) and 128 x its sums of q (c0, c1), which
+// every row's integer sums of (x_q + 128) * q subtract.
+DCF_AVX512_INLINE void GroupScales(const uint8_t* block, int64_t len, __m512* sc0, __m512* sc1,
+                                   __m512i* c0, __m512i* c1) {
+  LoadScales(reinterpret_cast<const uint16_t*>(block + I8A8ScalesOffset(len)), sc0, sc1);
+  const __m512i qsum = _mm512_loadu_si512(block + I8A8SumsOffset(len));
+  *c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(qsum)), 7);
+  *c1 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(qsum, 1)), 7);
+}
+
+// One group's term of 16 outputs of a row: fma(float(s - c), x_scale * w_scale, y).
+DCF_AVX512_INLINE __m512 AddGroup(__m512i s, __m512i c, __m512 xscale, __m512 sc, __m512 y) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, c)), _mm512_mul_ps(xscale, sc),
+                         y);
 }
 
 // y[MR rows, valid outputs of one panel] for MR <= 4 rows of quantized x (row r at
@@ -457,18 +474,13 @@ DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t
     GroupSums<MR, kNC>(xq + k0, ldxq, reinterpret_cast<const int8_t*>(block), I8A8Steps(len),
                        s0, s1);
     __m512 sc0, sc1;
-    LoadScales(reinterpret_cast<const uint16_t*>(block + I8A8ScalesOffset(len)), &sc0, &sc1);
-    const __m512i qsum = _mm512_loadu_si512(block + I8A8SumsOffset(len));
-    const __m512i c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(qsum)), 7);
-    const __m512i c1 =
-        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(qsum, 1)), 7);
+    __m512i c0, c1;
+    GroupScales(block, len, &sc0, &sc1, &c0, &c1);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       const __m512 xscale = _mm512_set1_ps(xs[r * ldxs + g]);
-      y0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0[r], c0)),
-                              _mm512_mul_ps(xscale, sc0), y0[r]);
-      y1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1[r], c1)),
-                              _mm512_mul_ps(xscale, sc1), y1[r]);
+      y0[r] = AddGroup(s0[r], c0, xscale, sc0, y0[r]);
+      y1[r] = AddGroup(s1[r], c1, xscale, sc1, y1[r]);
     }
     block += I8A8BlockBytes(len);
   }
@@ -480,8 +492,8 @@ DCF_VNNI void RowsI8A8(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t
 }
 
 // *acc += the four u8 x s8 products of each 32-bit lane of x and w (_mm512_dpbusd_epi32, the
-// accumulator updated in place): GCC 12 copies every accumulator of the intrinsic's form
-// between two registers each step and spills them past 8 rows (24 accumulators).
+// accumulator updated in place): with the intrinsic, GCC 12 copies every accumulator between
+// two registers each step, and with 24 of them (12 rows) stores them to the stack as well.
 DCF_VNNI_INLINE void DpBusd(__m512i* acc, __m512i x, __m512i w) {
   __asm__("vpdpbusd %2, %1, %0" : "+v"(*acc) : "v"(x), "v"(w));
 }
@@ -495,13 +507,14 @@ template <int MR, bool kPrefetch>
 DCF_VNNI void RowsI8A8Wide(const uint8_t* xq, int64_t ldxq, const float* xs, int64_t ldxs,
                            const uint8_t* panel, int64_t in, int64_t group, const float* bias,
                            float* y, int64_t ldy, int valid, const uint8_t* next) {
-  alignas(64) float acc[MR][kPanel];
+  alignas(64) float acc[MR][kPanel];  // y of the MR rows' 32 outputs between groups
   __mmask16 m0, m1;
   ValidMasks(valid, &m0, &m1);
   for (int r = 0; r < MR; ++r) {
-    _mm512_store_ps(acc[r], bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps());
-    _mm512_store_ps(acc[r] + 16,
-                    bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps());
+    const __m512 b0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    _mm512_store_ps(acc[r], b0);
+    _mm512_store_ps(acc[r] + 16, b1);
   }
   const uint8_t* block = panel;
   for (int64_t g = 0, k0 = 0; k0 < in; ++g, k0 += group) {
@@ -533,20 +546,13 @@ DCF_VNNI void RowsI8A8Wide(const uint8_t* xq, int64_t ldxq, const float* xs, int
       _mm_prefetch(reinterpret_cast<const char*>(pf + I8A8SumsOffset(len)), _MM_HINT_T0);
     }
     __m512 sc0, sc1;
-    LoadScales(reinterpret_cast<const uint16_t*>(block + I8A8ScalesOffset(len)), &sc0, &sc1);
-    const __m512i qsum = _mm512_loadu_si512(block + I8A8SumsOffset(len));
-    const __m512i c0 = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(qsum)), 7);
-    const __m512i c1 =
-        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(qsum, 1)), 7);
+    __m512i c0, c1;
+    GroupScales(block, len, &sc0, &sc1, &c0, &c1);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const __m512 xscale = _mm512_set1_ps(xs[r * ldxs + g]);
-      _mm512_store_ps(acc[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s0[r], c0)),
-                                              _mm512_mul_ps(xscale, sc0),
-                                              _mm512_load_ps(acc[r])));
-      _mm512_store_ps(acc[r] + 16,
-                      _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s1[r], c1)),
-                                      _mm512_mul_ps(xscale, sc1), _mm512_load_ps(acc[r] + 16)));
+      _mm512_store_ps(acc[r], AddGroup(s0[r], c0, xscale, sc0, _mm512_load_ps(acc[r])));
+      _mm512_store_ps(acc[r] + 16, AddGroup(s1[r], c1, xscale, sc1, _mm512_load_ps(acc[r] + 16)));
     }
     block += I8A8BlockBytes(len);
   }
@@ -558,8 +564,9 @@ DCF_VNNI void RowsI8A8Wide(const uint8_t* xq, int64_t ldxq, const float* xs, int
 
 // Every panel, rows in passes of at most kI8A8RowsPerPass (the remainder split evenly: 29 ->
 // 10 + 10 + 9); a panel (its q, scales and sums) is read from memory once and from cache by
-// later passes. At 29 rows this took the 261M shape's products 1.2-1.6x faster than passes
-// of 4 (docs/QUANTIZATION.md, "Passes of 12 rows").
+// later passes. At 29 rows passes of 12 rather than 4 took the 261M shape's products
+// 0.9-1.4x (the 1,024 x 1,024 matrix: 0.9-1.1x) and its output matrix 1.6-1.7x faster
+// (docs/QUANTIZATION.md, "Passes of 12 rows").
 DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
   constexpr int kMaxRows = kI8A8RowsPerPass;
   static_assert(kMaxRows == 12, "the switch below has cases for 1-12 rows");
@@ -577,8 +584,10 @@ DCF_VNNI void PanelsI8A8(const PanelArgs& a, int64_t p0, int64_t p1) {
       const uint8_t* xq = a.xq + r * a.ldxq;
       const float* xs = a.xs + r * a.ldxs;
       float* y = a.y + r * a.ldy + o;
-      // The first pass over a panel asks for the next one (this thread's, p + 1 < p1)
-      // as it reads its own, so later passes' time hides the next panel's fetch.
+      // With 5 rows or more, the first pass over a panel asks for the next one (this
+      // thread's, p + 1 < p1) as it reads its own, so this pass's arithmetic (and the
+      // later passes', past 12 rows) hides the next panel's fetch; 1-4 rows stream the
+      // panels with the hardware's prefetch alone.
       const uint8_t* next = r == 0 && p + 1 < p1 ? panel + panel_bytes : nullptr;
       switch (n) {
 #define DCF_ROWS(m) \
@@ -656,7 +665,7 @@ DCF_AVX512 void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int g
                            _mm512_cvtepi32_epi8(_mm512_add_epi32(q, _mm512_set1_epi32(128))));
     }
   }
-  for (int64_t k = n; k < (n + 3) / 4 * 4; ++k) u[k] = 128;
+  for (int64_t k = n; k < RoundUpTo4(n); ++k) u[k] = 128;
 }
 
 void PackRowsAvx512(const PanelArgs& a, float* dst) {

@@ -545,7 +545,11 @@ TEST(Int8ActivationRuleTest, Avx512QuantizerGivesTheBitsOfTheRule) {
           case 3: x[at] = -inf; x[(at + 1) % n] = nan; break;
           case 4: std::fill(x.begin(), x.end(), 0.0f); break;
           case 5: for (float& v : x) v *= sub; break;
-          case 6: for (int64_t k = 0; k < n; ++k) x[k] = (static_cast<float>(k % 255) - 127.0f) / 2; break;
+          case 6:  // every group's max |x| is 127 (x * inv = x) and every other x a tie
+            for (int64_t k = 0; k < n; ++k) {
+              x[k] = k % group == 0 ? 127.0f : static_cast<float>(k % 254) - 126.5f;
+            }
+            break;
           case 7: x[at] = 3e38f; break;
           case 8: x[at] = -0.0f; break;
           default: break;
@@ -610,7 +614,7 @@ TEST_P(Int8ActivationsTest, GivesTheBitsOfTheIntegerReference) {
       const PackedMatrix m = QuantizeA8(w, out, in, group);
       std::vector<float> bias(out);
       for (float& b : bias) b = u(rng);
-      for (const int64_t rows : {1, 2, 3, 4, 5, 7, 9, 12, 13, 29}) {
+      for (const int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 29}) {
         const int64_t ldx = in + 3, ldy = out + 5;
         std::vector<float> x(rows * ldx);
         for (int64_t i = 0; i < rows * ldx; ++i) x[i] = u(rng) * (i % 5 == 0 ? 30.0f : 1.0f);
