@@ -15,8 +15,7 @@ namespace dcf::cpu::kernels {
 DCF_AVX512 void SiluMulAvx512(const float* g, const float* u, float* out, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m =
-        n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = TailMask(n - i < 16 ? static_cast<int>(n - i) : 16);
     const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
     const __m512 e = Exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)));  // exp(-x)
     const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(one, e));

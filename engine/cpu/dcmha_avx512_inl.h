@@ -1,9 +1,9 @@
 // AVX-512 helpers shared by the attention kernels (dcmha_avx512.cc: one query at a time;
-// attention_tile_avx512.cc: a tile of queries) and the FFN's activation
-// (activation_avx512.cc). Internal to engine/cpu: include it only from translation units
-// whose AVX-512 code runs after cpu_isa.h found AVX-512. Both attention kernels must use
-// these very functions (the same exp, the same widening), so that they compute bit for bit
-// the same values.
+// attention_tile_avx512.cc: a tile of queries), the FFN's activation (activation_avx512.cc)
+// and the activations' int8 quantizer (matmul_avx512.cc). Internal to engine/cpu: include it
+// only from translation units whose AVX-512 code runs after cpu_isa.h found AVX-512. Both
+// attention kernels must use these very functions (the same exp, the same widening), so
+// that they compute bit for bit the same values.
 #pragma once
 
 #include <immintrin.h>

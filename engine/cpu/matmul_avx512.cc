@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/dcmha_avx512_inl.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/weights/int8_quant.h"
 
@@ -510,9 +511,9 @@ DCF_VNNI void RowsI8A8Wide(const uint8_t* xq, int64_t ldxq, const float* xs, int
   alignas(64) float acc[MR][kPanel];  // y of the MR rows' 32 outputs between groups
   __mmask16 m0, m1;
   ValidMasks(valid, &m0, &m1);
+  const __m512 b0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 b1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
   for (int r = 0; r < MR; ++r) {
-    const __m512 b0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 b1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     _mm512_store_ps(acc[r], b0);
     _mm512_store_ps(acc[r] + 16, b1);
   }
@@ -635,8 +636,7 @@ DCF_AVX512 void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int g
     __m512 mx = _mm512_setzero_ps();
     __mmask16 nan = 0;
     for (int64_t k = 0; k < len; k += 16) {
-      const __mmask16 m = len - k >= 16 ? static_cast<__mmask16>(0xffff)
-                                        : static_cast<__mmask16>((1u << (len - k)) - 1);
+      const __mmask16 m = TailMask(static_cast<int>(len - k));  // len <= group <= 128
       const __m512 v = _mm512_maskz_loadu_ps(m, x + k0 + k);
       const __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
       nan |= static_cast<__mmask16>(~ord & m);
@@ -648,8 +648,7 @@ DCF_AVX512 void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int g
     const bool tiny = inv > std::numeric_limits<float>::max();
     const __m512 vinv = _mm512_set1_ps(inv), vmax = _mm512_set1_ps(absmax);
     for (int64_t k = 0; k < len; k += 16) {
-      const __mmask16 m = len - k >= 16 ? static_cast<__mmask16>(0xffff)
-                                        : static_cast<__mmask16>((1u << (len - k)) - 1);
+      const __mmask16 m = TailMask(static_cast<int>(len - k));  // len <= group <= 128
       const __m512 v = _mm512_maskz_loadu_ps(m, x + k0 + k);
       const __m512 t = tiny ? _mm512_mul_ps(_mm512_div_ps(v, vmax), _mm512_set1_ps(127.0f))
                             : _mm512_mul_ps(v, vinv);
