@@ -141,10 +141,10 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
     s_.up.reserve(T * 2 * F);
     s_.act.reserve(T * F);
     s_.logits.reserve(rows * config_.vocab_size);
-    // int8 x int8: every product's quantized x (the widest input is E or F columns).
-    if (weights_.int8.activations) {
-      s_.quant.Reserve(std::max<int64_t>(T, rows), std::max(E, F), weights_.int8.group);
-    }
+    // Every product's quantized (int8 x int8) or packed x: the widest input is E or F
+    // columns.
+    s_.quant.Reserve(std::max<int64_t>(T, rows), std::max(E, F), weights_.int8.group,
+                     weights_.int8.activations);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("cannot allocate the CPU backend's step workspace");
   }

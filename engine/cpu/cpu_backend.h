@@ -94,8 +94,8 @@ class CpuBackend final : public Backend {
     std::array<const int32_t*, kNumLayerGroups> table{nullptr, nullptr};  // [blocks_per_seq]
   };
 
-  // cpu::MatMul of one weight matrix, its int8 x int8 quantization in s_.quant (reserved by
-  // Prepare, so a step does not allocate).
+  // cpu::MatMul of one weight matrix, its int8 x int8 quantization or packing of x in
+  // s_.quant (reserved by Prepare, so a step does not allocate).
   void Product(const float* x, int64_t ldx, int64_t rows, const cpu::PackedMatrix& w,
                const float* bias, float* y, int64_t ldy);
 
@@ -150,7 +150,7 @@ class CpuBackend final : public Backend {
     std::vector<float> act;                    // [T, F]
     std::vector<float> rope_cos, rope_sin;     // [T, r/2]
     std::vector<float> logits;                 // [rows, V]
-    cpu::MatMulScratch quant;                  // int8 x int8: the products' quantized x
+    cpu::MatMulScratch quant;                  // the products' quantized or packed x
   } s_;
 };
 

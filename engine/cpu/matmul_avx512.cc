@@ -273,6 +273,32 @@ int SplitPasses(int64_t r0, int64_t r1, int64_t* row, int64_t* n) {
   return passes;
 }
 
+// The valid outputs of a panel for n rows: y (row stride ldy) into a tile [n, kPanel], and
+// back.
+DCF_AVX512_INLINE void LoadTile(const float* y, int64_t ldy, int n, int valid, float* tile) {
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  for (int r = 0; r < n; ++r) {
+    _mm512_store_ps(tile + r * kPanel, _mm512_maskz_loadu_ps(m0, y + r * ldy));
+    _mm512_store_ps(tile + r * kPanel + 16, _mm512_maskz_loadu_ps(m1, y + r * ldy + 16));
+  }
+}
+DCF_AVX512_INLINE void StoreTile(const float* tile, int n, int valid, float* y, int64_t ldy) {
+  __mmask16 m0, m1;
+  ValidMasks(valid, &m0, &m1);
+  for (int r = 0; r < n; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_load_ps(tile + r * kPanel));
+    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_load_ps(tile + r * kPanel + 16));
+  }
+}
+
+// Where the tile of rows [r0, r1) (a row block) and columns from k0 (a column block) starts
+// in x packed whole (PanelArgs::xpacked): the row blocks one after another, within one its
+// column blocks, each holding the block's rows x its columns.
+int64_t PackedTileOffset(const PanelArgs& a, int64_t r0, int64_t r1, int64_t k0) {
+  return r0 * a.in + (r1 - r0) * k0;
+}
+
 // Columns [k0, k0 + kc) of each pass's rows of x, interleaved k-major ([kc][n], the passes one
 // after another) into dst: the broadcasts of one column come from one cache line, not from n
 // rows 4 KiB apart (which share an L1 set).
@@ -346,16 +372,19 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
     }
     return;
   }
-  // x packed already (MatMul packs a whole-panel product once for all its chunks), packed
-  // here, or read in place.
+  // x packed already (MatMul packs a product once for all its chunks: PackRowsAvx512),
+  // packed here, or read in place.
   const bool whole = StreamsPanels(a.rows, a.in);
-  const bool prepacked = whole && a.xpacked != nullptr;
+  const bool prepacked = a.xpacked != nullptr;
   const bool pack = prepacked || a.xpack != nullptr;
   // Small products stream whole panels (StreamsPanels): one row block of every row and one
   // column block of every column, with prefetch; large ones are blocked.
   const int64_t row_block = whole ? a.rows : kRowBlock;
   const int64_t column_block = whole ? a.in : kColumnBlock;
   const int64_t prefetch = whole ? kStreamPrefetchBytes : 0;
+  alignas(64) float tile[kRowsPerPass * kPanel];  // a pass's rows of y for one panel
+  // Column blocks: a row block's rows of y for the first and the last panel of the chunk.
+  alignas(64) static thread_local float edge[2][kRowBlock * kPanel];
   for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
     const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;
     int64_t pass_row[kRowBlock], pass_n[kRowBlock];
@@ -369,17 +398,32 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
         const int64_t o = p * kPanel;
         const int valid = static_cast<int>(a.out - o < kPanel ? a.out - o : kPanel);
         const float* bias = a.bias != nullptr && k0 == 0 ? a.bias + o : nullptr;
-        const float* packed = prepacked ? a.xpacked : a.xpack;
+        const float* packed = prepacked ? a.xpacked + PackedTileOffset(a, r0, r1, k0) : a.xpack;
+        // Block adds to y once per sub-block, so it works on line-aligned copies of y here,
+        // which reach y once: on y itself, the lines that a panel at the edge of the chunk
+        // shares with a neighbouring chunk's (unless y's rows start on a line) bounced between
+        // the cores running them (2-thread 29-row products 1.17-1.3x slower than with an
+        // aligned y), and stores straddled two lines. A pass's rows go through `tile`; with
+        // column blocks the chunk's edge panels instead sum in `edge` over all of them.
+        float* const edge_rows = whole ? nullptr
+                                 : p == p0 ? edge[0]
+                                 : p == p1 - 1 ? edge[1]
+                                 : nullptr;
         for (int g = 0; g < passes; ++g) {
           const int64_t r = pass_row[g], n = pass_n[g];
           float* y = a.y + r * a.ldy + o;
+          float* acc = edge_rows != nullptr ? edge_rows + (r - r0) * kPanel : tile;
+          if (k0 > 0 && edge_rows == nullptr) LoadTile(y, a.ldy, static_cast<int>(n), valid, tile);
           if (pack) {
             BlockAnyRows<WT>(static_cast<int>(n), packed, 1, n, panel, kc, scales, a.group,
-                             bias, k0 > 0, y, a.ldy, valid, prefetch);
+                             bias, k0 > 0, acc, kPanel, valid, prefetch);
             packed += n * kc;
           } else {
             BlockAnyRows<WT>(static_cast<int>(n), a.x + r * a.ldx + k0, a.ldx, 1, panel, kc,
-                             scales, a.group, bias, k0 > 0, y, a.ldy, valid, prefetch);
+                             scales, a.group, bias, k0 > 0, acc, kPanel, valid, prefetch);
+          }
+          if (edge_rows == nullptr || k0 + kc == a.in) {
+            StoreTile(acc, static_cast<int>(n), valid, y, a.ldy);
           }
         }
       }
@@ -667,9 +711,26 @@ DCF_AVX512 void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int g
   for (int64_t k = n; k < RoundUpTo4(n); ++k) u[k] = 128;
 }
 
-void PackRowsAvx512(const PanelArgs& a, float* dst) {
-  int64_t row[kRowBlock], n[kRowBlock];
-  PackPasses(a.x, a.ldx, SplitPasses(0, a.rows, row, n), row, n, 0, a.in, dst);
+void PackRowsAvx512(const PanelArgs& a, float* dst, int part, int parts) {
+  // The tiles (row block x column block) one after another, as Panels walks them; within a
+  // tile its passes one after another. A unit is one pass of one tile.
+  const bool whole = StreamsPanels(a.rows, a.in);
+  const int64_t row_block = whole ? a.rows : kRowBlock;
+  const int64_t column_block = whole ? a.in : kColumnBlock;
+  int64_t unit = 0;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
+    const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;
+    int64_t row[kRowBlock], n[kRowBlock];
+    const int passes = SplitPasses(r0, r1, row, n);
+    for (int64_t k0 = 0; k0 < a.in; k0 += column_block) {
+      const int64_t kc = a.in - k0 < column_block ? a.in - k0 : column_block;
+      float* tile = dst + PackedTileOffset(a, r0, r1, k0);
+      for (int g = 0; g < passes; ++g, ++unit) {
+        if (unit % parts == part) PackPasses(a.x, a.ldx, 1, &row[g], &n[g], k0, kc, tile);
+        tile += n[g] * kc;
+      }
+    }
+  }
 }
 
 DCF_AVX512 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end) {

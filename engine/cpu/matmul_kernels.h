@@ -81,9 +81,9 @@ struct PanelArgs {
   // Scratch of PackFloats(rows, in) floats the kernel may pack rows of x into (null: no
   // packing). Per thread: each call writes it.
   float* xpack = nullptr;
-  // x packed by PackRowsAvx512 (a product that StreamsPanels), which the AVX-512 kernel then
-  // reads instead of packing x into xpack on every call: MatMul packs once per product, not
-  // once per chunk of panels a thread takes. Null: not packed. Shared by the threads.
+  // x packed by PackRowsAvx512 (a.rows x a.in floats), which the AVX-512 kernel then reads
+  // instead of packing x into xpack on every call: MatMul packs once per product, not once
+  // per chunk of panels a thread takes. Null: not packed. Shared by the threads.
   const float* xpacked = nullptr;
   // kWeightI8A8: x quantized by QuantizeActivationRowInt8 (engine/weights/int8_quant.h), row
   // r's q + 128 at xq + r * ldxq (ldxq >= in rounded up to 4) and its group scales at
@@ -96,10 +96,12 @@ struct PanelArgs {
 
 // kWeightI8A8 needs AVX-512 VNNI as well: without it PanelsAvx512 runs PanelsAvx2's.
 void PanelsAvx512(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
-// Packs every row of a.x (a.rows x a.in, 4 or more rows, a product that StreamsPanels) as
-// PanelsAvx512's whole-panel passes read them into dst (PackFloats(a.rows, a.in) floats), for
-// PanelArgs::xpacked. Plain C++: runs on any CPU.
-void PackRowsAvx512(const PanelArgs& a, float* dst);
+// Packs a.x (a.rows x a.in, 4 or more rows) into dst (a.rows * a.in floats) as PanelsAvx512
+// reads it, every tile (row block x column block; one tile when the product StreamsPanels)
+// pass by pass, for PanelArgs::xpacked; `parts` threads pack it together, each calling this
+// with its own `part` (0 .. parts - 1) before any of them runs the kernel. Plain C++: runs on
+// any CPU.
+void PackRowsAvx512(const PanelArgs& a, float* dst, int part = 0, int parts = 1);
 void PanelsAvx2(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 // QuantizeActivationRowInt8 (engine/weights/int8_quant.h) with AVX-512: the same bits, for
 // MatMul's int8 x int8 products on a CPU with AVX-512 (packed_matrix_test compares them).

@@ -255,9 +255,13 @@ float PackedMatrix::At(int64_t o, int64_t k) const {
   return ToFloat(data_.data(), d, i);
 }
 
-void MatMulScratch::Reserve(int64_t rows, int64_t in, int group) {
-  xq.reserve(static_cast<size_t>(rows * RoundUpTo4(in)));
-  xs.reserve(static_cast<size_t>(rows * Int8Groups(in, group)));
+void MatMulScratch::Reserve(int64_t rows, int64_t in, int group, bool int8_activations) {
+  if (int8_activations) {
+    xq.reserve(static_cast<size_t>(rows * RoundUpTo4(in)));
+    xs.reserve(static_cast<size_t>(rows * Int8Groups(in, group)));
+  } else {
+    xpacked.reserve(static_cast<size_t>(rows * in));
+  }
 }
 
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
@@ -322,21 +326,28 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     run(0, panels);
     return;
   }
-  // A thread runs the kernel once per chunk it takes, and the AVX-512 kernel's whole-panel
-  // passes would pack all of x each time (0.3 ns an element on the AMD EPYC VM, 8 chunks a
-  // thread: about 10% of a 5-9-row product of the 261M shape on 2 threads), so x is packed
-  // here once and shared.
-  if (kernel == kernels::PanelsAvx512 && rows >= 4 && !w.int8_activations() &&
-      kernels::StreamsPanels(rows, w.in())) {
-    thread_local std::vector<float> packed;
-    const size_t need = static_cast<size_t>(kernels::PackFloats(rows, w.in()));
-    if (packed.size() < need) packed.resize(need);
-    kernels::PackRowsAvx512(a, packed.data());
-    a.xpacked = packed.data();
-  }
   // Chunks of consecutive panels handed out dynamically: a thread that another process
   // slows down (a shared host) takes fewer, instead of the others waiting for its half.
   const int64_t chunks = std::min<int64_t>(panels, threads * kChunksPerThread);
+  // A thread runs the kernel once per chunk it takes, and the AVX-512 kernel would pack the
+  // rows of x it multiplies each time (0.3 ns an element on the AMD EPYC VM; all of x for
+  // every chunk: about 10% of a 5-9-row product of the 261M shape on 2 threads, a quarter of
+  // a 128-row one), so the threads pack x together once, then share it.
+  if (kernel == kernels::PanelsAvx512 && rows >= 4 && !w.int8_activations()) {
+    thread_local MatMulScratch own;
+    std::vector<float>& packed = scratch != nullptr ? scratch->xpacked : own.xpacked;
+    packed.resize(static_cast<size_t>(rows * w.in()));  // within what Reserve reserved
+    float* const dst = packed.data();
+    a.xpacked = dst;
+#pragma omp parallel num_threads(static_cast<int>(threads))
+    {
+      kernels::PackRowsAvx512(a, dst, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
+    }
+    return;
+  }
 #pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
 }

@@ -265,6 +265,20 @@ TEST_P(PackedMatrixTest, WholePanelsAndColumnBlocksGiveTheBitsOfOneRow) {
   }
 }
 
+// Products split into chunks of several panels each (49 panels, the last partial, so a
+// thread's chunks have first, inner and last panels; rows of y not starting on a cache line),
+// more rows than one row block (kRowBlock: 390 = 192 + 192 + 6) and columns in two column
+// blocks: the row blocks' and column blocks' offsets in x packed once for all threads, and
+// the chunk's edge panels summed apart from y, give every row the bits of one row alone.
+TEST_P(PackedMatrixTest, ChunksOfManyPanelsAndRowBlocksGiveTheBitsOfOneRow) {
+  const auto [isa, dtype] = GetParam();
+  std::mt19937 rng(7);
+  const int64_t out = 48 * 32 + 24, in = 300;
+  const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
+  ExpectOneRowBitsInEveryPassSize(PackedMatrix::FromRows(w.data(), dtype, out, in, dtype), isa,
+                                  8, {5, 13, 200, 390});
+}
+
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return std::string(IsaName(info.param.isa)) + "_" + std::string(DTypeName(info.param.dtype));
 }
@@ -733,7 +747,7 @@ TEST_P(Int8ActivationsTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
   // 400 rows of at least 105 columns: quantized on the threads.
   const int64_t out = 70, widest = 3 * group + 9, most = 400;
   MatMulScratch scratch;
-  scratch.Reserve(most, widest, group);
+  scratch.Reserve(most, widest, group, /*int8_activations=*/true);
   const uint8_t* const xq = scratch.xq.data();
   const float* const xs = scratch.xs.data();
   const size_t xq_capacity = scratch.xq.capacity(), xs_capacity = scratch.xs.capacity();
