@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <limits>
+#include <memory>
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/dcmha_avx512_inl.h"
@@ -292,6 +293,18 @@ DCF_AVX512_INLINE void StoreTile(const float* tile, int n, int valid, float* y, 
   }
 }
 
+// A row block's rows of y for the first and the last panel of a chunk of column-blocked
+// panels (Panels), one per thread, allocated at its first such product: a thread_local array
+// would be reserved in every thread of the process, product or not.
+struct alignas(64) EdgeTiles {
+  float rows[2][kRowBlock * kPanel];
+};
+EdgeTiles* ThreadEdgeTiles() {
+  thread_local std::unique_ptr<EdgeTiles> tiles;
+  if (tiles == nullptr) tiles = std::make_unique<EdgeTiles>();
+  return tiles.get();
+}
+
 // Where the tile of rows [r0, r1) (a row block) and columns from k0 (a column block) starts
 // in x packed whole (PanelArgs::xpacked): the row blocks one after another, within one its
 // column blocks, each holding the block's rows x its columns.
@@ -384,7 +397,7 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   const int64_t prefetch = whole ? kStreamPrefetchBytes : 0;
   alignas(64) float tile[kRowsPerPass * kPanel];  // a pass's rows of y for one panel
   // Column blocks: a row block's rows of y for the first and the last panel of the chunk.
-  alignas(64) static thread_local float edge[2][kRowBlock * kPanel];
+  EdgeTiles* const edge = whole ? nullptr : ThreadEdgeTiles();
   for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
     const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;
     int64_t pass_row[kRowBlock], pass_n[kRowBlock];
@@ -402,12 +415,12 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
         // Block adds to y once per sub-block, so it works on line-aligned copies of y here,
         // which reach y once: on y itself, the lines that a panel at the edge of the chunk
         // shares with a neighbouring chunk's (unless y's rows start on a line) bounced between
-        // the cores running them (2-thread 29-row products 1.17-1.3x slower than with an
-        // aligned y), and stores straddled two lines. A pass's rows go through `tile`; with
+        // the cores running them (2-thread products of 12-128 rows 1.17-1.33x slower than
+        // with an aligned y), and stores straddled two lines. A pass's rows go through `tile`; with
         // column blocks the chunk's edge panels instead sum in `edge` over all of them.
         float* const edge_rows = whole ? nullptr
-                                 : p == p0 ? edge[0]
-                                 : p == p1 - 1 ? edge[1]
+                                 : p == p0 ? edge->rows[0]
+                                 : p == p1 - 1 ? edge->rows[1]
                                  : nullptr;
         for (int g = 0; g < passes; ++g) {
           const int64_t r = pass_row[g], n = pass_n[g];

@@ -288,8 +288,10 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     MatMulScratch& buf = scratch != nullptr && !omp_in_parallel() ? *scratch : own;
     a.ldxq = RoundUpTo4(w.in());
     a.ldxs = w.num_groups();
-    buf.xq.resize(static_cast<size_t>(rows * a.ldxq));  // within what Reserve reserved
-    buf.xs.resize(static_cast<size_t>(rows * a.ldxs));
+    // Grown, never shrunk (within what Reserve reserved): a resize between a narrow and a
+    // wide product would zero the difference every time.
+    if (buf.xq.size() < static_cast<size_t>(rows * a.ldxq)) buf.xq.resize(rows * a.ldxq);
+    if (buf.xs.size() < static_cast<size_t>(rows * a.ldxs)) buf.xs.resize(rows * a.ldxs);
     uint8_t* const q = buf.xq.data();
     float* const qs = buf.xs.data();
     const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
@@ -332,21 +334,29 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   // A thread runs the kernel once per chunk it takes, and the AVX-512 kernel would pack the
   // rows of x it multiplies each time (0.3 ns an element on the AMD EPYC VM; all of x for
   // every chunk: about 10% of a 5-9-row product of the 261M shape on 2 threads, a quarter of
-  // a 128-row one), so the threads pack x together once, then share it.
+  // a 128-row one), so x is packed once and shared: a product that streams whole panels
+  // (its x at most kPackFloats floats, or one pass) by this thread before the others start,
+  // a larger one by all of them together, who then wait for each other (a barrier costs
+  // sleeping threads a wake-up, more than packing a small x).
   if (kernel == kernels::PanelsAvx512 && rows >= 4 && !w.int8_activations()) {
     thread_local MatMulScratch own;
     std::vector<float>& packed = scratch != nullptr ? scratch->xpacked : own.xpacked;
-    packed.resize(static_cast<size_t>(rows * w.in()));  // within what Reserve reserved
+    const size_t need = static_cast<size_t>(rows * w.in());
+    if (packed.size() < need) packed.resize(need);  // within what Reserve reserved
     float* const dst = packed.data();
     a.xpacked = dst;
+    if (kernels::StreamsPanels(rows, w.in())) {
+      kernels::PackRowsAvx512(a, dst);
+    } else {
 #pragma omp parallel num_threads(static_cast<int>(threads))
-    {
-      kernels::PackRowsAvx512(a, dst, omp_get_thread_num(), omp_get_num_threads());
+      {
+        kernels::PackRowsAvx512(a, dst, omp_get_thread_num(), omp_get_num_threads());
 #pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
+        for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
+      }
+      return;
     }
-    return;
   }
 #pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);

@@ -122,12 +122,13 @@ class PackedMatrix {
   LargeBuffer data_;  // num_panels panels of panel_bytes() (huge pages when large)
 };
 
-// Room for the rows of x an int8 x int8 product quantizes (MatMul's `scratch`): reserved
-// ahead (CpuBackend::Prepare), so that no product allocates. One product at a time.
+// Room for the rows of x a product quantizes (int8 x int8) or packs (the others; MatMul's
+// `scratch`): reserved ahead (CpuBackend::Prepare), so that no product allocates. One
+// product at a time.
 struct MatMulScratch {
   std::vector<uint8_t> xq;     // int8 x int8: [rows, RoundUpTo4(in)]
   std::vector<float> xs;       // int8 x int8: [rows, Int8Groups(in, group)]
-  std::vector<float> xpacked;  // other weights, AVX-512: x packed for the kernel, rows * in
+  std::vector<float> xpacked;  // other weights, AVX-512, on threads: x packed, rows * in
 
   // Enough for products of up to `rows` rows and `in` columns: of int8 x int8 matrices in
   // groups of `group` when `int8_activations`, else of the others.
@@ -137,10 +138,11 @@ struct MatMulScratch {
 // y[rows, out] (row stride ldy) = x[rows, in] (row stride ldx) * W^T (+ bias[out] when not
 // null), accumulated in fp32. `isa` picks the kernel (clamped to what the CPU supports).
 // Runs on OpenMP threads over panels when the product is large enough to pay for it.
-// int8 x int8 matrices quantize x into `scratch`, the AVX-512 kernel of the others packs x
-// of 4 or more rows there (grown when too small); without one (or inside a parallel region,
-// where each thread runs its own product) into buffers of the calling thread, which grow to
-// the largest product it ran and stay.
+// int8 x int8 matrices quantize x into `scratch`; products of the others split between
+// threads pack x there once for all of them (AVX-512, 4 or more rows); both grow when too
+// small. Without a scratch (or inside a parallel region, where each thread runs its own
+// product) into buffers of the calling thread, which grow to the largest product it ran and
+// stay; a product on one thread packs x into such a buffer too.
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
             float* y, int64_t ldy, Isa isa = ActiveIsa(), MatMulScratch* scratch = nullptr);
 

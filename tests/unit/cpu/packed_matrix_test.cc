@@ -11,6 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include <omp.h>
+
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/packed_matrix.h"
@@ -277,6 +279,39 @@ TEST_P(PackedMatrixTest, ChunksOfManyPanelsAndRowBlocksGiveTheBitsOfOneRow) {
   const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
   ExpectOneRowBitsInEveryPassSize(PackedMatrix::FromRows(w.data(), dtype, out, in, dtype), isa,
                                   8, {5, 13, 200, 390});
+}
+
+// The same for float weights (what the AVX-512 kernel's threads pack x into): a reserved
+// MatMulScratch gives the bits of the calling thread's own buffers, and products within the
+// reservation (whole panels and column blocks, wide then narrow) never reallocate it.
+TEST_P(PackedMatrixTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
+  const auto [isa, dtype] = GetParam();
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t out = 300, widest = 700, most = 200;
+  MatMulScratch scratch;
+  scratch.Reserve(most, widest, 0, /*int8_activations=*/false);
+  const float* const packed = scratch.xpacked.data();
+  const size_t capacity = scratch.xpacked.capacity();
+  for (const int64_t in : {widest, int64_t{300}}) {
+    const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
+    const PackedMatrix m = PackedMatrix::FromRows(w.data(), dtype, out, in, dtype);
+    for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{29}, most}) {
+      std::vector<float> x(rows * in), y(rows * out), want(rows * out);
+      for (float& v : x) v = u(rng);
+      MatMul(x.data(), in, rows, m, nullptr, want.data(), out, isa);
+      MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa, &scratch);
+      for (int64_t i = 0; i < rows * out; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want[i]))
+            << "in " << in << " rows " << rows << " at " << i;
+      }
+      EXPECT_EQ(scratch.xpacked.data(), packed) << "reallocated";
+    }
+  }
+  EXPECT_EQ(scratch.xpacked.capacity(), capacity);
+  if (SupportedIsa(isa) == Isa::kAvx512 && omp_get_max_threads() > 1) {  // it was used
+    EXPECT_GE(scratch.xpacked.size(), static_cast<size_t>(most * widest));
+  }
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
