@@ -233,6 +233,21 @@ void ExpectOneRowBitsInEveryPassSize(const PackedMatrix& m, Isa isa, uint32_t se
   }
 }
 
+// MatMul of `rows` random rows with `scratch` gives the bits of MatMul without one.
+void ExpectScratchGivesTheSameBits(const PackedMatrix& m, int64_t rows, Isa isa,
+                                   MatMulScratch* scratch, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t in = m.in(), out = m.out();
+  std::vector<float> x(rows * in), y(rows * out), want(rows * out);
+  for (float& v : x) v = u(rng);
+  MatMul(x.data(), in, rows, m, nullptr, want.data(), out, isa);
+  MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa, scratch);
+  for (int64_t i = 0; i < rows * out; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want[i]))
+        << "in " << in << " rows " << rows << " at " << i;
+  }
+}
+
 TEST_P(PackedMatrixTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
   const auto [isa, dtype] = GetParam();
   std::mt19937 rng(5);
@@ -287,7 +302,6 @@ TEST_P(PackedMatrixTest, ChunksOfManyPanelsAndRowBlocksGiveTheBitsOfOneRow) {
 TEST_P(PackedMatrixTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
   const auto [isa, dtype] = GetParam();
   std::mt19937 rng(9);
-  std::uniform_real_distribution<float> u(-1, 1);
   const int64_t out = 300, widest = 700, most = 200;
   MatMulScratch scratch;
   scratch.Reserve(most, widest, 0, /*int8_activations=*/false);
@@ -297,14 +311,7 @@ TEST_P(PackedMatrixTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
     const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
     const PackedMatrix m = PackedMatrix::FromRows(w.data(), dtype, out, in, dtype);
     for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{29}, most}) {
-      std::vector<float> x(rows * in), y(rows * out), want(rows * out);
-      for (float& v : x) v = u(rng);
-      MatMul(x.data(), in, rows, m, nullptr, want.data(), out, isa);
-      MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa, &scratch);
-      for (int64_t i = 0; i < rows * out; ++i) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want[i]))
-            << "in " << in << " rows " << rows << " at " << i;
-      }
+      ExpectScratchGivesTheSameBits(m, rows, isa, &scratch, rng);
       EXPECT_EQ(scratch.xpacked.data(), packed) << "reallocated";
     }
   }
@@ -778,7 +785,6 @@ TEST_P(Int8ActivationsTest, OneRowKernelGivesTheBitsOfEveryMultiRowPass) {
 TEST_P(Int8ActivationsTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
   const auto [isa, group] = GetParam();
   std::mt19937 rng(25);
-  std::uniform_real_distribution<float> u(-1, 1);
   // 400 rows of at least 105 columns: quantized on the threads.
   const int64_t out = 70, widest = 3 * group + 9, most = 400;
   MatMulScratch scratch;
@@ -789,14 +795,7 @@ TEST_P(Int8ActivationsTest, ReservedScratchGivesTheSameBitsWithoutGrowing) {
   for (const int64_t in : {widest, int64_t{group} - 3}) {
     const PackedMatrix m = QuantizeA8(SpreadWeights(out, in, rng), out, in, group);
     for (const int64_t rows : {int64_t{1}, int64_t{5}, most}) {
-      std::vector<float> x(rows * in), y(rows * out), want(rows * out);
-      for (float& v : x) v = u(rng);
-      MatMul(x.data(), in, rows, m, nullptr, want.data(), out, isa);
-      MatMul(x.data(), in, rows, m, nullptr, y.data(), out, isa, &scratch);
-      for (int64_t i = 0; i < rows * out; ++i) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want[i]))
-            << "in " << in << " rows " << rows << " at " << i;
-      }
+      ExpectScratchGivesTheSameBits(m, rows, isa, &scratch, rng);
       EXPECT_EQ(scratch.xq.data(), xq) << "reallocated";
       EXPECT_EQ(scratch.xs.data(), xs) << "reallocated";
     }
