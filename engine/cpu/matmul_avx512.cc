@@ -305,6 +305,18 @@ EdgeTiles* ThreadEdgeTiles() {
   return tiles.get();
 }
 
+// How Panels cuts a product into tiles, and PackRowsAvx512 packs x for it: a product that
+// StreamsPanels is one tile of every row and every column, a larger one row blocks of
+// kRowBlock rows by column blocks of kColumnBlock columns.
+struct Tiling {
+  bool whole;
+  int64_t row_block, column_block;
+};
+Tiling TilingOf(const PanelArgs& a) {
+  const bool whole = StreamsPanels(a.rows, a.in);
+  return {whole, whole ? a.rows : kRowBlock, whole ? a.in : kColumnBlock};
+}
+
 // Where the tile of rows [r0, r1) (a row block) and columns from k0 (a column block) starts
 // in x packed whole (PanelArgs::xpacked): the row blocks one after another, within one its
 // column blocks, each holding the block's rows x its columns.
@@ -387,13 +399,11 @@ DCF_AVX512 void Panels(const PanelArgs& a, int64_t p0, int64_t p1) {
   }
   // x packed already (MatMul packs a product once for all its chunks: PackRowsAvx512),
   // packed here, or read in place.
-  const bool whole = StreamsPanels(a.rows, a.in);
   const bool prepacked = a.xpacked != nullptr;
   const bool pack = prepacked || a.xpack != nullptr;
   // Small products stream whole panels (StreamsPanels): one row block of every row and one
   // column block of every column, with prefetch; large ones are blocked.
-  const int64_t row_block = whole ? a.rows : kRowBlock;
-  const int64_t column_block = whole ? a.in : kColumnBlock;
+  const auto [whole, row_block, column_block] = TilingOf(a);
   const int64_t prefetch = whole ? kStreamPrefetchBytes : 0;
   alignas(64) float tile[kRowsPerPass * kPanel];  // a pass's rows of y for one panel
   // Column blocks: a row block's rows of y for the first and the last panel of the chunk.
@@ -727,9 +737,7 @@ DCF_AVX512 void QuantizeActivationRowInt8Avx512(const float* x, int64_t n, int g
 void PackRowsAvx512(const PanelArgs& a, float* dst, int part, int parts) {
   // The tiles (row block x column block) one after another, as Panels walks them; within a
   // tile its passes one after another. A unit is one pass of one tile.
-  const bool whole = StreamsPanels(a.rows, a.in);
-  const int64_t row_block = whole ? a.rows : kRowBlock;
-  const int64_t column_block = whole ? a.in : kColumnBlock;
+  const auto [whole, row_block, column_block] = TilingOf(a);
   int64_t unit = 0;
   for (int64_t r0 = 0; r0 < a.rows; r0 += row_block) {
     const int64_t r1 = r0 + row_block < a.rows ? r0 + row_block : a.rows;

@@ -255,6 +255,17 @@ float PackedMatrix::At(int64_t o, int64_t k) const {
   return ToFloat(data_.data(), d, i);
 }
 
+// v's data with room for n elements: grown when smaller, never shrunk (within what
+// MatMulScratch::Reserve reserved, no allocation; a resize down and up again between a
+// narrow and a wide product would zero the difference every time).
+namespace {
+template <typename T>
+T* Grown(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+}  // namespace
+
 void MatMulScratch::Reserve(int64_t rows, int64_t in, int group, bool int8_activations) {
   if (int8_activations) {
     xq.reserve(static_cast<size_t>(rows * RoundUpTo4(in)));
@@ -280,20 +291,18 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   a.y = y;
   a.ldy = ldy;
   void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
+  // x quantized or packed once for the product: into `scratch`, or (none, or inside a
+  // parallel region) this thread's own.
+  thread_local MatMulScratch own;
+  MatMulScratch& buf = scratch != nullptr && !omp_in_parallel() ? *scratch : own;
   if (w.int8_activations()) {
     // Each row of x quantized once, before the threads split the panels (rows * in, small
     // next to the product; many rows on the threads too); every kernel reads the same
     // quantized rows.
-    thread_local MatMulScratch own;
-    MatMulScratch& buf = scratch != nullptr && !omp_in_parallel() ? *scratch : own;
     a.ldxq = RoundUpTo4(w.in());
     a.ldxs = w.num_groups();
-    // Grown, never shrunk (within what Reserve reserved): a resize between a narrow and a
-    // wide product would zero the difference every time.
-    if (buf.xq.size() < static_cast<size_t>(rows * a.ldxq)) buf.xq.resize(rows * a.ldxq);
-    if (buf.xs.size() < static_cast<size_t>(rows * a.ldxs)) buf.xs.resize(rows * a.ldxs);
-    uint8_t* const q = buf.xq.data();
-    float* const qs = buf.xs.data();
+    uint8_t* const q = Grown(buf.xq, rows * a.ldxq);
+    float* const qs = Grown(buf.xs, rows * a.ldxs);
     const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
     const int group = w.int8_group();
     const auto quantize = SupportedIsa(isa) == Isa::kAvx512
@@ -318,9 +327,7 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
     kernels::PanelArgs mine = a;
     if (rows > 1 && !w.int8_activations() && a.xpacked == nullptr) {
       thread_local std::vector<float> pack;
-      const size_t need = static_cast<size_t>(kernels::PackFloats(rows, w.in()));
-      if (pack.size() < need) pack.resize(need);
-      mine.xpack = pack.data();
+      mine.xpack = Grown(pack, kernels::PackFloats(rows, w.in()));
     }
     kernel(mine, p0, p1);
   };
@@ -339,11 +346,7 @@ void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, co
   // a larger one by all of them together, who then wait for each other (a barrier costs
   // sleeping threads a wake-up, more than packing a small x).
   if (kernel == kernels::PanelsAvx512 && rows >= 4 && !w.int8_activations()) {
-    thread_local MatMulScratch own;
-    std::vector<float>& packed = scratch != nullptr ? scratch->xpacked : own.xpacked;
-    const size_t need = static_cast<size_t>(rows * w.in());
-    if (packed.size() < need) packed.resize(need);  // within what Reserve reserved
-    float* const dst = packed.data();
+    float* const dst = Grown(buf.xpacked, rows * w.in());
     a.xpacked = dst;
     if (kernels::StreamsPanels(rows, w.in())) {
       kernels::PackRowsAvx512(a, dst);
