@@ -6,7 +6,9 @@
 // parallel region; several such processes on a few cores (or a pod under a CPU limit) then
 // burn each other's time: three lightly loaded servers on 2 cores ran 9x slower until
 // OMP_WAIT_POLICY=PASSIVE. The only way to change these from inside the program is to set
-// them and execute the program again, which EnsureComputeThreadEnvironment does.
+// them and execute the program again, which EnsureComputeThreadEnvironment does. (Within a
+// step the CPU backend's threads wait at barriers of their own, which spin for up to 200 us
+// before sleeping: engine/cpu/team.h.)
 #pragma once
 
 #include <string>

@@ -31,10 +31,6 @@ constexpr int C = ModelConfig::kComposeBranches;
 constexpr int kI = ModelConfig::kRank;
 constexpr float kQkNormEps = 1e-6f;  // fixed by the reference, independent of norm_eps
 constexpr float kDynNormEps = 1e-6f;
-// Below these sizes an OpenMP fork/join costs more than the work it splits (and on a busy
-// machine every join waits for a thread the scheduler may not run at once).
-constexpr int64_t kMinParallelTokens = 4;
-constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 
 // x[hd] <- x / sqrt(mean(x^2) + eps) * scale
 void HeadRmsNorm(float* x, const float* scale, int hd) {
@@ -92,6 +88,11 @@ CpuBackend::CpuBackend(const ModelConfig& config, ModelWeights weights,
 void CpuBackend::Product(const float* x, int64_t ldx, int64_t rows, const cpu::PackedMatrix& w,
                          const float* bias, float* y, int64_t ldy) {
   cpu::MatMul(x, ldx, rows, w, bias, y, ldy, cpu::ActiveIsa(), &s_.quant);
+}
+
+void CpuBackend::Product(cpu::Team& team, const float* x, int64_t ldx, int64_t rows,
+                         const cpu::PackedMatrix& w, const float* bias, float* y, int64_t ldy) {
+  cpu::MatMul(team, x, ldx, rows, w, bias, y, ldy, cpu::ActiveIsa(), &s_.quant);
 }
 
 BackendInfo CpuBackend::info() const {
@@ -328,7 +329,7 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
 
 void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& want) {
   using P = cpu::CpuStepProfile;
-  cpu::PhaseTimer timer(&profile_);
+  const auto start = std::chrono::steady_clock::now();
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
   const int64_t N = config_.n_head;
   const int half = config_.rotary_dim / 2;
@@ -368,12 +369,10 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
       cpu::EmbeddingRow(weights_.tok_embeddings, s.tokens[t], &s.x[t * E]);
     }
   }
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-  for (int64_t t = 0; t < T; ++t) {
-    RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
-                    &s.rope_sin[t * half]);
-  }
-  timer.Next(P::kEmbed);
+  // Sized here, outside the team: nothing in it allocates.
+  s.paged.resize(S);
+  const int64_t R = static_cast<int64_t>(want.size());
+  s.logits.resize(R * V);
 
   const bool pythia = config_.architecture == Architecture::kDcPythia;
   auto norm = [&](const Tensor& w, const Tensor& b, const float* in, int64_t rows, float* out) {
@@ -384,46 +383,73 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
     }
   };
 
-  for (int l = 0; l < config_.n_layer; ++l) {
-    const cpu::CpuLayerWeights& L = weights_.layers[l];
-    norm(L.attention_norm_w, L.attention_norm_b, s.x.data(), T, s.a.data());
-    timer.Next(P::kNorm);
-    AttentionLayer(l);  // reads s.a, writes s.y = attention output (with bias)
-    timer = cpu::PhaseTimer(&profile_);
-    if (pythia) {
-      // Parallel residual: both branches read the same x.
-      norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
-      timer.Next(P::kNorm);
-      FeedForward(l, s.a.data(), s.o.data());
-      timer = cpu::PhaseTimer(&profile_);
-      for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i] + s.o[i];
-      timer.Next(P::kResidual);
-    } else {
-      for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i];
-      timer.Next(P::kResidual);
-      norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
-      timer.Next(P::kNorm);
-      FeedForward(l, s.a.data(), s.o.data());
-      timer = cpu::PhaseTimer(&profile_);
-      for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.o[i];
-      timer.Next(P::kResidual);
+  const auto first = std::chrono::steady_clock::now();  // the embedding rows, before the team
+  cpu::RunTeam(omp_get_max_threads(), [&](cpu::Team& team) {
+    // The leader times the phases (each ends at the barrier after it).
+    cpu::CpuStepProfile* const profile = team.leader() ? &profile_ : nullptr;
+    cpu::PhaseTimer timer(profile);
+    team.ForEach(T, [&](int64_t t) {
+      RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
+                 &s.rope_sin[t * half]);
+    });
+    if (team.leader()) {
+      timer.Next(P::kEmbed);
+      profile_.seconds[P::kEmbed] += std::chrono::duration<double>(first - start).count();
     }
-  }
 
-  // Final norm and output projection, only for the rows that want logits.
-  const int64_t R = static_cast<int64_t>(want.size());
-  for (int64_t r = 0; r < R; ++r) {
-    std::memcpy(&s.y[r * E], &s.x[want[r] * E], sizeof(float) * E);
-  }
-  norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
-  s.logits.resize(R * V);
-  Product(s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
-  timer.Next(P::kLogits);
+    for (int l = 0; l < config_.n_layer; ++l) {
+      const cpu::CpuLayerWeights& L = weights_.layers[l];
+      // The leader: the previous layer's last residual add (below), then this norm.
+      if (team.leader()) norm(L.attention_norm_w, L.attention_norm_b, s.x.data(), T, s.a.data());
+      team.Barrier();
+      timer.Next(P::kNorm);
+      AttentionLayer(team, l);  // reads s.a, writes s.y = attention output (with bias)
+      timer = cpu::PhaseTimer(profile);
+      if (pythia) {
+        // Parallel residual: both branches read the same x.
+        if (team.leader()) norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
+        team.Barrier();
+        timer.Next(P::kNorm);
+        FeedForward(team, l, s.a.data(), s.o.data());
+        timer = cpu::PhaseTimer(profile);
+        if (team.leader()) {
+          for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i] + s.o[i];
+        }
+        timer.Next(P::kResidual);
+      } else {
+        if (team.leader()) {
+          for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.y[i];
+          timer.Next(P::kResidual);
+          norm(L.ffn_norm_w, L.ffn_norm_b, s.x.data(), T, s.a.data());
+        }
+        team.Barrier();
+        timer.Next(P::kNorm);
+        FeedForward(team, l, s.a.data(), s.o.data());
+        timer = cpu::PhaseTimer(profile);
+        if (team.leader()) {
+          for (int64_t i = 0; i < T * E; ++i) s.x[i] += s.o[i];
+        }
+        timer.Next(P::kResidual);
+      }
+    }
+
+    // Final norm and output projection, only for the rows that want logits.
+    if (team.leader()) {
+      for (int64_t r = 0; r < R; ++r) {
+        std::memcpy(&s.y[r * E], &s.x[want[r] * E], sizeof(float) * E);
+      }
+      norm(weights_.norm_w, weights_.norm_b, s.y.data(), R, s.a.data());
+    }
+    team.Barrier();
+    Product(team, s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
+    timer.Next(P::kLogits);
+  });
 }
 
-void CpuBackend::AttentionLayer(int layer) {
+void CpuBackend::AttentionLayer(cpu::Team& team, int layer) {
   using P = cpu::CpuStepProfile;
-  cpu::PhaseTimer timer(&profile_);
+  cpu::CpuStepProfile* const profile = team.leader() ? &profile_ : nullptr;
+  cpu::PhaseTimer timer(profile);
   const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
@@ -436,13 +462,12 @@ void CpuBackend::AttentionLayer(int layer) {
   const int row = layout_.row_floats();
 
   // One product for q, k, v and the dynamic-weight projections of every token.
-  Product(s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld);
+  Product(team, s.a.data(), E, T, L.in_proj, L.in_proj_b.f32_or_null(), s.qkv.data(), ld);
   timer.Next(P::kInProj);
 
   // Per token: the dynamic weights (gelu, the qkw products, tanh, W1 normalised over
   // heads), qk-norm and RoPE, and the fresh cache row.
-#pragma omp parallel for schedule(static) if (T >= kMinParallelTokens)
-  for (int64_t t = 0; t < T; ++t) {
+  team.ForEach(T, [&](int64_t t) {
     float* tok = &s.qkv[t * ld];
     float* u = tok + u_off;
     for (int64_t i = 0; i < C * K; ++i) u[i] = cpu::GeluErf(u[i]);
@@ -491,16 +516,17 @@ void CpuBackend::AttentionLayer(int layer) {
       uint16_t* r16 = &s.rows16[t * row];
       for (int i = 0; i < row; ++i) r16[i] = FloatToHalf(r[i]);
     }
-  }
+  });
   timer.Next(P::kPerToken);
 
   const LayerGroup group = config_.GroupOf(layer);
   const int gi = static_cast<int>(group);
   const int S = static_cast<int>(s.seqs.size());
-  s.paged.resize(S);
-  for (int i = 0; i < S; ++i) {
-    s.paged[i] = {s.seqs[i].start_pos, s.seqs[i].num_tokens, s.seqs[i].first_token,
-                  s.seqs[i].table[gi]};
+  if (team.leader()) {  // read by the leader alone (PagedAttention's plan); sized by Forward
+    for (int i = 0; i < S; ++i) {
+      s.paged[i] = {s.seqs[i].start_pos, s.seqs[i].num_tokens, s.seqs[i].first_token,
+                    s.seqs[i].table[gi]};
+    }
   }
   cpu::PagedAttentionInputs in;
   in.layout = layout_;
@@ -521,27 +547,28 @@ void CpuBackend::AttentionLayer(int layer) {
   in.cache = {cache_[gi].data(), layers_in_group_[gi], config_.IndexInGroup(layer),
               cache_shape_.block_size, kv_dtype_};
   cpu::PagedAttentionTimes times;
-  cpu::PagedAttention(in, s.o.data(), &times);
-  profile_.seconds[P::kCacheWrite] += times.cache_write;
-  profile_.seconds[P::kAttention] += times.attention;
-  timer = cpu::PhaseTimer(&profile_);
-  Product(s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
+  cpu::PagedAttention(team, in, &s.attention, s.o.data(), &times);
+  if (team.leader()) {
+    profile_.seconds[P::kCacheWrite] += times.cache_write;
+    profile_.seconds[P::kAttention] += times.attention;
+  }
+  timer = cpu::PhaseTimer(profile);
+  Product(team, s.o.data(), E, T, L.wo, L.wo_b.f32_or_null(), s.y.data(), E);
   timer.Next(P::kOutProj);
 }
 
-void CpuBackend::FeedForward(int layer, const float* h, float* out) {
+void CpuBackend::FeedForward(cpu::Team& team, int layer, const float* h, float* out) {
   using P = cpu::CpuStepProfile;
-  cpu::PhaseTimer timer(&profile_);
+  cpu::PhaseTimer timer(team.leader() ? &profile_ : nullptr);
   const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());
   const int64_t E = config_.dim, F = config_.intermediate_size;
   const int64_t up = L.up.out();  // 2F: [w1 h | w3 h] per token (dcformer), or F
-  Product(h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up);
+  Product(team, h, E, T, L.up, L.up_b.f32_or_null(), s.up.data(), up);
   timer.Next(P::kFfnMatMul);
   const bool pythia = config_.architecture == Architecture::kDcPythia;
-#pragma omp parallel for schedule(static) if (T * F >= kMinParallelElements)
-  for (int64_t t = 0; t < T; ++t) {
+  team.ForEach(T, [&](int64_t t) {
     const float* u = &s.up[t * up];
     float* a = &s.act[t * F];
     if (pythia) {
@@ -549,9 +576,9 @@ void CpuBackend::FeedForward(int layer, const float* h, float* out) {
     } else {
       cpu::SiluMul(u, u + F, a, F, cpu::ActiveIsa());
     }
-  }
+  });
   timer.Next(P::kFfnAct);
-  Product(s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
+  Product(team, s.act.data(), F, T, L.w2, L.w2_b.f32_or_null(), out, E);
   timer.Next(P::kFfnMatMul);
 }
 

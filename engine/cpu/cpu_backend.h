@@ -95,15 +95,20 @@ class CpuBackend final : public Backend {
   };
 
   // cpu::MatMul of one weight matrix, its int8 x int8 quantization or packing of x in
-  // s_.quant (reserved by Prepare, so a step does not allocate).
+  // s_.quant (reserved by Prepare, so a step does not allocate): on its own threads, or on
+  // every thread of a step's team.
   void Product(const float* x, int64_t ldx, int64_t rows, const cpu::PackedMatrix& w,
                const float* bias, float* y, int64_t ldy);
+  void Product(cpu::Team& team, const float* x, int64_t ldx, int64_t rows,
+               const cpu::PackedMatrix& w, const float* bias, float* y, int64_t ldy);
 
   // Runs the model over the batch and writes the logits of `rows` (step token indices) into
-  // s_.logits ([rows, vocab]).
+  // s_.logits ([rows, vocab]). The layers run on one team of threads (cpu/team.h): one
+  // OpenMP region a step. AttentionLayer and FeedForward run on every thread of it; what one
+  // thread computes alone, the leader does, and a barrier follows.
   void Forward(const StepBatch& batch, const std::vector<int32_t>& rows);
-  void AttentionLayer(int layer);
-  void FeedForward(int layer, const float* h, float* out);
+  void AttentionLayer(cpu::Team& team, int layer);
+  void FeedForward(cpu::Team& team, int layer, const float* h, float* out);
   // Draws the token of every sampling sequence from its row of s_.logits (plan.sample_row).
   // `slots`: batch.slot_offsets(), where each sequence's results go in `result`.
   void Sample(const StepBatch& batch, const LogitRows& plan, const std::vector<int32_t>& slots,
@@ -151,6 +156,7 @@ class CpuBackend final : public Backend {
     std::vector<float> rope_cos, rope_sin;     // [T, r/2]
     std::vector<float> logits;                 // [rows, V]
     cpu::MatMulScratch quant;                  // the products' quantized or packed x
+    cpu::PagedAttentionWork attention;         // the team's shared attention plan
   } s_;
 };
 

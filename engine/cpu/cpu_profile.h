@@ -42,12 +42,16 @@ struct CpuStepProfile {
   }
 };
 
-// Adds the time since construction (or the last Next) to one phase of a profile.
+// Adds the time since construction (or the last Next) to one phase of a profile; with no
+// profile (the threads of a step's team other than its leader), nothing.
 class PhaseTimer {
  public:
-  explicit PhaseTimer(CpuStepProfile* p) : p_(p), t_(std::chrono::steady_clock::now()) {}
+  explicit PhaseTimer(CpuStepProfile* p)
+      : p_(p), t_(p != nullptr ? std::chrono::steady_clock::now()
+                               : std::chrono::steady_clock::time_point()) {}
   // Charges the elapsed time to `phase` and restarts the clock.
   void Next(CpuStepProfile::Phase phase) {
+    if (p_ == nullptr) return;
     const auto now = std::chrono::steady_clock::now();
     p_->seconds[phase] += std::chrono::duration<double>(now - t_).count();
     t_ = now;

@@ -10,6 +10,7 @@
 
 #include "engine/common/logging.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/team.h"
 #include "engine/weights/int8_quant.h"
 
 namespace dcf::cpu {
@@ -275,94 +276,159 @@ void MatMulScratch::Reserve(int64_t rows, int64_t in, int group, bool int8_activ
   }
 }
 
+namespace {
+
+// A product's arguments, kernel and row buffers, as every thread of its team sees them.
+struct Product {
+  kernels::PanelArgs a;
+  void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
+  const PackedMatrix* w = nullptr;
+  Isa isa = Isa::kPortable;
+  MatMulScratch* buf = nullptr;  // where x is quantized or packed once for the product
+
+  Product(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& m, const float* bias,
+          float* y, int64_t ldy, Isa want, MatMulScratch* scratch)
+      : w(&m), isa(SupportedIsa(want)), buf(scratch) {
+    a.x = x;
+    a.ldx = ldx;
+    a.rows = rows;
+    a.w = m.data();
+    a.weight_type = m.weight_type();
+    a.group = m.int8_group();
+    a.in = m.in();
+    a.out = m.out();
+    a.bias = bias;
+    a.y = y;
+    a.ldy = ldy;
+    switch (isa) {
+      case Isa::kAvx512: kernel = kernels::PanelsAvx512; break;
+      case Isa::kAvx2: kernel = kernels::PanelsAvx2; break;
+      case Isa::kPortable: break;
+    }
+    if (m.int8_activations()) {
+      a.ldxq = RoundUpTo4(m.in());
+      a.ldxs = m.num_groups();
+    }
+  }
+
+  int64_t rows() const { return a.rows; }
+  int64_t panels() const { return w->num_panels(); }
+  // Whether one thread finishes it before a second one would start.
+  bool Small() const { return a.rows * w->in() * w->out() < kMinParallelMacs; }
+  // Whether the threads share x packed once (AVX-512, 4 or more rows): packing it per chunk
+  // cost 0.3 ns an element on the AMD EPYC VM (all of x for every chunk: about 10% of a
+  // 5-9-row product of the 261M shape on 2 threads, a quarter of a 128-row one).
+  bool SharesPackedRows() const {
+    return kernel == kernels::PanelsAvx512 && a.rows >= 4 && !w->int8_activations();
+  }
+  // int8 x int8: the row buffers, grown (by one thread; the others read a.xq / a.xs after a
+  // barrier).
+  void GrowQuantized() {
+    a.xq = Grown(buf->xq, a.rows * a.ldxq);
+    a.xs = Grown(buf->xs, a.rows * a.ldxs);
+  }
+  void QuantizeRow(int64_t r) const {
+    const auto quantize = isa == Isa::kAvx512 ? kernels::QuantizeActivationRowInt8Avx512
+                                              : QuantizeActivationRowInt8;
+    quantize(a.x + r * a.ldx, w->in(), w->int8_group(), const_cast<uint8_t*>(a.xq) + r * a.ldxq,
+             const_cast<float*>(a.xs) + r * a.ldxs);
+  }
+  // The kernel over panels [p0, p1): x packed per call unless shared.
+  void Run(int64_t p0, int64_t p1) const {
+    kernels::PanelArgs mine = a;
+    if (a.rows > 1 && !w->int8_activations() && a.xpacked == nullptr) {
+      thread_local std::vector<float> pack;
+      mine.xpack = Grown(pack, kernels::PackFloats(a.rows, w->in()));
+    }
+    kernel(mine, p0, p1);
+  }
+};
+
+// The whole product on the calling thread.
+void RunAlone(Product& p) {
+  if (p.w->int8_activations()) {
+    p.GrowQuantized();
+    for (int64_t r = 0; r < p.rows(); ++r) p.QuantizeRow(r);
+  }
+  p.Run(0, p.panels());
+}
+
+// The product on every thread of `team` (each calls it with the same arguments), which
+// shares p.buf: x quantized (int8 x int8) or packed (SharesPackedRows) once, then chunks of
+// consecutive panels handed out one at a time (a thread that another process slows down
+// takes fewer, instead of the others waiting for its half), then a barrier.
+void RunOnTeam(Team& team, Product& p) {
+  if (p.w->int8_activations()) {
+    // Each row quantized once, before the threads split the panels; many rows on the threads.
+    // The leader grows the buffers; the others take their addresses after a barrier.
+    const auto shared = [&p] {
+      p.a.xq = p.buf->xq.data();
+      p.a.xs = p.buf->xs.data();
+    };
+    if (team.leader()) p.GrowQuantized();
+    if (p.rows() > 1 && p.rows() * p.w->in() >= kMinParallelQuantElements) {
+      team.Barrier();
+      shared();
+      team.ForEach(p.rows(), [&](int64_t r) { p.QuantizeRow(r); });
+    } else {
+      if (team.leader()) {
+        for (int64_t r = 0; r < p.rows(); ++r) p.QuantizeRow(r);
+      }
+      team.Barrier();
+      shared();
+    }
+  } else if (p.SharesPackedRows()) {
+    // A product that streams whole panels (x at most kPackFloats floats, or one pass) packs
+    // on the leader (short); a larger one on all threads, pass by pass.
+    const bool whole = kernels::StreamsPanels(p.rows(), p.w->in());
+    if (team.leader()) {
+      p.a.xpacked = Grown(p.buf->xpacked, p.rows() * p.w->in());
+      if (whole) kernels::PackRowsAvx512(p.a, p.buf->xpacked.data());
+    }
+    team.Barrier();
+    p.a.xpacked = p.buf->xpacked.data();
+    if (!whole) {
+      kernels::PackRowsAvx512(p.a, p.buf->xpacked.data(), team.rank(), team.size());
+      team.Barrier();
+    }
+  }
+  const int64_t panels = p.panels();
+  const int64_t chunks = std::min<int64_t>(panels, team.size() * kChunksPerThread);
+  team.ForEach(chunks, [&](int64_t c) { p.Run(panels * c / chunks, panels * (c + 1) / chunks); });
+}
+
+}  // namespace
+
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
             float* y, int64_t ldy, Isa isa, MatMulScratch* scratch) {
   if (rows <= 0 || w.empty()) return;
-  kernels::PanelArgs a;
-  a.x = x;
-  a.ldx = ldx;
-  a.rows = rows;
-  a.w = w.data();
-  a.weight_type = w.weight_type();
-  a.group = w.int8_group();
-  a.in = w.in();
-  a.out = w.out();
-  a.bias = bias;
-  a.y = y;
-  a.ldy = ldy;
-  void (*kernel)(const kernels::PanelArgs&, int64_t, int64_t) = kernels::PanelsPortable;
   // x quantized or packed once for the product: into `scratch`, or (none, or inside a
   // parallel region) this thread's own.
   thread_local MatMulScratch own;
-  MatMulScratch& buf = scratch != nullptr && !omp_in_parallel() ? *scratch : own;
-  if (w.int8_activations()) {
-    // Each row of x quantized once, before the threads split the panels (rows * in, small
-    // next to the product; many rows on the threads too); every kernel reads the same
-    // quantized rows.
-    a.ldxq = RoundUpTo4(w.in());
-    a.ldxs = w.num_groups();
-    uint8_t* const q = Grown(buf.xq, rows * a.ldxq);
-    float* const qs = Grown(buf.xs, rows * a.ldxs);
-    const int64_t ldq = a.ldxq, ldqs = a.ldxs, in = w.in();
-    const int group = w.int8_group();
-    const auto quantize = SupportedIsa(isa) == Isa::kAvx512
-                              ? kernels::QuantizeActivationRowInt8Avx512
-                              : QuantizeActivationRowInt8;
-#pragma omp parallel for schedule(static) \
-    if (rows > 1 && rows * in >= kMinParallelQuantElements && !omp_in_parallel())
-    for (int64_t r = 0; r < rows; ++r) quantize(x + r * ldx, in, group, q + r * ldq, qs + r * ldqs);
-    a.xq = q;
-    a.xs = qs;
-  }
-  switch (SupportedIsa(isa)) {
-    case Isa::kAvx512: kernel = kernels::PanelsAvx512; break;
-    case Isa::kAvx2: kernel = kernels::PanelsAvx2; break;
-    case Isa::kPortable: break;
-  }
-  const int64_t panels = w.num_panels();
-  const int64_t threads = std::min<int64_t>(omp_get_max_threads(), panels);
-  // Each thread packs its own copy of the rows it multiplies, unless they are packed once for
-  // all threads (below).
-  const auto run = [&](int64_t p0, int64_t p1) {
-    kernels::PanelArgs mine = a;
-    if (rows > 1 && !w.int8_activations() && a.xpacked == nullptr) {
-      thread_local std::vector<float> pack;
-      mine.xpack = Grown(pack, kernels::PackFloats(rows, w.in()));
-    }
-    kernel(mine, p0, p1);
-  };
-  if (threads <= 1 || omp_in_parallel() || rows * w.in() * w.out() < kMinParallelMacs) {
-    run(0, panels);
+  Product p(x, ldx, rows, w, bias, y, ldy, isa,
+            scratch != nullptr && !omp_in_parallel() ? scratch : &own);
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), p.panels()));
+  if (threads <= 1 || omp_in_parallel() || p.Small()) {
+    RunAlone(p);
     return;
   }
-  // Chunks of consecutive panels handed out dynamically: a thread that another process
-  // slows down (a shared host) takes fewer, instead of the others waiting for its half.
-  const int64_t chunks = std::min<int64_t>(panels, threads * kChunksPerThread);
-  // A thread runs the kernel once per chunk it takes, and the AVX-512 kernel would pack the
-  // rows of x it multiplies each time (0.3 ns an element on the AMD EPYC VM; all of x for
-  // every chunk: about 10% of a 5-9-row product of the 261M shape on 2 threads, a quarter of
-  // a 128-row one), so x is packed once and shared: a product that streams whole panels
-  // (its x at most kPackFloats floats, or one pass) by this thread before the others start,
-  // a larger one by all of them together, who then wait for each other (a barrier costs
-  // sleeping threads a wake-up, more than packing a small x).
-  if (kernel == kernels::PanelsAvx512 && rows >= 4 && !w.int8_activations()) {
-    float* const dst = Grown(buf.xpacked, rows * w.in());
-    a.xpacked = dst;
-    if (kernels::StreamsPanels(rows, w.in())) {
-      kernels::PackRowsAvx512(a, dst);
-    } else {
-#pragma omp parallel num_threads(static_cast<int>(threads))
-      {
-        kernels::PackRowsAvx512(a, dst, omp_get_thread_num(), omp_get_num_threads());
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
-      }
-      return;
-    }
+  RunTeam(threads, [&](Team& team) {
+    Product mine = p;  // each thread's own copy of the arguments
+    RunOnTeam(team, mine);
+  });
+}
+
+void MatMul(Team& team, const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w,
+            const float* bias, float* y, int64_t ldy, Isa isa, MatMulScratch* scratch) {
+  if (rows <= 0 || w.empty()) return;
+  DCF_CHECK(scratch != nullptr) << "a product on a team shares its caller's scratch";
+  Product p(x, ldx, rows, w, bias, y, ldy, isa, scratch);
+  if (team.size() <= 1 || p.Small() || p.panels() <= 1) {
+    if (team.leader()) RunAlone(p);
+    team.Barrier();
+    return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(dynamic, 1)
-  for (int64_t c = 0; c < chunks; ++c) run(panels * c / chunks, panels * (c + 1) / chunks);
+  RunOnTeam(team, p);
 }
 
 }  // namespace dcf::cpu

@@ -28,7 +28,7 @@
 // once; larger M re-reads a panel from cache, not from memory.
 //
 // Thread-safety: a PackedMatrix is immutable after construction; MatMul may run
-// concurrently on the same matrix. MatMul itself uses OpenMP threads over panels.
+// concurrently on the same matrix. MatMul itself splits panels between threads (team.h).
 #pragma once
 
 #include <cstddef>
@@ -39,6 +39,7 @@
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/large_buffer.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/team.h"
 #include "engine/weights/dtype.h"
 #include "engine/weights/int8_quant.h"
 
@@ -143,7 +144,15 @@ struct MatMulScratch {
 // small. Without a scratch (or inside a parallel region, where each thread runs its own
 // product) into buffers of the calling thread, which grow to the largest product it ran and
 // stay; a product on one thread packs x into such a buffer too.
+// Each product split between threads runs on a Team (team.h) of its own.
 void MatMul(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, const float* bias,
             float* y, int64_t ldy, Isa isa = ActiveIsa(), MatMulScratch* scratch = nullptr);
+
+// The same product on the threads of `team`, every one of which calls it with the same
+// arguments (a CPU backend step runs all its products on one team): the same bits. `scratch`
+// (required) is shared by the team. Returns on every thread after a barrier, so y is
+// complete.
+void MatMul(Team& team, const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w,
+            const float* bias, float* y, int64_t ldy, Isa isa, MatMulScratch* scratch);
 
 }  // namespace dcf::cpu

@@ -61,12 +61,12 @@ int64_t PagedAttentionScratchBytes(const PagedAttentionInputs& in) {
          static_cast<int64_t>(sizeof(float));
 }
 
-void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTimes* times) {
-  auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// Stores the new rows, describes every sequence's keys as segments and cuts the queries into
+// work items for `threads` threads.
+void Plan(const PagedAttentionInputs& in, int threads, PagedAttentionWork* work) {
   const KvRowLayout& layout = in.layout;
-  const int N = layout.n_head;
-  const int64_t E = static_cast<int64_t>(N) * layout.head_dim;
-  const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
   const int row = layout.row_floats();
   const int B = in.cache.block_size;
   const int window = in.window;
@@ -74,8 +74,8 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
   const int64_t row_bytes = static_cast<int64_t>(row) * DTypeSize(dtype);
   const char* fresh = static_cast<const char*>(in.rows);  // [T, row] of dtype
 
-  // Store the new rows, and describe every sequence's keys as segments.
-  std::vector<std::vector<KeySegment>> segments(in.num_seqs);
+  std::vector<std::vector<KeySegment>>& segments = work->segments;
+  segments.resize(in.num_seqs);
   for (int i = 0; i < in.num_seqs; ++i) {
     const PagedSequence& sp = in.seqs[i];
     const int n = sp.num_tokens;
@@ -89,6 +89,7 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
       std::memcpy(in.cache.Row(blk, p % B, row), fresh + (t0i + p - sp.start_pos) * row_bytes,
                   row_bytes);
     }
+    segments[i].clear();
     const int first = FirstKeptPosition(window, sp.start_pos);
     for (int p0 = first / B * B; p0 < sp.start_pos; p0 += B) {
       const int lo = std::max(p0, first);
@@ -99,22 +100,12 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
     // The chunk's own keys come from the fresh rows, also where no window block keeps them.
     segments[i].push_back({sp.start_pos, n, fresh + t0i * row_bytes, row, dtype});
   }
-  if (times != nullptr) {
-    times->cache_write += Since(t0);
-    t0 = std::chrono::steady_clock::now();
-  }
 
   // Work items: a tile of up to QueryTile::kMaxQueries consecutive queries of a chunk
   // (AttendTile), or one query (AttendOne: decode tokens, and every query with tiles off).
   // Either gives a query the same bits (dcmha.h), so how a chunk is cut changes nothing.
-  struct Item {
-    int seq;
-    int64_t token;  // first token of the item
-    int count;      // queries: 1 .. QueryTile::kMaxQueries
-  };
   // Tiles are as large as they can be while every thread still gets an item (a short chunk,
   // e.g. a verify step's k + 1 queries, as one tile would run on one thread).
-  const int threads = omp_get_max_threads();
   int tile = QueryTile::kMaxQueries;
   for (; tile > 1; tile /= 2) {
     int64_t n = 0;
@@ -124,7 +115,8 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
     }
     if (n >= threads) break;
   }
-  std::vector<Item> items;
+  std::vector<PagedAttentionWork::Item>& items = work->items;
+  items.clear();
   for (int i = 0; i < in.num_seqs; ++i) {
     const PagedSequence& sp = in.seqs[i];
     const int step = UsesTiles(in, sp) ? tile : 1;
@@ -132,44 +124,86 @@ void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTi
       items.push_back({i, sp.first_token + k, std::min(step, sp.num_tokens - k)});
     }
   }
-  // Later queries see more keys: hand the largest items out first (dynamic schedule).
+  // Later queries see more keys: hand the largest items out first.
   std::reverse(items.begin(), items.end());
-  const int64_t scratch_floats = ScratchFloats(in);
-  const int64_t num_items = static_cast<int64_t>(items.size());
-#pragma omp parallel if (num_items > 1)  // one query (batch-1 decode) stays on one thread
-  {
-    std::unique_ptr<float[]> scratch(new float[scratch_floats]);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < num_items; ++w) {
-      const Item& it = items[w];
-      const int64_t t = it.token;
-      if (it.count > 1) {
-        QueryTile tile;
-        tile.count = it.count;
-        tile.pos0 = in.positions[t];
-        tile.window = window;
-        tile.q = in.q + t * in.q_stride;
-        tile.q_stride = in.q_stride;
-        tile.dw = &in.dw[t * C * W2I];
-        tile.g = in.g + t * in.g_stride;
-        tile.g_stride = in.g_stride;
-        tile.compose = in.compose;
-        AttendTile(layout, tile, segments[it.seq], scratch.get(), out + t * E, E);
-        continue;
-      }
-      QueryInputs qi;
-      qi.q = in.q + t * in.q_stride;
-      qi.pre_w = &in.dw[(t * C + 0) * W2I];
-      qi.pre_g = &in.g[t * in.g_stride + 0 * N];
-      qi.post_w = &in.dw[(t * C + 2) * W2I];
-      qi.post_g = &in.g[t * in.g_stride + 2 * N];
-      qi.compose = in.compose;
-      const int64_t pos = in.positions[t];
-      AttendOne(layout, qi, segments[it.seq], FirstKeptPosition(window, pos), pos, scratch.get(),
-                out + t * E);
+  work->scratch_floats = ScratchFloats(in);
+}
+
+// Work item w of `work` into out, with `scratch` (work.scratch_floats floats).
+void Attend(const PagedAttentionInputs& in, const PagedAttentionWork& work, int64_t w,
+            float* scratch, float* out) {
+  const int N = in.layout.n_head;
+  const int64_t E = static_cast<int64_t>(N) * in.layout.head_dim;
+  const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
+  const PagedAttentionWork::Item& it = work.items[w];
+  const int64_t t = it.token;
+  const auto segments = absl::MakeConstSpan(work.segments[it.seq]);
+  if (it.count > 1) {
+    QueryTile tile;
+    tile.count = it.count;
+    tile.pos0 = in.positions[t];
+    tile.window = in.window;
+    tile.q = in.q + t * in.q_stride;
+    tile.q_stride = in.q_stride;
+    tile.dw = &in.dw[t * C * W2I];
+    tile.g = in.g + t * in.g_stride;
+    tile.g_stride = in.g_stride;
+    tile.compose = in.compose;
+    AttendTile(in.layout, tile, segments, scratch, out + t * E, E);
+    return;
+  }
+  QueryInputs qi;
+  qi.q = in.q + t * in.q_stride;
+  qi.pre_w = &in.dw[(t * C + 0) * W2I];
+  qi.pre_g = &in.g[t * in.g_stride + 0 * N];
+  qi.post_w = &in.dw[(t * C + 2) * W2I];
+  qi.post_g = &in.g[t * in.g_stride + 2 * N];
+  qi.compose = in.compose;
+  const int64_t pos = in.positions[t];
+  AttendOne(in.layout, qi, segments, FirstKeptPosition(in.window, pos), pos, scratch,
+            out + t * E);
+}
+
+// The items of `work` on the threads of `team`, each with its own scratch.
+void AttendItems(Team& team, const PagedAttentionInputs& in, const PagedAttentionWork& work,
+                 float* out) {
+  std::unique_ptr<float[]> scratch;  // at this thread's first item
+  team.ForEach(static_cast<int64_t>(work.items.size()), [&](int64_t w) {
+    if (scratch == nullptr) scratch.reset(new float[work.scratch_floats]);
+    Attend(in, work, w, scratch.get(), out);
+  });
+}
+
+}  // namespace
+
+void PagedAttention(const PagedAttentionInputs& in, float* out, PagedAttentionTimes* times) {
+  auto t0 = std::chrono::steady_clock::now();
+  PagedAttentionWork work;
+  const int threads = omp_get_max_threads();
+  Plan(in, threads, &work);
+  if (times != nullptr) {
+    times->cache_write += Since(t0);
+    t0 = std::chrono::steady_clock::now();
+  }
+  // One query (batch-1 decode) stays on the calling thread.
+  RunTeam(work.items.size() > 1 ? threads : 1,
+          [&](Team& team) { AttendItems(team, in, work, out); });
+  if (times != nullptr) times->attention += Since(t0);
+}
+
+void PagedAttention(Team& team, const PagedAttentionInputs& in, PagedAttentionWork* work,
+                    float* out, PagedAttentionTimes* times) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (team.leader()) {
+    Plan(in, team.size(), work);
+    if (times != nullptr) {
+      times->cache_write += Since(t0);
+      t0 = std::chrono::steady_clock::now();
     }
   }
-  if (times != nullptr) times->attention += Since(t0);
+  team.Barrier();
+  AttendItems(team, in, *work, out);
+  if (team.leader() && times != nullptr) times->attention += Since(t0);
 }
 
 }  // namespace dcf::cpu

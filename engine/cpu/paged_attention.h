@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/cpu/dcmha.h"
+#include "engine/cpu/team.h"
 #include "engine/kv/kv_layout.h"
 
 namespace dcf::cpu {
@@ -82,6 +83,27 @@ struct PagedAttentionTimes {
 // Writes the kept fresh rows into the cache and fills out [T, N*hd] f32.
 void PagedAttention(const PagedAttentionInputs& in, float* out,
                     PagedAttentionTimes* times = nullptr);
+
+// What the threads of a team share in one PagedAttention call: every sequence's keys and the
+// work items (a query, or a tile of queries). Kept between calls, so its vectors keep their
+// room.
+struct PagedAttentionWork {
+  struct Item {
+    int seq;
+    int64_t token;  // first token of the item
+    int count;      // queries: 1 .. QueryTile::kMaxQueries
+  };
+  std::vector<std::vector<KeySegment>> segments;  // [S]
+  std::vector<Item> items;
+  int64_t scratch_floats = 0;  // each thread's
+};
+
+// The same on the threads of `team` (team.h), every one of which calls it with the same
+// arguments: the leader writes the rows and plans the items into `work`, the threads take
+// the items (the same bits whichever runs which). Returns on every thread after a barrier.
+// `times` is written by the leader.
+void PagedAttention(Team& team, const PagedAttentionInputs& in, PagedAttentionWork* work,
+                    float* out, PagedAttentionTimes* times = nullptr);
 
 // Bytes of scratch PagedAttention(in) allocates, all threads together (the memory figure of
 // benchmarks).

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/cpu/dcmha.h"
 #include "engine/cpu/paged_attention.h"
+#include "engine/cpu/team.h"
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model_config.h"
 #include "gtest/gtest.h"
@@ -168,8 +170,10 @@ struct ChunkCase {
   DType dtype;
 };
 
+// team 0: PagedAttention on its own threads; else PagedAttention(team, ...) on a team of that
+// many std::threads.
 std::vector<float> Prefill(const ChunkCase& c, const Rows& rows, const Queries& qs,
-                           const std::vector<int>& chunks, bool tiles) {
+                           const std::vector<int>& chunks, bool tiles, int team = 0) {
   const KvRowLayout layout(c.n_head, c.head_dim);
   const int row = layout.row_floats();
   const int B = 16;
@@ -214,7 +218,21 @@ std::vector<float> Prefill(const ChunkCase& c, const Rows& rows, const Queries& 
     in.cache.base = const_cast<void*>(cache.data(0));
     in.cache.block_size = B;
     in.cache.dtype = c.dtype;
-    PagedAttention(in, out.data() + start * E);
+    if (team == 0) {
+      PagedAttention(in, out.data() + start * E);
+    } else {
+      TeamState state;
+      state.Reset();
+      PagedAttentionWork work;
+      auto run = [&](int rank) {
+        Team t(&state, rank, team);
+        PagedAttention(t, in, &work, out.data() + start * E);
+      };
+      std::vector<std::thread> others;
+      for (int r = 1; r < team; ++r) others.emplace_back(run, r);
+      run(0);
+      for (std::thread& t : others) t.join();
+    }
     start += n;
   }
   return out;
@@ -245,13 +263,43 @@ TEST(PagedAttentionTest, TiledPrefillIsBitIdenticalWhateverTheChunking) {
                            std::to_string(c.window) + " compose " + std::to_string(c.compose) +
                            " " + std::string(DTypeName(c.dtype)) + " tiles " +
                            std::to_string(tiles) + " chunks";
-        for (int k : chunks) name += " " + std::to_string(k);
+        for (int k : chunks) name.append(" ").append(std::to_string(k));
         for (size_t e = 0; e < want.size(); ++e) {
           ASSERT_EQ(Bits(got[e]), Bits(want[e])) << name << " at element " << e;
         }
       }
     }
   }
+}
+
+// The same prompts on teams of threads (a CPU backend step runs attention on its team):
+// the bits of the per-query path in one chunk, whichever thread takes which item.
+TEST(PagedAttentionTest, OnATeamOfThreadsGivesTheSameBits) {
+  std::mt19937 rng(8);
+  const ChunkCase cases[] = {{8, 64, 100, 24, true, DType::kF32},
+                             {5, 20, 83, 16, true, DType::kF16},
+                             {32, 80, 47, 0, true, DType::kBF16}};
+  int compared = 0;
+  for (const ChunkCase& c : cases) {
+    const KvRowLayout layout(c.n_head, c.head_dim);
+    const Rows rows =
+        RandomRows(c.dtype, static_cast<int64_t>(c.length) * layout.row_floats(), rng);
+    const Queries qs = RandomQueries(c.length, c.n_head, c.head_dim, rng);
+    const std::vector<float> want = Prefill(c, rows, qs, {c.length}, /*tiles=*/false);
+    for (const int team : {1, 2, 3}) {
+      for (const std::vector<int>& chunks :
+           std::vector<std::vector<int>>{{1000}, {1}, {7, 16, 1, 33}}) {
+        const std::vector<float> got = Prefill(c, rows, qs, chunks, /*tiles=*/true, team);
+        for (size_t e = 0; e < want.size(); ++e) {
+          ASSERT_EQ(Bits(got[e]), Bits(want[e]))
+              << "N " << c.n_head << " team " << team << " first chunk " << chunks[0]
+              << " at element " << e;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 3 * 3);
 }
 
 }  // namespace
