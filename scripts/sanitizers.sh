@@ -3,9 +3,11 @@
 #   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) over the unit
 #               and integration suites: every test binary, and the servers and tools the
 #               integration tests start, are instrumented.
-#   build-tsan  ThreadSanitizer over the engine (serving) and server unit tests. Debian's
-#               absl::Mutex is uninstrumented; tests/sanitizers/tsan_absl_mutex.cc tells TSan
-#               about it. OpenMP runs with one thread (libgomp is not instrumented either).
+#   build-tsan  ThreadSanitizer over the engine (serving) and server unit tests, and the CPU
+#               backend's thread teams (team_test: teams of std::threads, and every kind of
+#               product on them). Debian's absl::Mutex is uninstrumented;
+#               tests/sanitizers/tsan_absl_mutex.cc tells TSan about it. OpenMP runs with one
+#               thread (libgomp is not instrumented either).
 # Zero findings: any report fails the run. A UBSan report aborts (its abort_on_error: with
 # only halt_on_error the process exits 1, the very exit a test of the server's own exit 1
 # waits for, which then failed on a missing log line, not on the report). Suppressions
@@ -105,7 +107,7 @@ fi
 if [[ "${WHICH}" == all || "${WHICH}" == tsan ]]; then
   start=$(date +%s)
   configure build-tsan thread
-  TSAN_TARGETS=(serving_unit_test backends_engine_test server_unit_test)
+  TSAN_TARGETS=(serving_unit_test backends_engine_test server_unit_test team_test)
   cmake --build build-tsan -j"${JOBS}" --target "${TSAN_TARGETS[@]}"
   built=$(date +%s)
   for t in "${TSAN_TARGETS[@]}"; do
