@@ -256,20 +256,20 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
   }
   const int V = config_.vocab_size;
   const LogitRows plan = PlanLogitRows(batch);
-  Forward(batch, plan.rows);
-  cpu::PhaseTimer timer(&profile_);
-
-  // Into the result buffer that no step in flight holds; the returned rows come first: one
-  // block.
+  // Into the result buffer that no step in flight holds (sized here, outside the step's
+  // team); the returned rows come first: one block.
   StepOutput& result = results_[(oldest_ + in_flight_) % 2];
   const std::vector<int32_t> slots = batch.slot_offsets();
   result.Resize(slots.back(), plan.num_returned, V);
-  if (plan.num_returned > 0) {
-    std::memcpy(result.logits.data(), s_.logits.data(),
-                sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
-  }
-  Sample(batch, plan, slots, &result);
-  timer.Next(cpu::CpuStepProfile::kSample);
+  Forward(batch, plan.rows, [&](cpu::Team& team) {
+    cpu::PhaseTimer timer(team.leader() ? &profile_ : nullptr);
+    if (team.leader() && plan.num_returned > 0) {
+      std::memcpy(result.logits.data(), s_.logits.data(),
+                  sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
+    }
+    Sample(team, batch, plan, slots, &result);
+    timer.Next(cpu::CpuStepProfile::kSample);
+  });
   ++profile_.steps;
   profile_.tokens += batch.num_tokens();
   last_tokens_ = result.tokens;
@@ -286,7 +286,7 @@ absl::Status CpuBackend::Wait(StepOutput* out) {
   return absl::OkStatus();
 }
 
-void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
+void CpuBackend::Sample(cpu::Team& team, const StepBatch& batch, const LogitRows& plan,
                         const std::vector<int32_t>& slots, StepOutput* result) {
   const int V = config_.vocab_size;
   const int64_t num_samples = static_cast<int64_t>(plan.sampled_seqs.size());
@@ -295,8 +295,7 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
   // each recorded in its penalty slot before the next is sampled, so row j counts the j
   // drafted tokens before it (they equal the tokens sampled so far); sampling stops after
   // the first row that differs from its draft (step_batch.h).
-#pragma omp parallel for schedule(dynamic) if (num_samples >= 4)
-  for (int64_t i = 0; i < num_samples; ++i) {
+  team.ForEach(num_samples, [&](int64_t i) {
     const int s = plan.sampled_seqs[i];
     const SamplingRow& r = batch.sampling[s];
     const int n = batch.sample_rows[s];
@@ -306,7 +305,7 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
       const absl::Span<const float> logits = absl::MakeConstSpan(s_.logits).subspan(
           static_cast<size_t>(plan.sample_row[s] + j) * V, V);
       const int32_t token = SampleToken(logits, r.params, r.seed, r.step + j, penalties,
-                                        &sampler_scratch_[omp_get_thread_num()]);
+                                        &sampler_scratch_[team.rank()]);
       float logprob = 0.0f;
       std::vector<TopLogprob> top;
       if (token >= 0 && (r.logprob || r.top_logprobs > 0)) {  // token < 0: logits not finite
@@ -324,10 +323,11 @@ void CpuBackend::Sample(const StepBatch& batch, const LogitRows& plan,
       if (penalties != nullptr) penalties->Record(token);
       if (j + 1 < n && token != draft[j]) break;  // the rule of AcceptedDrafts
     }
-  }
+  });
 }
 
-void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& want) {
+void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& want,
+                         absl::FunctionRef<void(cpu::Team&)> then) {
   using P = cpu::CpuStepProfile;
   const auto start = std::chrono::steady_clock::now();
   const int64_t E = config_.dim, F = config_.intermediate_size, V = config_.vocab_size;
@@ -443,6 +443,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
     team.Barrier();
     Product(team, s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
     timer.Next(P::kLogits);
+    then(team);
   });
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "engine/cpu/cpu_profile.h"
 #include "engine/cpu/cpu_weights.h"
 #include "engine/cpu/large_buffer.h"
@@ -103,16 +104,18 @@ class CpuBackend final : public Backend {
                const cpu::PackedMatrix& w, const float* bias, float* y, int64_t ldy);
 
   // Runs the model over the batch and writes the logits of `rows` (step token indices) into
-  // s_.logits ([rows, vocab]). The layers run on one team of threads (cpu/team.h): one
-  // OpenMP region a step. AttentionLayer and FeedForward run on every thread of it; what one
-  // thread computes alone, the leader does, and a barrier follows.
-  void Forward(const StepBatch& batch, const std::vector<int32_t>& rows);
+  // s_.logits ([rows, vocab]), then calls then(team). The step runs on one team of threads
+  // (cpu/team.h): one OpenMP region a step. AttentionLayer, FeedForward and Sample run on
+  // every thread of it; what one thread computes alone, the leader does, and a barrier
+  // follows.
+  void Forward(const StepBatch& batch, const std::vector<int32_t>& rows,
+               absl::FunctionRef<void(cpu::Team&)> then);
   void AttentionLayer(cpu::Team& team, int layer);
   void FeedForward(cpu::Team& team, int layer, const float* h, float* out);
   // Draws the token of every sampling sequence from its row of s_.logits (plan.sample_row).
   // `slots`: batch.slot_offsets(), where each sequence's results go in `result`.
-  void Sample(const StepBatch& batch, const LogitRows& plan, const std::vector<int32_t>& slots,
-              StepOutput* result);
+  void Sample(cpu::Team& team, const StepBatch& batch, const LogitRows& plan,
+              const std::vector<int32_t>& slots, StepOutput* result);
 
   ModelConfig config_;
   cpu::CpuWeights weights_;
@@ -125,7 +128,7 @@ class CpuBackend final : public Backend {
   std::array<cpu::LargeBuffer, kNumLayerGroups> cache_;
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
-  std::vector<SamplerScratch> sampler_scratch_;  // one per OpenMP thread
+  std::vector<SamplerScratch> sampler_scratch_;  // one per thread of a step's team
   // The results of the steps launched and not waited for (at most 2): results_[oldest_], then
   // the other one when in_flight_ == 2.
   std::array<StepOutput, 2> results_;
