@@ -140,8 +140,10 @@ void Compose(int n_head, const float* qw, const float* qg, const float* kw, cons
 }
 
 int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys) {
-  // Scores [num_keys][N padded to 16], then one row pointer per key (two floats each).
-  return num_keys * ((layout.n_head + 15) / 16 * 16 + 2);
+  // Scores [num_keys][N padded to 16], one row pointer per key (two floats each), then the
+  // softmax sums [N padded to 16].
+  const int64_t padded = (layout.n_head + 15) / 16 * 16;
+  return num_keys * (padded + 2) + padded;
 }
 
 namespace {
@@ -170,7 +172,22 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
       return AttendOnePortable<DType::kBF16>(layout, qi, segments, lo, hi, scratch, out);
     case DType::kF16:
       return AttendOnePortable<DType::kF16>(layout, qi, segments, lo, hi, scratch, out);
+    case DType::kI8:  // a weight dtype only: no KV cache holds int8 rows
+      break;
   }
+}
+
+void AttendOne(Team& team, const KvRowLayout& layout, const QueryInputs& qi,
+               absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
+               float* out, Isa isa) {
+  if (UsesAvx512Attention(layout, isa)) {
+    const DType dtype = segments.empty() ? DType::kF32 : segments[0].dtype;
+    kernels::AttendOneAvx512(layout, qi, segments.data(), static_cast<int>(segments.size()), lo,
+                             hi, dtype, scratch, out, &team);
+    return;
+  }
+  if (team.leader()) AttendOne(layout, qi, segments, lo, hi, scratch, out, isa);
+  team.Barrier();
 }
 
 int64_t AttendTileScratchFloats(const KvRowLayout& layout, int64_t max_keys) {

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/team.h"
 #include "engine/kv/kv_layout.h"
 #include "engine/weights/dtype.h"
 
@@ -42,7 +43,7 @@ struct QueryInputs {
 };
 
 // Floats of AttendOne's scratch for `num_keys` visible keys: per key, its N scores rounded up
-// to whole 16-lane vectors and a row pointer.
+// to whole 16-lane vectors and a row pointer; then the N softmax sums, rounded up likewise.
 int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys);
 
 // Attends query `qi` to the visible keys [lo, hi] (inclusive) found in `segments` (which
@@ -52,6 +53,15 @@ int64_t AttendScratchFloats(const KvRowLayout& layout, int64_t num_keys);
 // AttendScratchFloats(layout, hi - lo + 1) floats. `isa` picks the implementation (the
 // portable one is the reference; results agree to float rounding).
 void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
+               absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
+               float* out, Isa isa = ActiveIsa());
+
+// The same query on the threads of `team` (team.h), every one of which calls it with the same
+// arguments and the same `scratch` (a batch-1 decode step's one query on its step's team):
+// with AVX-512 the keys of each pass, and the value sums by head group, are split between the
+// threads, each key and head group computed as one thread computes it (the same bits); the
+// portable kernel runs on the leader. Returns on every thread after a barrier.
+void AttendOne(Team& team, const KvRowLayout& layout, const QueryInputs& qi,
                absl::Span<const KeySegment> segments, int64_t lo, int64_t hi, float* scratch,
                float* out, Isa isa = ActiveIsa());
 

@@ -14,13 +14,13 @@
 
 #include "engine/cpu/dcmha_avx512_inl.h"
 #include "engine/cpu/dcmha_kernels.h"
+#include "engine/cpu/team.h"
 #include "engine/model/model_config.h"
 
 namespace dcf::cpu::kernels {
 namespace {
 
 constexpr int kRank = ModelConfig::kRank;
-constexpr int kMaxHeads = 256;
 constexpr int kLanes = 16;
 
 // Lanes 0..3 of the result: the sums of a, b, c and d.
@@ -206,18 +206,35 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout,
   }
 }
 
+// [begin, end) of this thread's share of n things cut in `size` consecutive runs.
+inline void ShareOf(int64_t n, int rank, int size, int64_t* begin, int64_t* end) {
+  *begin = n * rank / size;
+  *end = n * (rank + 1) / size;
+}
+
+// One query over its keys; with a team of more than one thread (every one of which calls it
+// with the same arguments and the same shared `scratch`), split between them: the keys of
+// both passes in consecutive runs (pass 1 in whole pairs), the softmax on the leader, the
+// value sums by head group. Every key, head and head group goes through the same operations
+// in the same order whoever runs it: the bits of one thread. Returns after a barrier.
 template <DType D, int HC>
 DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs& qi,
                                     const KeySegment* segments, int num_segments, int64_t lo,
-                                    int64_t hi, float* scratch, float* out) {
+                                    int64_t hi, float* scratch, float* out, Team* team) {
   using T = typename VecElem<D>::T;
+  const int rank = team != nullptr ? team->rank() : 0;
+  const int size = team != nullptr ? team->size() : 1;
+  const auto barrier = [team]() {
+    if (team != nullptr) team->Barrier();
+  };
   const int N = layout.n_head, hd = layout.head_dim;
   const int NP = (N + 15) / 16 * 16;  // a key's scores, padded to whole vectors
   const int64_t L = hi - lo + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* S = scratch;                                        // [L, NP]
   RowTable<T> rows(S + L * NP);                              // [L] each key's row
-  {
+  float* inv = S + L * (NP + 2);                             // [NP] 1 / softmax sums
+  if (rank == 0) {
     int64_t j = 0;
     for (int si = 0; si < num_segments; ++si) {
       const KeySegment& seg = segments[si];
@@ -228,13 +245,18 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
       }
     }
   }
+  barrier();
   const int kbytes = N * hd * static_cast<int>(sizeof(T));
   const int tbytes = layout.BranchFloats() * static_cast<int>(sizeof(T));
 
-  // Pass 1: scores (two keys at a time) and pre-compose at every key.
-  int64_t j = 0;
-  for (; j + 2 <= L; j += 2) {
-    for (int64_t a = j + kAhead; a < j + kAhead + 2 && a < L; ++a) {
+  // Pass 1: scores (two keys at a time) and pre-compose at every key; a thread's keys are
+  // whole pairs, the last thread's also the odd last key.
+  int64_t pair0, pair1;
+  ShareOf(L / 2, rank, size, &pair0, &pair1);
+  const int64_t j_end = rank == size - 1 ? L : 2 * pair1;
+  int64_t j = 2 * pair0;
+  for (; j + 2 <= j_end; j += 2) {
+    for (int64_t a = j + kAhead; a < j + kAhead + 2 && a < j_end; ++a) {
       PrefetchBytes(rows[a] + layout.k_offset(), kbytes);
       PrefetchBytes(rows[a] + layout.branch_offset(0), tbytes);
     }
@@ -248,57 +270,71 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
       }
     }
   }
-  if (j < L) {
+  if (j < j_end) {
     const T* k = rows[j] + layout.k_offset();
     float* s = S + j * NP;
     ScoresKeys<D, HC, 1>(qi.q, &k, N, hd, scale, &s);
     const T* kt = rows[j] + layout.branch_offset(0);
     if (qi.compose) ComposeInPlace<D>(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
   }
+  barrier();
 
-  // Softmax over keys, per head (heads in lanes).
-  alignas(64) float inv[kMaxHeads];
-  for (int c = 0; c < NP; c += 16) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < L; ++i) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + i * NP + c));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t i = 0; i < L; ++i) {
-      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(S + i * NP + c), mx));
-      _mm512_storeu_ps(S + i * NP + c, e);
-      sum = _mm512_add_ps(sum, e);
+  // Softmax over keys, per head (heads in lanes): the leader (its sums run over the keys in
+  // order).
+  if (rank == 0) {
+    for (int c = 0; c < NP; c += 16) {
+      __m512 mx = _mm512_set1_ps(-INFINITY);
+      for (int64_t i = 0; i < L; ++i) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + i * NP + c));
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t i = 0; i < L; ++i) {
+        const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(S + i * NP + c), mx));
+        _mm512_storeu_ps(S + i * NP + c, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      _mm512_storeu_ps(inv + c, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
     }
-    _mm512_store_ps(inv + c, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
   }
+  barrier();
 
   // Pass 2: normalise and post-compose every key's probabilities, then accumulate values.
-  for (int64_t i = 0; i < L; ++i) {
+  int64_t i0, i1;
+  ShareOf(L, rank, size, &i0, &i1);
+  for (int64_t i = i0; i < i1; ++i) {
     float* s = S + i * NP;
     for (int c = 0; c < NP; c += 16) {
-      _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_load_ps(inv + c)));
+      _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), _mm512_loadu_ps(inv + c)));
     }
     if (qi.compose) {
-      if (i + kAhead < L) PrefetchBytes(rows[i + kAhead] + layout.branch_offset(1), tbytes);
+      if (i + kAhead < i1) PrefetchBytes(rows[i + kAhead] + layout.branch_offset(1), tbytes);
       const T* kt = rows[i] + layout.branch_offset(1);
       ComposeInPlace<D>(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
     }
   }
+  barrier();
   constexpr int kMaxG = 16 / HC;
-  for (int n0 = 0; n0 < N; n0 += kMaxG) {
+  const int groups = (N + kMaxG - 1) / kMaxG;
+  int64_t g0, g1;
+  ShareOf(groups, rank, size, &g0, &g1);
+  for (int64_t g = g0; g < g1; ++g) {
+    const int n0 = static_cast<int>(g) * kMaxG;
     const int G = N - n0 < kMaxG ? N - n0 : kMaxG;
     AccumulateHeadGroup<D, HC>(layout, rows, L, S, NP, n0, G, out);
   }
+  barrier();
 }
 
 // AttendOneAvx512Impl with HC = ceil(head_dim / 16), 1..8, as a compile-time constant.
 template <DType D, int HC = 1>
 void AttendOneAnyHd(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
-                    int num_segments, int64_t lo, int64_t hi, float* scratch, float* out) {
+                    int num_segments, int64_t lo, int64_t hi, float* scratch, float* out,
+                    Team* team) {
   if constexpr (HC < 8) {
     if ((layout.head_dim + 15) / 16 > HC) {
-      return AttendOneAnyHd<D, HC + 1>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+      return AttendOneAnyHd<D, HC + 1>(layout, qi, segments, num_segments, lo, hi, scratch, out,
+                                       team);
     }
   }
-  AttendOneAvx512Impl<D, HC>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+  AttendOneAvx512Impl<D, HC>(layout, qi, segments, num_segments, lo, hi, scratch, out, team);
 }
 
 }  // namespace
@@ -309,14 +345,17 @@ bool AttendOneAvx512Supports(const KvRowLayout& layout) {
 
 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
                      int num_segments, int64_t lo, int64_t hi, DType dtype, float* scratch,
-                     float* out) {
+                     float* out, Team* team) {
   switch (dtype) {
     case DType::kF32:
-      return AttendOneAnyHd<DType::kF32>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+      return AttendOneAnyHd<DType::kF32>(layout, qi, segments, num_segments, lo, hi, scratch, out,
+                                         team);
     case DType::kBF16:
-      return AttendOneAnyHd<DType::kBF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+      return AttendOneAnyHd<DType::kBF16>(layout, qi, segments, num_segments, lo, hi, scratch,
+                                          out, team);
     case DType::kF16:
-      return AttendOneAnyHd<DType::kF16>(layout, qi, segments, num_segments, lo, hi, scratch, out);
+      return AttendOneAnyHd<DType::kF16>(layout, qi, segments, num_segments, lo, hi, scratch, out,
+                                         team);
     case DType::kI8:  // a weight dtype only: no KV cache holds int8 rows
       break;
   }

@@ -63,6 +63,12 @@ int64_t PagedAttentionScratchBytes(const PagedAttentionInputs& in) {
 
 namespace {
 
+// Whether `work` on a team of `threads` splits its one query between them (a batch-1 decode
+// step), in work.shared_scratch.
+bool SplitsOneQuery(const PagedAttentionWork& work, int threads) {
+  return threads > 1 && work.items.size() == 1 && work.items[0].count == 1;
+}
+
 // Stores the new rows, describes every sequence's keys as segments and cuts the queries into
 // work items for `threads` threads.
 void Plan(const PagedAttentionInputs& in, int threads, PagedAttentionWork* work) {
@@ -127,6 +133,24 @@ void Plan(const PagedAttentionInputs& in, int threads, PagedAttentionWork* work)
   // Later queries see more keys: hand the largest items out first.
   std::reverse(items.begin(), items.end());
   work->scratch_floats = ScratchFloats(in);
+  if (SplitsOneQuery(*work, threads) &&
+      work->shared_scratch.size() < static_cast<size_t>(work->scratch_floats)) {
+    work->shared_scratch.resize(work->scratch_floats);
+  }
+}
+
+// The query-side inputs of token t.
+QueryInputs QueryOf(const PagedAttentionInputs& in, int64_t t) {
+  const int N = in.layout.n_head;
+  const int64_t W2I = 2 * kI * N;  // floats of W1|W2 for one branch
+  QueryInputs qi;
+  qi.q = in.q + t * in.q_stride;
+  qi.pre_w = &in.dw[(t * C + 0) * W2I];
+  qi.pre_g = &in.g[t * in.g_stride + 0 * N];
+  qi.post_w = &in.dw[(t * C + 2) * W2I];
+  qi.post_g = &in.g[t * in.g_stride + 2 * N];
+  qi.compose = in.compose;
+  return qi;
 }
 
 // Work item w of `work` into out, with `scratch` (work.scratch_floats floats).
@@ -152,21 +176,23 @@ void Attend(const PagedAttentionInputs& in, const PagedAttentionWork& work, int6
     AttendTile(in.layout, tile, segments, scratch, out + t * E, E);
     return;
   }
-  QueryInputs qi;
-  qi.q = in.q + t * in.q_stride;
-  qi.pre_w = &in.dw[(t * C + 0) * W2I];
-  qi.pre_g = &in.g[t * in.g_stride + 0 * N];
-  qi.post_w = &in.dw[(t * C + 2) * W2I];
-  qi.post_g = &in.g[t * in.g_stride + 2 * N];
-  qi.compose = in.compose;
   const int64_t pos = in.positions[t];
-  AttendOne(in.layout, qi, segments, FirstKeptPosition(in.window, pos), pos, scratch,
+  AttendOne(in.layout, QueryOf(in, t), segments, FirstKeptPosition(in.window, pos), pos, scratch,
             out + t * E);
 }
 
-// The items of `work` on the threads of `team`, each with its own scratch.
-void AttendItems(Team& team, const PagedAttentionInputs& in, const PagedAttentionWork& work,
+// The items of `work` on the threads of `team`, each with its own scratch; one query on all
+// of them.
+void AttendItems(Team& team, const PagedAttentionInputs& in, PagedAttentionWork& work,
                  float* out) {
+  if (SplitsOneQuery(work, team.size())) {
+    const PagedAttentionWork::Item& it = work.items[0];
+    const int64_t t = it.token, pos = in.positions[t];
+    const int64_t E = static_cast<int64_t>(in.layout.n_head) * in.layout.head_dim;
+    AttendOne(team, in.layout, QueryOf(in, t), work.segments[it.seq],
+              FirstKeptPosition(in.window, pos), pos, work.shared_scratch.data(), out + t * E);
+    return;
+  }
   std::unique_ptr<float[]> scratch;  // at this thread's first item
   team.ForEach(static_cast<int64_t>(work.items.size()), [&](int64_t w) {
     if (scratch == nullptr) scratch.reset(new float[work.scratch_floats]);

@@ -96,11 +96,15 @@ struct PagedAttentionWork {
   std::vector<std::vector<KeySegment>> segments;  // [S]
   std::vector<Item> items;
   int64_t scratch_floats = 0;  // each thread's
+  // One query split between the threads (AttendOne(team, ...), a batch-1 decode step): their
+  // common scratch, grown when too small.
+  std::vector<float> shared_scratch;
 };
 
 // The same on the threads of `team` (team.h), every one of which calls it with the same
 // arguments: the leader writes the rows and plans the items into `work`, the threads take
-// the items (the same bits whichever runs which). Returns on every thread after a barrier.
+// the items (the same bits whichever runs which); a step of one query splits it between them
+// (cpu::AttendOne(team, ...)). Returns on every thread after a barrier.
 // `times` is written by the leader.
 void PagedAttention(Team& team, const PagedAttentionInputs& in, PagedAttentionWork* work,
                     float* out, PagedAttentionTimes* times = nullptr);

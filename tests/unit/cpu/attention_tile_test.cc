@@ -161,6 +161,64 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
                           (16 * 3 + 5 + 1 + 1 + 13 + 32 + 31 + 27 + 32));
 }
 
+// One query split between the threads of a team (a batch-1 decode step) against the same
+// query on one thread: every key count from 1 (fewer pairs of keys than threads) to 75, odd
+// and even, every dtype, head count and head dim of the test above, teams of 1-4 threads.
+TEST(AttendOneTest, OnATeamGivesTheBitsOfOneThread) {
+  std::mt19937 rng(31);
+  int compared = 0;
+  for (const Isa isa : TestIsas()) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (const auto& [N, hd] : {std::pair{8, 64}, std::pair{1, 16}, std::pair{20, 20},
+                                  std::pair{32, 80}, std::pair{5, 128}, std::pair{7, 96}}) {
+        const KvRowLayout layout(N, hd);
+        const int row = layout.row_floats();
+        const int P = 75;
+        const Rows rows = RandomRows(dtype, static_cast<int64_t>(P) * row, rng);
+        std::vector<KeySegment> segs;
+        for (int p0 = 0; p0 < 64; p0 += 16) {
+          segs.push_back({p0, 16, rows.data(static_cast<int64_t>(p0) * row), row, dtype});
+        }
+        segs.push_back({64, P - 64, rows.data(64 * row), row, dtype});
+        const Queries qs = RandomQueries(1, N, hd, rng);
+        QueryInputs qi;
+        qi.q = qs.q.data();
+        qi.pre_w = qs.dw.data();
+        qi.pre_g = qs.g.data();
+        qi.post_w = qs.dw.data() + 2 * 2 * kI * N;
+        qi.post_g = qs.g.data() + 2 * N;
+        for (const auto& [lo, hi] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{3, 5},
+                                     std::pair{10, 16}, std::pair{0, 74}, std::pair{11, 74}}) {
+          std::vector<float> scratch(AttendScratchFloats(layout, hi - lo + 1));
+          std::vector<float> want(static_cast<size_t>(N) * hd);
+          AttendOne(layout, qi, segs, lo, hi, scratch.data(), want.data(), isa);
+          for (const int size : {1, 2, 3, 4}) {
+            std::vector<float> got(want.size(), -7.0f);
+            std::fill(scratch.begin(), scratch.end(), 0.0f);
+            TeamState state;
+            state.Reset();
+            auto run = [&](int rank) {
+              Team team(&state, rank, size);
+              AttendOne(team, layout, qi, segs, lo, hi, scratch.data(), got.data(), isa);
+            };
+            std::vector<std::thread> others;
+            for (int r = 1; r < size; ++r) others.emplace_back(run, r);
+            run(0);
+            for (std::thread& t : others) t.join();
+            for (size_t e = 0; e < want.size(); ++e) {
+              ASSERT_EQ(Bits(got[e]), Bits(want[e]))
+                  << IsaName(isa) << " " << DTypeName(dtype) << " N " << N << " hd " << hd
+                  << " keys " << lo << ".." << hi << " team " << size << " at " << e;
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int>(TestIsas().size()) * 3 * 6 * 6 * 4);
+}
+
 // One layer's prompt through PagedAttention and a paged cache (block 16), cut into chunks in
 // several ways, with tiles on and off: every chunking gives the bits of the prompt in one
 // chunk with tiles off (the per-query path), for every position.
