@@ -4,10 +4,11 @@
 #               and integration suites: every test binary, and the servers and tools the
 #               integration tests start, are instrumented.
 #   build-tsan  ThreadSanitizer over the engine (serving) and server unit tests, and the CPU
-#               backend's thread teams (team_test: teams of std::threads, and every kind of
-#               product on them). Debian's absl::Mutex is uninstrumented;
-#               tests/sanitizers/tsan_absl_mutex.cc tells TSan about it. OpenMP runs with one
-#               thread (libgomp is not instrumented either).
+#               backend's thread teams (team_test and attention_tile_test's *OnATeam*:
+#               teams of std::threads, every kind of product and the attention on them).
+#               Debian's absl::Mutex is uninstrumented; tests/sanitizers/tsan_absl_mutex.cc
+#               tells TSan about it. OpenMP runs with one thread (libgomp is not instrumented
+#               either; team_test skips its cases on OpenMP threads here).
 # Zero findings: any report fails the run. A UBSan report aborts (its abort_on_error: with
 # only halt_on_error the process exits 1, the very exit a test of the server's own exit 1
 # waits for, which then failed on a missing log line, not on the report). Suppressions
@@ -107,13 +108,18 @@ fi
 if [[ "${WHICH}" == all || "${WHICH}" == tsan ]]; then
   start=$(date +%s)
   configure build-tsan thread
-  TSAN_TARGETS=(serving_unit_test backends_engine_test server_unit_test team_test)
+  TSAN_TARGETS=(serving_unit_test backends_engine_test server_unit_test team_test
+                attention_tile_test)
+  # Each target's tests (gtest filter): all but the cuda-sim ones; of attention_tile_test only
+  # the attention on teams of std::threads.
+  declare -A TSAN_FILTER=([attention_tile_test]='*OnATeam*')
   cmake --build build-tsan -j"${JOBS}" --target "${TSAN_TARGETS[@]}"
   built=$(date +%s)
   for t in "${TSAN_TARGETS[@]}"; do
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=${SUPP}/tsan.supp" \
-      "build-tsan/bin/tests/${t}" --gtest_brief=1 --gtest_filter='-*CudaSim*:*cuda_sim*'
+      "build-tsan/bin/tests/${t}" --gtest_brief=1 \
+        --gtest_filter="${TSAN_FILTER[${t}]:--*CudaSim*:*cuda_sim*}"
   done
   echo "sanitizers: tsan build $((built - start)) s, tests $(( $(date +%s) - built )) s"
 fi

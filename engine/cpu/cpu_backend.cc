@@ -128,7 +128,10 @@ absl::StatusOr<size_t> CpuBackend::Prepare(const StepLimits& limits) {
   last_chainable_.clear();
   try {  // std::vector reports allocation failure by exception; turn it into a Status
     penalty_slots_.assign(limits.num_penalty_slots, PenaltyState(config_.vocab_size));
-    sampler_scratch_.resize(omp_get_max_threads());
+    // A step's team: the threads OpenMP gives now (a later omp_set_num_threads does not
+    // change it, so the samplers' scratch always has one per thread).
+    team_threads_ = std::max(1, omp_get_max_threads());
+    sampler_scratch_.resize(team_threads_);
     // The largest step's activations, so no step allocates (and the report below counts them).
     const int64_t T = limits.max_tokens, E = config_.dim, F = config_.intermediate_size;
     const int64_t N = config_.n_head;
@@ -369,7 +372,9 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
       cpu::EmbeddingRow(weights_.tok_embeddings, s.tokens[t], &s.x[t * E]);
     }
   }
-  // Sized here, outside the team: nothing in it allocates.
+  // Sized here, outside the team (a std::bad_alloc inside its OpenMP region would end the
+  // process); inside it only the attention plan and scratch grow, when a step needs more than
+  // every one before it, and the samplers' top-logprob lists.
   s.paged.resize(S);
   const int64_t R = static_cast<int64_t>(want.size());
   s.logits.resize(R * V);
@@ -383,11 +388,13 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
     }
   };
 
+  // The leader times the phases (each ends at the barrier after it): the team's start counts
+  // in the first one, its end in the last (sampling, in `then`).
   const auto first = std::chrono::steady_clock::now();  // the embedding rows, before the team
-  cpu::RunTeam(omp_get_max_threads(), [&](cpu::Team& team) {
-    // The leader times the phases (each ends at the barrier after it).
+  std::chrono::steady_clock::time_point leader_done;
+  cpu::RunTeam(team_threads_, [&](cpu::Team& team) {
     cpu::CpuStepProfile* const profile = team.leader() ? &profile_ : nullptr;
-    cpu::PhaseTimer timer(profile);
+    cpu::PhaseTimer timer(profile, first);
     team.ForEach(T, [&](int64_t t) {
       RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
                  &s.rope_sin[t * half]);
@@ -444,7 +451,10 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
     Product(team, s.a.data(), E, R, weights_.output, nullptr, s.logits.data(), V);
     timer.Next(P::kLogits);
     then(team);
+    if (team.leader()) leader_done = std::chrono::steady_clock::now();
   });
+  profile_.seconds[P::kSample] +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - leader_done).count();
 }
 
 void CpuBackend::AttentionLayer(cpu::Team& team, int layer) {

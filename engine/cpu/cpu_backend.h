@@ -128,6 +128,7 @@ class CpuBackend final : public Backend {
   std::array<cpu::LargeBuffer, kNumLayerGroups> cache_;
   std::array<int, kNumLayerGroups> layers_in_group_{0, 0};
   std::vector<PenaltyState> penalty_slots_;  // [num_penalty_slots]
+  int team_threads_ = 1;  // threads of a step's team (Prepare)
   std::vector<SamplerScratch> sampler_scratch_;  // one per thread of a step's team
   // The results of the steps launched and not waited for (at most 2): results_[oldest_], then
   // the other one when in_flight_ == 2.

@@ -49,6 +49,9 @@ class PhaseTimer {
   explicit PhaseTimer(CpuStepProfile* p)
       : p_(p), t_(p != nullptr ? std::chrono::steady_clock::now()
                                : std::chrono::steady_clock::time_point()) {}
+  // Timing from `start` (an earlier clock reading) instead of now.
+  PhaseTimer(CpuStepProfile* p, std::chrono::steady_clock::time_point start)
+      : p_(p), t_(start) {}
   // Charges the elapsed time to `phase` and restarts the clock.
   void Next(CpuStepProfile::Phase phase) {
     if (p_ == nullptr) return;

@@ -89,16 +89,18 @@ TeamState* CallerTeamState();
 
 // Runs fn(team) on a team of `threads` OpenMP threads (one parallel region; fewer threads
 // when OpenMP gives fewer), the caller being the leader; on the caller alone when threads <= 1
-// or when it is already inside a parallel region.
+// or when it is already inside a parallel region (e.g. the leader of a running team, whose
+// state it must leave alone).
 template <typename Fn>
 void RunTeam(int threads, Fn&& fn) {
-  TeamState* state = CallerTeamState();
-  state->Reset();
   if (threads <= 1 || omp_in_parallel()) {
-    Team team(state, 0, 1);
+    TeamState alone;  // a team of one shares nothing
+    Team team(&alone, 0, 1);
     fn(team);
     return;
   }
+  TeamState* state = CallerTeamState();
+  state->Reset();
 #pragma omp parallel num_threads(threads)
   {
     Team team(state, omp_get_thread_num(), omp_get_num_threads());

@@ -6,7 +6,10 @@
 // prefill chunks and decode tokens, block sizes 1/5/16, window layers) against each sequence
 // run alone; 16-bit weights and KV cache on the CPU; SequenceRunner's step timing; cuda-sim's
 // KV cache dtype, quantized decode rows and GEMV path.
+#include <omp.h>
+
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -186,6 +189,67 @@ TEST(CpuBackendTest, SixteenBitWeightsKeptEqualWidenedAtLoad) {
       ASSERT_EQ(logits[0][i], logits[1][i]) << DTypeName(dtype) << " at " << i;
     }
   }
+}
+
+// A step runs on a team of the OpenMP threads (engine/cpu/team.h): its products, attention
+// and sampling split between 1, 2 or 3 threads give the same bits, for float32, weight-only
+// int8 and int8 x int8 matrices (the shared quantized rows), a prefill in chunks and batch-1
+// decode steps (the one query split between the threads). Products here are large enough to
+// split (dim 256, vocabulary 1,000).
+TEST(CpuBackendTest, LogitsDoNotDependOnTheThreadCount) {
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteRandomModel(dir.path(), SmallDcFormerConfig(256, 2, 4, 512, 1000, 128, 16),
+                               DType::kF32, 17)
+                  .ok());
+  const int threads_before = omp_get_max_threads();
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % 1000);
+  for (const auto& [weights, activations] :
+       {std::pair{WeightQuant::kNone, ActivationQuant::kFloat32},
+        std::pair{WeightQuant::kInt8, ActivationQuant::kFloat32},
+        std::pair{WeightQuant::kInt8, ActivationQuant::kInt8}}) {
+    std::vector<float> want_logits;
+    std::vector<int32_t> want_tokens;
+    std::vector<float> want_logprobs;
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      BackendOptions o;
+      o.kind = BackendKind::kCpu;
+      o.weight_quant = weights;
+      o.activation_quant = activations;
+      auto model = LoadModel(dir.path(), o);
+      ASSERT_TRUE(model.ok()) << model.status();
+      auto runner = SequenceRunner::Create(model->backend.get());
+      ASSERT_TRUE(runner.ok());
+      std::vector<float> logits;
+      ASSERT_TRUE((*runner)->Append(tokens, 9, &logits).ok());
+      (*runner)->Reset();
+      auto greedy = (*runner)->Greedy(tokens, 12, 16);
+      ASSERT_TRUE(greedy.ok()) << greedy.status();
+      const std::string name = std::string(WeightQuantName(weights)) + "/" +
+                               ActivationQuantName(activations) + " on " +
+                               std::to_string(threads) + " threads";
+      if (threads == 1) {
+        want_logits = logits;
+        want_tokens = greedy->tokens;
+        want_logprobs = greedy->logprobs;
+        continue;
+      }
+      ASSERT_EQ(logits.size(), want_logits.size()) << name;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(logits[i]), std::bit_cast<uint32_t>(want_logits[i]))
+            << name << " at " << i;
+      }
+      EXPECT_EQ(greedy->tokens, want_tokens) << name;
+      ASSERT_EQ(greedy->logprobs.size(), want_logprobs.size()) << name;
+      for (size_t i = 0; i < want_logprobs.size(); ++i) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(greedy->logprobs[i]),
+                  std::bit_cast<uint32_t>(want_logprobs[i]))
+            << name << " logprob " << i;
+      }
+    }
+  }
+  omp_set_num_threads(threads_before);
 }
 
 // A 16-bit KV cache (--kv-cache-dtype): half the bytes per block, so the same memory plans
