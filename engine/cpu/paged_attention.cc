@@ -133,10 +133,6 @@ void Plan(const PagedAttentionInputs& in, int threads, PagedAttentionWork* work)
   // Later queries see more keys: hand the largest items out first.
   std::reverse(items.begin(), items.end());
   work->scratch_floats = ScratchFloats(in);
-  if (SplitsOneQuery(*work, threads) &&
-      work->shared_scratch.size() < static_cast<size_t>(work->scratch_floats)) {
-    work->shared_scratch.resize(work->scratch_floats);
-  }
 }
 
 // The query-side inputs of token t.
@@ -222,6 +218,10 @@ void PagedAttention(Team& team, const PagedAttentionInputs& in, PagedAttentionWo
   auto t0 = std::chrono::steady_clock::now();
   if (team.leader()) {
     Plan(in, team.size(), work);
+    if (SplitsOneQuery(*work, team.size()) &&
+        work->shared_scratch.size() < static_cast<size_t>(work->scratch_floats)) {
+      work->shared_scratch.resize(work->scratch_floats);
+    }
     if (times != nullptr) {
       times->cache_write += Since(t0);
       t0 = std::chrono::steady_clock::now();

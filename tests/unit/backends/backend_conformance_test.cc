@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/backends/backend_factory.h"
 #include "engine/model/random_model.h"
 #include "engine/serving/sequence_runner.h"
@@ -193,15 +194,19 @@ TEST(CpuBackendTest, SixteenBitWeightsKeptEqualWidenedAtLoad) {
 
 // A step runs on a team of the OpenMP threads (engine/cpu/team.h): its products, attention
 // and sampling split between 1, 2 or 3 threads give the same bits, for float32, weight-only
-// int8 and int8 x int8 matrices (the shared quantized rows), a prefill in chunks and batch-1
-// decode steps (the one query split between the threads). Products here are large enough to
-// split (dim 256, vocabulary 1,000).
+// int8 and int8 x int8 matrices (the shared quantized rows), a prefill in chunks, steps of one
+// token (the one query split between the threads) and greedy decoding. Products here are
+// large enough to split (dim 256, vocabulary 1,000).
 TEST(CpuBackendTest, LogitsDoNotDependOnTheThreadCount) {
   testing::TempDir dir;
   ASSERT_TRUE(WriteRandomModel(dir.path(), SmallDcFormerConfig(256, 2, 4, 512, 1000, 128, 16),
                                DType::kF32, 17)
                   .ok());
-  const int threads_before = omp_get_max_threads();
+  // OpenMP's thread count as it was, whatever fails below.
+  struct RestoreThreads {
+    int threads = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore;
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % 1000);
   for (const auto& [weights, activations] :
@@ -221,8 +226,10 @@ TEST(CpuBackendTest, LogitsDoNotDependOnTheThreadCount) {
       ASSERT_TRUE(model.ok()) << model.status();
       auto runner = SequenceRunner::Create(model->backend.get());
       ASSERT_TRUE(runner.ok());
-      std::vector<float> logits;
-      ASSERT_TRUE((*runner)->Append(tokens, 9, &logits).ok());
+      std::vector<float> logits;  // the first 32 tokens in chunks of 9, the rest one by one
+      const auto span = absl::MakeConstSpan(tokens);
+      ASSERT_TRUE((*runner)->Append(span.subspan(0, 32), 9, &logits).ok());
+      ASSERT_TRUE((*runner)->Append(span.subspan(32), 1, &logits).ok());
       (*runner)->Reset();
       auto greedy = (*runner)->Greedy(tokens, 12, 16);
       ASSERT_TRUE(greedy.ok()) << greedy.status();
@@ -249,7 +256,6 @@ TEST(CpuBackendTest, LogitsDoNotDependOnTheThreadCount) {
       }
     }
   }
-  omp_set_num_threads(threads_before);
 }
 
 // A 16-bit KV cache (--kv-cache-dtype): half the bytes per block, so the same memory plans

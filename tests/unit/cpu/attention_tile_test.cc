@@ -71,6 +71,17 @@ Rows RandomRows(DType dtype, int64_t n, std::mt19937& rng) {
   return r;
 }
 
+// The keys 0..P-1 (P > 64) of `rows` (rows `row` elements apart) as a decode step sees them:
+// four cache blocks of 16, then the rest as one ragged segment (a chunk's fresh rows).
+std::vector<KeySegment> BlocksThenFresh(const Rows& rows, int P, int row) {
+  std::vector<KeySegment> segs;
+  for (int p0 = 0; p0 < 64; p0 += 16) {
+    segs.push_back({p0, 16, rows.data(static_cast<int64_t>(p0) * row), row, rows.dtype});
+  }
+  segs.push_back({64, P - 64, rows.data(64 * row), row, rows.dtype});
+  return segs;
+}
+
 // Per-token query-side inputs of T tokens: q [T, N*hd], dw [T, C, 2I, N], g [T, C, N].
 struct Queries {
   std::vector<float> q, dw, g;
@@ -102,11 +113,7 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
         const int row = layout.row_floats();
         const int P = 75;  // keys 0..74
         const Rows rows = RandomRows(dtype, static_cast<int64_t>(P) * row, rng);
-        std::vector<KeySegment> segs;
-        for (int p0 = 0; p0 < 64; p0 += 16) {
-          segs.push_back({p0, 16, rows.data(static_cast<int64_t>(p0) * row), row, dtype});
-        }
-        segs.push_back({64, P - 64, rows.data(64 * row), row, dtype});
+        const std::vector<KeySegment> segs = BlocksThenFresh(rows, P, row);
         const Queries qs = RandomQueries(P, N, hd, rng);
         std::vector<float> tile_scratch(AttendTileScratchFloats(layout, P));
         std::vector<float> one_scratch(AttendScratchFloats(layout, P));
@@ -162,8 +169,9 @@ TEST(AttendTileTest, EqualsAttendOneForEveryQueryBitForBit) {
 }
 
 // One query split between the threads of a team (a batch-1 decode step) against the same
-// query on one thread: every key count from 1 (fewer pairs of keys than threads) to 75, odd
-// and even, every dtype, head count and head dim of the test above, teams of 1-4 threads.
+// query on one thread: 1, 2, 3, 7, 64 and 75 keys (fewer pairs of keys than threads, odd and
+// even counts), every dtype, six head counts and head dims of the test above, teams of 1-4
+// threads.
 TEST(AttendOneTest, OnATeamGivesTheBitsOfOneThread) {
   std::mt19937 rng(31);
   int compared = 0;
@@ -175,11 +183,7 @@ TEST(AttendOneTest, OnATeamGivesTheBitsOfOneThread) {
         const int row = layout.row_floats();
         const int P = 75;
         const Rows rows = RandomRows(dtype, static_cast<int64_t>(P) * row, rng);
-        std::vector<KeySegment> segs;
-        for (int p0 = 0; p0 < 64; p0 += 16) {
-          segs.push_back({p0, 16, rows.data(static_cast<int64_t>(p0) * row), row, dtype});
-        }
-        segs.push_back({64, P - 64, rows.data(64 * row), row, dtype});
+        const std::vector<KeySegment> segs = BlocksThenFresh(rows, P, row);
         const Queries qs = RandomQueries(1, N, hd, rng);
         QueryInputs qi;
         qi.q = qs.q.data();
