@@ -265,7 +265,7 @@ absl::Status CpuBackend::Launch(const StepBatch& batch) {
   const std::vector<int32_t> slots = batch.slot_offsets();
   result.Resize(slots.back(), plan.num_returned, V);
   Forward(batch, plan.rows, [&](cpu::Team& team) {
-    cpu::PhaseTimer timer(team.leader() ? &profile_ : nullptr);
+    cpu::PhaseTimer timer(LeaderProfile(team));
     if (team.leader() && plan.num_returned > 0) {
       std::memcpy(result.logits.data(), s_.logits.data(),
                   sizeof(float) * static_cast<size_t>(plan.num_returned) * V);
@@ -388,21 +388,17 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
     }
   };
 
-  // The leader times the phases (each ends at the barrier after it): the team's start counts
-  // in the first one, its end in the last (sampling, in `then`).
-  const auto first = std::chrono::steady_clock::now();  // the embedding rows, before the team
+  // The leader times the phases (each ends at the barrier after it): the embedding rows and
+  // the team's start count in the first one, its end in the last (sampling, in `then`).
   std::chrono::steady_clock::time_point leader_done;
   cpu::RunTeam(team_threads_, [&](cpu::Team& team) {
-    cpu::CpuStepProfile* const profile = team.leader() ? &profile_ : nullptr;
-    cpu::PhaseTimer timer(profile, first);
+    cpu::CpuStepProfile* const profile = LeaderProfile(team);
+    cpu::PhaseTimer timer(profile, start);
     team.ForEach(T, [&](int64_t t) {
       RopeAngles(s.pos[t], config_.rotary_dim, config_.rope_base, &s.rope_cos[t * half],
                  &s.rope_sin[t * half]);
     });
-    if (team.leader()) {
-      timer.Next(P::kEmbed);
-      profile_.seconds[P::kEmbed] += std::chrono::duration<double>(first - start).count();
-    }
+    timer.Next(P::kEmbed);
 
     for (int l = 0; l < config_.n_layer; ++l) {
       const cpu::CpuLayerWeights& L = weights_.layers[l];
@@ -459,7 +455,7 @@ void CpuBackend::Forward(const StepBatch& batch, const std::vector<int32_t>& wan
 
 void CpuBackend::AttentionLayer(cpu::Team& team, int layer) {
   using P = cpu::CpuStepProfile;
-  cpu::CpuStepProfile* const profile = team.leader() ? &profile_ : nullptr;
+  cpu::CpuStepProfile* const profile = LeaderProfile(team);
   cpu::PhaseTimer timer(profile);
   const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
@@ -570,7 +566,7 @@ void CpuBackend::AttentionLayer(cpu::Team& team, int layer) {
 
 void CpuBackend::FeedForward(cpu::Team& team, int layer, const float* h, float* out) {
   using P = cpu::CpuStepProfile;
-  cpu::PhaseTimer timer(team.leader() ? &profile_ : nullptr);
+  cpu::PhaseTimer timer(LeaderProfile(team));
   const cpu::CpuLayerWeights& L = weights_.layers[layer];
   Scratch& s = s_;
   const int64_t T = static_cast<int64_t>(s.pos.size());

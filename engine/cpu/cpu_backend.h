@@ -116,6 +116,10 @@ class CpuBackend final : public Backend {
   // `slots`: batch.slot_offsets(), where each sequence's results go in `result`.
   void Sample(cpu::Team& team, const StepBatch& batch, const LogitRows& plan,
               const std::vector<int32_t>& slots, StepOutput* result);
+  // The profile a thread of a step's team times its phases into: its leader's, else none.
+  cpu::CpuStepProfile* LeaderProfile(const cpu::Team& team) {
+    return team.leader() ? &profile_ : nullptr;
+  }
 
   ModelConfig config_;
   cpu::CpuWeights weights_;

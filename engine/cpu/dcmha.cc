@@ -161,8 +161,9 @@ void AttendOne(const KvRowLayout& layout, const QueryInputs& qi,
                float* out, Isa isa) {
   const DType dtype = segments.empty() ? DType::kF32 : segments[0].dtype;
   if (UsesAvx512Attention(layout, isa)) {
+    Team alone;
     kernels::AttendOneAvx512(layout, qi, segments.data(), static_cast<int>(segments.size()), lo,
-                             hi, dtype, scratch, out);
+                             hi, dtype, scratch, out, alone);
     return;
   }
   switch (dtype) {
@@ -183,7 +184,7 @@ void AttendOne(Team& team, const KvRowLayout& layout, const QueryInputs& qi,
   if (UsesAvx512Attention(layout, isa)) {
     const DType dtype = segments.empty() ? DType::kF32 : segments[0].dtype;
     kernels::AttendOneAvx512(layout, qi, segments.data(), static_cast<int>(segments.size()), lo,
-                             hi, dtype, scratch, out, &team);
+                             hi, dtype, scratch, out, team);
     return;
   }
   if (team.leader()) AttendOne(layout, qi, segments, lo, hi, scratch, out, isa);

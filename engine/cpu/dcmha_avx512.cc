@@ -206,12 +206,6 @@ DCF_AVX512 void AccumulateHeadGroup(const KvRowLayout& layout,
   }
 }
 
-// [begin, end) of this thread's share of n things cut in `size` consecutive runs.
-inline void ShareOf(int64_t n, int rank, int size, int64_t* begin, int64_t* end) {
-  *begin = n * rank / size;
-  *end = n * (rank + 1) / size;
-}
-
 // One query over its keys; with a team of more than one thread (every one of which calls it
 // with the same arguments and the same shared `scratch`), split between them: the keys of
 // both passes in consecutive runs (pass 1 in whole pairs), the softmax on the leader, the
@@ -220,13 +214,8 @@ inline void ShareOf(int64_t n, int rank, int size, int64_t* begin, int64_t* end)
 template <DType D, int HC>
 DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs& qi,
                                     const KeySegment* segments, int num_segments, int64_t lo,
-                                    int64_t hi, float* scratch, float* out, Team* team) {
+                                    int64_t hi, float* scratch, float* out, Team& team) {
   using T = typename VecElem<D>::T;
-  const int rank = team != nullptr ? team->rank() : 0;
-  const int size = team != nullptr ? team->size() : 1;
-  const auto barrier = [team]() {
-    if (team != nullptr) team->Barrier();
-  };
   const int N = layout.n_head, hd = layout.head_dim;
   const int NP = (N + 15) / 16 * 16;  // a key's scores, padded to whole vectors
   const int64_t L = hi - lo + 1;
@@ -234,7 +223,7 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
   float* S = scratch;                                        // [L, NP]
   RowTable<T> rows(S + L * NP);                              // [L] each key's row
   float* inv = S + L * (NP + 2);                             // [NP] 1 / softmax sums
-  if (rank == 0) {
+  if (team.leader()) {
     int64_t j = 0;
     for (int si = 0; si < num_segments; ++si) {
       const KeySegment& seg = segments[si];
@@ -245,15 +234,15 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
       }
     }
   }
-  barrier();
+  team.Barrier();
   const int kbytes = N * hd * static_cast<int>(sizeof(T));
   const int tbytes = layout.BranchFloats() * static_cast<int>(sizeof(T));
 
   // Pass 1: scores (two keys at a time) and pre-compose at every key; a thread's keys are
   // whole pairs, the last thread's also the odd last key.
   int64_t pair0, pair1;
-  ShareOf(L / 2, rank, size, &pair0, &pair1);
-  const int64_t j_end = rank == size - 1 ? L : 2 * pair1;
+  team.Share(L / 2, &pair0, &pair1);
+  const int64_t j_end = team.rank() == team.size() - 1 ? L : 2 * pair1;
   int64_t j = 2 * pair0;
   for (; j + 2 <= j_end; j += 2) {
     for (int64_t a = j + kAhead; a < j + kAhead + 2 && a < j_end; ++a) {
@@ -277,11 +266,11 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
     const T* kt = rows[j] + layout.branch_offset(0);
     if (qi.compose) ComposeInPlace<D>(N, qi.pre_w, qi.pre_g, kt, kt + 2 * kRank * N, s);
   }
-  barrier();
+  team.Barrier();
 
   // Softmax over keys, per head (heads in lanes): the leader (its sums run over the keys in
   // order).
-  if (rank == 0) {
+  if (team.leader()) {
     for (int c = 0; c < NP; c += 16) {
       __m512 mx = _mm512_set1_ps(-INFINITY);
       for (int64_t i = 0; i < L; ++i) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + i * NP + c));
@@ -294,11 +283,11 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
       _mm512_storeu_ps(inv + c, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
     }
   }
-  barrier();
+  team.Barrier();
 
   // Pass 2: normalise and post-compose every key's probabilities, then accumulate values.
   int64_t i0, i1;
-  ShareOf(L, rank, size, &i0, &i1);
+  team.Share(L, &i0, &i1);
   for (int64_t i = i0; i < i1; ++i) {
     float* s = S + i * NP;
     for (int c = 0; c < NP; c += 16) {
@@ -310,24 +299,24 @@ DCF_AVX512 void AttendOneAvx512Impl(const KvRowLayout& layout, const QueryInputs
       ComposeInPlace<D>(N, qi.post_w, qi.post_g, kt, kt + 2 * kRank * N, s);
     }
   }
-  barrier();
+  team.Barrier();
   constexpr int kMaxG = 16 / HC;
   const int groups = (N + kMaxG - 1) / kMaxG;
   int64_t g0, g1;
-  ShareOf(groups, rank, size, &g0, &g1);
+  team.Share(groups, &g0, &g1);
   for (int64_t g = g0; g < g1; ++g) {
     const int n0 = static_cast<int>(g) * kMaxG;
     const int G = N - n0 < kMaxG ? N - n0 : kMaxG;
     AccumulateHeadGroup<D, HC>(layout, rows, L, S, NP, n0, G, out);
   }
-  barrier();
+  team.Barrier();
 }
 
 // AttendOneAvx512Impl with HC = ceil(head_dim / 16), 1..8, as a compile-time constant.
 template <DType D, int HC = 1>
 void AttendOneAnyHd(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
                     int num_segments, int64_t lo, int64_t hi, float* scratch, float* out,
-                    Team* team) {
+                    Team& team) {
   if constexpr (HC < 8) {
     if ((layout.head_dim + 15) / 16 > HC) {
       return AttendOneAnyHd<D, HC + 1>(layout, qi, segments, num_segments, lo, hi, scratch, out,
@@ -345,7 +334,7 @@ bool AttendOneAvx512Supports(const KvRowLayout& layout) {
 
 void AttendOneAvx512(const KvRowLayout& layout, const QueryInputs& qi, const KeySegment* segments,
                      int num_segments, int64_t lo, int64_t hi, DType dtype, float* scratch,
-                     float* out, Team* team) {
+                     float* out, Team& team) {
   switch (dtype) {
     case DType::kF32:
       return AttendOneAnyHd<DType::kF32>(layout, qi, segments, num_segments, lo, hi, scratch, out,

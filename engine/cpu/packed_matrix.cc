@@ -382,11 +382,11 @@ void RunOnTeam(Team& team, Product& p) {
     // on the leader (short); a larger one on all threads, pass by pass.
     const bool whole = kernels::StreamsPanels(p.rows(), p.w->in());
     if (team.leader()) {
-      p.a.xpacked = Grown(p.buf->xpacked, p.rows() * p.w->in());
-      if (whole) kernels::PackRowsAvx512(p.a, p.buf->xpacked.data());
+      float* const packed = Grown(p.buf->xpacked, p.rows() * p.w->in());
+      if (whole) kernels::PackRowsAvx512(p.a, packed);
     }
     team.Barrier();
-    p.a.xpacked = p.buf->xpacked.data();
+    p.a.xpacked = p.buf->xpacked.data();  // grown by the leader
     if (!whole) {
       kernels::PackRowsAvx512(p.a, p.buf->xpacked.data(), team.rank(), team.size());
       team.Barrier();

@@ -44,6 +44,8 @@ class Team {
   static constexpr int kSpinMicros = 200;
 
   Team(TeamState* state, int rank, int size) : state_(state), rank_(rank), size_(size) {}
+  // A team of the calling thread alone (it shares nothing: no state).
+  Team() : Team(nullptr, 0, 1) {}
   Team(const Team&) = delete;
   Team& operator=(const Team&) = delete;
 
@@ -54,6 +56,12 @@ class Team {
   // Returns when every thread of the team has called it; what each wrote before is visible
   // to all after.
   void Barrier();
+
+  // [*begin, *end): this thread's run of n things cut into size() consecutive runs.
+  void Share(int64_t n, int64_t* begin, int64_t* end) const {
+    *begin = n * rank_ / size_;
+    *end = n * (rank_ + 1) / size_;
+  }
 
   // fn(i) once for each i in [0, n), the iterations handed out one at a time to whichever
   // thread asks first, then Barrier(). Nothing may depend on which thread runs an iteration.
@@ -94,9 +102,8 @@ TeamState* CallerTeamState();
 template <typename Fn>
 void RunTeam(int threads, Fn&& fn) {
   if (threads <= 1 || omp_in_parallel()) {
-    TeamState alone;  // a team of one shares nothing
-    Team team(&alone, 0, 1);
-    fn(team);
+    Team alone;
+    fn(alone);
     return;
   }
   TeamState* state = CallerTeamState();
