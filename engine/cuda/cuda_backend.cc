@@ -490,8 +490,11 @@ absl::StatusOr<CudaBackend::DevicePlan> CudaBackend::Plan(const StepBatch& batch
     DeviceSamplingRow d;
     d.logit_row = plan.logits.sample_row[s];
     d.penalty_slot = r.penalty_slot;
-    d.temperature = r.params.temperature;
-    d.inv_temperature = r.params.temperature > 0.0f ? 1.0f / r.params.temperature : 1.0f;
+    // The kernel's greedy rows are those of temperature 0 (SamplingParams::Greedy: below
+    // 1e-5, whose 1 / T can overflow).
+    const bool greedy = r.params.Greedy();
+    d.temperature = greedy ? 0.0f : r.params.temperature;
+    d.inv_temperature = greedy ? 1.0f : 1.0f / r.params.temperature;
     d.top_k = r.params.top_k;
     d.top_p = r.params.top_p;
     d.min_p = r.params.min_p;

@@ -7,7 +7,8 @@
 //      sampler returns (the engine then ends that request with an error);
 //   1. penalties from the row's slot (repetition over seen ids, presence/frequency over
 //      generated counts) plus, for row j of a verifying sequence, the j drafted tokens
-//      before it, then temperature == 0: argmax, lowest id on ties;
+//      before it, then temperature == 0 (the backend sends 0 for every temperature below
+//      1e-5, SamplingParams::Greedy): argmax, lowest id on ties;
 //   2. otherwise l / T, then top-k, top-p, min-p and one Philox draw u = Uniform(seed, step)
 //      (engine/sampling/philox.h, the same function the host calls), inverse CDF over the
 //      kept ids in descending probability order (ties: lower id first).

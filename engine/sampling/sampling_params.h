@@ -13,10 +13,16 @@ namespace dcf {
 // the fixed capacity of the per-row top-logprob arrays a backend returns.
 inline constexpr int kMaxTopLogprobs = 20;
 
-// temperature == 0 selects greedy decoding (argmax; ties -> lowest id) and ignores the
-// other sampling fields except the penalties.
+// Temperatures below this are greedy, as 0 is (the rule vLLM has too): as T -> 0 the
+// distribution softmax(l / T) tends to the argmax, while 1 / T itself overflows a float
+// below T ~ 3e-39, and l / T does for |l| >= 3.4 at T = 1e-38, which made the draw walk
+// infinities and NaNs (random tokens, or an end of text at once).
+inline constexpr float kGreedyBelowTemperature = 1e-5f;
+
+// temperature < kGreedyBelowTemperature (0 among them) selects greedy decoding (argmax; ties
+// -> lowest id) and ignores the other sampling fields except the penalties.
 struct SamplingParams {
-  float temperature = 1.0f;         // >= 0, finite
+  float temperature = 1.0f;         // >= 0, finite; below 1e-5 greedy
   int32_t top_k = 0;                // 0 = off; else >= 1
   float top_p = 1.0f;               // (0, 1]
   float min_p = 0.0f;               // [0, 1]
@@ -24,6 +30,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // [-2, 2] (OpenAI style, over generated tokens)
   float frequency_penalty = 0.0f;   // [-2, 2]
   std::optional<uint64_t> seed;     // fixes this request's random stream (see philox.h)
+
+  // Argmax decoding (kGreedyBelowTemperature): every backend's sampler asks this.
+  bool Greedy() const { return temperature < kGreedyBelowTemperature; }
 
   // True when any penalty changes the logits (the sampler then needs the sequence's token
   // counts).

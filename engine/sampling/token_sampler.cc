@@ -247,7 +247,7 @@ int32_t SampleToken(absl::Span<const float> raw_logits, const SamplingParams& pa
   std::vector<float>& work = scratch->work;
   work.assign(raw_logits.begin(), raw_logits.end());
   if (penalties != nullptr) penalties->Apply(params, absl::MakeSpan(work));
-  if (params.temperature == 0.0f) return ArgMax(work);
+  if (params.Greedy()) return ArgMax(work);
 
   const int V = static_cast<int>(work.size());
   const float inv_t = 1.0f / params.temperature;

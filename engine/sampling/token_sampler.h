@@ -5,7 +5,8 @@
 //   1. repetition penalty (HF/CTRL): over ids seen in prompt + output, l > 0 ? l / r : l * r
 //   2. presence / frequency penalties (OpenAI): over generated ids,
 //      l -= presence * (count > 0) + frequency * count
-//   3. temperature == 0: argmax (lowest id on ties). Otherwise l / temperature, then
+//   3. temperature < 1e-5 (0 among them; SamplingParams::Greedy): argmax (lowest id on
+//      ties). Otherwise l / temperature, then
 //      top-k (the k largest), softmax, top-p (smallest prefix of the sorted probabilities
 //      whose mass reaches p), min-p (drop probabilities below min_p * max probability), and
 //      one draw u = philox::Uniform(seed, step) from the renormalized distribution

@@ -5,6 +5,7 @@
 // This file: argument checking (cache shapes, batches), the backend's sampler against the host
 // reference on the logits it returns with penalties recorded in its slots, and verify steps
 // against plain decoding.
+#include <algorithm>
 #include <vector>
 
 #include "engine/backends/backend_factory.h"
@@ -146,6 +147,48 @@ TEST_P(BackendTest, SamplesLikeTheHostReference) {
     feed = {want};
   }
   manager.Free(kv);
+}
+
+// Temperatures below SamplingParams' greedy bound (1e-5) draw the argmax, as 0 does: at 1e-40
+// (a denormal) 1 / T overflows a float, at 1e-38 l / T does for |l| >= 3.4, and the draw then
+// walked infinities and NaNs (random tokens, an end of text at once).
+TEST_P(BackendTest, TinyTemperaturesDrawTheArgmax) {
+  auto model = Load("dcformer-f32-short-prompt", GetParam());
+  ASSERT_TRUE(model.ok());
+  Backend& backend = *model->backend;
+  const int V = model->config.vocab_size;
+  StepLimits limits;
+  limits.max_tokens = 8;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = 8;
+  limits.blocks_per_seq = 64;
+  ASSERT_TRUE(backend.Prepare(limits).ok());
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {8, 8};
+  ASSERT_TRUE(backend.AllocateCache(shape).ok());
+  KvCacheManager manager(shape);
+  const std::vector<int32_t> prompt = {5, 17, 42, 7};
+  for (float t : {1e-6f, 1e-30f, 1e-38f, 1e-40f}) {
+    for (float top_p : {1.0f, 0.9f}) {
+      SequenceKv kv;
+      ASSERT_TRUE(manager.Reserve(kv, static_cast<int>(prompt.size())).ok());
+      SamplingRow row;
+      row.params.temperature = t;
+      row.params.top_p = top_p;
+      row.seed = 7;
+      StepBatch b;
+      b.Reset(64);
+      b.AddSequence(prompt, kv, /*sample=*/true, row, /*return_logits=*/true);
+      StepOutput out;
+      ASSERT_TRUE(backend.Step(b, &out).ok());
+      const auto last = absl::MakeConstSpan(out.logits).subspan((prompt.size() - 1) * V, V);
+      const auto argmax = std::max_element(last.begin(), last.end()) - last.begin();
+      EXPECT_EQ(out.tokens[0], argmax) << "temperature " << t << ", top_p " << top_p;
+      manager.Free(kv);
+    }
+  }
 }
 
 // Verification (speculative decoding) through the backend: a sequence's chunk of its last

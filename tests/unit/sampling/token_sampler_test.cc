@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,41 @@ TEST(SamplerTest, GreedyPicksLowestIdOnTies) {
   p.temperature = 0;
   Sampler s(p, {}, 4);
   EXPECT_EQ(s.Sample(std::vector<float>{1, 3, 3, 2}), 1);
+}
+
+// Below kGreedyBelowTemperature (1e-5) a temperature is greedy, as 0 is, with every filter:
+// 1 / T overflows a float at 1e-40 and l / T at 1e-38 for these logits, which made the draw
+// walk infinities (a token of the wrong end of the distribution, or id 0). Just above the
+// bound two tied logits are still drawn at random.
+TEST(SamplerTest, TemperaturesBelowTheGreedyBoundAreGreedy) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 8.0f);
+  std::vector<float> logits(1000);
+  for (float& l : logits) l = normal(rng);
+  const auto argmax = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  ASSERT_GT(*std::max_element(logits.begin(), logits.end()), 3.5f);
+  for (float t : {9e-6f, 1e-30f, 1e-38f, 1e-40f, 1e-45f}) {
+    for (int filter = 0; filter < 4; ++filter) {
+      SamplingParams p;
+      p.temperature = t;
+      if (filter == 1) p.top_k = 5;
+      if (filter == 2) p.top_p = 0.9f;
+      if (filter == 3) p.min_p = 0.1f;
+      for (uint64_t seed = 0; seed < 8; ++seed) {
+        p.seed = seed;
+        EXPECT_EQ(Sampler(p, {}, 1000).Sample(logits), argmax)
+            << "temperature " << t << ", filter " << filter << ", seed " << seed;
+      }
+    }
+  }
+  SamplingParams p;
+  p.temperature = 2e-5f;
+  std::set<int32_t> drawn;
+  for (uint64_t seed = 0; seed < 32; ++seed) {
+    p.seed = seed;
+    drawn.insert(Sampler(p, {}, 2).Sample({1.0f, 1.0f}));
+  }
+  EXPECT_EQ(drawn, (std::set<int32_t>{0, 1}));
 }
 
 TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
