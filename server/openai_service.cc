@@ -475,6 +475,11 @@ std::optional<HttpResponse> OpenAiService::Admit(const HttpRequest& head) const 
           ? absl::UnauthenticatedError("missing 'Authorization: Bearer <api key>' header")
           : auth->CheckHeader(*header);
   if (s.ok()) return std::nullopt;
+  // A refused generation request counts as gRPC counts a refused Generate call.
+  if (head.method == "POST" &&
+      (head.path == "/v1/completions" || head.path == "/v1/chat/completions")) {
+    state_->metrics().RecordRequest("unauthenticated", Protocol::kHttp);
+  }
   return ErrorResponse(401, s.message());
 }
 

@@ -399,6 +399,10 @@ class OpenAiAuthAndDrainTest(unittest.TestCase):
                     headers={"Authorization": "Bearer wrong"})
                 self.assertEqual(status, 401)
                 self.assertNotIn("wrong", json.dumps(got))
+                status, _, _ = server.request("GET", "/v1/models")  # not a generation request
+                self.assertEqual(status, 401)
+                self.assertEqual(server.metric("dcformer_requests_total", protocol="http",
+                                               outcome="unauthenticated"), 2)
                 auth = {"Authorization": "Bearer s3cret-key"}
                 status, _, _ = server.post("/v1/completions", {
                     "model": MODEL, "prompt": "a", "max_tokens": 1}, headers=auth)
