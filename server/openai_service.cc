@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/logging.h"
+#include "engine/common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/log_text.h"
@@ -98,6 +99,7 @@ class GenerationSource : public HttpBodySource {
 
   // Registers the stream, then enqueues every choice; an error leaves nothing enqueued.
   absl::Status Start(const std::string& peer) {
+    RETURN_IF_ERROR(CheckQueueable());
     link_->peer = PeerAddressOfIp(peer);
     // --max-open-streams and --max-open-streams-per-peer, counted with gRPC's streams.
     if (grpc::Status s = state_->RegisterStream(link_); !s.ok()) {
@@ -125,6 +127,29 @@ class GenerationSource : public HttpBodySource {
       state_->metrics().AddPromptTokens(plan_.requests[i].prompt_tokens.size(), Protocol::kHttp);
       HttpWake wake = wake_;
       choices_[i].handle.stream().SetOnReady([wake]() { wake(); });
+    }
+    return absl::OkStatus();
+  }
+
+  // Every choice waits in the engine's queue before it runs, so choices that together exceed
+  // the queue's limits can never be enqueued: OutOfRange (400), as the engine answers a single
+  // prompt over the token limit, not its "full, retry later" (429, which OpenAI's SDKs retry).
+  absl::Status CheckQueueable() const {
+    const EngineOptions& o = state_->engine()->options();
+    const std::string field = request_.n > 1 ? "n" : "prompt";
+    const size_t choices = plan_.requests.size();
+    if (choices > static_cast<size_t>(o.max_queued_requests)) {
+      return absl::OutOfRangeError(absl::StrCat(
+          field, ": ", choices, " choices exceed the waiting queue's limit of ",
+          o.max_queued_requests, " requests (max_queued_requests): this request can never be queued"));
+    }
+    int64_t tokens = 0;
+    for (const GenerationRequest& g : plan_.requests) tokens += g.prompt_tokens.size();
+    if (tokens > o.max_queued_prompt_tokens) {
+      return absl::OutOfRangeError(absl::StrCat(
+          field, ": ", choices, " choices of ", tokens, " prompt tokens in all exceed the waiting "
+          "queue's limit of ", o.max_queued_prompt_tokens,
+          " prompt tokens (max_queued_prompt_tokens): this request can never be queued"));
     }
     return absl::OkStatus();
   }

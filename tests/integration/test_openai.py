@@ -383,6 +383,27 @@ class OpenAiSdkTest(unittest.TestCase):
         self.assertEqual(got["errors"]["key"]["status"], 401)
 
 
+class OpenAiQueueLimitsTest(unittest.TestCase):
+    def test_choices_that_can_never_be_queued_are_a_400(self):
+        """Every choice waits in the engine's queue, so a request whose choices together
+        exceed its limits cannot succeed: 400 naming the field, not the 429 "retry later"
+        that OpenAI's SDKs retry."""
+        with HttpServer(args=["--max-queued-requests=4",
+                              "--max-queued-prompt-tokens=100"]) as server:
+            cases = [({"prompt": "a", "n": 5}, 400, "n"),
+                     ({"prompt": [[5] * 60, [6] * 60]}, 400, "prompt"),
+                     ({"prompt": [5] * 60, "n": 2}, 400, "n"),
+                     ({"prompt": "a", "n": 4}, 200, None),
+                     ({"prompt": [[5] * 40, [6] * 40]}, 200, None)]
+            for body, want, param in cases:
+                status, _, got = server.post("/v1/completions",
+                                             {"model": MODEL, "max_tokens": 1, **body})
+                self.assertEqual(status, want, (body, got))
+                if param is not None:
+                    self.assertEqual(got["error"]["param"], param, got)
+                    self.assertIn("can never be queued", got["error"]["message"])
+
+
 class OpenAiAuthAndDrainTest(unittest.TestCase):
     def test_api_key_and_drain(self):
         with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
