@@ -133,10 +133,11 @@ class GenerationSource : public HttpBodySource {
 
   // Every choice waits in the engine's queue before it runs, so choices that together exceed
   // the queue's limits can never be enqueued: OutOfRange (400), as the engine answers a single
-  // prompt over the token limit, not its "full, retry later" (429, which OpenAI's SDKs retry).
+  // prompt over the token limit (left to it here), not its "full, retry later" (429, which
+  // OpenAI's SDKs retry).
   absl::Status CheckQueueable() const {
     const EngineOptions& o = state_->engine()->options();
-    const std::string field = request_.n > 1 ? "n" : "prompt";
+    const std::string field = request_.n > 1 ? "n" : chat_ ? "messages" : "prompt";
     const size_t choices = plan_.requests.size();
     if (choices > static_cast<size_t>(o.max_queued_requests)) {
       return absl::OutOfRangeError(absl::StrCat(
@@ -144,7 +145,11 @@ class GenerationSource : public HttpBodySource {
           o.max_queued_requests, " requests (max_queued_requests): this request can never be queued"));
     }
     int64_t tokens = 0;
-    for (const GenerationRequest& g : plan_.requests) tokens += g.prompt_tokens.size();
+    for (const GenerationRequest& g : plan_.requests) {
+      const int64_t n = static_cast<int64_t>(g.prompt_tokens.size());
+      if (n > o.max_queued_prompt_tokens) return absl::OkStatus();  // the engine's refusal
+      tokens += n;
+    }
     if (tokens > o.max_queued_prompt_tokens) {
       return absl::OutOfRangeError(absl::StrCat(
           field, ": ", choices, " choices of ", tokens, " prompt tokens in all exceed the waiting "

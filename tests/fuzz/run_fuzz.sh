@@ -114,6 +114,9 @@ CORES="$(nproc)"
 WALL=$(( (SECONDS_TO_RUN * ${#RUNS[@]} + (CORES < ${#RUNS[@]} ? CORES : ${#RUNS[@]}) - 1) /
          (CORES < ${#RUNS[@]} ? CORES : ${#RUNS[@]}) ))
 declare -A PIDS=()
+# A script stopped early (Ctrl-C, a CI time limit) stops its fuzzers too. Needs bash >= 4.4
+# (empty arrays under set -u).
+trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT INT TERM
 for run in "${RUNS[@]}"; do
   IFS='|' read -r name fuzzer corpus prefix <<<"${run}"
   # libFuzzer exits non-zero on a crash, leak, timeout or abort from a violated property.
@@ -126,6 +129,7 @@ failed=()
 for name in "${!PIDS[@]}"; do
   wait "${PIDS[${name}]}" || failed+=("${name}")
 done
+trap - EXIT INT TERM
 for run in "${RUNS[@]}"; do
   name="${run%%|*}"
   echo "=== ${name}_fuzz (${WALL} s beside the others; log ${BUILD}/${name}_fuzz.log)"

@@ -394,6 +394,7 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
                      ({"prompt": [[5] * 60, [6] * 60]}, 400, "prompt"),
                      ({"prompt": [5] * 60, "n": 2}, 400, "n"),
                      ({"prompt": "a", "n": 4}, 200, None),
+                     ({"prompt": [5] * 101, "n": 2}, 400, "prompt_tokens"),  # the engine's
                      ({"prompt": [[5] * 40, [6] * 40]}, 200, None)]
             for body, want, param in cases:
                 status, _, got = server.post("/v1/completions",
@@ -402,6 +403,14 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
                 if param is not None:
                     self.assertEqual(got["error"]["param"], param, got)
                     self.assertIn("can never be queued", got["error"]["message"])
+            status, _, got = server.post("/v1/chat/completions", {
+                "model": MODEL, "max_tokens": 1, "n": 1,
+                "messages": [{"role": "user", "content": "a"}] * 2})
+            self.assertEqual(status, 200, got)
+            status, _, got = server.post("/v1/chat/completions", {
+                "model": MODEL, "max_tokens": 1, "n": 5,
+                "messages": [{"role": "user", "content": "a"}]})
+            self.assertEqual((status, got["error"]["param"]), (400, "n"), got)
 
 
 class OpenAiAuthAndDrainTest(unittest.TestCase):

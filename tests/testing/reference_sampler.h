@@ -53,7 +53,7 @@ inline int32_t ReferenceSampleToken(absl::Span<const float> raw_logits,
   std::vector<float>& work = scratch->work;
   work.assign(raw_logits.begin(), raw_logits.end());
   if (penalties != nullptr) penalties->Apply(params, absl::MakeSpan(work));
-  if (params.temperature == 0.0f) return ArgMax(work);
+  if (params.Greedy()) return ArgMax(work);
 
   const int V = static_cast<int>(work.size());
   std::vector<int32_t>& order = scratch->order;

@@ -109,8 +109,8 @@ std::vector<cuda::DeviceSamplingRow> DeviceRows(const std::vector<Case>& cases, 
     cuda::DeviceSamplingRow& d = rows[r];
     d.logit_row = r;
     d.penalty_slot = cases[r].slot;
-    d.temperature = p.temperature;
-    d.inv_temperature = p.temperature > 0 ? 1.0f / p.temperature : 1.0f;
+    d.temperature = p.Greedy() ? 0.0f : p.temperature;  // as CudaBackend's Plan sends it
+    d.inv_temperature = p.Greedy() ? 1.0f : 1.0f / p.temperature;
     d.top_k = p.top_k;
     d.top_p = p.top_p;
     d.min_p = p.min_p;

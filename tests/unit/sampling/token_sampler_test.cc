@@ -219,14 +219,18 @@ TEST(SamplerTest, TemperaturesBelowTheGreedyBoundAreGreedy) {
       }
     }
   }
-  SamplingParams p;
-  p.temperature = 2e-5f;
-  std::set<int32_t> drawn;
-  for (uint64_t seed = 0; seed < 32; ++seed) {
-    p.seed = seed;
-    drawn.insert(Sampler(p, {}, 2).Sample({1.0f, 1.0f}));
+  for (float t : {9e-6f, 2e-5f}) {  // tied logits: greedy takes the lower id, sampling either
+    SamplingParams p;
+    p.temperature = t;
+    std::set<int32_t> drawn;
+    for (uint64_t seed = 0; seed < 32; ++seed) {
+      p.seed = seed;
+      drawn.insert(Sampler(p, {}, 2).Sample({1.0f, 1.0f}));
+    }
+    const std::set<int32_t> want =
+        t < kGreedyBelowTemperature ? std::set<int32_t>{0} : std::set<int32_t>{0, 1};
+    EXPECT_EQ(drawn, want) << t;
   }
-  EXPECT_EQ(drawn, (std::set<int32_t>{0, 1}));
 }
 
 TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
