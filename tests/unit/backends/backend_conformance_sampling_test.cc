@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backends/backend_factory.h"
+#include "engine/common/status_macros.h"
 #include "engine/execution/step_plan.h"
 #include "engine/sampling/token_sampler.h"
 #include "gtest/gtest.h"
@@ -24,6 +25,25 @@ StepBatch OneSequence(const std::vector<int32_t>& tokens, const SequenceKv& kv, 
   b.Reset(capacity);
   b.AddSequence(tokens, kv, sample, row, !sample);
   return b;
+}
+
+// Prepares `backend` for steps of one sequence of up to `max_tokens` tokens (as many logit
+// rows) and allocates a cache of 64 + 64 blocks of 4 tokens, window 16; returns its shape.
+absl::StatusOr<KvCacheShape> PrepareOneSequence(Backend& backend, int max_tokens,
+                                                int penalty_slots) {
+  StepLimits limits;
+  limits.max_tokens = max_tokens;
+  limits.max_seqs = 1;
+  limits.max_logit_rows = max_tokens;
+  limits.blocks_per_seq = 64;
+  limits.num_penalty_slots = penalty_slots;
+  RETURN_IF_ERROR(backend.Prepare(limits).status());
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {64, 64};
+  RETURN_IF_ERROR(backend.AllocateCache(shape));
+  return shape;
 }
 
 TEST_P(BackendTest, RejectsBadCacheShapesAndBatches) {
@@ -92,19 +112,9 @@ TEST_P(BackendTest, SamplesLikeTheHostReference) {
   ASSERT_TRUE(model.ok());
   Backend& backend = *model->backend;
   const int V = model->config.vocab_size;
-  StepLimits limits;
-  limits.max_tokens = 16;
-  limits.max_seqs = 1;
-  limits.max_logit_rows = 16;
-  limits.blocks_per_seq = 64;
-  limits.num_penalty_slots = 1;
-  ASSERT_TRUE(backend.Prepare(limits).ok());
-  KvCacheShape shape;
-  shape.block_size = 4;
-  shape.window = 16;
-  shape.num_blocks = {64, 64};
-  ASSERT_TRUE(backend.AllocateCache(shape).ok());
-  KvCacheManager manager(shape);
+  absl::StatusOr<KvCacheShape> shape = PrepareOneSequence(backend, 16, /*penalty_slots=*/1);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  KvCacheManager manager(*shape);
   const std::vector<int32_t> prompt = {5, 17, 42, 7};
   ASSERT_TRUE(backend.SetPenaltyState(0, prompt, {}).ok());
   PenaltyState reference(V);
@@ -157,18 +167,9 @@ TEST_P(BackendTest, TinyTemperaturesDrawTheArgmax) {
   ASSERT_TRUE(model.ok());
   Backend& backend = *model->backend;
   const int V = model->config.vocab_size;
-  StepLimits limits;
-  limits.max_tokens = 8;
-  limits.max_seqs = 1;
-  limits.max_logit_rows = 8;
-  limits.blocks_per_seq = 64;
-  ASSERT_TRUE(backend.Prepare(limits).ok());
-  KvCacheShape shape;
-  shape.block_size = 4;
-  shape.window = 16;
-  shape.num_blocks = {8, 8};
-  ASSERT_TRUE(backend.AllocateCache(shape).ok());
-  KvCacheManager manager(shape);
+  absl::StatusOr<KvCacheShape> shape = PrepareOneSequence(backend, 8, /*penalty_slots=*/0);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  KvCacheManager manager(*shape);
   const std::vector<int32_t> prompt = {5, 17, 42, 7};
   for (float t : {1e-6f, 1e-30f, 1e-38f, 1e-40f}) {
     for (float top_p : {1.0f, 0.9f}) {
