@@ -17,6 +17,7 @@
 #include "engine/cuda/gemm_quant.h"
 #include "engine/cuda/gemv.h"
 #include "engine/cuda/norm.h"
+#include "engine/cuda/sampling_rows.h"
 #include "engine/execution/step_plan.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/token_sampler.h"
@@ -490,17 +491,7 @@ absl::StatusOr<CudaBackend::DevicePlan> CudaBackend::Plan(const StepBatch& batch
     DeviceSamplingRow d;
     d.logit_row = plan.logits.sample_row[s];
     d.penalty_slot = r.penalty_slot;
-    // The kernel's greedy rows are those of temperature 0 (SamplingParams::Greedy: below
-    // 1e-5, whose 1 / T can overflow).
-    const bool greedy = r.params.Greedy();
-    d.temperature = greedy ? 0.0f : r.params.temperature;
-    d.inv_temperature = greedy ? 1.0f : 1.0f / r.params.temperature;
-    d.top_k = r.params.top_k;
-    d.top_p = r.params.top_p;
-    d.min_p = r.params.min_p;
-    d.repetition_penalty = r.params.repetition_penalty;
-    d.presence_penalty = r.params.presence_penalty;
-    d.frequency_penalty = r.params.frequency_penalty;
+    SetSamplingParams(r.params, &d);
     d.top_logprobs = r.top_logprobs;
     d.want_logprob = r.logprob ? 1 : 0;
     d.seed = r.seed;

@@ -2,7 +2,7 @@
 // logits: the same token for greedy and seeded sampling with top-k / top-p / min-p /
 // penalties (the logits here are random, so no draw lands within float rounding of a
 // cumulative boundary), logprobs within 1e-4, the same top-n ids; then the penalty update.
-#include "engine/cuda/sampling.h"
+#include "engine/cuda/sampling_rows.h"
 
 #include <cmath>
 #include <string>
@@ -109,14 +109,7 @@ std::vector<cuda::DeviceSamplingRow> DeviceRows(const std::vector<Case>& cases, 
     cuda::DeviceSamplingRow& d = rows[r];
     d.logit_row = r;
     d.penalty_slot = cases[r].slot;
-    d.temperature = p.Greedy() ? 0.0f : p.temperature;  // as CudaBackend's Plan sends it
-    d.inv_temperature = p.Greedy() ? 1.0f : 1.0f / p.temperature;
-    d.top_k = p.top_k;
-    d.top_p = p.top_p;
-    d.min_p = p.min_p;
-    d.repetition_penalty = p.repetition_penalty;
-    d.presence_penalty = p.presence_penalty;
-    d.frequency_penalty = p.frequency_penalty;
+    cuda::SetSamplingParams(p, &d);  // as CudaBackend's Plan sets them
     d.top_logprobs = cases[r].top_n;
     d.want_logprob = cases[r].logprob;
     d.seed = 1000 + r;
