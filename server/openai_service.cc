@@ -20,6 +20,10 @@
 namespace dcf::server {
 namespace {
 
+// The generation routes (AddRoutes); Admit counts the requests it refuses on them.
+constexpr char kCompletionsPath[] = "/v1/completions";
+constexpr char kChatCompletionsPath[] = "/v1/chat/completions";
+
 using Json = nlohmann::json;
 
 // Token text can be a piece of a UTF-8 character: such bytes become U+FFFD in the JSON.
@@ -507,17 +511,17 @@ std::optional<HttpResponse> OpenAiService::Admit(const HttpRequest& head) const 
   if (s.ok()) return std::nullopt;
   // A refused generation request counts as gRPC counts a refused Generate call.
   if (head.method == "POST" &&
-      (head.path == "/v1/completions" || head.path == "/v1/chat/completions")) {
+      (head.path == kCompletionsPath || head.path == kChatCompletionsPath)) {
     state_->metrics().RecordRequest("unauthenticated", Protocol::kHttp);
   }
   return ErrorResponse(401, s.message());
 }
 
 void OpenAiService::AddRoutes(HttpRouter* router) {
-  router->AddAsync("POST", "/v1/completions", [this](HttpRequest request, HttpWake wake) {
+  router->AddAsync("POST", kCompletionsPath, [this](HttpRequest request, HttpWake wake) {
     return Generate(OpenAiApi::kCompletions, std::move(request), std::move(wake));
   });
-  router->AddAsync("POST", "/v1/chat/completions", [this](HttpRequest request, HttpWake wake) {
+  router->AddAsync("POST", kChatCompletionsPath, [this](HttpRequest request, HttpWake wake) {
     return Generate(OpenAiApi::kChatCompletions, std::move(request), std::move(wake));
   });
   router->Add("GET", "/v1/models", [this](const HttpRequest&) { return Models(); });
