@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -166,19 +167,32 @@ class GenerationSource : public HttpBodySource {
   HttpPull Pull() override {
     HttpPull pull;
     if (!request_.stream) {
-      for (Choice& c : choices_) Take(&c, nullptr);
+      for (Choice& c : choices_) {
+        Take(&c, nullptr);
+        // What the body holds so far is at most what it will hold: past the limit already,
+        // the request ends now, its choices cancelled in the engine.
+        if (body_bytes_ > ResponseLimit()) return TooLarge(body_bytes_, /*exact=*/false);
+      }
       if (!AllFinished()) return pull;  // kWait
-      pull.kind = HttpPull::Kind::kResponse;
       for (const Choice& c : choices_) {
         if (c.reason == FinishReason::kError) {
           const std::string message(c.error.message().empty() ? "engine error"
                                                               : c.error.message());
+          for (Choice& r : choices_) Record(&r, FinishReasonName(r.reason));
+          pull.kind = HttpPull::Kind::kResponse;
           pull.response = OpenAiService::ErrorResponse(500, message);
           End();
           return pull;
         }
       }
-      pull.response = JsonResponse(200, WholeResponse());
+      HttpResponse response;
+      response.status = 200;
+      response.content_type = "application/json";
+      response.body = WholeResponse();
+      if (response.body.size() > ResponseLimit()) return TooLarge(response.body.size(), true);
+      for (Choice& c : choices_) Record(&c, FinishReasonName(c.reason));
+      pull.kind = HttpPull::Kind::kResponse;
+      pull.response = std::move(response);
       End();
       return pull;
     }
@@ -247,11 +261,23 @@ class GenerationSource : public HttpBodySource {
   }
 
  private:
+  // A non-streamed choice's logprobs as its JSON will hold them: the elements of each array,
+  // serialized (comma-separated) as each chunk arrives, so the body's size is known as it
+  // grows and no tree of every token is built. Chat: `content`; completions: the four columns.
+  struct LogprobsText {
+    std::string content;
+    std::string tokens, token_logprobs, top_logprobs, text_offset;
+    size_t size() const {
+      return content.size() + tokens.size() + token_logprobs.size() + top_logprobs.size() +
+             text_offset.size();
+    }
+  };
+
   struct Choice {
     RequestHandle handle;
     int prompt = 0;
-    std::string text;                 // non-streamed: the whole text
-    std::vector<TokenOutput> tokens;  // non-streamed, with logprobs: every token
+    std::string text;          // non-streamed: the whole text
+    LogprobsText logprobs;     // non-streamed, with logprobs: every token's, serialized
     int generated = 0;
     int text_offset = 0;  // completions logprobs: characters so far (echo included)
     bool started = false;  // streamed: the first event (role, echo) was sent
@@ -271,6 +297,36 @@ class GenerationSource : public HttpBodySource {
   void Record(Choice* c, const std::string& outcome) {
     c->recorded = true;
     state_->metrics().RecordRequest(outcome, Protocol::kHttp);
+  }
+
+  // --max-send-message-bytes: gRPC's largest response message, and the largest non-streamed
+  // OpenAI body (a stream's events are each small, and bounded while waiting for the client by
+  // --max-stream-buffer-bytes).
+  size_t ResponseLimit() const {
+    return static_cast<size_t>(state_->options().max_send_message_bytes);
+  }
+
+  // The non-streamed response passed ResponseLimit() (`bytes`: its size, or while generating
+  // a lower bound of it): every choice is cancelled in the engine (its KV blocks are freed
+  // within a step) and counted out_of_range; the client gets the 400 (a retry would fail the
+  // same way: not the 429 OpenAI's SDKs retry).
+  HttpPull TooLarge(size_t bytes, bool exact) {
+    const size_t limit = ResponseLimit();
+    for (Choice& c : choices_) {
+      c.handle.Cancel();
+      if (!c.recorded) Record(&c, "out_of_range");
+    }
+    DCF_LOG(Info) << "request id=" << id_ << " protocol=http outcome=out_of_range choices="
+                  << choices_.size() << " (non-streamed response " << (exact ? "of " : "past ")
+                  << bytes << " bytes, over --max-send-message-bytes " << limit << ")";
+    Unregister();
+    HttpPull pull;
+    pull.kind = HttpPull::Kind::kResponse;
+    pull.response = OpenAiService::ErrorResponse(absl::OutOfRangeError(absl::StrCat(
+        "the response would be ", exact ? "" : "more than ", bytes, " bytes, over the ",
+        limit, " bytes a non-streamed response may have (--max-send-message-bytes): set "
+        "\"stream\": true (each event is small) or ask for less (n, max_tokens, logprobs)")));
+    return pull;
   }
 
   void End() {
@@ -332,16 +388,7 @@ class GenerationSource : public HttpBodySource {
   Json Logprobs(const std::vector<TokenOutput>& tokens, int* offset) const {
     if (chat_) {
       Json content = Json::array();
-      for (const TokenOutput& t : tokens) {
-        const std::string s = TokenText(t.token);
-        Json top = Json::array();
-        for (const TopLogprob& alt : t.top) {
-          const std::string a = TokenText(alt.token);
-          top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", Bytes(a)}});
-        }
-        content.push_back(
-            {{"token", s}, {"logprob", t.logprob}, {"bytes", Bytes(s)}, {"top_logprobs", top}});
-      }
+      for (const TokenOutput& t : tokens) content.push_back(ChatTokenLogprobs(t));
       return {{"content", content}};
     }
     Json out = {{"tokens", Json::array()},
@@ -352,13 +399,58 @@ class GenerationSource : public HttpBodySource {
       const std::string s = TokenText(t.token);
       out["tokens"].push_back(s);
       out["token_logprobs"].push_back(t.logprob);
-      Json top = Json::object();
-      for (const TopLogprob& alt : t.top) top[TokenText(alt.token)] = alt.logprob;
-      out["top_logprobs"].push_back(top);
+      out["top_logprobs"].push_back(CompletionTopLogprobs(t));
       out["text_offset"].push_back(*offset);
       *offset += static_cast<int>(s.size());
     }
     return out;
+  }
+
+  // Chat: one element of logprobs.content.
+  Json ChatTokenLogprobs(const TokenOutput& t) const {
+    const std::string s = TokenText(t.token);
+    Json top = Json::array();
+    for (const TopLogprob& alt : t.top) {
+      const std::string a = TokenText(alt.token);
+      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", Bytes(a)}});
+    }
+    return {{"token", s}, {"logprob", t.logprob}, {"bytes", Bytes(s)}, {"top_logprobs", top}};
+  }
+  // Completions: one element of logprobs.top_logprobs.
+  Json CompletionTopLogprobs(const TokenOutput& t) const {
+    Json top = Json::object();
+    for (const TopLogprob& alt : t.top) top[TokenText(alt.token)] = alt.logprob;
+    return top;
+  }
+
+  // Non-streamed: what Logprobs() would give for `tokens`, appended to c's serialized arrays.
+  void AppendLogprobs(const std::vector<TokenOutput>& tokens, Choice* c) const {
+    auto append = [](const Json& element, std::string* array) {
+      if (!array->empty()) array->push_back(',');
+      *array += Dump(element);
+    };
+    LogprobsText& lp = c->logprobs;
+    for (const TokenOutput& t : tokens) {
+      if (chat_) {
+        append(ChatTokenLogprobs(t), &lp.content);
+        continue;
+      }
+      const std::string s = TokenText(t.token);
+      append(s, &lp.tokens);
+      append(t.logprob, &lp.token_logprobs);
+      append(CompletionTopLogprobs(t), &lp.top_logprobs);
+      append(c->text_offset, &lp.text_offset);
+      c->text_offset += static_cast<int>(s.size());
+    }
+  }
+
+  // The JSON of Logprobs() from the serialized arrays (nlohmann's objects dump their keys in
+  // sorted order; so does this).
+  std::string LogprobsJson(const LogprobsText& lp) const {
+    if (chat_) return absl::StrCat("{\"content\":[", lp.content, "]}");
+    return absl::StrCat("{\"text_offset\":[", lp.text_offset, "],\"token_logprobs\":[",
+                        lp.token_logprobs, "],\"tokens\":[", lp.tokens, "],\"top_logprobs\":[",
+                        lp.top_logprobs, "]}");
   }
 
   // Takes what `c`'s stream has; streamed (`out` set): appends its events.
@@ -374,19 +466,23 @@ class GenerationSource : public HttpBodySource {
       c->finished = true;
       c->reason = chunk.finish_reason;
       c->error = chunk.error;
-      Record(c, FinishReasonName(chunk.finish_reason));
+      // Streamed: counted as it ends. Non-streamed: once the response is decided (Pull), since
+      // a response over the size limit fails every choice.
+      if (out != nullptr) Record(c, FinishReasonName(chunk.finish_reason));
     }
     const std::string& echo = plan_.prompt_texts[c->prompt];
     if (out == nullptr) {
+      const size_t before = c->text.size() + c->logprobs.size();
       if (!c->started && request_.echo) {
         c->text = echo;
         c->text_offset = static_cast<int>(echo.size());
       }
       c->started = true;
       c->text += chunk.text;
-      if (request_.logprobs) {
-        for (TokenOutput& t : chunk.tokens) c->tokens.push_back(std::move(t));
-      }
+      if (request_.logprobs) AppendLogprobs(chunk.tokens, c);
+      // The text's bytes are at most its JSON string's (escapes and U+FFFD only add), the
+      // logprobs are as serialized: a lower bound of what the choice adds to the body.
+      body_bytes_ += c->text.size() + c->logprobs.size() - before;
       return;
     }
     if (chunk.finished && chunk.finish_reason == FinishReason::kError) {
@@ -427,28 +523,42 @@ class GenerationSource : public HttpBodySource {
     AppendEvent(event, out);
   }
 
-  Json WholeResponse() const {
-    Json choices = Json::array();
+  // The non-streamed body, as nlohmann would dump the whole tree (keys sorted, "choices"
+  // first), built one choice at a time; each choice's text and logprobs are freed as they go
+  // in.
+  std::string WholeResponse() {
+    std::string body = "{\"choices\":[";
+    body.reserve(body_bytes_ + 256 * (choices_.size() + 1));
     for (size_t i = 0; i < choices_.size(); ++i) {
-      const Choice& c = choices_[i];
-      Json choice = {{"index", static_cast<int>(i)}};
-      int offset = c.text_offset;
-      const Json logprobs = request_.logprobs ? Logprobs(c.tokens, &offset) : Json(nullptr);
+      Choice& c = choices_[i];
+      Json choice = {{"index", static_cast<int>(i)},
+                     {"logprobs", nullptr},
+                     {"finish_reason", OpenAiFinishReason(c.reason)}};
       if (chat_) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        choice["message"] = {{"role", "assistant"}, {"content", std::move(c.text)}};
       } else {
-        choice["text"] = c.text;
+        choice["text"] = std::move(c.text);
       }
-      choice["logprobs"] = logprobs;
-      choice["finish_reason"] = OpenAiFinishReason(c.reason);
-      choices.push_back(std::move(choice));
+      std::string s = Dump(choice);
+      if (request_.logprobs) {
+        // Only "finish_reason" and "index" precede it: the first match is the key.
+        constexpr std::string_view kNull = "\"logprobs\":null";
+        const size_t at = s.find(kNull);
+        DCF_CHECK(at != std::string::npos);
+        s.replace(at + kNull.size() - 4, 4, LogprobsJson(c.logprobs));
+      }
+      c.logprobs = LogprobsText();
+      if (i > 0) body.push_back(',');
+      body += s;
     }
-    Json body = {{"id", id_},
-                 {"object", chat_ ? "chat.completion" : "text_completion"},
-                 {"created", created_},
-                 {"model", state_->info().model_name},
-                 {"choices", choices},
-                 {"usage", Usage()}};
+    body += "],";
+    const Json rest = {{"id", id_},
+                       {"object", chat_ ? "chat.completion" : "text_completion"},
+                       {"created", created_},
+                       {"model", state_->info().model_name},
+                       {"usage", Usage()}};
+    body.append(Dump(rest), 1);  // without its "{"
+    body.push_back('\n');
     return body;
   }
 
@@ -466,6 +576,8 @@ class GenerationSource : public HttpBodySource {
   bool head_sent_ = false;
   bool ended_ = false;
   const char* abort_outcome_ = nullptr;
+  // Non-streamed: a lower bound of the body's size so far (the choices' text and logprobs).
+  size_t body_bytes_ = 0;
 };
 
 }  // namespace

@@ -65,7 +65,9 @@ ABSL_FLAG(int, max_new_tokens, 0, "largest accepted max_new_tokens; 0 = model co
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that leave it unset");
 ABSL_FLAG(bool, warmup, true, "run one tiny request before reporting SERVING");
 ABSL_FLAG(int, max_receive_message_bytes, 1 << 20, "largest accepted request message");
-ABSL_FLAG(int, max_send_message_bytes, 4 << 20, "largest response message");
+ABSL_FLAG(int, max_send_message_bytes, 4 << 20,
+          "largest response message (gRPC), and largest non-streamed OpenAI response body: "
+          "past it the request is cancelled and gets 400 (stream it instead)");
 ABSL_FLAG(int64_t, grpc_memory_limit_bytes, int64_t{512} << 20,
           "memory gRPC may hold for connections and calls (its resource quota): past it, it "
           "cancels streams until it is back under; what bounds request messages that are still "

@@ -29,7 +29,7 @@ struct ServerOptions {
 
   int max_receive_message_bytes = 1 << 20;
   int64_t grpc_memory_limit_bytes = 512 << 20;  // gRPC's resource quota; 0 = none
-  int max_send_message_bytes = 4 << 20;
+  int max_send_message_bytes = 4 << 20;  // gRPC messages, non-streamed OpenAI bodies
   int max_stream_buffer_bytes = 1 << 20;  // output waiting for a client that does not read
   absl::Duration write_stall_timeout = absl::Seconds(30);  // a message not sent by then ends
   absl::Duration first_write_timeout = absl::Seconds(5);   // ...the first message by then (or
