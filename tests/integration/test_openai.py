@@ -413,6 +413,104 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
             self.assertEqual((status, got["error"]["param"]), (400, "n"), got)
 
 
+class OpenAiResponseLimitTest(unittest.TestCase):
+    """--max-send-message-bytes bounds a non-streamed body (the outside probe: one small request
+    with n=128, top_logprobs 20 made a 42 MB body and 790 MB of server memory)."""
+
+    LIMIT = 4096
+
+    def test_a_response_over_the_send_limit_is_a_400_and_cancels_its_choices(self):
+        with HttpServer(args=[f"--max-send-message-bytes={self.LIMIT}",
+                              "--max-stream-buffer-bytes=2048"]) as server:
+            def served_normally():
+                status, _, got = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": "And", "max_tokens": 2})
+                self.assertEqual(status, 200, got)
+
+            def refused(path, body):
+                status, _, got = server.post(path, body)
+                self.assertEqual(status, 400, str(got)[:300])
+                err = got["error"]
+                self.assertEqual((err["type"], err["param"]), ("invalid_request_error", None))
+                self.assertIn("--max-send-message-bytes", err["message"])
+                self.assertIn('"stream": true', err["message"])
+                self.assertIn(str(self.LIMIT), err["message"])
+
+            def engine_idle():
+                m = server.metrics()
+                return all(h.sum_series(m, name) == 0 for name in (
+                    "dcformer_kv_cache_blocks_used", "dcformer_num_requests_running",
+                    "dcformer_num_requests_waiting"))
+
+            def count(outcome):
+                return server.metric("dcformer_requests_total", outcome=outcome, protocol="http")
+
+            # Past the limit while generating: every choice is cancelled in the engine well
+            # before its 200 tokens, and each counts out_of_range.
+            tokens = server.metric("dcformer_generation_tokens_total", protocol="http")
+            before = count("out_of_range")
+            refused("/v1/completions", {"model": MODEL, "prompt": "And", "n": 16, "logprobs": 20,
+                                        "max_tokens": 200, "ignore_eos": True})
+            h.wait_until(engine_idle, what="no sequence or KV block left in the engine")
+            self.assertEqual(count("out_of_range"), before + 16)
+            self.assertLess(server.metric("dcformer_generation_tokens_total", protocol="http")
+                            - tokens, 16 * 200 // 4)
+            served_normally()
+            # Chat's logprobs, the same way.
+            refused("/v1/chat/completions", {
+                "model": MODEL, "messages": [{"role": "user", "content": "And"}], "n": 4,
+                "logprobs": True, "top_logprobs": 20, "max_tokens": 200, "ignore_eos": True})
+            h.wait_until(engine_idle, what="no sequence or KV block left in the engine")
+            served_normally()
+            # Past it only once the body is built (each choice's own text is tiny; its JSON is
+            # not): refused too, not one choice counted as finished.
+            before, length = count("out_of_range"), count("length")
+            refused("/v1/completions", {"model": MODEL, "prompt": "And", "n": 64, "max_tokens": 1})
+            self.assertEqual(count("out_of_range"), before + 64)
+            self.assertEqual(count("length"), length)
+            self.assertTrue(engine_idle())
+            served_normally()
+
+            # Under the limit: the response is what it always was, and the same as streamed.
+            for path, body in [
+                    ("/v1/completions", {"prompt": "In the beginning", "logprobs": 2}),
+                    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "And"}],
+                                              "logprobs": True, "top_logprobs": 2})]:
+                body = {"model": MODEL, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+                        **body}
+                status, _, raw = server.request("POST", path, body)
+                self.assertEqual(status, 200, raw)
+                self.assertLess(len(raw), self.LIMIT)
+                got = json.loads(raw)
+                # nlohmann's form: keys sorted, no spaces, UTF-8 as is, one newline (numbers
+                # with a fraction masked: its shortest digits and Python's may differ at the
+                # last one).
+                floats = re.compile(r"-?\d+(\.\d+)?e[-+]?\d+|-?\d+\.\d+")
+                self.assertEqual(floats.sub("F", raw.decode()), floats.sub("F", json.dumps(
+                    got, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"))
+                choice = got["choices"][0]
+                self.assertEqual(choice["finish_reason"], "length")
+                self.assertEqual(got["usage"]["completion_tokens"], 8)
+                status, _, sse = server.request("POST", path, {**body, "stream": True})
+                self.assertEqual(status, 200, sse)
+                events = [e["choices"][0] for e in sse_events(sse)]
+                if path == "/v1/completions":
+                    self.assertEqual("".join(e["text"] for e in events), choice["text"])
+                    lp = choice["logprobs"]
+                    self.assertEqual(len(lp["tokens"]), 8)
+                    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                        self.assertEqual(sum((e["logprobs"][key] for e in events if e["logprobs"]),
+                                             []), lp[key], key)
+                else:
+                    self.assertEqual("".join(e["delta"].get("content", "") for e in events),
+                                     choice["message"]["content"])
+                    self.assertEqual(sum((e["logprobs"]["content"] for e in events
+                                          if e["logprobs"]), []),
+                                     choice["logprobs"]["content"])
+                    self.assertEqual(len(choice["logprobs"]["content"]), 8)
+            self.assertTrue(engine_idle())
+
+
 class OpenAiAuthAndDrainTest(unittest.TestCase):
     def test_api_key_and_drain(self):
         with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
