@@ -12,6 +12,8 @@
 // never more on the engine loop thread), and the connection pulls the next SSE event only
 // when its previous write is done, so output waits in the engine's RequestStreams, bounded by
 // --max-stream-buffer-bytes (past it the exchange ends and the requests are cancelled). A
+// non-streamed response's body is bounded by --max-send-message-bytes, counted as the choices'
+// text and logprobs arrive (past it every choice is cancelled and the request gets 400). A
 // client that disconnects cancels every choice in the engine (its KV blocks are freed within
 // a step). Errors are OpenAI's {"error": {"message", "type", "param", "code"}} with the
 // status ToHttpError (status_util.h) maps the engine Status to.
