@@ -382,8 +382,10 @@ void DcformerServer::ReloadApiKeys() {
   absl::StatusOr<ApiKeyChecker::Reloaded> reloaded = auth_->Reload();
   if (reloaded.ok() && !reloaded->bad_lines.empty()) {
     // The valid keys apply (a revoked key must not outlive the reload), but the file is not
-    // what the operator meant: counted and logged as a failed reload.
+    // what the operator meant: counted and logged as a failed reload, and as a reload too
+    // when the keys in force changed.
     metrics_.RecordCredentialReload("api_keys", false);
+    if (reloaded->changed) metrics_.RecordCredentialReload("api_keys", true);
     if (reloaded->bad_lines != last_api_key_error_) {
       DCF_LOG(Error) << "api_keys reloaded with errors, " << auth_->num_keys()
                      << " valid key(s) in force: " << reloaded->bad_lines;

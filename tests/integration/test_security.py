@@ -434,6 +434,7 @@ class ApiKeyReloadTest(unittest.TestCase):
 
             self.assertIsNone(generate("old-key"))
             before = server.metric("dcformer_credential_reload_failures_total", file="api_keys")
+            reloads = server.metric("dcformer_credential_reloads_total", file="api_keys")
             # Revoke old-key; a BOM and a key pasted with a space come with the edit.
             write(key_file, "\ufeff# old-key revoked\nnew-key\nsecret pasted-with-space\n".encode())
             h.wait_until(lambda: generate("old-key") == grpc.StatusCode.UNAUTHENTICATED,
@@ -442,6 +443,12 @@ class ApiKeyReloadTest(unittest.TestCase):
             h.wait_until(lambda: server.metric("dcformer_credential_reload_failures_total",
                                                file="api_keys") >= before + 1,
                          timeout=30, what="the bad line counted as a failed reload")
+            # The keys in force changed: a reload as well (once; later reads change nothing).
+            reloaded = lambda: server.metric("dcformer_credential_reloads_total", file="api_keys")
+            h.wait_until(lambda: reloaded() >= reloads + 1, timeout=30,
+                         what="the reload that changed the keys counted")
+            time.sleep(2)  # two more reads of the unchanged file
+            self.assertEqual(reloaded(), reloads + 1)
             log = server.read_log()
             self.assertIn("line 3 is not a key", log)
             self.assertNotIn("pasted-with-space", log)
