@@ -303,6 +303,9 @@ absl::Status DcformerServer::StartOpenAiEndpoint() {
   }
   OpenAiService* service = openai_.get();
   http.admit = [service](const HttpRequest& head) { return service->Admit(head); };
+  http.draining_response = [service](const HttpRequest& head) {
+    return service->DrainingResponse(head);
+  };
   http.error_response = [](int status, absl::string_view message) {
     return OpenAiService::ErrorResponse(status, message);
   };

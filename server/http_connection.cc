@@ -210,7 +210,6 @@ class Connection : public ConnectionControl,
     }
     const beast::string_view target = h.target();
     if (target.empty() || target.front() != '/') return Refuse(400, "bad request target");
-    if (server_->draining()) return Refuse(503, "server is shutting down");
     request_ = HttpRequest();
     request_.method = std::string(h.method_string());
     const size_t q = target.find('?');
@@ -226,6 +225,10 @@ class Connection : public ConnectionControl,
     version_ = h.version();
     head_only_ = request_.method == "HEAD";
     keep_alive_ = parser_->get().keep_alive();
+    if (server_->draining()) {
+      if (!options_.draining_response) return Refuse(503, "server is shutting down");
+      return Reply(options_.draining_response(request_), /*keep_alive=*/false);
+    }
     if (options_.admit) {
       if (std::optional<HttpResponse> refusal = options_.admit(request_)) {
         return Reply(std::move(*refusal), /*keep_alive=*/false);

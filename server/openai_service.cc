@@ -21,9 +21,24 @@
 namespace dcf::server {
 namespace {
 
-// The generation routes (AddRoutes); Admit counts the requests it refuses on them.
+// The generation routes (AddRoutes); Admit and DrainingResponse count the requests they
+// refuse on them.
 constexpr char kCompletionsPath[] = "/v1/completions";
 constexpr char kChatCompletionsPath[] = "/v1/chat/completions";
+constexpr char kHealthPath[] = "/health";
+
+bool IsGenerationRequest(const HttpRequest& head) {
+  return head.method == "POST" &&
+         (head.path == kCompletionsPath || head.path == kChatCompletionsPath);
+}
+
+// GET /health: what the gRPC health says, as text.
+HttpResponse HealthResponse(bool serving) {
+  HttpResponse r;
+  r.status = serving ? 200 : 503;
+  r.body = serving ? "SERVING\n" : "NOT_SERVING\n";
+  return r;
+}
 
 using Json = nlohmann::json;
 
@@ -622,11 +637,22 @@ std::optional<HttpResponse> OpenAiService::Admit(const HttpRequest& head) const 
           : auth->CheckHeader(*header);
   if (s.ok()) return std::nullopt;
   // A refused generation request counts as gRPC counts a refused Generate call.
-  if (head.method == "POST" &&
-      (head.path == kCompletionsPath || head.path == kChatCompletionsPath)) {
+  if (IsGenerationRequest(head)) {
     state_->metrics().RecordRequest("unauthenticated", Protocol::kHttp);
   }
   return ErrorResponse(401, s.message());
+}
+
+HttpResponse OpenAiService::DrainingResponse(const HttpRequest& head) const {
+  const absl::Status refused = absl::UnavailableError("server is shutting down");
+  if (head.path == kHealthPath && (head.method == "GET" || head.method == "HEAD")) {
+    return HealthResponse(/*serving=*/false);
+  }
+  if (IsGenerationRequest(head)) {
+    state_->metrics().RecordRequest(GrpcCodeLabel(ToGrpcStatus(refused).error_code()),
+                                    Protocol::kHttp);
+  }
+  return ErrorResponse(refused);
 }
 
 void OpenAiService::AddRoutes(HttpRouter* router) {
@@ -637,12 +663,8 @@ void OpenAiService::AddRoutes(HttpRouter* router) {
     return Generate(OpenAiApi::kChatCompletions, std::move(request), std::move(wake));
   });
   router->Add("GET", "/v1/models", [this](const HttpRequest&) { return Models(); });
-  router->Add("GET", "/health", [this](const HttpRequest&) {
-    HttpResponse r;
-    const bool serving = serving_() && state_->CheckAccepting().ok();
-    r.status = serving ? 200 : 503;
-    r.body = serving ? "SERVING\n" : "NOT_SERVING\n";
-    return r;
+  router->Add("GET", kHealthPath, [this](const HttpRequest&) {
+    return HealthResponse(serving_() && state_->CheckAccepting().ok());
   });
 }
 

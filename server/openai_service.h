@@ -46,6 +46,10 @@ class OpenAiService {
   void AddRoutes(HttpRouter* router);
   // HttpServerOptions::admit: the API key of every /v1/ request (401 before its body is read).
   std::optional<HttpResponse> Admit(const HttpRequest& head) const;
+  // HttpServerOptions::draining_response: 503 for every request while the server drains; a
+  // generation request counts as `unavailable` (as a Generate call refused then does), and
+  // /health answers NOT_SERVING as its route does.
+  HttpResponse DrainingResponse(const HttpRequest& head) const;
 
   // {"error": {...}} with `status`; `param` null when empty, `code` the status' label.
   static HttpResponse ErrorResponse(int status, absl::string_view message,

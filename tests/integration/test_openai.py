@@ -568,6 +568,51 @@ class OpenAiAuthAndDrainTest(unittest.TestCase):
             os.unlink(f.name)
 
 
+class OpenAiDrainRefusalTest(unittest.TestCase):
+    """While a drain waits on a stream (held here by a step that stalls until released,
+    dcformer-server-faults), a new generation request gets 503 and counts in requests_total as
+    `unavailable` (as a Generate call refused then does), and /health answers NOT_SERVING as
+    it does whenever the server is not serving; before, the HTTP layer answered every request
+    with its own JSON 503 and counted none."""
+
+    def test_requests_during_a_drain(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        release = os.path.join(tmp, "release")
+        stall = 8
+        args = [f"--fault-stall-token={stall}", f"--fault-release-file={release}",
+                "--drain-timeout=60s", "--engine-stall-timeout=300ms"]
+        with HttpServer(binary=h.SERVER_FAULTS, args=args) as server:
+            stalled = server.stub().Generate(h.ids_request([stall, 5, 9], 4), timeout=120)
+            h.wait_until(lambda: "engine loop stalled" in server.read_log(),
+                         what="the step to stall")
+            server.proc.send_signal(signal.SIGTERM)
+            h.wait_until(lambda: re.search(r"draining 1 stream", server.read_log()),
+                         what="drain")
+            refused = lambda: server.metric("dcformer_requests_total", protocol="http",
+                                            outcome="unavailable")
+            self.assertEqual(refused(), 0)
+            for path in ("/v1/completions", "/v1/chat/completions"):
+                body = {"model": MODEL, "max_tokens": 1, "prompt": "a"} \
+                    if path == "/v1/completions" else \
+                    {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user",
+                                                                     "content": "a"}]}
+                status, headers, got = server.post(path, body)
+                self.assertEqual(status, 503, got)
+                self.assertEqual(got["error"]["type"], "service_unavailable_error")
+                self.assertEqual(headers.get("connection"), "close")
+            self.assertEqual(refused(), 2)
+            status, _, got = server.request("GET", "/health")
+            self.assertEqual((status, got), (503, b"NOT_SERVING\n"))
+            status, _, got = server.request("GET", "/v1/models")  # refused, not a request
+            self.assertEqual(status, 503)
+            self.assertEqual(refused(), 2)
+            open(release, "w").close()
+            tokens, final = h.collect(stalled)
+            self.assertEqual(len(tokens), 4)
+            self.assertEqual(server.proc.wait(timeout=30), 0, server.read_log()[-3000:])
+
+
 class OpenAiDrainSlowReaderTest(unittest.TestCase):
     """A stream drained while its client reads slowly (a 4 KiB receive buffer, ~50 KB/s):
     the client gets all of it, [DONE] and the last chunk, and the process exits 0. The

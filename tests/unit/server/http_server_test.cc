@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
@@ -539,6 +541,35 @@ TEST(HttpServerTest, DrainingAnswers503AndClosesIdleConnections) {
   const std::string refused = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 503")) << refused;
   EXPECT_TRUE(absl::StrContains(refused, "shutting down")) << refused;
+  EXPECT_EQ(calls.load(), 0);
+}
+
+// With draining_response set, a request that arrives during a drain gets what it answers for
+// the request's head (the OpenAI front: /health's NOT_SERVING, a counted refusal), never its
+// route, and the connection closes after it.
+TEST(HttpServerTest, DrainingResponseAnswersInsteadOfTheRoute) {
+  std::atomic<int> calls{0};
+  absl::Mutex mu;  // the handler runs on the server's thread
+  std::string seen;
+  HttpServerOptions options;
+  options.draining_response = [&mu, &seen](const HttpRequest& head) {
+    absl::MutexLock lock(&mu);
+    seen = absl::StrCat(head.method, " ", head.path, "?", head.query);
+    HttpResponse r;
+    r.status = 503;
+    r.body = "drained here\n";
+    return r;
+  };
+  auto server = HttpServer::Start(options, MetricsRouter(&calls));
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->StartDraining();
+  const std::string refused =
+      Exchange((*server)->port(), "GET /metrics?a=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 503")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused, "\r\n\r\ndrained here\n")) << refused;
+  EXPECT_TRUE(absl::StrContains(absl::AsciiStrToLower(refused), "connection: close")) << refused;
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(seen, "GET /metrics?a=1");
   EXPECT_EQ(calls.load(), 0);
 }
 
