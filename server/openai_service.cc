@@ -32,6 +32,24 @@ bool IsGenerationRequest(const HttpRequest& head) {
          (head.path == kCompletionsPath || head.path == kChatCompletionsPath);
 }
 
+// The `code` of an error the HTTP layer (or a route) answers by HTTP status alone.
+const char* HttpStatusLabel(int status) {
+  switch (status) {
+    case 400: return "invalid_argument";
+    case 401: return "unauthenticated";
+    case 403: return "permission_denied";
+    case 404: return "not_found";
+    case 405: return "method_not_allowed";
+    case 413: return "payload_too_large";
+    case 429: return "resource_exhausted";
+    case 431: return "header_too_large";
+    case 501: return "not_implemented";
+    case 503: return "unavailable";
+    case 505: return "http_version_not_supported";
+    default: return status >= 500 ? "internal" : "invalid_request";
+  }
+}
+
 // GET /health: what the gRPC health says, as text.
 HttpResponse HealthResponse(bool serving) {
   HttpResponse r;
@@ -138,17 +156,30 @@ class GenerationSource : public HttpBodySource {
           choices_[j].recorded = true;  // never answered: the refusal below is counted
         }
         choices_.clear();
-        return handle.status();
+        return InRequestTerms(handle.status());
       }
       choices_[i].handle = *std::move(handle);
       choices_[i].prompt = static_cast<int>(i) / n;
     }
     for (size_t i = 0; i < choices_.size(); ++i) {
-      state_->metrics().AddPromptTokens(plan_.requests[i].prompt_tokens.size(), Protocol::kHttp);
+      // Each prompt once, whatever n (as `usage` counts it).
+      if (i % n == 0) {
+        state_->metrics().AddPromptTokens(plan_.requests[i].prompt_tokens.size(),
+                                          Protocol::kHttp);
+      }
       HttpWake wake = wake_;
       choices_[i].handle.stream().SetOnReady([wake]() { wake(); });
     }
     return absl::OkStatus();
+  }
+
+  // The engine names a request's prompt by GenerationRequest's field, `prompt_tokens`; the
+  // client sent `prompt` or `messages` (the `param` of the error).
+  absl::Status InRequestTerms(const absl::Status& s) const {
+    constexpr absl::string_view kEngineField = "prompt_tokens: ";
+    if (!absl::StartsWith(s.message(), kEngineField)) return s;
+    return absl::Status(s.code(), absl::StrCat(chat_ ? "messages" : "prompt", ": ",
+                                               s.message().substr(kEngineField.size())));
   }
 
   // Every choice waits in the engine's queue before it runs, so choices that together exceed
@@ -598,20 +629,8 @@ class GenerationSource : public HttpBodySource {
 }  // namespace
 
 HttpResponse OpenAiService::ErrorResponse(int status, absl::string_view message,
-                                          absl::string_view param) {
-  const char* code;
-  switch (status) {
-    case 400: code = "invalid_argument"; break;
-    case 401: code = "unauthenticated"; break;
-    case 403: code = "permission_denied"; break;
-    case 404: code = "not_found"; break;
-    case 405: code = "method_not_allowed"; break;
-    case 413: code = "payload_too_large"; break;
-    case 429: code = "resource_exhausted"; break;
-    case 431: code = "header_too_large"; break;
-    case 503: code = "unavailable"; break;
-    default: code = status >= 500 ? "internal" : "invalid_request"; break;
-  }
+                                          absl::string_view param, const char* code) {
+  if (code == nullptr) code = HttpStatusLabel(status);
   Json error = {{"message", std::string(message)},
                 {"type", HttpErrorType(status)},
                 {"param", param.empty() ? Json(nullptr) : Json(std::string(param))},
@@ -622,9 +641,10 @@ HttpResponse OpenAiService::ErrorResponse(int status, absl::string_view message,
 }
 
 HttpResponse OpenAiService::ErrorResponse(const absl::Status& status) {
-  const HttpError e = ToHttpError(status);
-  HttpResponse r = ErrorResponse(e.status, status.message(), OpenAiParam(status));
-  return r;
+  // `code`: the label of the gRPC code the same Status gets (requests_total's outcome), so
+  // that out_of_range (can never fit) and invalid_argument stay apart under one 400.
+  return ErrorResponse(ToHttpError(status).status, status.message(), OpenAiParam(status),
+                       GrpcCodeLabel(ToGrpcStatus(status).error_code()));
 }
 
 std::optional<HttpResponse> OpenAiService::Admit(const HttpRequest& head) const {

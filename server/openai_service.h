@@ -51,9 +51,10 @@ class OpenAiService {
   // /health answers NOT_SERVING as its route does.
   HttpResponse DrainingResponse(const HttpRequest& head) const;
 
-  // {"error": {...}} with `status`; `param` null when empty, `code` the status' label.
+  // {"error": {...}} with `status`; `param` null when empty, `code` (when null) a label of the
+  // HTTP status.
   static HttpResponse ErrorResponse(int status, absl::string_view message,
-                                    absl::string_view param = "");
+                                    absl::string_view param = "", const char* code = nullptr);
   static HttpResponse ErrorResponse(const absl::Status& status);
 
  private:

@@ -394,7 +394,7 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
                      ({"prompt": [[5] * 60, [6] * 60]}, 400, "prompt"),
                      ({"prompt": [5] * 60, "n": 2}, 400, "n"),
                      ({"prompt": "a", "n": 4}, 200, None),
-                     ({"prompt": [5] * 101, "n": 2}, 400, "prompt_tokens"),  # the engine's
+                     ({"prompt": [5] * 101, "n": 2}, 400, "prompt"),  # the engine's
                      ({"prompt": [[5] * 40, [6] * 40]}, 200, None)]
             for body, want, param in cases:
                 status, _, got = server.post("/v1/completions",
@@ -402,6 +402,7 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
                 self.assertEqual(status, want, (body, got))
                 if param is not None:
                     self.assertEqual(got["error"]["param"], param, got)
+                    self.assertEqual(got["error"]["code"], "out_of_range", got)
                     self.assertIn("can never be queued", got["error"]["message"])
             status, _, got = server.post("/v1/chat/completions", {
                 "model": MODEL, "max_tokens": 1, "n": 1,
@@ -411,6 +412,13 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
                 "model": MODEL, "max_tokens": 1, "n": 5,
                 "messages": [{"role": "user", "content": "a"}]})
             self.assertEqual((status, got["error"]["param"]), (400, "n"), got)
+            # prompt_tokens_total counts each prompt once whatever n, as usage does.
+            before = server.metric("dcformer_prompt_tokens_total", protocol="http")
+            status, _, got = server.post("/v1/completions", {
+                "model": MODEL, "max_tokens": 1, "prompt": [[5, 6, 7], [8, 9]], "n": 2})
+            self.assertEqual((status, got["usage"]["prompt_tokens"]), (200, 5), got)
+            self.assertEqual(server.metric("dcformer_prompt_tokens_total", protocol="http"),
+                             before + 5)
 
 
 class OpenAiResponseLimitTest(unittest.TestCase):
