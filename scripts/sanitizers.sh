@@ -68,7 +68,8 @@ source scripts/ctest_lanes.sh
 
 configure() {  # build_dir sanitizer
   # -O1 -g1: line tables for the reports, and less to compile than -O2 -g (the CI machine
-  # has 2 cores); the engine tests are compute-bound, so not -O0.
+  # has 2 cores); the engine tests are compute-bound, so not -O0. The server, the clients and
+  # the protobuf code compile at -O0 (dcf_sanitizer_build_at_O0, CMakeLists.txt).
   # shellcheck disable=SC2046  # the -G flag is two words or none
   cmake -S . -B "$1" $(dcf_generator_args "$1") -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
