@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "boost/asio/dispatch.hpp"
@@ -76,6 +77,21 @@ std::optional<int> CheckTransferEncoding(const http::request_header<>& h) {
   if (h.count(http::field::content_length) > 0) return 400;  // request smuggling
   if (codings.size() > 1) return 501;
   return std::nullopt;
+}
+
+// A body sent with a Content-Encoding other than identity (gzip, br...): this server reads
+// bodies as they are, so it would parse the compressed bytes (RFC 9110 15.5.16: 415).
+bool HasContentCoding(const http::request_header<>& h) {
+  const auto range = h.equal_range(http::field::content_encoding);
+  for (auto it = range.first; it != range.second; ++it) {
+    for (absl::string_view c : absl::StrSplit(absl::string_view(it->value().data(),
+                                                                it->value().size()),
+                                              ',')) {
+      c = absl::StripAsciiWhitespace(c);
+      if (!c.empty() && !absl::EqualsIgnoreCase(c, "identity")) return true;
+    }
+  }
+  return false;
 }
 
 template <class Stream>
@@ -207,6 +223,9 @@ class Connection : public ConnectionControl,
     if (std::optional<int> refused = CheckTransferEncoding(h)) {
       return Refuse(*refused, *refused == 501 ? "transfer coding not implemented (only chunked)"
                                               : "bad request: Transfer-Encoding must be chunked");
+    }
+    if (HasContentCoding(h)) {
+      return Refuse(415, "content coding not supported: send the body without Content-Encoding");
     }
     const beast::string_view target = h.target();
     if (target.empty() || target.front() != '/') return Refuse(400, "bad request target");

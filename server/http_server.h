@@ -12,7 +12,8 @@
 //     whole response must be written within `write_timeout`, and each slice of at most
 //     kStreamSliceBytes of a streamed response within `stream_write_timeout` (a minimum rate,
 //     not a bound on the stream's length), else the connection is closed;
-//   - headers beyond `max_header_bytes` get 431, bodies beyond `max_body_bytes` 413, chunk
+//   - a Content-Encoding other than identity gets 415 (bodies are read as sent), headers
+//     beyond `max_header_bytes` 431, bodies beyond `max_body_bytes` 413, chunk
 //     framing that does not fit the bounded read buffer 400, anything that is not HTTP/1.x
 //     400 (505 for another version), a Transfer-Encoding other than exactly `chunked` 400
 //     (`xchunked`) or 501 (`gzip, chunked`), and the connection is closed after each of those;

@@ -41,6 +41,7 @@ const char* HttpStatusLabel(int status) {
     case 404: return "not_found";
     case 405: return "method_not_allowed";
     case 413: return "payload_too_large";
+    case 415: return "unsupported_media_type";
     case 429: return "resource_exhausted";
     case 431: return "header_too_large";
     case 501: return "not_implemented";

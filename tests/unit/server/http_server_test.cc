@@ -97,11 +97,21 @@ TEST(HttpServerTest, ServesRoutesAndRefusesTheRest) {
   EXPECT_TRUE(absl::StartsWith(
       Exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"),
       "HTTP/1.1 413"));
+  // A compressed body would be read as it is: 415 (identity is no coding), the connection
+  // closed after it.
+  EXPECT_TRUE(absl::StartsWith(
+      Exchange(port, "POST /metrics HTTP/1.1\r\nContent-Encoding: identity, gzip\r\n"
+                     "Content-Length: 2\r\n\r\n{}"),
+      "HTTP/1.1 415"));
+  EXPECT_TRUE(absl::StartsWith(
+      Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Encoding: Identity\r\n"
+                     "Connection: close\r\n\r\n"),
+      "HTTP/1.1 200"));
   // A request that never completes is closed at the request deadline, unanswered.
   const absl::Time start = absl::Now();
   EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"), "");
   EXPECT_GE(absl::Now() - start, absl::Seconds(1.5));
-  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(calls.load(), 3);
   (*server)->Stop();
   EXPECT_EQ((*server)->open_connections(), 0);
 }

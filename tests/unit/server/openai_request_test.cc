@@ -1,5 +1,8 @@
 #include "server/openai_request.h"
 
+#include <string>
+
+#include "absl/strings/match.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 
@@ -55,6 +58,28 @@ TEST(OpenAiRequestTest, ErrorsNameTheField) {
   // A number beyond a double is out_of_range, not a parse_error: refused, not thrown (the
   // fuzzer's crash: it ended the process).
   EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","temperature":1e400})"), "temperature");
+  // The error is short whatever the body: nlohmann's tag dropped, its quote of what it last
+  // read and the path each clipped (an unclosed [[[... drew an answer 6x its size).
+  absl::StatusOr<OpenAiRequest> bad = Completions(R"({"model":"m","prompt":"a","temperature":N})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().find("json.exception"), absl::string_view::npos)
+      << bad.status();
+  EXPECT_TRUE(absl::StartsWith(bad.status().message(),
+                               "temperature: is not valid JSON (parse error at line 1"))
+      << bad.status();
+  for (const std::string& body :
+       {R"({"model":"m","prompt":"a","x":)" + std::string(300000, '['),
+        R"({"model":"m","prompt":")" + std::string(300000, 'a'),
+        R"({"model":"m","prompt":"a","x":)" + std::string(3000, '[') + "\xff"}) {
+    absl::StatusOr<OpenAiRequest> r = Completions(body);
+    ASSERT_FALSE(r.ok());
+    EXPECT_LT(r.status().message().size(), 600u) << r.status().message().substr(0, 600);
+    EXPECT_LE(OpenAiParam(r.status()).size(), 203u);
+  }
+  EXPECT_TRUE(absl::StartsWith(
+      OpenAiParam(Completions(R"({"model":"m","prompt":"a","x":)" + std::string(3000, '['))
+                      .status()),
+      "x[0][0][0]"));
   absl::StatusOr<OpenAiRequest> huge = Completions("7638851959e436");
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument) << huge.status();
