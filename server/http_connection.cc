@@ -192,6 +192,17 @@ class Connection : public ConnectionControl,
                                                       this->shared_from_this()));
   }
 
+  // Whether the request line read so far ends in " HTTP/<digit>.<digit>\r\n".
+  bool RequestLineHasWellFormedVersion() const {
+    const absl::string_view read(static_cast<const char*>(buffer_.data().data()),
+                                 buffer_.size());
+    const size_t lf = read.find('\n');
+    if (lf == absl::string_view::npos || lf < 10) return false;
+    const absl::string_view v = read.substr(lf - 10, 10);  // " HTTP/d.d\r"
+    return absl::StartsWith(v, " HTTP/") && absl::ascii_isdigit(v[6]) && v[7] == '.' &&
+           absl::ascii_isdigit(v[8]) && v[9] == '\r';
+  }
+
   // Maps a read error to the refusal it deserves; false when the connection just closes.
   bool RefuseReadError(const beast::error_code& ec) {
     if (ec == http::error::header_limit) {
@@ -203,7 +214,13 @@ class Connection : public ConnectionControl,
       Refuse(400, "bad request: the request's framing does not fit in the read buffer "
                   "(chunk extensions or trailers too long)");
     } else if (ec == http::error::bad_version) {
-      Refuse(505, "HTTP version not supported");
+      // Beast's word both for another version (HTTP/2.0: 505) and for a malformed version
+      // token, e.g. a request line ending in a bare LF (400).
+      if (RequestLineHasWellFormedVersion()) {
+        Refuse(505, "HTTP version not supported (only HTTP/1.x)");
+      } else {
+        Refuse(400, "bad request: malformed HTTP version (a request line ends in CRLF)");
+      }
     } else if (IsHttpParseError(ec) && ec != http::error::partial_message &&
                ec != http::error::end_of_stream) {
       Refuse(400, "bad request");

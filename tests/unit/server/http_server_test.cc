@@ -91,6 +91,11 @@ TEST(HttpServerTest, ServesRoutesAndRefusesTheRest) {
   EXPECT_TRUE(absl::StrContains(two, "HTTP/1.1 200 OK")) << two;
   EXPECT_TRUE(absl::StrContains(two, "HTTP/1.1 404 Not Found")) << two;
   EXPECT_TRUE(absl::StartsWith(Exchange(port, "NONSENSE\r\n\r\n"), "HTTP/1.1 400")) << "garbage";
+  // A well-formed other version is 505; a request line ending in a bare LF is malformed (400).
+  EXPECT_TRUE(absl::StartsWith(Exchange(port, "GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n"),
+                               "HTTP/1.1 505"));
+  EXPECT_TRUE(
+      absl::StartsWith(Exchange(port, "GET /metrics HTTP/1.1\nHost: x\n\n"), "HTTP/1.1 400"));
   EXPECT_TRUE(absl::StartsWith(
       Exchange(port, "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n"),
       "HTTP/1.1 431"));
