@@ -181,6 +181,9 @@ class Connection : public ConnectionControl,
       tokens_ -= 1;
     }
     parser_.emplace();
+    // What a refusal before the head is parsed answers with: HTTP/1.1, a body.
+    version_ = 11;
+    head_only_ = false;
     parser_->header_limit(
         static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(options_.max_body_bytes);
@@ -192,15 +195,19 @@ class Connection : public ConnectionControl,
                                                       this->shared_from_this()));
   }
 
-  // Whether the request line read so far ends in " HTTP/<digit>.<digit>\r\n".
+  // Whether the request line read so far ends in " HTTP/<digit>.<digit>", then CRLF or, when
+  // the line's end has not arrived yet (Beast judges the version as soon as it is read),
+  // nothing or CR.
   bool RequestLineHasWellFormedVersion() const {
     const absl::string_view read(static_cast<const char*>(buffer_.data().data()),
                                  buffer_.size());
-    const size_t lf = read.find('\n');
-    if (lf == absl::string_view::npos || lf < 10) return false;
-    const absl::string_view v = read.substr(lf - 10, 10);  // " HTTP/d.d\r"
+    absl::string_view line = read.substr(0, read.find('\n'));
+    const bool complete = line.size() < read.size();
+    if (!absl::ConsumeSuffix(&line, "\r") && complete) return false;  // a bare LF
+    if (line.size() < 9) return false;
+    const absl::string_view v = line.substr(line.size() - 9);  // " HTTP/d.d"
     return absl::StartsWith(v, " HTTP/") && absl::ascii_isdigit(v[6]) && v[7] == '.' &&
-           absl::ascii_isdigit(v[8]) && v[9] == '\r';
+           absl::ascii_isdigit(v[8]);
   }
 
   // Maps a read error to the refusal it deserves; false when the connection just closes.
@@ -237,11 +244,14 @@ class Connection : public ConnectionControl,
     }
     SetPhase(ConnectionPhase::kBusy);
     const http::request_header<>& h = parser_->get().base();
+    version_ = h.version();
+    head_only_ = h.method() == http::verb::head;
     if (std::optional<int> refused = CheckTransferEncoding(h)) {
       return Refuse(*refused, *refused == 501 ? "transfer coding not implemented (only chunked)"
                                               : "bad request: Transfer-Encoding must be chunked");
     }
-    if (HasContentCoding(h)) {
+    if ((parser_->chunked() || parser_->content_length().value_or(0) > 0) &&
+        HasContentCoding(h)) {
       return Refuse(415, "content coding not supported: send the body without Content-Encoding");
     }
     const beast::string_view target = h.target();
@@ -258,17 +268,15 @@ class Connection : public ConnectionControl,
     beast::error_code peer_ec;
     const tcp::endpoint peer = Lowest().socket().remote_endpoint(peer_ec);
     if (!peer_ec) request_.peer = peer.address().to_string();
-    version_ = h.version();
-    head_only_ = request_.method == "HEAD";
     keep_alive_ = parser_->get().keep_alive();
-    if (server_->draining()) {
-      if (!options_.draining_response) return Refuse(503, "server is shutting down");
-      return Reply(options_.draining_response(request_), /*keep_alive=*/false);
-    }
     if (options_.admit) {
       if (std::optional<HttpResponse> refusal = options_.admit(request_)) {
         return Reply(std::move(*refusal), /*keep_alive=*/false);
       }
+    }
+    if (server_->draining()) {
+      if (!options_.draining_response) return Refuse(503, "server is shutting down");
+      return Reply(options_.draining_response(request_), /*keep_alive=*/false);
     }
     if (parser_->is_done()) return OnBody({}, 0);
     if (beast::iequals(h[http::field::expect], "100-continue")) {

@@ -12,7 +12,7 @@
 //     whole response must be written within `write_timeout`, and each slice of at most
 //     kStreamSliceBytes of a streamed response within `stream_write_timeout` (a minimum rate,
 //     not a bound on the stream's length), else the connection is closed;
-//   - a Content-Encoding other than identity gets 415 (bodies are read as sent), headers
+//   - a body with a Content-Encoding other than identity gets 415 (read as sent), headers
 //     beyond `max_header_bytes` 431, bodies beyond `max_body_bytes` 413, chunk
 //     framing that does not fit the bounded read buffer 400, anything that is not HTTP/1.x
 //     400 (505 for another version), a Transfer-Encoding other than exactly `chunked` 400
@@ -165,8 +165,8 @@ struct HttpServerOptions {
   // plain text "<message>\n" when unset; the OpenAI front answers its JSON error object.
   // Extra headers of the refusal (405's Allow) are kept.
   std::function<HttpResponse(int status, absl::string_view message)> error_response;
-  // While the server drains, a request (its head read) is answered by this instead of its
-  // route, and the connection closed: the OpenAI front counts a refused generation request
+  // While the server drains, a request that passes the layer's own checks (framing, coding,
+  // target) and `admit` is answered by this instead of its route, and the connection closed: the OpenAI front counts a refused generation request
   // and answers /health as the route does when not serving. Unset: error_response's 503.
   std::function<HttpResponse(const HttpRequest& head)> draining_response;
   // "evicted" (a connection closed to make room at a cap) or "refused" (503 at a cap);

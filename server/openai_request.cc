@@ -125,6 +125,15 @@ std::string Clip(std::string s, size_t max) {
   return s + "...";
 }
 
+// `s`'s last `max` bytes at most (from a UTF-8 character's start), marked "...": a path's
+// end says where the error is.
+std::string ClipFront(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t from = s.size() - max;
+  while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;
+  return "..." + s.substr(from);
+}
+
 // nlohmann's what() without its "[json.exception.parse_error.101] " tag.
 std::string ParserText(const char* what) {
   absl::string_view m = what;
@@ -157,7 +166,7 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
   }
   PathFinder finder;
   Json::sax_parse(body.begin(), body.end(), &finder);
-  return Bad(finder.path().empty() ? "body" : Clip(finder.path(), kMaxParseErrorPart), what);
+  return Bad(finder.path().empty() ? "body" : ClipFront(finder.path(), kMaxParseErrorPart), what);
 }
 
 // Typed reads of optional fields: absent and null mean "not given".

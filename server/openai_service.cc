@@ -44,7 +44,7 @@ const char* HttpStatusLabel(int status) {
     case 415: return "unsupported_media_type";
     case 429: return "resource_exhausted";
     case 431: return "header_too_large";
-    case 501: return "not_implemented";
+    case 501: return "unimplemented";  // the gRPC code's name, as a Status' 501 has
     case 503: return "unavailable";
     case 505: return "http_version_not_supported";
     default: return status >= 500 ? "internal" : "invalid_request";
@@ -157,7 +157,7 @@ class GenerationSource : public HttpBodySource {
           choices_[j].recorded = true;  // never answered: the refusal below is counted
         }
         choices_.clear();
-        return InRequestTerms(handle.status());
+        return InRequestTerms(handle.status(), static_cast<int>(i) / n);
       }
       choices_[i].handle = *std::move(handle);
       choices_[i].prompt = static_cast<int>(i) / n;
@@ -175,12 +175,14 @@ class GenerationSource : public HttpBodySource {
   }
 
   // The engine names a request's prompt by GenerationRequest's field, `prompt_tokens`; the
-  // client sent `prompt` or `messages` (the `param` of the error).
-  absl::Status InRequestTerms(const absl::Status& s) const {
+  // client sent `messages`, `prompt`, or `prompt[k]` of a list (the `param` of the error).
+  absl::Status InRequestTerms(const absl::Status& s, int prompt) const {
     constexpr absl::string_view kEngineField = "prompt_tokens: ";
     if (!absl::StartsWith(s.message(), kEngineField)) return s;
-    return absl::Status(s.code(), absl::StrCat(chat_ ? "messages" : "prompt", ": ",
-                                               s.message().substr(kEngineField.size())));
+    const std::string field = chat_                              ? "messages"
+                              : plan_.prompt_texts.size() == 1 ? "prompt"
+                                                               : absl::StrCat("prompt[", prompt, "]");
+    return absl::Status(s.code(), absl::StrCat(field, ": ", s.message().substr(kEngineField.size())));
   }
 
   // Every choice waits in the engine's queue before it runs, so choices that together exceed

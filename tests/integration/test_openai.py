@@ -395,6 +395,7 @@ class OpenAiQueueLimitsTest(unittest.TestCase):
                      ({"prompt": [5] * 60, "n": 2}, 400, "n"),
                      ({"prompt": "a", "n": 4}, 200, None),
                      ({"prompt": [5] * 101, "n": 2}, 400, "prompt"),  # the engine's
+                     ({"prompt": [[5, 5], [5] * 101]}, 400, "prompt[1]"),
                      ({"prompt": [[5] * 40, [6] * 40]}, 200, None)]
             for body, want, param in cases:
                 status, _, got = server.post("/v1/completions",

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace dcf::server {
@@ -96,6 +97,24 @@ TEST(HttpServerTest, ServesRoutesAndRefusesTheRest) {
                                "HTTP/1.1 505"));
   EXPECT_TRUE(
       absl::StartsWith(Exchange(port, "GET /metrics HTTP/1.1\nHost: x\n\n"), "HTTP/1.1 400"));
+  {  // Beast judges the version before the line's end arrives: still 505, not "malformed"
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const std::string line = "GET /metrics HTTP/2.0";
+    ASSERT_EQ(send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
+    absl::SleepFor(absl::Milliseconds(200));
+    send(fd, "\r\nHost: x\r\n\r\n", 14, MSG_NOSIGNAL);  // may find the socket closed
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    close(fd);
+    EXPECT_TRUE(absl::StartsWith(out, "HTTP/1.1 505")) << out;
+  }
   EXPECT_TRUE(absl::StartsWith(
       Exchange(port, "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n"),
       "HTTP/1.1 431"));
@@ -109,14 +128,25 @@ TEST(HttpServerTest, ServesRoutesAndRefusesTheRest) {
                      "Content-Length: 2\r\n\r\n{}"),
       "HTTP/1.1 415"));
   EXPECT_TRUE(absl::StartsWith(
-      Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Encoding: Identity\r\n"
+      Exchange(port, "POST /metrics HTTP/1.1\r\nContent-Encoding: Identity\r\n"
+                     "Content-Length: 2\r\nConnection: close\r\n\r\n{}"),
+      "HTTP/1.1 405"));  // past the coding check: no POST route
+  EXPECT_TRUE(absl::StartsWith(  // no body, nothing to decode
+      Exchange(port, "GET /metrics HTTP/1.1\r\nContent-Encoding: br\r\n"
                      "Connection: close\r\n\r\n"),
       "HTTP/1.1 200"));
+  // A refusal after a HEAD on the same connection still carries its body.
+  const std::string after_head = Exchange(
+      port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\nPOST /metrics HTTP/1.1\r\n"
+            "Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}");
+  EXPECT_TRUE(absl::StrContains(after_head, "HTTP/1.1 415")) << after_head;
+  EXPECT_TRUE(absl::EndsWith(after_head, "send the body without Content-Encoding\n"))
+      << after_head;
   // A request that never completes is closed at the request deadline, unanswered.
   const absl::Time start = absl::Now();
   EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"), "");
   EXPECT_GE(absl::Now() - start, absl::Seconds(1.5));
-  EXPECT_EQ(calls.load(), 3);
+  EXPECT_EQ(calls.load(), 4);
   (*server)->Stop();
   EXPECT_EQ((*server)->open_connections(), 0);
 }
