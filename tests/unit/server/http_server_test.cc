@@ -57,18 +57,29 @@ TEST(HttpRouterTest, RoutesExactPathsAndMethods) {
 }
 
 // Sends `raw` on a fresh connection and returns all the server answered until it closed.
-std::string Exchange(int port, const std::string& raw) {
+int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = {};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(send(fd, raw.data(), raw.size(), MSG_NOSIGNAL), static_cast<ssize_t>(raw.size()));
+  return fd;
+}
+
+// What the server sends on `fd` until it closes.
+std::string ReadToClose(int fd) {
   std::string out;
   char buf[4096];
   ssize_t n;
   while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+std::string Exchange(int port, const std::string& raw) {
+  const int fd = Connect(port);
+  EXPECT_EQ(send(fd, raw.data(), raw.size(), MSG_NOSIGNAL), static_cast<ssize_t>(raw.size()));
+  std::string out = ReadToClose(fd);
   close(fd);
   return out;
 }
@@ -98,20 +109,12 @@ TEST(HttpServerTest, ServesRoutesAndRefusesTheRest) {
   EXPECT_TRUE(
       absl::StartsWith(Exchange(port, "GET /metrics HTTP/1.1\nHost: x\n\n"), "HTTP/1.1 400"));
   {  // Beast judges the version before the line's end arrives: still 505, not "malformed"
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a = {};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const int fd = Connect(port);
     const std::string line = "GET /metrics HTTP/2.0";
     ASSERT_EQ(send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
     absl::SleepFor(absl::Milliseconds(200));
     send(fd, "\r\nHost: x\r\n\r\n", 14, MSG_NOSIGNAL);  // may find the socket closed
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    const std::string out = ReadToClose(fd);
     close(fd);
     EXPECT_TRUE(absl::StartsWith(out, "HTTP/1.1 505")) << out;
   }
@@ -164,12 +167,7 @@ int64_t PeakRssKib() {
 // Sends `head` and then `filler` bytes (as fast as the server takes them) while reading the
 // answer on this thread; returns what the server answered until it closed.
 std::string SendFlood(int port, const std::string& head, size_t filler) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int fd = Connect(port);
   std::thread sender([fd, head, filler] {
     if (send(fd, head.data(), head.size(), MSG_NOSIGNAL) < 0) return;
     const std::string block(64 << 10, 'a');
@@ -177,10 +175,7 @@ std::string SendFlood(int port, const std::string& head, size_t filler) {
       if (send(fd, block.data(), block.size(), MSG_NOSIGNAL) < 0) return;  // closed: done
     }
   });
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  std::string out = ReadToClose(fd);
   shutdown(fd, SHUT_RDWR);  // ends a sender still blocked in send()
   sender.join();
   close(fd);
@@ -216,16 +211,6 @@ TEST(HttpServerTest, ChunkExtensionsAndTrailersAreBounded) {
 #endif
   EXPECT_EQ(calls.load(), 0);
   (*server)->Stop();
-}
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  return fd;
 }
 
 // Reads from `fd` until `needle` arrived, the peer closed or `timeout` passed.
