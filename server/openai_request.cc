@@ -514,15 +514,15 @@ std::string OpenAiField(absl::string_view engine_field, const OpenAiRequest& r, 
   return std::string(engine_field);
 }
 
-absl::Status Renamed(const absl::Status& s, const OpenAiRequest& r, int prompt) {
+}  // namespace
+
+absl::Status InOpenAiTerms(const absl::Status& s, const OpenAiRequest& r, int prompt) {
   const absl::string_view m = s.message();
   const size_t colon = m.find(": ");
   if (colon == absl::string_view::npos) return s;
   return absl::Status(s.code(), absl::StrCat(OpenAiField(m.substr(0, colon), r, prompt),
                                              m.substr(colon)));
 }
-
-}  // namespace
 
 absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& r, const RequestLimits& limits,
                                              const ChatTemplateContext& chat) {
@@ -566,6 +566,16 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& r, const Reque
     if (ids.empty()) return Bad(field, "is empty");
     plan.prompt_tokens.push_back(static_cast<int>(ids.size()));
     const int prompt_len = static_cast<int>(ids.size());
+    if (!r.max_tokens.has_value() && prompt_len >= limits.context &&
+        prompt_len <= limits.max_prompt_tokens) {
+      // The client set no max_tokens: what leaves no room is the prompt (the validator would
+      // name max_tokens, with the default this function chose).
+      return InOpenAiTerms(
+          absl::OutOfRangeError(absl::StrCat("prompt_tokens: ", prompt_len,
+                                             " tokens fill the model's context of ",
+                                             limits.context, " tokens: no room to generate")),
+          r, static_cast<int>(p));
+    }
     for (int i = 0; i < r.n; ++i) {
       GenerationRequest g;
       g.prompt_tokens = ids;
@@ -589,7 +599,7 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& r, const Reque
       g.output.top_logprobs = std::max(0, r.top_logprobs);
       g.output.text = limits.tokenizer != nullptr;
       if (absl::Status s = ValidateRequest(g, limits); !s.ok()) {
-        return Renamed(s, r, static_cast<int>(p));
+        return InOpenAiTerms(s, r, static_cast<int>(p));
       }
       plan.requests.push_back(std::move(g));
     }

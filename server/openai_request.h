@@ -91,6 +91,11 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& request,
                                              const RequestLimits& limits,
                                              const ChatTemplateContext& chat);
 
+// `status`, an engine Status about prompt `prompt` of `request` (the validator's, or
+// Engine::Enqueue's refusal), with OpenAI's names for the engine's fields: prompt_tokens ->
+// prompt / prompt[k] / messages, stopping.max_new_tokens -> max_tokens, sampling.x -> x...
+absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& request, int prompt);
+
 // The parameter path an error of the functions above names ("" when none), and the message
 // with that path (the text after "<path>: ").
 std::string OpenAiParam(const absl::Status& status);

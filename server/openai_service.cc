@@ -157,7 +157,7 @@ class GenerationSource : public HttpBodySource {
           choices_[j].recorded = true;  // never answered: the refusal below is counted
         }
         choices_.clear();
-        return InRequestTerms(handle.status(), static_cast<int>(i) / n);
+        return InOpenAiTerms(handle.status(), request_, static_cast<int>(i) / n);
       }
       choices_[i].handle = *std::move(handle);
       choices_[i].prompt = static_cast<int>(i) / n;
@@ -172,17 +172,6 @@ class GenerationSource : public HttpBodySource {
       choices_[i].handle.stream().SetOnReady([wake]() { wake(); });
     }
     return absl::OkStatus();
-  }
-
-  // The engine names a request's prompt by GenerationRequest's field, `prompt_tokens`; the
-  // client sent `messages`, `prompt`, or `prompt[k]` of a list (the `param` of the error).
-  absl::Status InRequestTerms(const absl::Status& s, int prompt) const {
-    constexpr absl::string_view kEngineField = "prompt_tokens: ";
-    if (!absl::StartsWith(s.message(), kEngineField)) return s;
-    const std::string field = chat_                              ? "messages"
-                              : plan_.prompt_texts.size() == 1 ? "prompt"
-                                                               : absl::StrCat("prompt[", prompt, "]");
-    return absl::Status(s.code(), absl::StrCat(field, ": ", s.message().substr(kEngineField.size())));
   }
 
   // Every choice waits in the engine's queue before it runs, so choices that together exceed

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 
@@ -121,6 +123,17 @@ TEST(OpenAiRequestTest, PlansOneEngineRequestPerChoice) {
   plan = PlanOpenAiRequest(*r, limits, {});
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(OpenAiParam(plan.status()), "max_tokens") << plan.status();
+  // A prompt that fills the context, and no max_tokens sent: the prompt is named, not the
+  // max_tokens the client never set.
+  r = Completions(absl::StrCat(R"({"model":"m","prompt":[[1],[)",
+                               absl::StrJoin(std::vector<int>(64, 7), ","), "]]}"));
+  ASSERT_TRUE(r.ok());
+  plan = PlanOpenAiRequest(*r, limits, {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(plan.status().message(),
+            "prompt[1]: 64 tokens fill the model's context of 64 tokens: no room to generate");
   // Text and chat need what the model lacks here.
   r = ParseOpenAiRequest(OpenAiApi::kChatCompletions,
                          R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
