@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: dependencies, build, short libFuzzer
-# runs (tokenizer, request bytes, OpenAI bodies), the sanitizer builds and runs (scripts/sanitizers.sh;
-# SANITIZERS=0 skips them), then every CTest test (labels unit and integration, plus gpu when
-# a CUDA toolkit exists: those skip without a device, while their emulator builds run as unit
-# tests, docs/CUDA_SIM.md). CTest runs last, the integration tests beside the others
-# (scripts/ctest_lanes.sh), so its summaries close the output.
+# runs (tokenizer, request bytes, OpenAI bodies), the sanitizer builds and runs
+# (scripts/sanitizers.sh; SANITIZERS=0 skips them), then every CTest test (labels unit and
+# integration, plus gpu when a CUDA toolkit exists: those skip without a device, while their
+# emulator builds run as unit tests, docs/CUDA_SIM.md). CTest runs last, the integration
+# tests beside the others (scripts/ctest_lanes.sh), so its summaries close the output.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"

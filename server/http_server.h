@@ -166,8 +166,9 @@ struct HttpServerOptions {
   // Extra headers of the refusal (405's Allow) are kept.
   std::function<HttpResponse(int status, absl::string_view message)> error_response;
   // While the server drains, a request that passes the layer's own checks (framing, coding,
-  // target) and `admit` is answered by this instead of its route, and the connection closed: the OpenAI front counts a refused generation request
-  // and answers /health as the route does when not serving. Unset: error_response's 503.
+  // target) and `admit` is answered by this instead of its route, and the connection closed:
+  // the OpenAI front counts a refused generation request and answers /health as the route
+  // does when not serving. Unset: error_response's 503.
   std::function<HttpResponse(const HttpRequest& head)> draining_response;
   // "evicted" (a connection closed to make room at a cap) or "refused" (503 at a cap);
   // called on the listener's strand.

@@ -135,8 +135,7 @@ std::string ClipFront(const std::string& s, size_t max) {
 }
 
 // nlohmann's what() without its "[json.exception.parse_error.101] " tag.
-std::string ParserText(const char* what) {
-  absl::string_view m = what;
+std::string ParserText(absl::string_view m) {
   if (absl::StartsWith(m, "[json.exception.")) {
     const size_t end = m.find("] ");
     if (end != absl::string_view::npos) m.remove_prefix(end + 2);
@@ -158,7 +157,7 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
     const std::string m = e.what();
     const bool utf8 = absl::StrContains(m, "UTF-8") || absl::StrContains(m, "utf-8");
     what = utf8 ? absl::StrCat("is not valid UTF-8 (byte ", e.byte, " of the body)")
-                : absl::StrCat("is not valid JSON (", ParserText(e.what()), ")");
+                : absl::StrCat("is not valid JSON (", ParserText(m), ")");
   } catch (const Json::exception& e) {
     // Not a parse_error: out_of_range.406, a number beyond a double (1e400), which
     // otherwise escaped and ended the process.

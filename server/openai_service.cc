@@ -660,11 +660,13 @@ HttpResponse OpenAiService::DrainingResponse(const HttpRequest& head) const {
   if (head.path == kHealthPath && (head.method == "GET" || head.method == "HEAD")) {
     return HealthResponse(/*serving=*/false);
   }
-  if (IsGenerationRequest(head)) {
-    state_->metrics().RecordRequest(GrpcCodeLabel(ToGrpcStatus(refused).error_code()),
-                                    Protocol::kHttp);
-  }
-  return ErrorResponse(refused);
+  return IsGenerationRequest(head) ? Refused(refused) : ErrorResponse(refused);
+}
+
+HttpResponse OpenAiService::Refused(const absl::Status& status) const {
+  state_->metrics().RecordRequest(GrpcCodeLabel(ToGrpcStatus(status).error_code()),
+                                  Protocol::kHttp);
+  return ErrorResponse(status);
 }
 
 void OpenAiService::AddRoutes(HttpRouter* router) {
@@ -694,9 +696,7 @@ HttpResponse OpenAiService::Models() const {
 std::shared_ptr<HttpBodySource> OpenAiService::Generate(OpenAiApi api, HttpRequest request,
                                                         HttpWake wake) {
   auto refuse = [this](const absl::Status& s) -> std::shared_ptr<HttpBodySource> {
-    state_->metrics().RecordRequest(GrpcCodeLabel(ToGrpcStatus(s).error_code()),
-                                    Protocol::kHttp);
-    return std::make_shared<FixedSource>(ErrorResponse(s));
+    return std::make_shared<FixedSource>(Refused(s));
   };
   if (absl::Status s = state_->CheckAccepting(); !s.ok()) return refuse(s);
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(api, request.body);

@@ -59,6 +59,9 @@ class OpenAiService {
 
  private:
   std::shared_ptr<HttpBodySource> Generate(OpenAiApi api, HttpRequest request, HttpWake wake);
+  // A refused generation request: counted in requests_total by the Status' gRPC code (as
+  // gRPC counts a refused Generate call), answered with ErrorResponse.
+  HttpResponse Refused(const absl::Status& status) const;
   HttpResponse Models() const;
 
   ServingState* const state_;
