@@ -27,8 +27,19 @@ StepBatch OneSequence(const std::vector<int32_t>& tokens, const SequenceKv& kv, 
   return b;
 }
 
-// Prepares `backend` for steps of one sequence of up to `max_tokens` tokens (as many logit
-// rows) and allocates a cache of 64 + 64 blocks of 4 tokens, window 16; returns its shape.
+// Prepares `backend` for `limits` and allocates a cache of 64 + 64 blocks of 4 tokens,
+// window 16; returns its shape.
+absl::StatusOr<KvCacheShape> PrepareWithCache(Backend& backend, const StepLimits& limits) {
+  RETURN_IF_ERROR(backend.Prepare(limits).status());
+  KvCacheShape shape;
+  shape.block_size = 4;
+  shape.window = 16;
+  shape.num_blocks = {64, 64};
+  RETURN_IF_ERROR(backend.AllocateCache(shape));
+  return shape;
+}
+
+// The same for steps of one sequence of up to `max_tokens` tokens (as many logit rows).
 absl::StatusOr<KvCacheShape> PrepareOneSequence(Backend& backend, int max_tokens,
                                                 int penalty_slots) {
   StepLimits limits;
@@ -37,13 +48,7 @@ absl::StatusOr<KvCacheShape> PrepareOneSequence(Backend& backend, int max_tokens
   limits.max_logit_rows = max_tokens;
   limits.blocks_per_seq = 64;
   limits.num_penalty_slots = penalty_slots;
-  RETURN_IF_ERROR(backend.Prepare(limits).status());
-  KvCacheShape shape;
-  shape.block_size = 4;
-  shape.window = 16;
-  shape.num_blocks = {64, 64};
-  RETURN_IF_ERROR(backend.AllocateCache(shape));
-  return shape;
+  return PrepareWithCache(backend, limits);
 }
 
 TEST_P(BackendTest, RejectsBadCacheShapesAndBatches) {
@@ -215,13 +220,9 @@ TEST_P(BackendTest, VerifyRowsSampleLikePlainDecoding) {
   limits.blocks_per_seq = 64;
   limits.num_penalty_slots = 6;
   limits.max_draft_rows = kDrafts;
-  ASSERT_TRUE(backend.Prepare(limits).ok());
-  KvCacheShape shape;
-  shape.block_size = 4;
-  shape.window = 16;
-  shape.num_blocks = {64, 64};
-  ASSERT_TRUE(backend.AllocateCache(shape).ok());
-  KvCacheManager manager(shape);
+  absl::StatusOr<KvCacheShape> shape = PrepareWithCache(backend, limits);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  KvCacheManager manager(*shape);
   std::vector<PenaltyState> reference(6, PenaltyState(V));
   std::vector<std::vector<int32_t>> prompts(6);
   for (int slot = 0; slot < 6; ++slot) {
