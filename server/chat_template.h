@@ -41,6 +41,10 @@
 
 namespace dcf::server {
 
+namespace jinja {
+struct Node;  // the parsed template (jinja_parser.h)
+}  // namespace jinja
+
 struct ChatMessage {
   std::string role;     // system, user, assistant
   std::string content;  // the message's text
@@ -64,11 +68,9 @@ class ChatTemplate {
   // raise_exception, an undefined attribute, a type error).
   absl::StatusOr<std::string> Render(const ChatTemplateInputs& inputs) const;
 
-  struct Node;
-
  private:
   ChatTemplate() = default;
-  std::vector<std::unique_ptr<Node>> body_;
+  std::vector<std::unique_ptr<jinja::Node>> body_;
 };
 
 // Where a served model's template comes from: `explicit_path` (--chat-template) when set;

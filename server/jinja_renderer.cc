@@ -1,0 +1,574 @@
+#include "server/jinja_renderer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+#include "server/jinja_lexer.h"
+
+namespace dcf::server::jinja {
+namespace {
+
+class Renderer {
+ public:
+  explicit Renderer(Dict globals) { scopes_.push_back(std::move(globals)); }
+
+  absl::Status Run(const NodeList& nodes, std::string* out) {
+    for (const std::unique_ptr<Node>& n : nodes) {
+      if (absl::Status s = Exec(*n, out); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr int kMaxIterations = 1 << 20;
+
+  absl::Status Fail(int line, int column, absl::string_view what) { return At(line, column, what); }
+  absl::Status Fail(const Expr& e, absl::string_view what) { return Fail(e.line, e.column, what); }
+
+  Value Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value();
+  }
+
+  absl::Status Exec(const Node& n, std::string* out) {
+    switch (n.kind) {
+      case Node::Kind::kText:
+        out->append(n.text);
+        return absl::OkStatus();
+      case Node::Kind::kOutput: {
+        absl::StatusOr<Value> v = Eval(*n.expr);
+        if (!v.ok()) return v.status();
+        out->append(ToText(*v));
+        return absl::OkStatus();
+      }
+      case Node::Kind::kSet: {
+        absl::StatusOr<Value> v = Eval(*n.expr);
+        if (!v.ok()) return v.status();
+        if (n.targets.size() == 1) {
+          scopes_.back()[n.targets[0]] = *std::move(v);
+          return absl::OkStatus();
+        }
+        Value ns = Lookup(n.targets[0]);
+        if (ns.kind != Value::Kind::kDict || !ns.is_namespace) {
+          return Fail(n.line, n.column,
+                      absl::StrCat("'", n.targets[0], "' is not a namespace()"));
+        }
+        (*ns.dict)[n.targets[1]] = *std::move(v);
+        return absl::OkStatus();
+      }
+      case Node::Kind::kIf: {
+        for (const auto& [cond, body] : n.branches) {
+          absl::StatusOr<Value> c = Eval(*cond);
+          if (!c.ok()) return c.status();
+          if (Truthy(*c)) return Run(body, out);
+        }
+        return Run(n.else_body, out);
+      }
+      case Node::Kind::kFor: {
+        absl::StatusOr<Value> iterable = Eval(*n.expr);
+        if (!iterable.ok()) return iterable.status();
+        List items;
+        if (iterable->kind == Value::Kind::kList) {
+          items = *iterable->list;
+        } else if (iterable->kind == Value::Kind::kDict) {
+          for (const auto& [k, v] : *iterable->dict) items.push_back(Value::Str(k));
+        } else if (iterable->kind == Value::Kind::kString) {
+          for (char c : iterable->s) items.push_back(Value::Str(std::string(1, c)));
+        } else if (iterable->defined() && iterable->kind != Value::Kind::kNone) {
+          return Fail(*n.expr, absl::StrCat("cannot loop over a ", KindName(iterable->kind)));
+        }
+        if (items.empty()) return Run(n.else_body, out);
+        const int64_t length = static_cast<int64_t>(items.size());
+        for (int64_t i = 0; i < length; ++i) {
+          if (++iterations_ > kMaxIterations) return Fail(n.line, n.column, "too many iterations");
+          Dict scope;
+          if (n.targets.size() == 1) {
+            scope[n.targets[0]] = items[i];
+          } else {
+            const Value& item = items[i];
+            if (item.kind != Value::Kind::kList || item.list->size() != n.targets.size()) {
+              return Fail(n.line, n.column, "cannot unpack the loop item");
+            }
+            for (size_t t = 0; t < n.targets.size(); ++t) scope[n.targets[t]] = (*item.list)[t];
+          }
+          Dict loop;
+          loop["index"] = Value::Int(i + 1);
+          loop["index0"] = Value::Int(i);
+          loop["revindex"] = Value::Int(length - i);
+          loop["revindex0"] = Value::Int(length - i - 1);
+          loop["first"] = Value::Bool(i == 0);
+          loop["last"] = Value::Bool(i == length - 1);
+          loop["length"] = Value::Int(length);
+          if (i > 0) loop["previtem"] = items[i - 1];
+          if (i + 1 < length) loop["nextitem"] = items[i + 1];
+          scope["loop"] = Value::MakeDict(std::move(loop));
+          scopes_.push_back(std::move(scope));
+          absl::Status s = Run(n.body, out);
+          // Jinja scoping: `set` inside a loop does not leak out of it (namespaces do).
+          scopes_.pop_back();
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Value> Eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral: return e.literal;
+      case Expr::Kind::kName: return Lookup(e.name);
+      case Expr::Kind::kList: {
+        List items;
+        for (const ExprPtr& a : e.args) {
+          absl::StatusOr<Value> v = Eval(*a);
+          if (!v.ok()) return v;
+          items.push_back(*std::move(v));
+        }
+        return Value::MakeList(std::move(items));
+      }
+      case Expr::Kind::kDict: {
+        Dict d;
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          absl::StatusOr<Value> k = Eval(*e.args[i]);
+          if (!k.ok()) return k;
+          absl::StatusOr<Value> v = Eval(*e.args[i + 1]);
+          if (!v.ok()) return v;
+          d[ToText(*k)] = *std::move(v);
+        }
+        return Value::MakeDict(std::move(d));
+      }
+      case Expr::Kind::kAttr:
+      case Expr::Kind::kItem: {
+        absl::StatusOr<Value> base = Eval(*e.args[0]);
+        if (!base.ok()) return base;
+        Value key = Value::Str(e.name);
+        if (e.kind == Expr::Kind::kItem) {
+          absl::StatusOr<Value> k = Eval(*e.args[1]);
+          if (!k.ok()) return k;
+          key = *std::move(k);
+        }
+        return Index(e, *base, key);
+      }
+      case Expr::Kind::kSlice: {
+        absl::StatusOr<Value> base = Eval(*e.args[0]);
+        if (!base.ok()) return base;
+        int64_t bounds[3] = {0, 0, 1};
+        bool given[3] = {false, false, false};
+        for (int part = 0; part < 3; ++part) {
+          if (!e.has_slice[part]) continue;
+          absl::StatusOr<Value> v = Eval(*e.args[1 + part]);
+          if (!v.ok()) return v;
+          if (v->kind == Value::Kind::kNone) continue;
+          if (v->kind != Value::Kind::kInt) return Fail(e, "slice bounds must be integers");
+          bounds[part] = v->i;
+          given[part] = true;
+        }
+        return Slice(e, *base, bounds, given);
+      }
+      case Expr::Kind::kNot: {
+        absl::StatusOr<Value> v = Eval(*e.args[0]);
+        if (!v.ok()) return v;
+        return Value::Bool(!Truthy(*v));
+      }
+      case Expr::Kind::kNeg: {
+        absl::StatusOr<Value> v = Eval(*e.args[0]);
+        if (!v.ok()) return v;
+        if (v->kind == Value::Kind::kInt) return Value::Int(-v->i);
+        if (v->kind == Value::Kind::kFloat) return Value::Float(-v->f);
+        return Fail(e, absl::StrCat("cannot negate a ", KindName(v->kind)));
+      }
+      case Expr::Kind::kCond: {
+        absl::StatusOr<Value> c = Eval(*e.args[0]);
+        if (!c.ok()) return c;
+        if (Truthy(*c)) return Eval(*e.args[1]);
+        if (e.args.size() > 2) return Eval(*e.args[2]);
+        return Value();
+      }
+      case Expr::Kind::kBinary: return EvalBinary(e);
+      case Expr::Kind::kTest: return EvalTest(e);
+      case Expr::Kind::kFilter: return EvalFilter(e);
+      case Expr::Kind::kCall: return EvalCall(e);
+    }
+    return Value();
+  }
+
+  absl::StatusOr<Value> Index(const Expr& e, const Value& base, const Value& key) {
+    if (!base.defined()) {
+      return Fail(e, absl::StrCat("'", ToText(key), "' of an undefined value"));
+    }
+    if (base.kind == Value::Kind::kDict) {
+      auto it = base.dict->find(ToText(key));
+      return it == base.dict->end() ? Value() : it->second;
+    }
+    if (key.kind == Value::Kind::kInt &&
+        (base.kind == Value::Kind::kList || base.kind == Value::Kind::kString)) {
+      const int64_t size = base.kind == Value::Kind::kList
+                               ? static_cast<int64_t>(base.list->size())
+                               : static_cast<int64_t>(base.s.size());
+      int64_t i = key.i < 0 ? key.i + size : key.i;
+      if (i < 0 || i >= size) return Value();
+      return base.kind == Value::Kind::kList ? (*base.list)[i]
+                                             : Value::Str(std::string(1, base.s[i]));
+    }
+    return Value();  // an attribute the value does not have: undefined
+  }
+
+  absl::StatusOr<Value> Slice(const Expr& e, const Value& base, int64_t b[3], bool given[3]) {
+    if (base.kind != Value::Kind::kList && base.kind != Value::Kind::kString) {
+      return Fail(e, absl::StrCat("cannot slice a ", KindName(base.kind)));
+    }
+    const int64_t size = base.kind == Value::Kind::kList ? static_cast<int64_t>(base.list->size())
+                                                         : static_cast<int64_t>(base.s.size());
+    const int64_t step = given[2] ? b[2] : 1;
+    if (step == 0) return Fail(e, "a slice step of 0");
+    auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0) v += size;
+      return std::max(lo, std::min(hi, v));
+    };
+    int64_t start = given[0] ? clamp(b[0], step > 0 ? 0 : -1, step > 0 ? size : size - 1)
+                             : (step > 0 ? 0 : size - 1);
+    int64_t stop = given[1] ? clamp(b[1], step > 0 ? 0 : -1, step > 0 ? size : size - 1)
+                            : (step > 0 ? size : -1);
+    List items;
+    std::string text;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      if (base.kind == Value::Kind::kList) {
+        items.push_back((*base.list)[i]);
+      } else {
+        text += base.s[i];
+      }
+    }
+    return base.kind == Value::Kind::kList ? Value::MakeList(std::move(items))
+                                           : Value::Str(std::move(text));
+  }
+
+  absl::StatusOr<Value> EvalBinary(const Expr& e) {
+    absl::StatusOr<Value> l = Eval(*e.args[0]);
+    if (!l.ok()) return l;
+    if (e.name == "and") {
+      if (!Truthy(*l)) return l;
+      return Eval(*e.args[1]);
+    }
+    if (e.name == "or") {
+      if (Truthy(*l)) return l;
+      return Eval(*e.args[1]);
+    }
+    absl::StatusOr<Value> r = Eval(*e.args[1]);
+    if (!r.ok()) return r;
+    const std::string& op = e.name;
+    if (op == "==") return Value::Bool(Equal(*l, *r));
+    if (op == "!=") return Value::Bool(!Equal(*l, *r));
+    if (op == "~") return Value::Str(ToText(*l) + ToText(*r));
+    if (op == "in" || op == "not in") {
+      bool found = false;
+      if (r->kind == Value::Kind::kString) {
+        found = l->kind == Value::Kind::kString && absl::StrContains(r->s, l->s);
+      } else if (r->kind == Value::Kind::kList) {
+        for (const Value& v : *r->list) found = found || Equal(v, *l);
+      } else if (r->kind == Value::Kind::kDict) {
+        found = r->dict->count(ToText(*l)) > 0;
+      } else {
+        return Fail(e, absl::StrCat("'in' of a ", KindName(r->kind)));
+      }
+      return Value::Bool(op == "in" ? found : !found);
+    }
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int cmp;
+      if (l->number() && r->number()) {
+        cmp = l->AsDouble() < r->AsDouble() ? -1 : l->AsDouble() > r->AsDouble() ? 1 : 0;
+      } else if (l->kind == Value::Kind::kString && r->kind == Value::Kind::kString) {
+        cmp = l->s.compare(r->s);
+      } else {
+        return Fail(e, absl::StrCat("cannot compare a ", KindName(l->kind), " with a ",
+                                    KindName(r->kind)));
+      }
+      return Value::Bool(op == "<" ? cmp < 0 : op == ">" ? cmp > 0 : op == "<=" ? cmp <= 0 : cmp >= 0);
+    }
+    if (op == "+") {
+      if (l->kind == Value::Kind::kString && r->kind == Value::Kind::kString) {
+        return Value::Str(l->s + r->s);
+      }
+      if (l->kind == Value::Kind::kList && r->kind == Value::Kind::kList) {
+        List items = *l->list;
+        items.insert(items.end(), r->list->begin(), r->list->end());
+        return Value::MakeList(std::move(items));
+      }
+    }
+    if (!l->number() || !r->number()) {
+      return Fail(e, absl::StrCat("'", op, "' of a ", KindName(l->kind), " and a ",
+                                  KindName(r->kind)));
+    }
+    const bool ints = l->kind == Value::Kind::kInt && r->kind == Value::Kind::kInt;
+    if (op == "+") return ints ? Value::Int(l->i + r->i) : Value::Float(l->AsDouble() + r->AsDouble());
+    if (op == "-") return ints ? Value::Int(l->i - r->i) : Value::Float(l->AsDouble() - r->AsDouble());
+    if (op == "*") return ints ? Value::Int(l->i * r->i) : Value::Float(l->AsDouble() * r->AsDouble());
+    if (r->AsDouble() == 0) return Fail(e, "division by zero");
+    if (op == "/") return Value::Float(l->AsDouble() / r->AsDouble());
+    if (op == "//") {
+      if (ints) {
+        int64_t q = l->i / r->i;
+        if ((l->i % r->i != 0) && ((l->i < 0) != (r->i < 0))) --q;
+        return Value::Int(q);
+      }
+      return Value::Float(std::floor(l->AsDouble() / r->AsDouble()));
+    }
+    if (op == "%") {
+      if (ints) {
+        int64_t m = l->i % r->i;
+        if (m != 0 && ((m < 0) != (r->i < 0))) m += r->i;
+        return Value::Int(m);
+      }
+      return Value::Float(std::fmod(l->AsDouble(), r->AsDouble()));
+    }
+    return Fail(e, absl::StrCat("unknown operator '", op, "'"));
+  }
+
+  absl::StatusOr<Value> EvalTest(const Expr& e) {
+    absl::StatusOr<Value> v = Eval(*e.args[0]);
+    if (!v.ok()) return v;
+    const std::string& t = e.name;
+    bool r = false;
+    if (t == "defined") r = v->defined();
+    else if (t == "undefined") r = !v->defined();
+    else if (t == "none") r = v->kind == Value::Kind::kNone;
+    else if (t == "string") r = v->kind == Value::Kind::kString;
+    else if (t == "number") r = v->number();
+    else if (t == "integer") r = v->kind == Value::Kind::kInt;
+    else if (t == "float") r = v->kind == Value::Kind::kFloat;
+    else if (t == "boolean") r = v->kind == Value::Kind::kBool;
+    else if (t == "true") r = v->kind == Value::Kind::kBool && v->b;
+    else if (t == "false") r = v->kind == Value::Kind::kBool && !v->b;
+    else if (t == "mapping") r = v->kind == Value::Kind::kDict;
+    else if (t == "sequence" || t == "iterable") {
+      r = v->kind == Value::Kind::kList || v->kind == Value::Kind::kString ||
+          v->kind == Value::Kind::kDict;
+    } else if (t == "odd" || t == "even") {
+      if (v->kind != Value::Kind::kInt) return Fail(e, "odd/even of a non-integer");
+      r = (v->i % 2 != 0) == (t == "odd");
+    }
+    return Value::Bool(e.negate ? !r : r);
+  }
+
+  absl::StatusOr<std::vector<Value>> EvalArgs(const Expr& e, size_t from) {
+    std::vector<Value> out;
+    for (size_t i = from; i < e.args.size(); ++i) {
+      absl::StatusOr<Value> v = Eval(*e.args[i]);
+      if (!v.ok()) return v.status();
+      out.push_back(*std::move(v));
+    }
+    return out;
+  }
+
+  absl::StatusOr<Value> EvalFilter(const Expr& e) {
+    absl::StatusOr<Value> v = Eval(*e.args[0]);
+    if (!v.ok()) return v;
+    absl::StatusOr<std::vector<Value>> args = EvalArgs(e, 1);
+    if (!args.ok()) return args.status();
+    const std::string& f = e.name;
+    const Value& x = *v;
+    if (f == "default" || f == "d") {
+      const bool falsy = args->size() > 1 && Truthy((*args)[1]);
+      if (!x.defined() || (falsy && !Truthy(x))) return args->empty() ? Value::Str("") : (*args)[0];
+      return x;
+    }
+    if (f == "trim") return Value::Str(std::string(absl::StripAsciiWhitespace(ToText(x))));
+    if (f == "upper") return Value::Str(absl::AsciiStrToUpper(ToText(x)));
+    if (f == "lower") return Value::Str(absl::AsciiStrToLower(ToText(x)));
+    if (f == "capitalize" || f == "title") return StringMethod(e, Value::Str(ToText(x)), f, {});
+    if (f == "string") return Value::Str(ToText(x));
+    if (f == "tojson") return Value::Str(ToJson(x).dump());
+    if (f == "int") {
+      if (x.kind == Value::Kind::kInt) return x;
+      if (x.kind == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.f));
+      int64_t i = 0;
+      return Value::Int(absl::SimpleAtoi(ToText(x), &i) ? i : 0);
+    }
+    if (f == "length" || f == "count") {
+      if (x.kind == Value::Kind::kString) return Value::Int(static_cast<int64_t>(x.s.size()));
+      if (x.kind == Value::Kind::kList) return Value::Int(static_cast<int64_t>(x.list->size()));
+      if (x.kind == Value::Kind::kDict) return Value::Int(static_cast<int64_t>(x.dict->size()));
+      if (!x.defined()) return Value::Int(0);
+      return Fail(e, absl::StrCat("length of a ", KindName(x.kind)));
+    }
+    if (f == "join") {
+      if (x.kind != Value::Kind::kList) return Fail(e, "join of a non-list");
+      std::vector<std::string> parts;
+      for (const Value& item : *x.list) parts.push_back(ToText(item));
+      return Value::Str(absl::StrJoin(parts, args->empty() ? "" : ToText((*args)[0])));
+    }
+    if (f == "first" || f == "last") {
+      if (x.kind == Value::Kind::kList) {
+        if (x.list->empty()) return Value();
+        return f == "first" ? x.list->front() : x.list->back();
+      }
+      if (x.kind == Value::Kind::kString && !x.s.empty()) {
+        return Value::Str(std::string(1, f == "first" ? x.s.front() : x.s.back()));
+      }
+      return Value();
+    }
+    if (f == "list") {
+      if (x.kind == Value::Kind::kList) return x;
+      List items;
+      if (x.kind == Value::Kind::kString) {
+        for (char c : x.s) items.push_back(Value::Str(std::string(1, c)));
+      } else if (x.kind == Value::Kind::kDict) {
+        for (const auto& [k, item] : *x.dict) items.push_back(Value::Str(k));
+      }
+      return Value::MakeList(std::move(items));
+    }
+    if (f == "reverse") {
+      if (x.kind == Value::Kind::kList) return Value::MakeList(List(x.list->rbegin(), x.list->rend()));
+      return Value::Str(std::string(x.s.rbegin(), x.s.rend()));
+    }
+    if (f == "replace") return StringMethod(e, Value::Str(ToText(x)), "replace", *args);
+    if (f == "items") return DictMethod(e, x, "items", {});
+    return Fail(e, absl::StrCat("the filter '", f, "' is not supported"));
+  }
+
+  absl::StatusOr<Value> StringMethod(const Expr& e, const Value& s, const std::string& name,
+                                     const std::vector<Value>& args) {
+    const std::string& text = s.s;
+    auto arg = [&](size_t i) { return i < args.size() ? ToText(args[i]) : std::string(); };
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      const std::string chars = args.empty() ? std::string(" \t\n\r\f\v") : arg(0);
+      size_t b = 0, en = text.size();
+      if (name != "rstrip") b = text.find_first_not_of(chars) == std::string::npos ? text.size() : text.find_first_not_of(chars);
+      if (name != "lstrip") {
+        const size_t last = text.find_last_not_of(chars);
+        en = last == std::string::npos ? b : std::max(b, last + 1);
+      }
+      return Value::Str(text.substr(b, en - b));
+    }
+    if (name == "startswith") return Value::Bool(absl::StartsWith(text, arg(0)));
+    if (name == "endswith") return Value::Bool(absl::EndsWith(text, arg(0)));
+    if (name == "upper") return Value::Str(absl::AsciiStrToUpper(text));
+    if (name == "lower") return Value::Str(absl::AsciiStrToLower(text));
+    if (name == "replace") return Value::Str(absl::StrReplaceAll(text, {{arg(0), arg(1)}}));
+    if (name == "capitalize") {
+      std::string out = absl::AsciiStrToLower(text);
+      if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
+      return Value::Str(out);
+    }
+    if (name == "title") {
+      std::string out = text;
+      bool start = true;
+      for (char& c : out) {
+        c = start ? absl::ascii_toupper(c) : absl::ascii_tolower(c);
+        start = !absl::ascii_isalpha(static_cast<unsigned char>(c));
+      }
+      return Value::Str(out);
+    }
+    if (name == "split") {
+      List parts;
+      if (args.empty()) {
+        for (absl::string_view p : absl::StrSplit(text, absl::ByAnyChar(" \t\n\r"), absl::SkipEmpty())) {
+          parts.push_back(Value::Str(std::string(p)));
+        }
+      } else {
+        for (absl::string_view p : absl::StrSplit(text, arg(0))) parts.push_back(Value::Str(std::string(p)));
+      }
+      return Value::MakeList(std::move(parts));
+    }
+    return Fail(e, absl::StrCat("strings have no method '", name, "' here"));
+  }
+
+  absl::StatusOr<Value> DictMethod(const Expr& e, const Value& d, const std::string& name,
+                                   const std::vector<Value>& args) {
+    if (d.kind != Value::Kind::kDict) return Fail(e, absl::StrCat("'", name, "' of a ", KindName(d.kind)));
+    if (name == "get") {
+      auto it = d.dict->find(args.empty() ? std::string() : ToText(args[0]));
+      if (it != d.dict->end()) return it->second;
+      return args.size() > 1 ? args[1] : Value::None();
+    }
+    List out;
+    for (const auto& [k, v] : *d.dict) {
+      if (name == "items") out.push_back(Value::MakeList({Value::Str(k), v}));
+      else if (name == "keys") out.push_back(Value::Str(k));
+      else if (name == "values") out.push_back(v);
+      else return Fail(e, absl::StrCat("dicts have no method '", name, "' here"));
+    }
+    return Value::MakeList(std::move(out));
+  }
+
+  absl::StatusOr<Value> EvalCall(const Expr& e) {
+    const Expr& callee = *e.args[0];
+    absl::StatusOr<std::vector<Value>> args = EvalArgs(e, 1);
+    if (!args.ok()) return args.status();
+    if (callee.kind == Expr::Kind::kAttr) {
+      absl::StatusOr<Value> self = Eval(*callee.args[0]);
+      if (!self.ok()) return self;
+      if (self->kind == Value::Kind::kString) return StringMethod(e, *self, callee.name, *args);
+      if (self->kind == Value::Kind::kDict && !self->is_namespace) {
+        return DictMethod(e, *self, callee.name, *args);
+      }
+      return Fail(e, absl::StrCat("a ", KindName(self->kind), " has no method '", callee.name, "'"));
+    }
+    if (callee.kind != Expr::Kind::kName) return Fail(e, "only named functions can be called");
+    if (callee.name == "raise_exception") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the chat template refused the messages: ", args->empty() ? "" : ToText((*args)[0])));
+    }
+    if (callee.name == "namespace") {
+      Dict d;
+      for (const auto& [k, v] : e.kwargs) {
+        absl::StatusOr<Value> value = Eval(*v);
+        if (!value.ok()) return value;
+        d[k] = *std::move(value);
+      }
+      Value ns = Value::MakeDict(std::move(d));
+      ns.is_namespace = true;
+      return ns;
+    }
+    if (callee.name == "range") {
+      int64_t b[3] = {0, 0, 1};
+      if (args->empty() || args->size() > 3) return Fail(e, "range takes 1 to 3 integers");
+      for (const Value& a : *args) {
+        if (a.kind != Value::Kind::kInt) return Fail(e, "range takes integers");
+      }
+      if (args->size() == 1) {
+        b[1] = (*args)[0].i;
+      } else {
+        b[0] = (*args)[0].i;
+        b[1] = (*args)[1].i;
+        if (args->size() == 3) b[2] = (*args)[2].i;
+      }
+      if (b[2] == 0) return Fail(e, "range step 0");
+      List items;
+      for (int64_t i = b[0]; b[2] > 0 ? i < b[1] : i > b[1]; i += b[2]) {
+        if (items.size() >= kMaxIterations) return Fail(e, "range too long");
+        items.push_back(Value::Int(i));
+      }
+      return Value::MakeList(std::move(items));
+    }
+    return Fail(e, absl::StrCat("the function '", callee.name, "' is not supported"));
+  }
+
+  std::vector<Dict> scopes_;
+  int64_t iterations_ = 0;
+};
+
+}  // namespace
+
+absl::Status RenderTemplate(const NodeList& body, Dict globals, std::string* out) {
+  Renderer renderer(std::move(globals));
+  return renderer.Run(body, out);
+}
+
+}  // namespace dcf::server::jinja

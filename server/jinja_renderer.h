@@ -1,0 +1,28 @@
+// The renderer of the chat-template interpreter (chat_template.h): runs a parsed template
+// (jinja_parser.h) over its global variables, with Jinja's scoping (a `set` inside a loop
+// does not leak out of it; a namespace() does), loop variables, undefined values (printing
+// one prints nothing, testing it is false, its attributes or items are an error), and the
+// supported filters, tests, functions and string and dict methods.
+//
+// Errors are InvalidArgument: "chat template line L, column C: ..." for a type error, an
+// attribute or item of an undefined value, an unsupported method or function, or more than
+// 2^20 loop iterations in one render (or a range() longer than that); "the chat template
+// refused the messages: <message>" for the template's own raise_exception(message).
+//
+// Thread-safety: a render only reads the tree, so many renders may share one; each render
+// owns its variables.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/jinja_parser.h"
+#include "server/jinja_value.h"
+
+namespace dcf::server::jinja {
+
+// Appends the output of `body` run with the variables `globals` to *out; on an error *out
+// holds what was rendered before it.
+absl::Status RenderTemplate(const NodeList& body, Dict globals, std::string* out);
+
+}  // namespace dcf::server::jinja

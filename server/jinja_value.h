@@ -1,0 +1,79 @@
+// The values a chat template computes with (part of the interpreter behind chat_template.h):
+// Jinja's undefined, none, booleans, integers, floats, strings, lists and dicts, and the
+// conversions every stage of the interpreter shares: truth, printing, JSON, equality.
+//
+// Lists and dicts are reference types, as in Python: copying a Value shares its list or dict
+// (a namespace() set inside a loop is seen after it). A Value is not synchronised: one render
+// owns the values it makes; the literals of a parsed template are only read.
+// None of these functions fails: every kind has a truth value, a text and a JSON form.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json_fwd.hpp"
+
+namespace dcf::server::jinja {
+
+struct Value;
+using List = std::vector<Value>;
+using Dict = std::map<std::string, Value>;
+
+struct Value {
+  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict };
+  Kind kind = Kind::kUndefined;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  std::shared_ptr<List> list;  // shared: lists and dicts (namespaces) are reference types
+  std::shared_ptr<Dict> dict;
+  bool is_namespace = false;
+
+  static Value None() { return Value{Kind::kNone}; }
+  static Value Bool(bool v) { Value x{Kind::kBool}; x.b = v; return x; }
+  static Value Int(int64_t v) { Value x{Kind::kInt}; x.i = v; return x; }
+  static Value Float(double v) { Value x{Kind::kFloat}; x.f = v; return x; }
+  static Value Str(std::string v) { Value x{Kind::kString}; x.s = std::move(v); return x; }
+  static Value MakeList(List v) {
+    Value x{Kind::kList};
+    x.list = std::make_shared<List>(std::move(v));
+    return x;
+  }
+  static Value MakeDict(Dict v) {
+    Value x{Kind::kDict};
+    x.dict = std::make_shared<Dict>(std::move(v));
+    return x;
+  }
+  bool defined() const { return kind != Kind::kUndefined; }
+  bool number() const { return kind == Kind::kInt || kind == Kind::kFloat; }
+  double AsDouble() const { return kind == Kind::kInt ? static_cast<double>(i) : f; }
+};
+
+// "undefined", "none", "boolean", "integer", "float", "string", "list", "dict": the names
+// error messages give a kind.
+const char* KindName(Value::Kind k);
+
+// Jinja's truth: undefined, none, false, 0, 0.0 and empty strings, lists and dicts are false.
+bool Truthy(const Value& v);
+
+// What {{ v }} prints, as Python's str(): undefined prints nothing, none "None", booleans
+// "True"/"False", a float ".0" more when it has no '.' or exponent, lists and dicts their
+// items in Repr ("['a', 1]", "{'k': 'v'}").
+std::string ToText(const Value& v);
+
+// Python's repr(): a string in single quotes, anything else as ToText.
+std::string Repr(const Value& v);
+
+// The tojson filter's JSON (undefined becomes null; dict keys in their sorted order).
+nlohmann::ordered_json ToJson(const Value& v);
+
+// Jinja's ==: numbers by value (1 == 1.0; true == 1), lists and dicts item by item, values of
+// other different kinds never equal; undefined equals undefined and none equals none.
+bool Equal(const Value& a, const Value& b);
+
+}  // namespace dcf::server::jinja
