@@ -34,24 +34,33 @@ struct Value {
   std::shared_ptr<Dict> dict;
   bool is_namespace = false;
 
-  static Value None() { return Value{Kind::kNone}; }
-  static Value Bool(bool v) { Value x{Kind::kBool}; x.b = v; return x; }
-  static Value Int(int64_t v) { Value x{Kind::kInt}; x.i = v; return x; }
-  static Value Float(double v) { Value x{Kind::kFloat}; x.f = v; return x; }
-  static Value Str(std::string v) { Value x{Kind::kString}; x.s = std::move(v); return x; }
+  static Value None() { return Of(Kind::kNone); }
+  static Value Bool(bool v) { Value x = Of(Kind::kBool); x.b = v; return x; }
+  static Value Int(int64_t v) { Value x = Of(Kind::kInt); x.i = v; return x; }
+  static Value Float(double v) { Value x = Of(Kind::kFloat); x.f = v; return x; }
+  static Value Str(std::string v) { Value x = Of(Kind::kString); x.s = std::move(v); return x; }
   static Value MakeList(List v) {
-    Value x{Kind::kList};
+    Value x = Of(Kind::kList);
     x.list = std::make_shared<List>(std::move(v));
     return x;
   }
   static Value MakeDict(Dict v) {
-    Value x{Kind::kDict};
+    Value x = Of(Kind::kDict);
     x.dict = std::make_shared<Dict>(std::move(v));
     return x;
   }
   bool defined() const { return kind != Kind::kUndefined; }
   bool number() const { return kind == Kind::kInt || kind == Kind::kFloat; }
   double AsDouble() const { return kind == Kind::kInt ? static_cast<double>(i) : f; }
+
+ private:
+  // Not Value{kind}: that aggregate initialisation warns (-Wmissing-field-initializers) in
+  // every file that includes this header.
+  static Value Of(Kind kind) {
+    Value x;
+    x.kind = kind;
+    return x;
+  }
 };
 
 // "undefined", "none", "boolean", "integer", "float", "string", "list", "dict": the names
