@@ -505,6 +505,8 @@ std::string OpenAiField(absl::string_view engine_field, const OpenAiRequest& r, 
     return absl::StrCat("stop_token_ids", engine_field);
   }
   if (engine_field == "output.top_logprobs") return chat ? "top_logprobs" : "logprobs";
+  // A group of requests (Engine::CheckQueueable): the choices of one or more prompts.
+  if (engine_field == "requests") return r.n > 1 ? "n" : chat ? "messages" : "prompt";
   if (absl::ConsumePrefix(&engine_field, "prompt_tokens")) {
     if (chat) return "messages";
     return r.prompts.size() > 1 ? absl::StrCat("prompt[", prompt, "]", engine_field)

@@ -92,8 +92,9 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& request,
                                              const ChatTemplateContext& chat);
 
 // `status`, an engine Status about prompt `prompt` of `request` (the validator's, or
-// Engine::Enqueue's refusal), with OpenAI's names for the engine's fields: prompt_tokens ->
-// prompt / prompt[k] / messages, stopping.max_new_tokens -> max_tokens, sampling.x -> x...
+// Engine::EnqueueAll's refusal), with OpenAI's names for the engine's fields: prompt_tokens ->
+// prompt / prompt[k] / messages, stopping.max_new_tokens -> max_tokens, sampling.x -> x,
+// requests (the group of all choices) -> n (when n > 1) / prompt / messages...
 absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& request, int prompt);
 
 // The parameter path an error of the functions above names ("" when none), and the message

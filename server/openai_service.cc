@@ -136,33 +136,31 @@ class GenerationSource : public HttpBodySource {
     Unregister();
   }
 
-  // Registers the stream, then enqueues every choice; an error leaves nothing enqueued.
+  // Registers the stream, then enqueues every choice as one group (Engine::EnqueueAll); an
+  // error leaves nothing enqueued. Choices that together can never wait in the engine's queue
+  // are refused first: OutOfRange (400), not the 429 of too many open streams, which
+  // OpenAI's SDKs would retry.
   absl::Status Start(const std::string& peer) {
-    RETURN_IF_ERROR(CheckQueueable());
+    int failed = -1;
+    if (absl::Status s = state_->engine()->CheckQueueable(plan_.requests, &failed); !s.ok()) {
+      return InEngineGroupTerms(s, failed);
+    }
     link_->peer = PeerAddressOfIp(peer);
     // --max-open-streams and --max-open-streams-per-peer, counted with gRPC's streams.
     if (grpc::Status s = state_->RegisterStream(link_); !s.ok()) {
       return absl::ResourceExhaustedError(s.error_message());
     }
     registered_ = true;
-    choices_.resize(plan_.requests.size());
+    std::vector<GenerationRequest> requests = plan_.requests;
+    for (GenerationRequest& g : requests) g.origin = static_cast<int>(Protocol::kHttp);
+    absl::StatusOr<std::vector<RequestHandle>> handles =
+        state_->engine()->EnqueueAll(std::move(requests), &failed);
+    if (!handles.ok()) return InEngineGroupTerms(handles.status(), failed);
     const int n = request_.n;
-    for (size_t i = 0; i < plan_.requests.size(); ++i) {
-      GenerationRequest g = plan_.requests[i];
-      g.origin = static_cast<int>(Protocol::kHttp);
-      absl::StatusOr<RequestHandle> handle = state_->engine()->Enqueue(std::move(g));
-      if (!handle.ok()) {
-        for (size_t j = 0; j < i; ++j) {
-          choices_[j].handle.Cancel();
-          choices_[j].recorded = true;  // never answered: the refusal below is counted
-        }
-        choices_.clear();
-        return InOpenAiTerms(handle.status(), request_, static_cast<int>(i) / n);
-      }
-      choices_[i].handle = *std::move(handle);
-      choices_[i].prompt = static_cast<int>(i) / n;
-    }
+    choices_.resize(handles->size());
     for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].handle = std::move((*handles)[i]);
+      choices_[i].prompt = static_cast<int>(i) / n;
       // Each prompt once, whatever n (as `usage` counts it).
       if (i % n == 0) {
         state_->metrics().AddPromptTokens(plan_.requests[i].prompt_tokens.size(),
@@ -174,32 +172,10 @@ class GenerationSource : public HttpBodySource {
     return absl::OkStatus();
   }
 
-  // Every choice waits in the engine's queue before it runs, so choices that together exceed
-  // the queue's limits can never be enqueued: OutOfRange (400), as the engine answers a single
-  // prompt over the token limit (left to it here), not its "full, retry later" (429, which
-  // OpenAI's SDKs retry).
-  absl::Status CheckQueueable() const {
-    const EngineOptions& o = state_->engine()->options();
-    const std::string field = request_.n > 1 ? "n" : chat_ ? "messages" : "prompt";
-    const size_t choices = plan_.requests.size();
-    if (choices > static_cast<size_t>(o.max_queued_requests)) {
-      return absl::OutOfRangeError(absl::StrCat(
-          field, ": ", choices, " choices exceed the waiting queue's limit of ",
-          o.max_queued_requests, " requests (max_queued_requests): this request can never be queued"));
-    }
-    int64_t tokens = 0;
-    for (const GenerationRequest& g : plan_.requests) {
-      const int64_t n = static_cast<int64_t>(g.prompt_tokens.size());
-      if (n > o.max_queued_prompt_tokens) return absl::OkStatus();  // the engine's refusal
-      tokens += n;
-    }
-    if (tokens > o.max_queued_prompt_tokens) {
-      return absl::OutOfRangeError(absl::StrCat(
-          field, ": ", choices, " choices of ", tokens, " prompt tokens in all exceed the waiting "
-          "queue's limit of ", o.max_queued_prompt_tokens,
-          " prompt tokens (max_queued_prompt_tokens): this request can never be queued"));
-    }
-    return absl::OkStatus();
+  // An engine refusal in OpenAI's field names: of choice `failed` (its prompt's), or of the
+  // group (-1: the "requests" field, which InOpenAiTerms names n, prompt or messages).
+  absl::Status InEngineGroupTerms(const absl::Status& s, int failed) const {
+    return InOpenAiTerms(s, request_, failed >= 0 ? failed / request_.n : 0);
   }
 
   HttpPull Pull() override {

@@ -124,7 +124,12 @@ class EngineImpl {
 
   void Start() { thread_ = std::thread([this] { Loop(); }); }
 
-  absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(GenerationRequest request);
+  // Enqueue and EnqueueAll (engine.h): each request prepared (validated, its state built),
+  // then the group admitted to the queue under one lock.
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EnqueueAll(
+      std::vector<GenerationRequest> requests, int* failed);
+  absl::Status CheckQueueable(absl::Span<const GenerationRequest> requests, int* failed) const;
+  absl::StatusOr<std::unique_ptr<ActiveRequest>> Prepare(GenerationRequest request) const;
   void Cancel(uint64_t key);
   void StopAccepting() {
     absl::MutexLock lock(&mu_);
@@ -247,7 +252,56 @@ class EngineImpl {
 
 using engine_internal::EngineImpl;
 
-absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationRequest request) {
+namespace {
+
+// Engine::CheckQueueable over `n` prompts of prompt_len(i) tokens each; *failed is set.
+template <typename PromptLen>
+absl::Status CheckQueueLimits(const EngineOptions& o, size_t n, PromptLen prompt_len,
+                              int* failed) {
+  *failed = -1;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t len = prompt_len(i);
+    // Waits in the queue could never admit it: not "full, retry later" but "cannot succeed".
+    if (len > o.max_queued_prompt_tokens) {
+      *failed = static_cast<int>(i);
+      return absl::OutOfRangeError(absl::StrCat(
+          "prompt_tokens: ", len, " tokens exceed the waiting queue's limit of ",
+          o.max_queued_prompt_tokens,
+          " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
+    }
+    tokens += len;
+  }
+  const int64_t count = static_cast<int64_t>(n);
+  if (count > o.max_queued_requests) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "requests: ", count, " requests exceed the waiting queue's limit of ",
+        o.max_queued_requests,
+        " requests (max_queued_requests): they can never be queued together"));
+  }
+  if (tokens > o.max_queued_prompt_tokens) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "requests: ", count, " requests of ", tokens,
+        " prompt tokens in all exceed the waiting queue's limit of ",
+        o.max_queued_prompt_tokens,
+        " prompt tokens (max_queued_prompt_tokens): they can never be queued together"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EngineImpl::CheckQueueable(absl::Span<const GenerationRequest> requests,
+                                        int* failed) const {
+  int at;
+  return CheckQueueLimits(
+      options_, requests.size(),
+      [&](size_t i) { return static_cast<int64_t>(requests[i].prompt_tokens.size()); },
+      failed != nullptr ? failed : &at);
+}
+
+absl::StatusOr<std::unique_ptr<engine_internal::ActiveRequest>> EngineImpl::Prepare(
+    GenerationRequest request) const {
   RETURN_IF_ERROR(ValidateRequest(request, limits_));
   const int prompt_len = static_cast<int>(request.prompt_tokens.size());
   const int max_len = prompt_len + request.stopping.max_new_tokens;
@@ -257,13 +311,6 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
                      " tokens can never fit the KV cache pool (",
                      kv_shape_.num_blocks[0], " global blocks of ", kv_shape_.block_size,
                      " tokens); lower max_new_tokens or give the engine more KV memory"));
-  }
-  // Waits in the queue could never admit it: not "full, retry later" but "cannot succeed".
-  if (prompt_len > options_.max_queued_prompt_tokens) {
-    return absl::OutOfRangeError(
-        absl::StrCat("prompt_tokens: ", prompt_len, " tokens exceed the waiting queue's limit of ",
-                     options_.max_queued_prompt_tokens,
-                     " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
   }
   auto r = std::make_unique<ActiveRequest>();
   r->enqueue_time = absl::Now();
@@ -281,39 +328,65 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Enqueue(GenerationReq
   r->seq.kv.hash_root = SaltRoot(request.cache_salt);
   r->seq.prompt_len = prompt_len;
   r->seq.max_len = max_len;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!stats_.healthy) {
-      return absl::UnavailableError(
-          absl::StrCat("the engine failed and accepts no requests: ", stats_.failure));
+  r->request = std::move(request);
+  return r;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EngineImpl::EnqueueAll(
+    std::vector<GenerationRequest> requests, int* failed) {
+  int at = -1;
+  if (failed == nullptr) failed = &at;
+  *failed = -1;
+  std::vector<std::unique_ptr<ActiveRequest>> group;
+  group.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<ActiveRequest>> r = Prepare(std::move(requests[i]));
+    if (!r.ok()) {
+      *failed = static_cast<int>(i);
+      return r.status();
     }
-    if (shutdown_ || !accepting_) {
-      return absl::UnavailableError("the engine is not accepting requests (shutting down)");
-    }
-    if (queued_requests_ >= options_.max_queued_requests) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the waiting queue is full (", queued_requests_, " requests); retry later"));
-    }
-    if (queued_prompt_tokens_ + prompt_len > options_.max_queued_prompt_tokens) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the waiting queue is full (", queued_prompt_tokens_,
-                       " prompt tokens waiting, limit ", options_.max_queued_prompt_tokens,
-                       "); retry later"));
-    }
+    group.push_back(*std::move(r));
+  }
+  RETURN_IF_ERROR(CheckQueueLimits(
+      options_, group.size(), [&](size_t i) { return int64_t{group[i]->seq.prompt_len}; },
+      failed));
+  int64_t tokens = 0;
+  for (const auto& r : group) tokens += r->seq.prompt_len;
+  const int count = static_cast<int>(group.size());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  streams.reserve(group.size());
+  absl::MutexLock lock(&mu_);
+  if (!stats_.healthy) {
+    return absl::UnavailableError(
+        absl::StrCat("the engine failed and accepts no requests: ", stats_.failure));
+  }
+  if (shutdown_ || !accepting_) {
+    return absl::UnavailableError("the engine is not accepting requests (shutting down)");
+  }
+  if (queued_requests_ + count > options_.max_queued_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the waiting queue is full (", queued_requests_, " requests); retry later"));
+  }
+  if (queued_prompt_tokens_ + tokens > options_.max_queued_prompt_tokens) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the waiting queue is full (", queued_prompt_tokens_,
+                     " prompt tokens waiting, limit ", options_.max_queued_prompt_tokens,
+                     "); retry later"));
+  }
+  for (std::unique_ptr<ActiveRequest>& r : group) {
     const uint64_t key = next_key_++;
-    if (request.id.empty()) request.id = absl::StrCat("req-", key);
+    if (r->request.id.empty()) r->request.id = absl::StrCat("req-", key);
     live_keys_.insert(key);
     ++queued_requests_;
-    queued_prompt_tokens_ += prompt_len;
+    queued_prompt_tokens_ += r->seq.prompt_len;
     // Visible at once, not only after the loop's next publish: a loop that hangs in the step
     // that takes this request must look busy to the server's stall watchdog.
     ++stats_.num_waiting;
-    r->stream = std::make_shared<RequestStream>(request.id, key);
-    r->request = std::move(request);
-    auto stream = r->stream;
+    r->stream = std::make_shared<RequestStream>(r->request.id, key);
+    streams.push_back(r->stream);
     inbox_.push_back(std::move(r));
-    return stream;
   }
+  return streams;
 }
 
 void EngineImpl::Cancel(uint64_t key) {
@@ -820,8 +893,25 @@ Engine::Engine(std::shared_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<RequestHandle> Engine::Enqueue(GenerationRequest request) {
-  ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream, impl_->Enqueue(std::move(request)));
-  return RequestHandle(impl_, std::move(stream));
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  ASSIGN_OR_RETURN(std::vector<RequestHandle> handles, EnqueueAll(std::move(one)));
+  return std::move(handles[0]);
+}
+absl::StatusOr<std::vector<RequestHandle>> Engine::EnqueueAll(
+    std::vector<GenerationRequest> requests, int* failed) {
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams,
+                   impl_->EnqueueAll(std::move(requests), failed));
+  std::vector<RequestHandle> handles;
+  handles.reserve(streams.size());
+  for (std::shared_ptr<RequestStream>& s : streams) {
+    handles.push_back(RequestHandle(impl_, std::move(s)));
+  }
+  return handles;
+}
+absl::Status Engine::CheckQueueable(absl::Span<const GenerationRequest> requests,
+                                    int* failed) const {
+  return impl_->CheckQueueable(requests, failed);
 }
 void Engine::Cancel(uint64_t request_key) { impl_->Cancel(request_key); }
 void Engine::StopAccepting() { impl_->StopAccepting(); }

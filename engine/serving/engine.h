@@ -2,8 +2,8 @@
 // thread. Transport-free: the gRPC server, the benchmark and the tests all drive it through
 // this interface.
 //
-// Thread-safety: Enqueue, Cancel, Stats, Shutdown and the accessors are safe from any
-// thread; they only touch the request queue under a mutex. The scheduler, the KV cache and
+// Thread-safety: Enqueue, EnqueueAll, Cancel, Stats, Shutdown and the accessors are safe from
+// any thread; they only touch the request queue under a mutex. The scheduler, the KV cache and
 // the backend are touched only by the engine loop thread.
 #pragma once
 
@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/execution/backend.h"
 #include "engine/serving/request.h"
 #include "engine/serving/request_stream.h"
@@ -231,6 +232,23 @@ class Engine {
   //   ResourceExhausted: the waiting queue is full (immediately, never after a wait).
   //   Unavailable: the engine is shutting down or draining.
   absl::StatusOr<RequestHandle> Enqueue(GenerationRequest request);
+
+  // Validates and queues `requests` as one group (the n choices of one OpenAI request): all
+  // of them or none, so a group never holds part of the queue while it is refused. Errors
+  // (nothing is queued then): Enqueue's, of the first request that has one, with *failed
+  // (when not null) set to its index; or the group's, with *failed set to -1: CheckQueueable's
+  // OutOfRange, or ResourceExhausted when the waiting queue has no room for all of them now.
+  absl::StatusOr<std::vector<RequestHandle>> EnqueueAll(std::vector<GenerationRequest> requests,
+                                                        int* failed = nullptr);
+
+  // The waiting queue's limits (max_queued_requests, max_queued_prompt_tokens) against
+  // requests that would wait together, with nothing else waiting: OutOfRange when one prompt
+  // alone (*failed: its index, message naming prompt_tokens) or all of them together
+  // (*failed: -1, message naming "requests") exceed them, since such requests can never be
+  // queued, however long one waits; OK otherwise. Enqueue and EnqueueAll refuse the same.
+  // Reads only the options: a caller may ask before it spends anything on the requests.
+  absl::Status CheckQueueable(absl::Span<const GenerationRequest> requests,
+                              int* failed = nullptr) const;
 
   // Cancels the request whose stream has `request_key` (RequestStream::key(); client ids
   // need not be unique, so cancellation never goes by them). Its blocks are freed within one

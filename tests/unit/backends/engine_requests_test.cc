@@ -176,6 +176,77 @@ TEST(EngineTest, AdmissionControl) {
             absl::StatusCode::kUnavailable);
 }
 
+// EnqueueAll queues a group whole or not at all: a group that can never wait together is
+// OutOfRange (even on an idle engine), one with a bad member names its index, and one the
+// queue has no room for now is ResourceExhausted with none of its members queued, where
+// one-by-one Enqueue calls would have queued the first and refused the rest.
+TEST(EngineTest, EnqueueAllQueuesAGroupWholeOrNotAtAll) {
+  EngineOptions o;
+  o.max_num_seqs = 1;
+  o.max_queued_requests = 3;
+  o.max_queued_prompt_tokens = 50;
+  o.kv_num_blocks = {8, 8};
+  auto engine = MakeEngine(o);
+  const auto group = [](std::initializer_list<int> lens, uint32_t seed) {
+    std::vector<GenerationRequest> g;
+    for (int len : lens) g.push_back(Greedy(RandomPrompt(len, seed++), 10));
+    return g;
+  };
+  int failed = 7;
+  auto four = engine->EnqueueAll(group({1, 1, 1, 1}, 1), &failed);
+  EXPECT_EQ(four.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(four.status().message(),
+            "requests: 4 requests exceed the waiting queue's limit of 3 requests "
+            "(max_queued_requests): they can never be queued together");
+  EXPECT_EQ(failed, -1);
+  auto tokens = engine->EnqueueAll(group({30, 21}, 1), &failed);
+  EXPECT_EQ(tokens.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(tokens.status().message(),
+            "requests: 2 requests of 51 prompt tokens in all exceed the waiting queue's limit "
+            "of 50 prompt tokens (max_queued_prompt_tokens): they can never be queued together");
+  EXPECT_EQ(failed, -1);
+  // One prompt alone over the bound is that prompt's refusal, as Enqueue gives it.
+  auto alone = engine->EnqueueAll(group({2, 51}, 1), &failed);
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(failed, 1);
+  EXPECT_NE(alone.status().message().find("this prompt can never be queued"),
+            absl::string_view::npos);
+  // CheckQueueable answers the same without queueing anything.
+  const std::vector<GenerationRequest> g4 = group({1, 1, 1, 1}, 1);
+  EXPECT_EQ(engine->CheckQueueable(g4, &failed).message(), four.status().message());
+  EXPECT_EQ(failed, -1);
+  EXPECT_TRUE(engine->CheckQueueable(group({25, 25}, 1)).ok());
+  std::vector<GenerationRequest> bad = group({2, 2, 2}, 1);
+  bad[2].prompt_tokens.clear();
+  auto invalid = engine->EnqueueAll(std::move(bad), &failed);
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(failed, 2);
+  EXPECT_EQ(engine->Stats().num_waiting, 0);
+
+  auto running = engine->Enqueue(Greedy(RandomPrompt(10, 9), 100));
+  ASSERT_TRUE(running.ok());
+  Collected c;
+  c.TakeOne(running->stream());  // running: the queue is empty again
+  auto two = engine->EnqueueAll(group({10, 10}, 11), &failed);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_NE((*two)[0].stream().key(), (*two)[1].stream().key());
+  EXPECT_EQ(engine->Stats().num_waiting, 2);
+  // Room for one more request, not two: neither waits.
+  auto more = engine->EnqueueAll(group({1, 1}, 13), &failed);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(more.status().message().find("retry later"), absl::string_view::npos);
+  EXPECT_EQ(failed, -1);
+  EXPECT_EQ(engine->Stats().num_waiting, 2);
+  // Room for 30 prompt tokens, not 31.
+  auto heavy = engine->EnqueueAll(group({31}, 15), &failed);
+  EXPECT_EQ(heavy.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine->Stats().num_waiting, 2);
+  auto last = engine->EnqueueAll(group({30}, 15), &failed);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(engine->Stats().num_waiting, 3);
+}
+
 TEST(EngineTest, InvalidRequestsNameTheField) {
   EngineOptions o;
   o.kv_num_blocks = {64, 32};
