@@ -1,6 +1,6 @@
-// The contract between the CUDA backend's layer loop (cuda_backend.cc) and its DCMHA kernels
-// (paged KV-cache write and attention, dcmha_*.cu). Plain C++ plus cuda_compat.h, so the .cu
-// kernels (nvcc, or host C++ on the SIMT emulator) and the host code both include it.
+// The contract between the CUDA backend's layer loop (cuda_backend_forward.cc) and its DCMHA
+// kernels (paged KV-cache write and attention, dcmha_*.cu). Plain C++ plus cuda_compat.h, so
+// the .cu kernels (nvcc, or host C++ on the SIMT emulator) and the host code both include it.
 //
 // Math: DCFORMER.md section 4 (compose, softmax per head over visible keys, post-compose on
 // the normalised probabilities without renormalisation), section 5 (window: query t sees
