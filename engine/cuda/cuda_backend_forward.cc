@@ -266,8 +266,9 @@ absl::Status CudaBackend::FeedForward(int layer, int num_tokens) {
       out.act = act_.get();
       out.act_type = dtype_;
       out.act_ld = F;
-      RETURN_IF_ERROR(CudaStatus(LaunchGemv(fused, out, NormPrologue(L.ffn_norm_w, DeviceBuffer()), stream_),
-                                 "MLP norm + GEMV + SwiGLU"));
+      const GemvIn in = NormPrologue(L.ffn_norm_w, DeviceBuffer());
+      RETURN_IF_ERROR(
+          CudaStatus(LaunchGemv(fused, out, in, stream_), "MLP norm + GEMV + SwiGLU"));
       return Linear(T, act_.get(), F, L.w_down, L.b_down, x_.as<float>(), E, true);
     }
     NormParams np = Norm(T, L.ffn_norm_w, DeviceBuffer(), a_.get());
