@@ -453,7 +453,7 @@ class TemplateParser {
     return absl::OkStatus();
   }
 
-  absl::Status ExpectEnd(ExprParser* parser, const Piece& p) {
+  absl::Status ExpectEnd(ExprParser* parser) {
     if (!parser->AtEnd()) {
       return parser->Fail(parser->Peek(), absl::StrCat("unexpected '", parser->Peek().text, "'"));
     }
@@ -480,7 +480,7 @@ class TemplateParser {
     if ((*iterable)->kind == Expr::Kind::kCond || parser->IsName("recursive")) {
       return parser->Fail(parser->Peek(), "loop filters and recursive loops are not supported");
     }
-    if (absl::Status s = ExpectEnd(parser, p); !s.ok()) return s;
+    if (absl::Status s = ExpectEnd(parser); !s.ok()) return s;
     if (absl::Status s = CheckNames(**iterable); !s.ok()) return s;
     n->expr = std::move(*iterable);
     std::string stop;
@@ -500,7 +500,7 @@ class TemplateParser {
     while (true) {
       absl::StatusOr<ExprPtr> cond = parser->Parse();
       if (!cond.ok()) return cond.status();
-      if (absl::Status s = ExpectEnd(parser, p); !s.ok()) return s;
+      if (absl::Status s = ExpectEnd(parser); !s.ok()) return s;
       if (absl::Status s = CheckNames(**cond); !s.ok()) return s;
       NodeList body;
       std::string stop;
@@ -540,7 +540,7 @@ class TemplateParser {
     parser->Next();
     absl::StatusOr<ExprPtr> value = parser->Parse();
     if (!value.ok()) return value.status();
-    if (absl::Status s = ExpectEnd(parser, p); !s.ok()) return s;
+    if (absl::Status s = ExpectEnd(parser); !s.ok()) return s;
     if (absl::Status s = CheckNames(**value); !s.ok()) return s;
     n->expr = std::move(*value);
     out->push_back(std::move(n));
