@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/jinja_builtins.h"
 
 namespace dcf::server::jinja {
 namespace {
@@ -353,29 +354,17 @@ class ExprParser {
 // ---------------------------------------------------------------------------------------
 // Parsing statements
 
-const std::vector<std::string>& KnownFilters() {
-  static const auto* f = new std::vector<std::string>{
-      "trim", "length", "count", "upper", "lower", "capitalize", "title", "default", "d",
-      "tojson", "string", "int", "join", "first", "last", "list", "reverse", "replace", "items"};
-  return *f;
-}
-const std::vector<std::string>& KnownTests() {
-  static const auto* t = new std::vector<std::string>{
-      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
-      "mapping", "sequence", "iterable", "true", "false", "odd", "even"};
-  return *t;
-}
-
-// Refuses filters and tests outside the subset anywhere in `e`.
+// Refuses filters and tests outside the subset (jinja_builtins.h) anywhere in `e`.
 absl::Status CheckNames(const Expr& e) {
-  auto known = [](const std::vector<std::string>& list, const std::string& n) {
-    return std::find(list.begin(), list.end(), n) != list.end();
-  };
-  if (e.kind == Expr::Kind::kFilter && !known(KnownFilters(), e.name)) {
-    return At(e.line, e.column, absl::StrCat("the filter '", e.name, "' is not supported"));
+  if (e.kind == Expr::Kind::kFilter) {
+    if (absl::StatusOr<FilterFn> f = FindFilter({e.line, e.column}, e.name); !f.ok()) {
+      return f.status();
+    }
   }
-  if (e.kind == Expr::Kind::kTest && !known(KnownTests(), e.name)) {
-    return At(e.line, e.column, absl::StrCat("the test '", e.name, "' is not supported"));
+  if (e.kind == Expr::Kind::kTest) {
+    if (absl::StatusOr<TestFn> t = FindTest({e.line, e.column}, e.name); !t.ok()) {
+      return t.status();
+    }
   }
   for (const ExprPtr& a : e.args) {
     if (a != nullptr) {

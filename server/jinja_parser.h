@@ -1,7 +1,8 @@
 // The parser of the chat-template interpreter (chat_template.h): the syntax tree of a template
 // (Node, holding expressions as Expr) and ParseTemplate, which builds it from the lexer's
 // pieces (jinja_lexer.h) and refuses, at load, everything outside the supported subset:
-// unknown tags, filters and tests, set blocks, loop filters and recursive loops.
+// unknown tags, filters and tests (those jinja_builtins.h does not hold), set blocks, loop
+// filters and recursive loops.
 //
 // Errors are InvalidArgument "chat template line L, column C: ..." naming the first problem
 // ("chat template: the template ends before its 'endfor'" for an unclosed block). A tree is

@@ -7,15 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "nlohmann/json.hpp"
+#include "server/jinja_builtins.h"
 #include "server/jinja_lexer.h"
 
 namespace dcf::server::jinja {
@@ -37,6 +31,7 @@ class Renderer {
 
   absl::Status Fail(int line, int column, absl::string_view what) { return At(line, column, what); }
   absl::Status Fail(const Expr& e, absl::string_view what) { return Fail(e.line, e.column, what); }
+  static Site SiteOf(const Expr& e) { return Site{e.line, e.column}; }
 
   Value Lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
@@ -343,27 +338,11 @@ class Renderer {
   absl::StatusOr<Value> EvalTest(const Expr& e) {
     absl::StatusOr<Value> v = Eval(*e.args[0]);
     if (!v.ok()) return v;
-    const std::string& t = e.name;
-    bool r = false;
-    if (t == "defined") r = v->defined();
-    else if (t == "undefined") r = !v->defined();
-    else if (t == "none") r = v->kind == Value::Kind::kNone;
-    else if (t == "string") r = v->kind == Value::Kind::kString;
-    else if (t == "number") r = v->number();
-    else if (t == "integer") r = v->kind == Value::Kind::kInt;
-    else if (t == "float") r = v->kind == Value::Kind::kFloat;
-    else if (t == "boolean") r = v->kind == Value::Kind::kBool;
-    else if (t == "true") r = v->kind == Value::Kind::kBool && v->b;
-    else if (t == "false") r = v->kind == Value::Kind::kBool && !v->b;
-    else if (t == "mapping") r = v->kind == Value::Kind::kDict;
-    else if (t == "sequence" || t == "iterable") {
-      r = v->kind == Value::Kind::kList || v->kind == Value::Kind::kString ||
-          v->kind == Value::Kind::kDict;
-    } else if (t == "odd" || t == "even") {
-      if (v->kind != Value::Kind::kInt) return Fail(e, "odd/even of a non-integer");
-      r = (v->i % 2 != 0) == (t == "odd");
-    }
-    return Value::Bool(e.negate ? !r : r);
+    absl::StatusOr<TestFn> test = FindTest(SiteOf(e), e.name);
+    if (!test.ok()) return test.status();
+    absl::StatusOr<bool> r = (*test)(SiteOf(e), *v);
+    if (!r.ok()) return r.status();
+    return Value::Bool(e.negate ? !*r : *r);
   }
 
   absl::StatusOr<std::vector<Value>> EvalArgs(const Expr& e, size_t from) {
@@ -381,130 +360,9 @@ class Renderer {
     if (!v.ok()) return v;
     absl::StatusOr<std::vector<Value>> args = EvalArgs(e, 1);
     if (!args.ok()) return args.status();
-    const std::string& f = e.name;
-    const Value& x = *v;
-    if (f == "default" || f == "d") {
-      const bool falsy = args->size() > 1 && Truthy((*args)[1]);
-      if (!x.defined() || (falsy && !Truthy(x))) return args->empty() ? Value::Str("") : (*args)[0];
-      return x;
-    }
-    if (f == "trim") return Value::Str(std::string(absl::StripAsciiWhitespace(ToText(x))));
-    if (f == "upper") return Value::Str(absl::AsciiStrToUpper(ToText(x)));
-    if (f == "lower") return Value::Str(absl::AsciiStrToLower(ToText(x)));
-    if (f == "capitalize" || f == "title") return StringMethod(e, Value::Str(ToText(x)), f, {});
-    if (f == "string") return Value::Str(ToText(x));
-    if (f == "tojson") return Value::Str(ToJson(x).dump());
-    if (f == "int") {
-      if (x.kind == Value::Kind::kInt) return x;
-      if (x.kind == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.f));
-      int64_t i = 0;
-      return Value::Int(absl::SimpleAtoi(ToText(x), &i) ? i : 0);
-    }
-    if (f == "length" || f == "count") {
-      if (x.kind == Value::Kind::kString) return Value::Int(static_cast<int64_t>(x.s.size()));
-      if (x.kind == Value::Kind::kList) return Value::Int(static_cast<int64_t>(x.list->size()));
-      if (x.kind == Value::Kind::kDict) return Value::Int(static_cast<int64_t>(x.dict->size()));
-      if (!x.defined()) return Value::Int(0);
-      return Fail(e, absl::StrCat("length of a ", KindName(x.kind)));
-    }
-    if (f == "join") {
-      if (x.kind != Value::Kind::kList) return Fail(e, "join of a non-list");
-      std::vector<std::string> parts;
-      for (const Value& item : *x.list) parts.push_back(ToText(item));
-      return Value::Str(absl::StrJoin(parts, args->empty() ? "" : ToText((*args)[0])));
-    }
-    if (f == "first" || f == "last") {
-      if (x.kind == Value::Kind::kList) {
-        if (x.list->empty()) return Value();
-        return f == "first" ? x.list->front() : x.list->back();
-      }
-      if (x.kind == Value::Kind::kString && !x.s.empty()) {
-        return Value::Str(std::string(1, f == "first" ? x.s.front() : x.s.back()));
-      }
-      return Value();
-    }
-    if (f == "list") {
-      if (x.kind == Value::Kind::kList) return x;
-      List items;
-      if (x.kind == Value::Kind::kString) {
-        for (char c : x.s) items.push_back(Value::Str(std::string(1, c)));
-      } else if (x.kind == Value::Kind::kDict) {
-        for (const auto& [k, item] : *x.dict) items.push_back(Value::Str(k));
-      }
-      return Value::MakeList(std::move(items));
-    }
-    if (f == "reverse") {
-      if (x.kind == Value::Kind::kList) return Value::MakeList(List(x.list->rbegin(), x.list->rend()));
-      return Value::Str(std::string(x.s.rbegin(), x.s.rend()));
-    }
-    if (f == "replace") return StringMethod(e, Value::Str(ToText(x)), "replace", *args);
-    if (f == "items") return DictMethod(e, x, "items", {});
-    return Fail(e, absl::StrCat("the filter '", f, "' is not supported"));
-  }
-
-  absl::StatusOr<Value> StringMethod(const Expr& e, const Value& s, const std::string& name,
-                                     const std::vector<Value>& args) {
-    const std::string& text = s.s;
-    auto arg = [&](size_t i) { return i < args.size() ? ToText(args[i]) : std::string(); };
-    if (name == "strip" || name == "lstrip" || name == "rstrip") {
-      const std::string chars = args.empty() ? std::string(" \t\n\r\f\v") : arg(0);
-      size_t b = 0, en = text.size();
-      if (name != "rstrip") b = text.find_first_not_of(chars) == std::string::npos ? text.size() : text.find_first_not_of(chars);
-      if (name != "lstrip") {
-        const size_t last = text.find_last_not_of(chars);
-        en = last == std::string::npos ? b : std::max(b, last + 1);
-      }
-      return Value::Str(text.substr(b, en - b));
-    }
-    if (name == "startswith") return Value::Bool(absl::StartsWith(text, arg(0)));
-    if (name == "endswith") return Value::Bool(absl::EndsWith(text, arg(0)));
-    if (name == "upper") return Value::Str(absl::AsciiStrToUpper(text));
-    if (name == "lower") return Value::Str(absl::AsciiStrToLower(text));
-    if (name == "replace") return Value::Str(absl::StrReplaceAll(text, {{arg(0), arg(1)}}));
-    if (name == "capitalize") {
-      std::string out = absl::AsciiStrToLower(text);
-      if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
-      return Value::Str(out);
-    }
-    if (name == "title") {
-      std::string out = text;
-      bool start = true;
-      for (char& c : out) {
-        c = start ? absl::ascii_toupper(c) : absl::ascii_tolower(c);
-        start = !absl::ascii_isalpha(static_cast<unsigned char>(c));
-      }
-      return Value::Str(out);
-    }
-    if (name == "split") {
-      List parts;
-      if (args.empty()) {
-        for (absl::string_view p : absl::StrSplit(text, absl::ByAnyChar(" \t\n\r"), absl::SkipEmpty())) {
-          parts.push_back(Value::Str(std::string(p)));
-        }
-      } else {
-        for (absl::string_view p : absl::StrSplit(text, arg(0))) parts.push_back(Value::Str(std::string(p)));
-      }
-      return Value::MakeList(std::move(parts));
-    }
-    return Fail(e, absl::StrCat("strings have no method '", name, "' here"));
-  }
-
-  absl::StatusOr<Value> DictMethod(const Expr& e, const Value& d, const std::string& name,
-                                   const std::vector<Value>& args) {
-    if (d.kind != Value::Kind::kDict) return Fail(e, absl::StrCat("'", name, "' of a ", KindName(d.kind)));
-    if (name == "get") {
-      auto it = d.dict->find(args.empty() ? std::string() : ToText(args[0]));
-      if (it != d.dict->end()) return it->second;
-      return args.size() > 1 ? args[1] : Value::None();
-    }
-    List out;
-    for (const auto& [k, v] : *d.dict) {
-      if (name == "items") out.push_back(Value::MakeList({Value::Str(k), v}));
-      else if (name == "keys") out.push_back(Value::Str(k));
-      else if (name == "values") out.push_back(v);
-      else return Fail(e, absl::StrCat("dicts have no method '", name, "' here"));
-    }
-    return Value::MakeList(std::move(out));
+    absl::StatusOr<FilterFn> filter = FindFilter(SiteOf(e), e.name);
+    if (!filter.ok()) return filter.status();
+    return (*filter)(SiteOf(e), *v, *args);
   }
 
   absl::StatusOr<Value> EvalCall(const Expr& e) {
@@ -514,9 +372,11 @@ class Renderer {
     if (callee.kind == Expr::Kind::kAttr) {
       absl::StatusOr<Value> self = Eval(*callee.args[0]);
       if (!self.ok()) return self;
-      if (self->kind == Value::Kind::kString) return StringMethod(e, *self, callee.name, *args);
+      if (self->kind == Value::Kind::kString) {
+        return StringMethod(SiteOf(e), self->s, callee.name, *args);
+      }
       if (self->kind == Value::Kind::kDict && !self->is_namespace) {
-        return DictMethod(e, *self, callee.name, *args);
+        return DictMethod(SiteOf(e), *self, callee.name, *args);
       }
       return Fail(e, absl::StrCat("a ", KindName(self->kind), " has no method '", callee.name, "'"));
     }

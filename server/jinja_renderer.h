@@ -1,8 +1,9 @@
 // The renderer of the chat-template interpreter (chat_template.h): runs a parsed template
 // (jinja_parser.h) over its global variables, with Jinja's scoping (a `set` inside a loop
 // does not leak out of it; a namespace() does), loop variables, undefined values (printing
-// one prints nothing, testing it is false, its attributes or items are an error), and the
-// supported filters, tests, functions and string and dict methods.
+// one prints nothing, testing it is false, its attributes or items are an error), the
+// functions raise_exception, namespace and range, and the filters, tests and string and dict
+// methods of jinja_builtins.h.
 //
 // Errors are InvalidArgument: "chat template line L, column C: ..." for a type error, an
 // attribute or item of an undefined value, an unsupported method or function, or more than

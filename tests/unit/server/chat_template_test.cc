@@ -1,9 +1,11 @@
 #include "server/chat_template.h"
 
+#include <set>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "server/jinja_builtins.h"
 
 namespace dcf::server {
 namespace {
@@ -129,6 +131,90 @@ TEST(ChatTemplateTest, RefusesWhatItDoesNotSupportAtParseTimeWithThePlace) {
     EXPECT_TRUE(absl::StrContains(t.status().message(), c.error))
         << c.source << ": " << t.status().message();
   }
+}
+
+// The parser accepts a filter or test exactly when the renderer can run it: both ask the one
+// table of jinja_builtins.h. Every name the tables hold (aliases included) is accepted at load
+// and renders what that filter or test does; a name they do not hold is refused at load with
+// its place. A filter or test added to a table needs its line here, or the name sets differ.
+TEST(ChatTemplateTest, EveryBuiltinFilterAndTestIsAcceptedAtLoadAndRuns) {
+  struct FilterCase {
+    const char* name;
+    const char* subject;
+    const char* args;  // appended after the name
+    const char* expected;
+  } filters[] = {
+      {"trim", "' Ab c '", "", "Ab c"},
+      {"length", "[1, 2]", "", "2"},
+      {"count", "'abc'", "", "3"},
+      {"upper", "'Ab c'", "", "AB C"},
+      {"lower", "'Ab c'", "", "ab c"},
+      {"capitalize", "'aB c'", "", "Ab c"},
+      {"title", "'ab c'", "", "Ab C"},
+      {"default", "undefined_name", "('x')", "x"},
+      {"d", "''", "('y', true)", "y"},
+      {"tojson", "{'a': [1, none]}", "", "{\"a\":[1,null]}"},
+      {"string", "[1, 'a']", "", "[1, 'a']"},
+      {"int", "'42'", "", "42"},
+      {"join", "[1, 2]", "('-')", "1-2"},
+      {"first", "[3, 4]", "", "3"},
+      {"last", "[3, 4]", "", "4"},
+      {"list", "'ab'", "", "['a', 'b']"},
+      {"reverse", "[1, 2]", "", "[2, 1]"},
+      {"replace", "'a-b'", "('-', '+')", "a+b"},
+      {"items", "{'k': 'v'}", "", "[['k', 'v']]"},
+  };
+  std::set<std::string> filter_names;
+  for (const FilterCase& c : filters) {
+    filter_names.insert(c.name);
+    const std::string source = std::string("{{ ") + c.subject + " | " + c.name + c.args + " }}";
+    EXPECT_EQ(Render(source, Conversation()), c.expected) << source;
+  }
+  std::set<std::string> table_filters;
+  for (const auto& [name, fn] : jinja::Filters()) table_filters.insert(name);
+  EXPECT_EQ(filter_names, table_filters);
+
+  struct TestCase {
+    const char* name;
+    const char* passes;  // `passes is name` is true
+    const char* fails;   // `fails is name` is false
+  } tests[] = {
+      {"defined", "1", "undefined_name"},
+      {"undefined", "undefined_name", "1"},
+      {"none", "none", "0"},
+      {"string", "'s'", "1"},
+      {"number", "1.5", "'1'"},
+      {"integer", "1", "1.5"},
+      {"float", "1.5", "1"},
+      {"boolean", "false", "0"},
+      {"mapping", "{}", "[]"},
+      {"sequence", "[]", "1"},
+      {"iterable", "'s'", "none"},
+      {"true", "true", "1"},
+      {"false", "false", "0"},
+      {"odd", "3", "4"},
+      {"even", "4", "3"},
+  };
+  std::set<std::string> test_names;
+  for (const TestCase& c : tests) {
+    test_names.insert(c.name);
+    const std::string source = std::string("{{ ") + c.passes + " is " + c.name + " }} {{ " +
+                               c.fails + " is " + c.name + " }} {{ " + c.passes + " is not " +
+                               c.name + " }}";
+    EXPECT_EQ(Render(source, Conversation()), "True False False") << source;
+  }
+  std::set<std::string> table_tests;
+  for (const auto& [name, fn] : jinja::Tests()) table_tests.insert(name);
+  EXPECT_EQ(test_names, table_tests);
+
+  EXPECT_EQ(jinja::Filters().count("wordwrap"), 0u);
+  EXPECT_EQ(jinja::Tests().count("divisibleby"), 0u);
+  auto filter = ChatTemplate::Parse("{{ 'x' | wordwrap }}");
+  EXPECT_EQ(filter.status().message(),
+            "chat template line 1, column 10: the filter 'wordwrap' is not supported");
+  auto test = ChatTemplate::Parse("{% if 3 is divisibleby(3) %}{% endif %}");
+  EXPECT_EQ(test.status().message(),
+            "chat template line 1, column 9: the test 'divisibleby' is not supported");
 }
 
 TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {

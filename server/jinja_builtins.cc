@@ -1,0 +1,259 @@
+#include "server/jinja_builtins.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+#include "server/jinja_lexer.h"
+
+namespace dcf::server::jinja {
+namespace {
+
+absl::Status Fail(const Site& at, absl::string_view what) { return At(at.line, at.column, what); }
+
+// ---------------------------------------------------------------------------------------
+// Filters
+
+absl::StatusOr<Value> Default(const Site&, const Value& x, const std::vector<Value>& args) {
+  const bool falsy = args.size() > 1 && Truthy(args[1]);
+  if (!x.defined() || (falsy && !Truthy(x))) return args.empty() ? Value::Str("") : args[0];
+  return x;
+}
+
+absl::StatusOr<Value> Int(const Site&, const Value& x, const std::vector<Value>&) {
+  if (x.kind == Value::Kind::kInt) return x;
+  if (x.kind == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.f));
+  int64_t i = 0;
+  return Value::Int(absl::SimpleAtoi(ToText(x), &i) ? i : 0);
+}
+
+absl::StatusOr<Value> Length(const Site& at, const Value& x, const std::vector<Value>&) {
+  if (x.kind == Value::Kind::kString) return Value::Int(static_cast<int64_t>(x.s.size()));
+  if (x.kind == Value::Kind::kList) return Value::Int(static_cast<int64_t>(x.list->size()));
+  if (x.kind == Value::Kind::kDict) return Value::Int(static_cast<int64_t>(x.dict->size()));
+  if (!x.defined()) return Value::Int(0);
+  return Fail(at, absl::StrCat("length of a ", KindName(x.kind)));
+}
+
+absl::StatusOr<Value> Join(const Site& at, const Value& x, const std::vector<Value>& args) {
+  if (x.kind != Value::Kind::kList) return Fail(at, "join of a non-list");
+  std::vector<std::string> parts;
+  for (const Value& item : *x.list) parts.push_back(ToText(item));
+  return Value::Str(absl::StrJoin(parts, args.empty() ? "" : ToText(args[0])));
+}
+
+// The `first` (first is true) or `last` filter.
+Value FirstOrLast(bool first, const Value& x) {
+  if (x.kind == Value::Kind::kList) {
+    if (x.list->empty()) return Value();
+    return first ? x.list->front() : x.list->back();
+  }
+  if (x.kind == Value::Kind::kString && !x.s.empty()) {
+    return Value::Str(std::string(1, first ? x.s.front() : x.s.back()));
+  }
+  return Value();
+}
+
+absl::StatusOr<Value> ToList(const Site&, const Value& x, const std::vector<Value>&) {
+  if (x.kind == Value::Kind::kList) return x;
+  List items;
+  if (x.kind == Value::Kind::kString) {
+    for (char c : x.s) items.push_back(Value::Str(std::string(1, c)));
+  } else if (x.kind == Value::Kind::kDict) {
+    for (const auto& [k, item] : *x.dict) items.push_back(Value::Str(k));
+  }
+  return Value::MakeList(std::move(items));
+}
+
+absl::StatusOr<Value> Reverse(const Site&, const Value& x, const std::vector<Value>&) {
+  if (x.kind == Value::Kind::kList) return Value::MakeList(List(x.list->rbegin(), x.list->rend()));
+  return Value::Str(std::string(x.s.rbegin(), x.s.rend()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+absl::StatusOr<bool> OddOrEven(const Site& at, const Value& v, bool odd) {
+  if (v.kind != Value::Kind::kInt) return Fail(at, "odd/even of a non-integer");
+  return (v.i % 2 != 0) == odd;
+}
+
+template <Value::Kind kKind>
+absl::StatusOr<bool> IsKind(const Site&, const Value& v) {
+  return v.kind == kKind;
+}
+
+absl::StatusOr<bool> IsSequence(const Site&, const Value& v) {
+  return v.kind == Value::Kind::kList || v.kind == Value::Kind::kString ||
+         v.kind == Value::Kind::kDict;
+}
+
+}  // namespace
+
+const std::map<std::string, FilterFn, std::less<>>& Filters() {
+  using Args = const std::vector<Value>&;
+  static const auto* filters = new std::map<std::string, FilterFn, std::less<>>{
+      {"trim", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return Value::Str(std::string(absl::StripAsciiWhitespace(ToText(x))));
+       }},
+      {"length", Length},
+      {"count", Length},
+      {"upper", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return Value::Str(absl::AsciiStrToUpper(ToText(x)));
+       }},
+      {"lower", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return Value::Str(absl::AsciiStrToLower(ToText(x)));
+       }},
+      {"capitalize", [](const Site& at, const Value& x, Args) {
+         return StringMethod(at, ToText(x), "capitalize", {});
+       }},
+      {"title", [](const Site& at, const Value& x, Args) {
+         return StringMethod(at, ToText(x), "title", {});
+       }},
+      {"default", Default},
+      {"d", Default},
+      {"tojson", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return Value::Str(ToJson(x).dump());
+       }},
+      {"string", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return Value::Str(ToText(x));
+       }},
+      {"int", Int},
+      {"join", Join},
+      {"first", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return FirstOrLast(true, x);
+       }},
+      {"last", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
+         return FirstOrLast(false, x);
+       }},
+      {"list", ToList},
+      {"reverse", Reverse},
+      {"replace", [](const Site& at, const Value& x, Args args) {
+         return StringMethod(at, ToText(x), "replace", args);
+       }},
+      {"items", [](const Site& at, const Value& x, Args) {
+         return DictMethod(at, x, "items", {});
+       }},
+  };
+  return *filters;
+}
+
+const std::map<std::string, TestFn, std::less<>>& Tests() {
+  using Result = absl::StatusOr<bool>;
+  static const auto* tests = new std::map<std::string, TestFn, std::less<>>{
+      {"defined", [](const Site&, const Value& v) -> Result { return v.defined(); }},
+      {"undefined", [](const Site&, const Value& v) -> Result { return !v.defined(); }},
+      {"none", IsKind<Value::Kind::kNone>},
+      {"string", IsKind<Value::Kind::kString>},
+      {"number", [](const Site&, const Value& v) -> Result { return v.number(); }},
+      {"integer", IsKind<Value::Kind::kInt>},
+      {"float", IsKind<Value::Kind::kFloat>},
+      {"boolean", IsKind<Value::Kind::kBool>},
+      {"mapping", IsKind<Value::Kind::kDict>},
+      {"sequence", IsSequence},
+      {"iterable", IsSequence},
+      {"true",
+       [](const Site&, const Value& v) -> Result { return v.kind == Value::Kind::kBool && v.b; }},
+      {"false",
+       [](const Site&, const Value& v) -> Result { return v.kind == Value::Kind::kBool && !v.b; }},
+      {"odd", [](const Site& at, const Value& v) { return OddOrEven(at, v, true); }},
+      {"even", [](const Site& at, const Value& v) { return OddOrEven(at, v, false); }},
+  };
+  return *tests;
+}
+
+absl::StatusOr<FilterFn> FindFilter(const Site& at, absl::string_view name) {
+  auto it = Filters().find(name);
+  if (it == Filters().end()) {
+    return Fail(at, absl::StrCat("the filter '", name, "' is not supported"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<TestFn> FindTest(const Site& at, absl::string_view name) {
+  auto it = Tests().find(name);
+  if (it == Tests().end()) return Fail(at, absl::StrCat("the test '", name, "' is not supported"));
+  return it->second;
+}
+
+absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
+                                   absl::string_view name, const std::vector<Value>& args) {
+  auto arg = [&](size_t i) { return i < args.size() ? ToText(args[i]) : std::string(); };
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    const std::string chars = args.empty() ? std::string(" \t\n\r\f\v") : arg(0);
+    size_t b = 0, en = text.size();
+    if (name != "rstrip") {
+      b = text.find_first_not_of(chars) == std::string::npos ? text.size()
+                                                             : text.find_first_not_of(chars);
+    }
+    if (name != "lstrip") {
+      const size_t last = text.find_last_not_of(chars);
+      en = last == std::string::npos ? b : std::max(b, last + 1);
+    }
+    return Value::Str(text.substr(b, en - b));
+  }
+  if (name == "startswith") return Value::Bool(absl::StartsWith(text, arg(0)));
+  if (name == "endswith") return Value::Bool(absl::EndsWith(text, arg(0)));
+  if (name == "upper") return Value::Str(absl::AsciiStrToUpper(text));
+  if (name == "lower") return Value::Str(absl::AsciiStrToLower(text));
+  if (name == "replace") return Value::Str(absl::StrReplaceAll(text, {{arg(0), arg(1)}}));
+  if (name == "capitalize") {
+    std::string out = absl::AsciiStrToLower(text);
+    if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
+    return Value::Str(out);
+  }
+  if (name == "title") {
+    std::string out = text;
+    bool start = true;
+    for (char& c : out) {
+      c = start ? absl::ascii_toupper(c) : absl::ascii_tolower(c);
+      start = !absl::ascii_isalpha(static_cast<unsigned char>(c));
+    }
+    return Value::Str(out);
+  }
+  if (name == "split") {
+    List parts;
+    if (args.empty()) {
+      for (absl::string_view p :
+           absl::StrSplit(text, absl::ByAnyChar(" \t\n\r"), absl::SkipEmpty())) {
+        parts.push_back(Value::Str(std::string(p)));
+      }
+    } else {
+      for (absl::string_view p : absl::StrSplit(text, arg(0))) {
+        parts.push_back(Value::Str(std::string(p)));
+      }
+    }
+    return Value::MakeList(std::move(parts));
+  }
+  return Fail(at, absl::StrCat("strings have no method '", name, "' here"));
+}
+
+absl::StatusOr<Value> DictMethod(const Site& at, const Value& d, absl::string_view name,
+                                 const std::vector<Value>& args) {
+  if (d.kind != Value::Kind::kDict) {
+    return Fail(at, absl::StrCat("'", name, "' of a ", KindName(d.kind)));
+  }
+  if (name == "get") {
+    auto it = d.dict->find(args.empty() ? std::string() : ToText(args[0]));
+    if (it != d.dict->end()) return it->second;
+    return args.size() > 1 ? args[1] : Value::None();
+  }
+  List out;
+  for (const auto& [k, v] : *d.dict) {
+    if (name == "items") out.push_back(Value::MakeList({Value::Str(k), v}));
+    else if (name == "keys") out.push_back(Value::Str(k));
+    else if (name == "values") out.push_back(v);
+    else return Fail(at, absl::StrCat("dicts have no method '", name, "' here"));
+  }
+  return Value::MakeList(std::move(out));
+}
+
+}  // namespace dcf::server::jinja
