@@ -246,12 +246,15 @@ absl::StatusOr<Value> DictMethod(const Site& at, const Value& d, absl::string_vi
     if (it != d.dict->end()) return it->second;
     return args.size() > 1 ? args[1] : Value::None();
   }
+  // Checked before the items, so that an empty dict refuses it too.
+  if (name != "items" && name != "keys" && name != "values") {
+    return Fail(at, absl::StrCat("dicts have no method '", name, "' here"));
+  }
   List out;
   for (const auto& [k, v] : *d.dict) {
     if (name == "items") out.push_back(Value::MakeList({Value::Str(k), v}));
     else if (name == "keys") out.push_back(Value::Str(k));
-    else if (name == "values") out.push_back(v);
-    else return Fail(at, absl::StrCat("dicts have no method '", name, "' here"));
+    else out.push_back(v);
   }
   return Value::MakeList(std::move(out));
 }

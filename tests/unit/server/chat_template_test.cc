@@ -223,6 +223,14 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {
   auto out = (*t)->Render(Conversation());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(out.status().message(), "line 2")) << out.status();
+  // An unknown dict method is an error whatever the dict holds (an empty one gave []).
+  for (const char* source : {"{{ {}.pop() }}", "{{ {'a': 1}.pop() }}"}) {
+    auto d = ChatTemplate::Parse(source);
+    ASSERT_TRUE(d.ok()) << source;
+    const absl::Status st = (*d)->Render(Conversation()).status();
+    EXPECT_TRUE(absl::StrContains(st.message(), "dicts have no method 'pop' here"))
+        << source << ": " << st;
+  }
 }
 
 }  // namespace
