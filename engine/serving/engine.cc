@@ -254,6 +254,16 @@ using engine_internal::EngineImpl;
 
 namespace {
 
+// OutOfRange when one prompt of `len` tokens alone exceeds the waiting queue's token limit.
+absl::Status CheckPromptQueueable(const EngineOptions& o, int64_t len) {
+  // Waits in the queue could never admit it: not "full, retry later" but "cannot succeed".
+  if (len <= o.max_queued_prompt_tokens) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat(
+      "prompt_tokens: ", len, " tokens exceed the waiting queue's limit of ",
+      o.max_queued_prompt_tokens,
+      " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
+}
+
 // Engine::CheckQueueable over `n` prompts of prompt_len(i) tokens each; *failed is set.
 template <typename PromptLen>
 absl::Status CheckQueueLimits(const EngineOptions& o, size_t n, PromptLen prompt_len,
@@ -262,13 +272,9 @@ absl::Status CheckQueueLimits(const EngineOptions& o, size_t n, PromptLen prompt
   int64_t tokens = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t len = prompt_len(i);
-    // Waits in the queue could never admit it: not "full, retry later" but "cannot succeed".
-    if (len > o.max_queued_prompt_tokens) {
+    if (absl::Status s = CheckPromptQueueable(o, len); !s.ok()) {
       *failed = static_cast<int>(i);
-      return absl::OutOfRangeError(absl::StrCat(
-          "prompt_tokens: ", len, " tokens exceed the waiting queue's limit of ",
-          o.max_queued_prompt_tokens,
-          " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
+      return s;
     }
     tokens += len;
   }
@@ -341,9 +347,12 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EngineImpl::EnqueueA
   group.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     absl::StatusOr<std::unique_ptr<ActiveRequest>> r = Prepare(std::move(requests[i]));
-    if (!r.ok()) {
+    // Each request's own refusals in order, as Enqueue gives them: Prepare's, then its
+    // prompt against the queue's token limit; the group's after all of them.
+    absl::Status s = r.ok() ? CheckPromptQueueable(options_, (*r)->seq.prompt_len) : r.status();
+    if (!s.ok()) {
       *failed = static_cast<int>(i);
-      return r.status();
+      return s;
     }
     group.push_back(*std::move(r));
   }
@@ -363,15 +372,20 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EngineImpl::EnqueueA
   if (shutdown_ || !accepting_) {
     return absl::UnavailableError("the engine is not accepting requests (shutting down)");
   }
-  if (queued_requests_ + count > options_.max_queued_requests) {
+  // Room left, compared without a sum that could overflow (the counters never pass the
+  // limits). The message gives what waits, the limit and what this call asked for.
+  if (count > options_.max_queued_requests - queued_requests_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the waiting queue is full (", queued_requests_, " requests); retry later"));
+        "the waiting queue is full (", queued_requests_, " requests waiting, limit ",
+        options_.max_queued_requests,
+        count > 1 ? absl::StrCat("; this group needs room for ", count) : std::string(),
+        "); retry later"));
   }
-  if (queued_prompt_tokens_ + tokens > options_.max_queued_prompt_tokens) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the waiting queue is full (", queued_prompt_tokens_,
-                     " prompt tokens waiting, limit ", options_.max_queued_prompt_tokens,
-                     "); retry later"));
+  if (tokens > options_.max_queued_prompt_tokens - queued_prompt_tokens_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the waiting queue is full (", queued_prompt_tokens_, " prompt tokens waiting, limit ",
+        options_.max_queued_prompt_tokens, "; ", count > 1 ? "this group has " : "this one has ",
+        tokens, "); retry later"));
   }
   for (std::unique_ptr<ActiveRequest>& r : group) {
     const uint64_t key = next_key_++;

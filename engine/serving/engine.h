@@ -228,7 +228,8 @@ class Engine {
   // Validates and queues a request. Errors (nothing is queued then):
   //   InvalidArgument: bad sampling/stopping/output values, empty prompt, token id outside
   //     the vocabulary, text/stop strings without a tokenizer; the message names the field.
-  //   OutOfRange: prompt + max_new_tokens exceeds the context or the whole KV pool.
+  //   OutOfRange: prompt + max_new_tokens exceeds the context or the whole KV pool, or the
+  //     prompt alone exceeds the waiting queue's token limit (CheckQueueable).
   //   ResourceExhausted: the waiting queue is full (immediately, never after a wait).
   //   Unavailable: the engine is shutting down or draining.
   absl::StatusOr<RequestHandle> Enqueue(GenerationRequest request);

@@ -15,8 +15,9 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
   if (options.max_num_batched_tokens <= 0) {
     return absl::InvalidArgumentError("max_num_batched_tokens must be > 0");
   }
-  if (options.max_queued_requests < 0 || options.max_queued_prompt_tokens < 0) {
-    return absl::InvalidArgumentError("queue limits must be >= 0");
+  // Every request waits in the queue before it runs: a limit of 0 would refuse them all.
+  if (options.max_queued_requests < 1 || options.max_queued_prompt_tokens < 1) {
+    return absl::InvalidArgumentError("queue limits must be >= 1");
   }
   if (!(options.watermark >= 0 && options.watermark < 1)) {
     return absl::InvalidArgumentError("watermark must be in [0, 1)");

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -620,6 +621,61 @@ class OpenAiDrainRefusalTest(unittest.TestCase):
             tokens, final = h.collect(stalled)
             self.assertEqual(len(tokens), 4)
             self.assertEqual(server.proc.wait(timeout=30), 0, server.read_log()[-3000:])
+
+
+class OpenAiGroupAdmissionTest(unittest.TestCase):
+    """A request's choices are queued whole or not at all (Engine::EnqueueAll). With a step
+    stalled (dcformer-server-faults) and room in the waiting queue for fewer choices than an
+    n-choice request has, it gets 429 and none of its choices waits; the front used to queue
+    choices one by one, so the first ones waited (and held queue room) until the refusal of
+    a later one cancelled them."""
+
+    def test_a_group_that_fits_only_partly_is_refused_whole(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        release = os.path.join(tmp, "release")
+        stall, limit = 8, 4
+        args = [f"--fault-stall-token={stall}", f"--fault-release-file={release}",
+                "--engine-stall-timeout=300ms", "--max-num-seqs=1",
+                f"--max-queued-requests={limit}"]
+        with HttpServer(binary=h.SERVER_FAULTS, args=args) as server:
+            stalled = server.stub().Generate(h.ids_request([stall, 5, 9], 4), timeout=120)
+            h.wait_until(lambda: "engine loop stalled" in server.read_log(),
+                         what="the step to stall")
+            waiting = lambda: int(server.metric("dcformer_num_requests_waiting"))
+            before = waiting()
+            one = {}
+            t = threading.Thread(target=lambda: one.update(r=server.post(
+                "/v1/completions", {"model": MODEL, "max_tokens": 1, "prompt": [1, 2]},
+                timeout=120)))
+            t.start()
+            h.wait_until(lambda: waiting() == before + 1, what="one more request waiting")
+            # While the loop is stalled, the gauge counts what the queue's limit counts.
+            room = limit - waiting()
+            self.assertGreaterEqual(room, 1)
+            status, _, got = server.post("/v1/completions", {"model": MODEL, "max_tokens": 1,
+                                                             "prompt": [3, 4], "n": room + 1})
+            self.assertEqual(status, 429, got)
+            self.assertEqual(got["error"]["code"], "resource_exhausted", got)
+            self.assertEqual(waiting(), limit - room)  # none of its choices waits
+            # A group that fits whole waits, then runs.
+            fits = threading.Thread(target=lambda: one.update(group=server.post(
+                "/v1/completions", {"model": MODEL, "max_tokens": 1, "prompt": [3, 4],
+                                    "n": room}, timeout=120)))
+            fits.start()
+            h.wait_until(lambda: waiting() == limit, what="the fitting group waiting")
+            open(release, "w").close()
+            tokens, _ = h.collect(stalled)
+            self.assertEqual(len(tokens), 4)
+            t.join(timeout=120)
+            fits.join(timeout=120)
+            self.assertEqual(one["r"][0], 200, one)
+            self.assertEqual(one["group"][0], 200, one)
+            self.assertEqual(len(one["group"][2]["choices"]), room)
+            self.assertEqual(server.metric("dcformer_requests_total", protocol="http",
+                                           outcome="resource_exhausted"), 1)
+            self.assertEqual(server.metric("dcformer_requests_total", protocol="http",
+                                           outcome="cancelled"), 0)
 
 
 class OpenAiDrainSlowReaderTest(unittest.TestCase):

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/engine_setup.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -221,6 +222,12 @@ TEST(EngineTest, EnqueueAllQueuesAGroupWholeOrNotAtAll) {
   auto invalid = engine->EnqueueAll(std::move(bad), &failed);
   EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(failed, 2);
+  // The first request with a refusal of its own is the one named, whichever check it fails.
+  std::vector<GenerationRequest> first = group({51, 2}, 1);
+  first[1].prompt_tokens.clear();
+  EXPECT_EQ(engine->EnqueueAll(std::move(first), &failed).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(failed, 0);
   EXPECT_EQ(engine->Stats().num_waiting, 0);
 
   auto running = engine->Enqueue(Greedy(RandomPrompt(10, 9), 100));
@@ -235,16 +242,35 @@ TEST(EngineTest, EnqueueAllQueuesAGroupWholeOrNotAtAll) {
   // Room for one more request, not two: neither waits.
   auto more = engine->EnqueueAll(group({1, 1}, 13), &failed);
   EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(more.status().message().find("retry later"), absl::string_view::npos);
+  EXPECT_EQ(more.status().message(),
+            "the waiting queue is full (2 requests waiting, limit 3; this group needs room for "
+            "2); retry later");
   EXPECT_EQ(failed, -1);
   EXPECT_EQ(engine->Stats().num_waiting, 2);
   // Room for 30 prompt tokens, not 31.
   auto heavy = engine->EnqueueAll(group({31}, 15), &failed);
   EXPECT_EQ(heavy.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(heavy.status().message(),
+            "the waiting queue is full (20 prompt tokens waiting, limit 50; this one has 31); "
+            "retry later");
   EXPECT_EQ(engine->Stats().num_waiting, 2);
   auto last = engine->EnqueueAll(group({30}, 15), &failed);
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(engine->Stats().num_waiting, 3);
+}
+
+// Every request waits in the queue before it runs, so a queue limit of 0 is refused at
+// creation (the server's flags already required >= 1), not by every request after it.
+TEST(EngineTest, QueueLimitsOfZeroAreRefused) {
+  EngineOptions o;
+  EXPECT_TRUE(engine_internal::ValidateEngineOptions(o).ok());
+  o.max_queued_requests = 0;
+  EXPECT_EQ(engine_internal::ValidateEngineOptions(o).message(), "queue limits must be >= 1");
+  o.max_queued_requests = 1;
+  o.max_queued_prompt_tokens = 0;
+  EXPECT_EQ(engine_internal::ValidateEngineOptions(o).message(), "queue limits must be >= 1");
+  o.max_queued_prompt_tokens = 1;
+  EXPECT_TRUE(engine_internal::ValidateEngineOptions(o).ok());
 }
 
 TEST(EngineTest, InvalidRequestsNameTheField) {
