@@ -1,9 +1,14 @@
 #include "server/chat_template.h"
 
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "server/jinja_builtins.h"
 
@@ -215,6 +220,36 @@ TEST(ChatTemplateTest, EveryBuiltinFilterAndTestIsAcceptedAtLoadAndRuns) {
   auto test = ChatTemplate::Parse("{% if 3 is divisibleby(3) %}{% endif %}");
   EXPECT_EQ(test.status().message(),
             "chat template line 1, column 9: the test 'divisibleby' is not supported");
+}
+
+// The names chat_template.h's comment lists for users ("filters: ...;", "tests: ...;") are
+// the tables' names, so the list cannot drift from what the interpreter accepts.
+std::set<std::string> ListedNames(const std::string& header, const std::string& label) {
+  const size_t start = header.find("//   - " + label + ": ");
+  EXPECT_NE(start, std::string::npos) << label;
+  if (start == std::string::npos) return {};
+  const size_t end = header.find(';', start);
+  std::string list = header.substr(start + label.size() + 9, end - start - label.size() - 9);
+  std::set<std::string> names;
+  for (absl::string_view line : absl::StrSplit(list, '\n')) {
+    absl::ConsumePrefix(&line, "//");
+    for (absl::string_view name : absl::StrSplit(line, absl::ByAnyChar(",/"))) {
+      name = absl::StripAsciiWhitespace(name);
+      if (!name.empty()) names.insert(std::string(name));
+    }
+  }
+  return names;
+}
+
+TEST(ChatTemplateTest, TheHeaderListsExactlyTheTablesNames) {
+  std::ifstream in(std::string(DCF_SOURCE_DIR) + "/server/chat_template.h");
+  ASSERT_TRUE(in.good());
+  const std::string header((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::set<std::string> filters, tests;
+  for (const auto& [name, fn] : jinja::Filters()) filters.insert(name);
+  for (const auto& [name, fn] : jinja::Tests()) tests.insert(name);
+  EXPECT_EQ(ListedNames(header, "filters"), filters);
+  EXPECT_EQ(ListedNames(header, "tests"), tests);
 }
 
 TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {
