@@ -264,21 +264,9 @@ absl::Status CheckPromptQueueable(const EngineOptions& o, int64_t len) {
       " prompt tokens (max_queued_prompt_tokens): this prompt can never be queued"));
 }
 
-// Engine::CheckQueueable over `n` prompts of prompt_len(i) tokens each; *failed is set.
-template <typename PromptLen>
-absl::Status CheckQueueLimits(const EngineOptions& o, size_t n, PromptLen prompt_len,
-                              int* failed) {
-  *failed = -1;
-  int64_t tokens = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t len = prompt_len(i);
-    if (absl::Status s = CheckPromptQueueable(o, len); !s.ok()) {
-      *failed = static_cast<int>(i);
-      return s;
-    }
-    tokens += len;
-  }
-  const int64_t count = static_cast<int64_t>(n);
+// OutOfRange when `count` requests of `tokens` prompt tokens in all, each within the limits
+// alone, exceed the waiting queue's limits together.
+absl::Status CheckGroupQueueable(const EngineOptions& o, int64_t count, int64_t tokens) {
   if (count > o.max_queued_requests) {
     return absl::OutOfRangeError(absl::StrCat(
         "requests: ", count, " requests exceed the waiting queue's limit of ",
@@ -299,11 +287,17 @@ absl::Status CheckQueueLimits(const EngineOptions& o, size_t n, PromptLen prompt
 
 absl::Status EngineImpl::CheckQueueable(absl::Span<const GenerationRequest> requests,
                                         int* failed) const {
-  int at;
-  return CheckQueueLimits(
-      options_, requests.size(),
-      [&](size_t i) { return static_cast<int64_t>(requests[i].prompt_tokens.size()); },
-      failed != nullptr ? failed : &at);
+  if (failed != nullptr) *failed = -1;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const int64_t len = static_cast<int64_t>(requests[i].prompt_tokens.size());
+    if (absl::Status s = CheckPromptQueueable(options_, len); !s.ok()) {
+      if (failed != nullptr) *failed = static_cast<int>(i);
+      return s;
+    }
+    tokens += len;
+  }
+  return CheckGroupQueueable(options_, static_cast<int64_t>(requests.size()), tokens);
 }
 
 absl::StatusOr<std::unique_ptr<engine_internal::ActiveRequest>> EngineImpl::Prepare(
@@ -345,6 +339,7 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EngineImpl::EnqueueA
   *failed = -1;
   std::vector<std::unique_ptr<ActiveRequest>> group;
   group.reserve(requests.size());
+  int64_t tokens = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     absl::StatusOr<std::unique_ptr<ActiveRequest>> r = Prepare(std::move(requests[i]));
     // Each request's own refusals in order, as Enqueue gives them: Prepare's, then its
@@ -354,14 +349,11 @@ absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EngineImpl::EnqueueA
       *failed = static_cast<int>(i);
       return s;
     }
+    tokens += (*r)->seq.prompt_len;
     group.push_back(*std::move(r));
   }
-  RETURN_IF_ERROR(CheckQueueLimits(
-      options_, group.size(), [&](size_t i) { return int64_t{group[i]->seq.prompt_len}; },
-      failed));
-  int64_t tokens = 0;
-  for (const auto& r : group) tokens += r->seq.prompt_len;
   const int count = static_cast<int>(group.size());
+  RETURN_IF_ERROR(CheckGroupQueueable(options_, count, tokens));
   std::vector<std::shared_ptr<RequestStream>> streams;
   streams.reserve(group.size());
   absl::MutexLock lock(&mu_);
