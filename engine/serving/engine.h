@@ -83,7 +83,7 @@ struct EngineOptions {
   // speculation off. Speculation off: unused.
   int spec_step_tokens = 0;
   // Per sequence, shrink the draft after low acceptance and pause drafting for a while
-  // after repeated misses (engine.cc, SpecFeedback); false: always draft spec_tokens (tests).
+  // after repeated misses (engine_loop.cc, SpecFeedback); false: always draft spec_tokens (tests).
   bool spec_adaptive = true;
   // Pipelined steps (above). Steps of a sequence that may draft (speculative decoding) run
   // serially: its proposer needs its real last token. Engine::options() holds the mode in

@@ -19,7 +19,7 @@
 
 namespace dcf::engine_internal {
 
-struct ActiveRequest;  // engine.cc
+struct ActiveRequest;  // engine_impl.h
 
 // A pipelined step: launched and committed, its results not waited for yet.
 struct InFlightStep {

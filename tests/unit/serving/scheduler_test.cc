@@ -436,7 +436,7 @@ TEST(SchedulerSpecTest, RandomDraftsKeepTokensAndBlocksExact) {
   }
 }
 
-// Pipelined steps' bookkeeping (the engine's order, engine.cc Chain), randomized: each
+// Pipelined steps' bookkeeping (the engine's order, engine_loop.cc Chain), randomized: each
 // step is planned while the previous one's tokens are still pending (kPendingToken in
 // Sequence::tokens); its sampling chunks add pending tokens, then the previous step's tokens
 // are filled (a sequence whose token reaches max_len, or a random "stop" token, ends there and
