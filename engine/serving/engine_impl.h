@@ -47,7 +47,7 @@
 
 namespace dcf::engine_internal {
 
-// Everything the engine keeps about one accepted request. Created by Enqueue (any thread),
+// Everything the engine keeps about one accepted request. Created by Prepare (any thread),
 // then owned and touched only by the engine loop.
 struct ActiveRequest {
   GenerationRequest request;
@@ -181,6 +181,9 @@ class EngineImpl {
   // Gives `r` a penalty slot with its current tokens, when its sampling has penalties.
   absl::Status AcquirePenaltySlot(ActiveRequest* r);
   void ReleasePenaltySlot(ActiveRequest* r);
+  // Takes r out of the waiting queue's counters (once: at its first schedule, or when it
+  // finishes without one); the next publish subtracts them under mu_.
+  void LeaveQueueCounters(ActiveRequest* r);
   // A step failed: the backend is treated as broken. Fails every request, stops accepting
   // new ones and reports the failure in Stats (health NOT_SERVING).
   void FailBackend(const absl::Status& status);

@@ -145,11 +145,7 @@ void EngineImpl::Step() {
       r->first_scheduled = t0;
       r->cached_tokens = out.cached_tokens[i];
     }
-    if (r->in_queue_counters) {
-      r->in_queue_counters = false;
-      ++queue_dequeued_requests_;
-      queue_dequeued_tokens_ += r->seq.prompt_len;
-    }
+    LeaveQueueCounters(r);
   }
   if (out.empty()) {
     // Pipelined: every running sequence waits for its last token (max_len) from the step in
@@ -304,6 +300,13 @@ void EngineImpl::ReleasePenaltySlot(ActiveRequest* r) {
   r->penalty_slot = -1;
 }
 
+void EngineImpl::LeaveQueueCounters(ActiveRequest* r) {
+  if (!r->in_queue_counters) return;
+  r->in_queue_counters = false;
+  ++queue_dequeued_requests_;
+  queue_dequeued_tokens_ += r->seq.prompt_len;
+}
+
 void EngineImpl::FailBackend(const absl::Status& status) {
   DCF_LOG(Error) << "backend " << backend_->info().name << " failed; the engine stops serving: "
                  << status;
@@ -413,11 +416,7 @@ void EngineImpl::Finish(ActiveRequest* r, FinishReason reason, absl::Status erro
                           : reason == FinishReason::kError   ? RequestState::kFailed
                                                              : RequestState::kFinished;
   SetState(r->seq, to);
-  if (r->in_queue_counters) {
-    r->in_queue_counters = false;
-    ++queue_dequeued_requests_;
-    queue_dequeued_tokens_ += r->seq.prompt_len;
-  }
+  LeaveQueueCounters(r);
   const absl::Time now = absl::Now();
   chunk.timing.queue_time = r->first_scheduled.value_or(now) - r->enqueue_time;
   chunk.timing.time_to_first_token =
