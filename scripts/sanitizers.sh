@@ -2,7 +2,9 @@
 # The test suites under sanitizers (scripts/test.sh runs this; SANITIZERS=0 skips it):
 #   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) over the unit
 #               and integration suites: every test binary, and the servers and tools the
-#               integration tests start, are instrumented.
+#               integration tests start, are instrumented. The test binaries' own sources
+#               (not the libraries they test) compile with ASan only, UBSan costing ~40% of
+#               their compile time at -O1 (tests/CMakeLists.txt, dcf_test_sanitizers).
 #   build-tsan  ThreadSanitizer over the engine (serving) and server unit tests, and the CPU
 #               backend's thread teams (team_test and attention_tile_test's *OnATeam*:
 #               teams of std::threads, every kind of product and the attention on them).
