@@ -11,10 +11,6 @@ namespace dcf::cpu::kernels {
 namespace {
 
 constexpr int kPanel = kPanelOutputs;
-// Rows per pass of the generic kernel: 4 x 32 accumulators fill the 16 AVX2 registers.
-constexpr int kGenericRows = 4;
-// Rows kept hot while a thread's panels pass over them (48 * in floats).
-constexpr int kGenericRowBlock = 48;
 
 // Writes column k of a panel (32 weights) as fp32 to w[32].
 struct WidenF32 {

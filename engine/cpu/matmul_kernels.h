@@ -114,6 +114,11 @@ void PanelsPortable(const PanelArgs& a, int64_t panel_begin, int64_t panel_end);
 // the 32 vector registers).
 inline constexpr int kRowsPerPass = 12;
 inline constexpr int kI8A8RowsPerPass = 12;
+// The portable and AVX2 kernels (matmul_generic.cc): passes of kGenericRows rows (4 x 32
+// accumulators fill the 16 AVX2 registers) over row blocks of kGenericRowBlock rows, kept hot
+// while a thread's panels pass over them (48 * in floats).
+inline constexpr int kGenericRows = 4;
+inline constexpr int kGenericRowBlock = 48;
 // Blocking of the AVX-512 kernel for large products (more rows than StreamsPanels allows):
 // rows of x and columns (k) packed together (192 x 256 floats = 192 KiB, resident in L2 while
 // every panel passes over them); the weights are streamed rows / kRowBlock times, each panel

@@ -20,9 +20,11 @@
 #include "gtest/gtest.h"
 #include "tests/testing/forwarding_backend.h"
 #include "tests/unit/backends/engine_test_util.h"
+#if DCF_ENGINE_TEST_CUDA_SIM
 // The emulator's test hooks (inject a sticky device fault, read the trace); plain C++, no
 // toolkit.
 #include "engine/simt/simt_testing.h"
+#endif
 
 namespace dcf::engine_test {
 namespace {
@@ -270,6 +272,7 @@ TEST(EngineTest, PipelinedShutdownWithAStepInFlight) {
   }
 }
 
+#if DCF_ENGINE_TEST_CUDA_SIM
 // A device fault under cuda-sim (the emulator makes an error sticky, as a GPU does after an
 // illegal address): the step fails, the engine ends the requests in flight with INTERNAL,
 // reports itself unhealthy and refuses new requests; the backend's health() names the fault.
@@ -316,6 +319,7 @@ TEST(EngineTest, StickyDeviceFaultOnCudaSimIsFatalAndReported) {
   auto late = engine.Enqueue(Greedy(RandomPrompt(4, 3), 4));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
 }
+#endif  // DCF_ENGINE_TEST_CUDA_SIM
 
 // A checkpoint with NaN in its weights (every 7th entry of one wo) on each backend's sampler:
 // every request ends with INTERNAL and a message that says the logits were not finite, never

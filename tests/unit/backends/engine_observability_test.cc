@@ -19,9 +19,11 @@
 #include "engine/serving/sequence_runner.h"
 #include "gtest/gtest.h"
 #include "tests/unit/backends/engine_test_util.h"
+#if DCF_ENGINE_TEST_CUDA_SIM
 // The emulator's test hooks (inject a sticky device fault, read the trace); plain C++, no
 // toolkit.
 #include "engine/simt/simt_testing.h"
+#endif
 
 namespace dcf::engine_test {
 namespace {
@@ -91,6 +93,7 @@ TEST(EngineTest, StepTimesAddUpToAtMostTheElapsedTime) {
   }
 }
 
+#if DCF_ENGINE_TEST_CUDA_SIM
 // The emulator's trace (DCF_SIMT_TRACE, engine/simt/trace.h) marks every step of the CUDA
 // backend and holds what the step issued: its kernels and GEMMs, one upload of the step
 // arrays from page-locked memory, the logits download and one wait.
@@ -200,6 +203,7 @@ TEST(EngineTest, CudaSimPenaltyUploadsArePinnedAndNeverSyncTheStream) {
   EXPECT_EQ(event_waits, 1);
   EXPECT_EQ(others, 0);
 }
+#endif  // DCF_ENGINE_TEST_CUDA_SIM
 
 }  // namespace
 }  // namespace dcf::engine_test

@@ -9,7 +9,9 @@
 
 #include "engine/common/logging.h"
 #include "engine/cpu/cpu_backend.h"
+#if DCF_ENGINE_TEST_CUDA_SIM
 #include "engine/cuda/cuda_backend_factory.h"
+#endif
 #include "engine/model/model_weights.h"
 #include "engine/serving/sequence_runner.h"
 #include "engine/weights/checkpoint.h"
@@ -35,7 +37,8 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind, bool corrupt, Int8Matrice
     Tensor& wo = weights->layers[1].wo_w;
     for (int64_t k = 6; k < wo.numel(); k += 7) wo.f32()[k] = std::nanf("");
   }
-  DCF_CHECK(kind == BackendKind::kCpu || kind == BackendKind::kCudaSim) << BackendKindName(kind);
+  DCF_CHECK(kind == BackendKind::kCpu || (kHaveCudaSim && kind == BackendKind::kCudaSim))
+      << BackendKindName(kind);
   absl::StatusOr<std::unique_ptr<Backend>> backend;
   if (kind == BackendKind::kCpu) {
     CpuBackendOptions options;
@@ -43,9 +46,11 @@ std::unique_ptr<Backend> LoadBackend(BackendKind kind, bool corrupt, Int8Matrice
     auto cpu = CpuBackend::Create(*config, *std::move(weights), options);
     backend = cpu.ok() ? absl::StatusOr<std::unique_ptr<Backend>>(*std::move(cpu)) : cpu.status();
   } else {
+#if DCF_ENGINE_TEST_CUDA_SIM
     BackendOptions o;
     o.dtype = DType::kF32;
     backend = cuda::sim::CreateBackend(*config, *std::move(weights), o);
+#endif
   }
   DCF_CHECK(backend.ok()) << backend.status();
   return *std::move(backend);
@@ -103,7 +108,10 @@ std::unique_ptr<Engine> MakeEngine(EngineOptions options, const Tokenizer* tok, 
 const std::vector<Case> kGrowingCases = {{5, 150}, {6, 140}, {7, 130}, {40, 60}, {90, 20}, {1, 25}};
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineBackendTest,
-                         ::testing::Values(BackendKind::kCpu, BackendKind::kCudaSim),
+                         ::testing::ValuesIn(kHaveCudaSim
+                                                 ? std::vector<BackendKind>{BackendKind::kCpu,
+                                                                            BackendKind::kCudaSim}
+                                                 : std::vector<BackendKind>{BackendKind::kCpu}),
                          [](const auto& info) { return KindName(info.param); });
 
 }  // namespace dcf::engine_test

@@ -3,7 +3,9 @@
 // (the backend factory sits above the engine), cached solo greedy references, greedy
 // requests, an engine over a fresh backend, an observer that counts the engine's hooks, and
 // EngineBackendTest, the fixture of the tests that run on both backends (instantiated once,
-// in engine_test_util.cc, as Backends/<test>/cpu and /cuda_sim).
+// in engine_test_util.cc, as Backends/<test>/cpu and /cuda_sim). Built with CMake's
+// DCFORMER_ENGINE_TEST_CUDA_SIM off (DCF_ENGINE_TEST_CUDA_SIM 0), the binary has no cuda-sim:
+// EngineBackendTest runs on cpu only and the cuda-sim cases are not compiled.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@
 namespace dcf::engine_test {
 
 inline constexpr char kModel[] = "dcformer-f32-long-prompt";
+
+// Whether this binary has the cuda-sim backend (LoadBackend(kCudaSim)).
+inline constexpr bool kHaveCudaSim = DCF_ENGINE_TEST_CUDA_SIM;
 
 // The golden model in float32 on the CPU backend or on cuda-sim, built directly (the backend
 // factory sits above the engine). `corrupt`: every 7th entry of layer 1's wo is NaN.

@@ -284,7 +284,9 @@ TEST_P(PackedMatrixTest, WholePanelsAndColumnBlocksGiveTheBitsOfOneRow) {
 
 // Products split into chunks of several panels each (49 panels, the last partial, so a
 // thread's chunks have first, inner and last panels; rows of y not starting on a cache line),
-// more rows than one row block (kRowBlock: 390 = 192 + 192 + 6) and columns in two column
+// more rows than one row block of the kernel (first, inner and last: AVX-512's kRowBlock,
+// 390 = 192 + 192 + 6, and 200 = 192 + 8; the portable and AVX2 kernels' kGenericRowBlock,
+// 102 = 48 + 48 + 6, its last block a pass of 4 rows and one of 2) and columns in two column
 // blocks: the row blocks' and column blocks' offsets in x packed once for all threads, and
 // the chunk's edge panels summed apart from y, give every row the bits of one row alone.
 TEST_P(PackedMatrixTest, ChunksOfManyPanelsAndRowBlocksGiveTheBitsOfOneRow) {
@@ -292,8 +294,12 @@ TEST_P(PackedMatrixTest, ChunksOfManyPanelsAndRowBlocksGiveTheBitsOfOneRow) {
   std::mt19937 rng(7);
   const int64_t out = 48 * 32 + 24, in = 300;
   const std::vector<uint8_t> w = RandomWeights(dtype, out, in, rng);
+  const std::vector<int64_t> rows =
+      isa == Isa::kAvx512
+          ? std::vector<int64_t>{5, 13, kernels::kRowBlock + 8, 2 * kernels::kRowBlock + 6}
+          : std::vector<int64_t>{5, 13, 2 * kernels::kGenericRowBlock + 6};
   ExpectOneRowBitsInEveryPassSize(PackedMatrix::FromRows(w.data(), dtype, out, in, dtype), isa,
-                                  8, {5, 13, 200, 390});
+                                  8, rows);
 }
 
 // The same for float weights (what the AVX-512 kernel's threads pack x into): a reserved
