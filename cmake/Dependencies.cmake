@@ -39,6 +39,10 @@ endif()
 # configure of a build tree found (nvcc's default, 75).
 set(DCFORMER_CUDA_ARCHITECTURES "90a;80" CACHE STRING
     "CUDA architectures of the real CUDA build (CMAKE_CUDA_ARCHITECTURES syntax)")
+# ON when scripts/build.sh chose DCFORMER_CUDA_ARCHITECTURES=80 for a machine without a GPU (it
+# says why); it restores the default when a GPU is visible.
+set(DCF_GPU_LESS_ARCHITECTURES OFF CACHE BOOL
+    "DCFORMER_CUDA_ARCHITECTURES chosen by scripts/build.sh for a machine without a GPU")
 set(DCFORMER_HAVE_CUDA OFF)
 if(NOT DCFORMER_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
