@@ -69,6 +69,11 @@ class HttpServer::Impl {
     ConnectionPhase phase = ConnectionPhase::kFirstRequest;
     uint64_t last_change = 0;  // a sequence number: smaller is older
     bool evicted = false;
+    // A drain began between this connection's count and its start (OnAccept sets
+    // `connection` after StartConnection): OnAccept drains it then, as StartDraining would
+    // have. A connection accepted after the drain began is not drained: its request is
+    // answered (503, or draining_response) and it closes after.
+    bool drain_when_started = false;
   };
 
   void Accept();

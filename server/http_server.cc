@@ -178,7 +178,11 @@ void HttpServer::Impl::StartDraining() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, entry] : connections_) {
-      if (auto c = entry.connection.lock()) all.push_back(std::move(c));
+      if (auto c = entry.connection.lock()) {
+        all.push_back(std::move(c));
+      } else {
+        entry.drain_when_started = true;  // counted, still starting: OnAccept drains it
+      }
     }
   }
   for (const auto& c : all) c->Drain();
@@ -301,9 +305,16 @@ void HttpServer::Impl::OnAccept(boost::system::error_code ec, tcp::socket socket
   } else {
     std::shared_ptr<ConnectionControl> connection =
         StartConnection(std::move(socket), std::move(tls), this, id);
-    absl::MutexLock lock(&mu_);
-    auto it = connections_.find(id);
-    if (it != connections_.end()) it->second.connection = connection;
+    bool drain = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = connections_.find(id);
+      if (it != connections_.end()) {
+        it->second.connection = connection;
+        drain = it->second.drain_when_started;
+      }
+    }
+    if (drain) connection->Drain();
   }
   Accept();
 }

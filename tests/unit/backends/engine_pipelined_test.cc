@@ -8,6 +8,7 @@
 // This file: pipelined steps (EngineOptions::pipeline_steps): how the mode resolves per
 // backend, and pipelined runs against one step at a time (stops, sampling, speculation,
 // prefix caching).
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ TEST(EngineTest, PipelineStepsModeResolvesByBackend) {
   if (kHaveCudaSim) {
     EXPECT_EQ(mode(LoadBackend(BackendKind::kCudaSim), PipelineSteps::kAuto), PipelineSteps::kOn);
     EXPECT_EQ(mode(LoadBackend(BackendKind::kCudaSim), PipelineSteps::kOff), PipelineSteps::kOff);
+  } else {
+    std::cout << "[ SKIPPED  ] the two cuda-sim engines: this build has no cuda-sim "
+                 "(DCFORMER_ENGINE_TEST_CUDA_SIM=OFF)\n";
   }
   EXPECT_EQ(mode(std::make_unique<NonChainingBackend>(LoadBackend()), PipelineSteps::kOn),
             PipelineSteps::kOff);
