@@ -3,8 +3,9 @@
 #   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) over the unit
 #               and integration suites: every test binary, and the servers and tools the
 #               integration tests start, are instrumented. The test binaries' own sources
-#               (not the libraries they test) compile with ASan only, UBSan costing ~40% of
-#               their compile time at -O1 (tests/CMakeLists.txt, dcf_test_sanitizers).
+#               (not the libraries they test) compile with ASan only: with UBSan too, the -O1
+#               ones took 1,039 s of CPU instead of 693 (tests/CMakeLists.txt,
+#               dcf_test_sanitizers).
 #   build-tsan  ThreadSanitizer over the engine (serving) and server unit tests, and the CPU
 #               backend's thread teams (team_test and attention_tile_test's *OnATeam*:
 #               teams of std::threads, every kind of product and the attention on them).
@@ -32,9 +33,11 @@
 # of speculation on cuda-sim (each runs a whole model twice, ~15 s plain: the verify path's
 # host code runs under ASan in SpecDecodeStopTest and
 # BackendTest.VerifyRowsSampleLikePlainDecoding on cuda-sim), nor SpecDecodeStreamTest on
-# cuda-sim (speculation under preemption: 12 requests through two engines, 240 s of the
-# pass's 1,632 test-seconds under ASan; it runs under ASan on cpu, and preemption on cuda-sim
-# in EngineBackendTest.*ThroughPreemption/cuda_sim). Nor the five whole-model
+# cuda-sim (speculation under preemption with prefix caching: 12 requests through two
+# engines, 240 s of the pass's 1,632 test-seconds under ASan; it runs under ASan on cpu;
+# on cuda-sim preemption runs in EngineBackendTest.*ThroughPreemption/cuda_sim, speculation
+# beside pipelined steps in EngineBackendTest.PipelinedStepsWithSpeculatingRequests*/cuda_sim,
+# prefix caching in EngineBackendTest.PrefixCacheAfterPipelinedSteps*/cuda_sim). Nor the five whole-model
 # cuda-sim runs that were 145 of the pass's 168 s of plain test time and ~85% of its 22
 # minutes under ASan (CI ran out of room; 440 s without them):
 # GenerateCliTest.CudaSimGemvPathReproducesGoldenGreedy and DecodeTraceTest (DCF_SIM_GEMV=1:
@@ -54,9 +57,9 @@
 # under ASan in cuda_kernels_test_sim's GemvQuant / GemmQuant cases, and the backend's
 # quantized products on both paths in CudaSimGemvPathTest's int8 case). Nor every case of the
 # two golden families that turn a feature on and off on the CPU backend (PrefixCacheGoldenTest,
-# 72 cases, SpecDecodeGoldenTest, 18: ~270 test-seconds under ASan): the first pass runs 27 of
-# them that pair every value of each parameter with every value of each other one
-# (ASAN_GOLDEN below; 35% of the families' test time), so what ASan no longer sees is only
+# 72 cases, SpecDecodeGoldenTest, 18: 743 test-seconds under ASan at load ~6): the first pass
+# runs 27 of them that pair every value of each parameter with every value of each other one
+# (ASAN_GOLDEN below; 210 of those 743 test-seconds), so what ASan no longer sees is only
 # three or more values together, e.g. dcpythia with chunks of 1 at block size 16.
 # All of these run in the plain CTest pass. Left out of ASan, as they run no server or engine
 # code of their own: the packaging checks (deploy, kubernetes, gpu bundle, monitoring
@@ -122,21 +125,35 @@ ASAN_GOLDEN=(
   cpu_dcpythia_f16_bin_B1_uncached            cpu_dcpythia_f16_bin_B5_cached
   cpu_dcpythia_f16_bin_B16_uncached
 )
+ctest_count() { ctest --test-dir build-asan -N "$@" | sed -n 's/^Total Tests: //p'; }
 # The other cpu cases of GOLDEN_FAMILIES in build-asan, as one regex for -E (CTest cannot
-# exclude "all but"); fails when a name in ASAN_GOLDEN is not a case of the build.
+# exclude "all but"): `^name |^name |...` (each name is followed by "  # GetParam() = ...").
+# No parentheses: CTest's regular expressions take at most 9 groups, and with a 10th ctest
+# silently selects everything. Fails when a name in ASAN_GOLDEN is not a case of the build,
+# or when the families no longer have the 90 cases ASAN_GOLDEN was chosen from. (set -e does
+# not reach into a command substitution: each step checks its own status.)
 asan_golden_left_out() {
-  local keep names found
+  local keep total found names
   keep="/($(IFS='|'; echo "${ASAN_GOLDEN[*]}"))( |\$)"
-  found=$(ctest --test-dir build-asan -N -R "${GOLDEN_FAMILIES}.*${keep}" |
-          sed -n 's/^Total Tests: //p')
+  total=$(ctest_count -R "${GOLDEN_FAMILIES}" -E "${SIM_TESTS}") || return 1
+  if [[ "${total}" != 90 ]]; then
+    echo "sanitizers: the golden families have ${total} cpu cases, not the 90 that" \
+         "ASAN_GOLDEN's pairwise subset was chosen from: choose it again" >&2
+    return 1
+  fi
+  found=$(ctest_count -R "${GOLDEN_FAMILIES}.*${keep}") || return 1
   if [[ "${found}" != "${#ASAN_GOLDEN[@]}" ]]; then
     echo "sanitizers: ${found} of the ${#ASAN_GOLDEN[@]} ASAN_GOLDEN cases are in build-asan" >&2
     return 1
   fi
-  # CTest's names go on after the case with "  # GetParam() = ...".
   names=$(ctest --test-dir build-asan -N -R "${GOLDEN_FAMILIES}" -E "${SIM_TESTS}|${keep}" |
-          sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/\1/p' | sed 's/\./\\./g' | paste -sd'|')
-  echo "^(${names})( |\$)"
+          sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/^\1 /p' | sed 's/\./\\./g' |
+          paste -sd'|') || return 1
+  if [[ $(tr '|' '\n' <<< "${names}" | grep -c .) != $((total - found)) ]]; then
+    echo "sanitizers: could not list the golden cases left out of ASan" >&2
+    return 1
+  fi
+  echo "${names}"
 }
 
 if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
@@ -155,8 +172,16 @@ if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
         --timeout 1800 "$@"
   }
   golden_left_out=$(asan_golden_left_out)
+  first_pass_out="${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}|${golden_left_out}"
+  # The exclusion must have taken (see asan_golden_left_out): 63 fewer cases than without it.
+  n_first=$(ctest_count -E "${first_pass_out}")
+  n_before=$(ctest_count -E "${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}")
+  if [[ -z "${n_first}" || -z "${n_before}" ]] || (( n_first != n_before - 63 )); then
+    echo "sanitizers: the first pass's exclusions did not apply" >&2
+    exit 1
+  fi
   # The first pass runs its integration tests beside the others (scripts/ctest_lanes.sh).
-  asan_ctest dcf_ctest_lanes 1 -E "${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}|${golden_left_out}"
+  asan_ctest dcf_ctest_lanes 1 -E "${first_pass_out}"
   others=$(date +%s)
   asan_ctest ctest 0 -R "${SIM_TESTS}" -E "${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
   echo "sanitizers: asan+ubsan build $((built - start)) s, tests $((others - built)) s," \
