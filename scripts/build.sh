@@ -11,8 +11,9 @@ source scripts/cmake_generator.sh
 # compiles each .cu file once per architecture (gemv_int8.cu: 60 s for sm_80, about twice
 # that for both), and the kernels have no architecture-specific code, so sm_80, the older
 # one, is the compile that refuses what only Hopper has; its PTX (compute_80) also runs on a
-# Hopper by JIT. The tree remembers that this script chose it (DCF_GPU_LESS_ARCHITECTURES):
-# with a GPU visible the next run restores the default. A list you chose is left alone.
+# Hopper by JIT. Only a new tree gets it (no list cached yet), and the tree remembers that
+# this script chose it (DCF_GPU_LESS_ARCHITECTURES): with a GPU visible, the next run restores
+# the default. A list already in the tree, or passed by hand, is left alone.
 gpu_visible() {  # reads nvidia-smi's whole output (grep -q would end it early: SIGPIPE)
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null
 }
@@ -24,12 +25,14 @@ if [[ " $* " == *DCFORMER_CUDA_ARCHITECTURES* ]]; then
   ARCH_ARGS=(-DDCF_GPU_LESS_ARCHITECTURES=OFF)  # your list
 else
   archs=$(cached DCFORMER_CUDA_ARCHITECTURES)
-  ours=$(cached DCF_GPU_LESS_ARCHITECTURES)
+  ours=0
+  if [[ "$(cached DCF_GPU_LESS_ARCHITECTURES)" == ON && "${archs}" == 80 ]]; then ours=1; fi
   if ! gpu_visible; then
-    if [[ -z "${archs}" || "${archs}" == "90a;80" || "${ours}" == ON ]]; then
+    if [[ -z "${archs}" || ${ours} == 1 ]]; then
       ARCH_ARGS=(-DDCFORMER_CUDA_ARCHITECTURES=80 -DDCF_GPU_LESS_ARCHITECTURES=ON)
+      echo "build.sh: no GPU visible: CUDA kernels (when a toolkit exists) built for sm_80 only"
     fi
-  elif [[ "${ours}" == ON ]]; then
+  elif [[ ${ours} == 1 ]]; then
     ARCH_ARGS=(-UDCFORMER_CUDA_ARCHITECTURES -UDCF_GPU_LESS_ARCHITECTURES)
   fi
 fi
