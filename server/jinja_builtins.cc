@@ -170,18 +170,27 @@ const std::map<std::string, TestFn, std::less<>>& Tests() {
   return *tests;
 }
 
-absl::StatusOr<FilterFn> FindFilter(const Site& at, absl::string_view name) {
-  auto it = Filters().find(name);
-  if (it == Filters().end()) {
-    return Fail(at, absl::StrCat("the filter '", name, "' is not supported"));
+namespace {
+
+// The one lookup of both tables: `kind` names the table in the error ("filter", "test").
+template <typename Table>
+absl::StatusOr<typename Table::mapped_type> Find(const Table& table, const Site& at,
+                                                 absl::string_view kind, absl::string_view name) {
+  auto it = table.find(name);
+  if (it == table.end()) {
+    return Fail(at, absl::StrCat("the ", kind, " '", name, "' is not supported"));
   }
   return it->second;
 }
 
+}  // namespace
+
+absl::StatusOr<FilterFn> FindFilter(const Site& at, absl::string_view name) {
+  return Find(Filters(), at, "filter", name);
+}
+
 absl::StatusOr<TestFn> FindTest(const Site& at, absl::string_view name) {
-  auto it = Tests().find(name);
-  if (it == Tests().end()) return Fail(at, absl::StrCat("the test '", name, "' is not supported"));
-  return it->second;
+  return Find(Tests(), at, "test", name);
 }
 
 absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
