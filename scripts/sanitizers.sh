@@ -173,13 +173,14 @@ if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   }
   golden_left_out=$(asan_golden_left_out)
   first_pass_out="${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}|${golden_left_out}"
+  sim_pass_out="${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
   # The exclusions must have taken (see asan_golden_left_out): as many fewer cases as names
   # left out; and the cuda-sim pass selects some cases and leaves some of them out.
   n_left=$(tr '|' '\n' <<< "${golden_left_out}" | grep -c .)
   n_first=$(ctest_count -E "${first_pass_out}")
   n_before=$(ctest_count -E "${SIM_TESTS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}")
   n_sim_all=$(ctest_count -R "${SIM_TESTS}")
-  n_sim=$(ctest_count -R "${SIM_TESTS}" -E "${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}")
+  n_sim=$(ctest_count -R "${SIM_TESTS}" -E "${sim_pass_out}")
   if [[ -z "${n_first}" || -z "${n_before}" || -z "${n_sim_all}" || -z "${n_sim}" ]] ||
      (( n_first != n_before - n_left || n_sim_all == 0 || n_sim >= n_sim_all )); then
     echo "sanitizers: the passes' selections did not apply (first pass ${n_first} of" \
@@ -189,7 +190,7 @@ if [[ "${WHICH}" == all || "${WHICH}" == asan ]]; then
   # The first pass runs its integration tests beside the others (scripts/ctest_lanes.sh).
   asan_ctest dcf_ctest_lanes 1 -E "${first_pass_out}"
   others=$(date +%s)
-  asan_ctest ctest 0 -R "${SIM_TESTS}" -E "${REPEATS}|${ASAN_EXCLUDE}|${WHOLE_MODEL}"
+  asan_ctest ctest 0 -R "${SIM_TESTS}" -E "${sim_pass_out}"
   echo "sanitizers: asan+ubsan build $((built - start)) s, tests $((others - built)) s," \
     "cuda-sim tests $(( $(date +%s) - others )) s"
 fi
