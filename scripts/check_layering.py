@@ -43,6 +43,10 @@ A unit test in tests/unit/<m> tests module <m>: it may include and link <m>, wha
 (MAY_USE, followed transitively), tests/testing, and the few test-only uses UNIT_ALSO names
 with its reason. Other tests (integration, fuzz, sanitizers) may include anything.
 
+A private header (named *_impl.h, *_inl.h or *_internal.h, any header extension) belongs to
+its folder: only the sources beside it may include it, not other folders of its own module,
+not its unit tests, not any other test (they test what the module's public headers offer).
+
 Failing closed: a source in a folder of engine/ or tests/unit/ that is not a module, a
 C/C++ source outside the folders above, an include of such a folder, an #include the check
 cannot read (#include MACRO) and a target defined in an unknown folder are all offences; add
@@ -113,6 +117,9 @@ PREFIXES = sorted(
      ("server/", "server"), ("client/", "client"), ("tests/testing/", "testing"),
      ("bench/", "bench")],
     key=lambda p: -len(p[0]))
+
+# Headers private to their folder (the module docstring).
+PRIVATE_HEADER = re.compile(r"_(impl|inl|internal)\.(h|hh|hpp|hxx|h\+\+|cuh|inc)$")
 
 SOURCE_EXTS = (".h", ".hh", ".hpp", ".hxx", ".h++", ".c", ".cc", ".cpp", ".cxx", ".c++",
                ".cu", ".cuh", ".inc", ".ipp", ".tcc", ".ixx", ".cppm")
@@ -255,8 +262,6 @@ def check_includes(root):
             problems.append(f"{path}: {module} (scripts/check_layering.py lists the modules; "
                             "add a new one there and to docs/DESIGN.md)")
             continue
-        if kind == "tests":  # integration, fuzz, sanitizer tests: anything
-            continue
         with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
             lines = list(enumerate(f, 1))
         for lineno, line in lines:
@@ -266,14 +271,28 @@ def check_includes(root):
             arg = d.group(2).strip()
             q, a = QUOTED.match(arg), ANGLED.match(arg)
             if not q and not a:
+                if kind == "tests":  # integration, fuzz, sanitizer tests: anything
+                    continue
                 problems.append(f"{path}:{lineno}: #{d.group(1)} {arg}: the check cannot "
                                 "follow a computed include; name the header")
                 continue
             target = (q or a).group(1)
             candidates, exists = resolve(path, target, q is not None, files)
             if not candidates:
+                if kind == "tests":
+                    continue
                 problems.append(f"{path}:{lineno}: includes {target}: a path outside the "
                                 "repository")
+                continue
+            private = [c for c in candidates if PRIVATE_HEADER.search(c)
+                       and in_module_folders(c)
+                       and posixpath.dirname(c) != posixpath.dirname(path)]
+            if private:
+                problems.append(f"{path}:{lineno}: includes {target}: {private[0]} is private "
+                                f"to {posixpath.dirname(private[0])}/ (only the sources "
+                                "beside it may include it)")
+                continue
+            if kind == "tests":  # integration, fuzz, sanitizer tests: anything else
                 continue
             for c in candidates:
                 if not exists and not in_module_folders(c):  # a system or library header

@@ -6,8 +6,9 @@
 // Private to engine/serving: engine.cc (Engine, RequestHandle), engine_admission.cc
 // (validation and the waiting queue's admission: Prepare, CheckQueueable, EnqueueAll,
 // Cancel) and engine_loop.cc (the loop: Loop, Step, pipelined steps, token processing,
-// Finish, publishing) implement it; step_pipeline.h only names ActiveRequest. No other
-// module includes it: they use engine.h.
+// Finish, publishing) implement it; step_pipeline.h only names ActiveRequest. Nothing else
+// includes it (scripts/check_layering.py: a *_impl.h header is private to its folder); the
+// rest of the code, tests included, uses engine.h.
 //
 // Threads: the API threads call EnqueueAll, CheckQueueable, Prepare, Cancel, StopAccepting,
 // Shutdown, Stats and SetStepHook, which touch only the members under mu_ (and the ones fixed
@@ -126,7 +127,6 @@ class EngineImpl {
   absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EnqueueAll(
       std::vector<GenerationRequest> requests, int* failed);
   absl::Status CheckQueueable(absl::Span<const GenerationRequest> requests, int* failed) const;
-  absl::StatusOr<std::unique_ptr<ActiveRequest>> Prepare(GenerationRequest request) const;
   void Cancel(uint64_t key);
   void StopAccepting() {
     absl::MutexLock lock(&mu_);
@@ -147,6 +147,8 @@ class EngineImpl {
   const RequestLimits& limits() const { return limits_; }
 
  private:
+  // One request of EnqueueAll validated and its state built (no lock held).
+  absl::StatusOr<std::unique_ptr<ActiveRequest>> Prepare(GenerationRequest request) const;
   bool HasInput() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !inbox_.empty() || !cancels_.empty() || shutdown_;
   }

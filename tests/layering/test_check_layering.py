@@ -253,6 +253,39 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertIn("tests/unit/kv/t.cc:1: #include_next SOME_HEADER", r.stdout)
         self.assertIn("2 include(s) or link(s) break the layering", r.stdout)
 
+    def test_a_private_header_is_included_only_beside_it(self):
+        # *_impl.h, *_inl.h and *_internal.h belong to their folder: the sources beside
+        # them include them; another module, the module's unit tests and the free tests
+        # (which may include anything else) may not.
+        beside = {
+            "engine/serving/engine_impl.h": "// private\n",
+            "engine/serving/engine.cc": include("engine/serving/engine_impl.h"),
+            "engine/serving/loop.cc": include("engine_impl.h"),
+            "engine/cpu/k_inl.h": "// private\n",
+            "engine/cpu/k.cc": include("engine/cpu/k_inl.h"),
+            "engine/cuda/q_internal.cuh": "// private\n",
+            "engine/cuda/q.cu": include("q_internal.cuh"),
+            # not private: the suffix is the file name's end, not any "_impl"
+            "engine/kv/impl_choice.h": "",
+            "tests/unit/kv/t.cc": include("engine/kv/impl_choice.h"),
+        }
+        r = run(beside)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = run(dict(beside, **{
+            "server/s.cc": include("engine/serving/engine_impl.h"),
+            "tests/unit/serving/t.cc": include("engine/serving/engine_impl.h"),
+            "tests/integration/x.cc": include("engine/cpu/k_inl.h"),
+            "engine/backends/b.cc": include("engine/cuda/q_internal.cuh"),
+            "tests/fuzz/f.cc": "#include H\n",  # the free tests' other freedoms stay
+        }))
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("server/s.cc:1: includes engine/serving/engine_impl.h: "
+                      "engine/serving/engine_impl.h is private to engine/serving/", r.stdout)
+        for line in ("tests/unit/serving/t.cc:1", "tests/integration/x.cc:1",
+                     "engine/backends/b.cc:1"):
+            self.assertIn(line, r.stdout)
+        self.assertIn("4 include(s) or link(s) break the layering", r.stdout)
+
     # Links: the graph cmake/LinkGraph.cmake writes.
     GRAPH = ["target\tdcformer_model\tSTATIC_LIBRARY\tengine/model",
              "target\tdcformer_kv\tSTATIC_LIBRARY\tengine/kv",
