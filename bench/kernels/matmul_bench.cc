@@ -9,6 +9,8 @@
 // Each case cycles through enough copies of the matrix to exceed the last-level cache (so
 // weights come from memory, as in a decode step), runs for at least --min_seconds and
 // reports the best time per call, the weight bytes per second and GFLOP/s (2 rows in out).
+// The calls run on one team of threads that stays up across them (cpu::RunTeam), as the CPU
+// backend's decode step runs its products; --noteam starts the threads for every call.
 #include <cblas.h>
 #include <omp.h>
 
@@ -27,6 +29,7 @@
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_matrix.h"
 #include "engine/cpu/read_bandwidth.h"
+#include "engine/cpu/team.h"
 
 ABSL_FLAG(int, dim, 1024, "model dim E");
 ABSL_FLAG(int, ffn, 2816, "FFN size F");
@@ -39,6 +42,9 @@ ABSL_FLAG(int, group_size, 64, "input columns per scale of the int8 matrices: 32
 ABSL_FLAG(std::string, isas, "", "kernels (avx512,avx2,portable); default: the best one");
 ABSL_FLAG(bool, blas, true, "also time OpenBLAS on fp32 weights");
 ABSL_FLAG(double, min_seconds, 0.3, "minimum time per case");
+ABSL_FLAG(bool, team, true,
+          "run every call on one persistent team of threads, as a decode step runs its "
+          "products (engine/cpu/team.h); --noteam starts the threads per call (OpenMP)");
 ABSL_FLAG(int64_t, cache_bytes, int64_t{128} << 20,
           "bytes of matrix copies cycled through (> last-level cache)");
 
@@ -66,6 +72,37 @@ double TimeBest(int copies, Fn&& fn) {
     spent += s;
     ++i;
   }
+  return best;
+}
+
+// TimeBest on one team of `threads` threads that stays up across the calls, as a decode
+// step's products run: fn(team, copy) on every thread. The leader's clock starts before a
+// barrier that every thread passes before the call, and stops after the call's closing
+// barrier (cpu::MatMul on a team ends with one), so it covers every thread's share (and one
+// barrier, as a step pays between two products).
+template <typename Fn>
+double TimeBestOnTeam(int threads, int copies, Fn&& fn) {
+  double best = 1e30, spent = 0;
+  bool done = false;  // written by the leader between two barriers
+  cpu::RunTeam(threads, [&](cpu::Team& team) {
+    fn(team, 0);  // warm-up
+    Clock::time_point t0;
+    for (int i = 0;; ++i) {
+      if (team.leader()) t0 = Clock::now();
+      team.Barrier();  // no thread starts the call before the clock does
+      fn(team, i % copies);
+      if (team.leader()) {
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        best = std::min(best, s);
+        spent += s;
+        done = spent >= absl::GetFlag(FLAGS_min_seconds) && i >= 2;
+      }
+      team.Barrier();
+      // Every thread reads `done` before the next call's closing barrier, after which alone
+      // the leader writes it again.
+      if (done) break;
+    }
+  });
   return best;
 }
 
@@ -118,6 +155,8 @@ int Main() {
   if (isas.empty()) isas.push_back(cpu::ActiveIsa());
 
   const int threads = omp_get_max_threads();
+  const bool on_team = absl::GetFlag(FLAGS_team);
+  cpu::MatMulScratch scratch;  // the team's shared row buffers, as the CPU backend keeps one
   const ReadBandwidth bw1 = MeasureReadBandwidth(1);
   const ReadBandwidth bwn = MeasureReadBandwidth(threads);
   std::printf("read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", bw1.gb_per_s,
@@ -154,9 +193,15 @@ int Main() {
       }
       for (cpu::Isa isa : isas) {
         for (int r : rows) {
-          const double s = TimeBest(copies, [&](int c) {
-            cpu::MatMul(x.data(), sh.in, r, m[c], nullptr, y.data(), sh.out, isa);
-          });
+          const double s =
+              on_team ? TimeBestOnTeam(threads, copies,
+                                       [&](cpu::Team& team, int c) {
+                                         cpu::MatMul(team, x.data(), sh.in, r, m[c], nullptr,
+                                                     y.data(), sh.out, isa, &scratch);
+                                       })
+                      : TimeBest(copies, [&](int c) {
+                          cpu::MatMul(x.data(), sh.in, r, m[c], nullptr, y.data(), sh.out, isa);
+                        });
           report(a8 ? "int8a8" : ComputeDTypeName(d), cpu::IsaName(isa), r, s, bytes);
         }
       }
