@@ -68,7 +68,7 @@ void AppendNfc(std::string_view text, std::string* out) {
 absl::Status CheckIdsDense(const TokenizerSpec& spec, size_t size) {
   std::vector<const std::string*> owner(size, nullptr);  // [size]; the string naming each id
   auto quoted = [](const std::string& token) {
-    return absl::StrCat("\"", absl::CEscape(token), "\"");
+    return absl::StrCat("\"", absl::Utf8SafeCEscape(token), "\"");
   };
   for (const auto& [token, id] : spec.vocab) {
     if (owner[id] != nullptr) {
