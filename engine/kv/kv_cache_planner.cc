@@ -59,11 +59,29 @@ absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in) {
   const std::array<int, kNumLayerGroups> one = BlocksToRunAlone(shape, in.context);
   const int global_one = one[static_cast<int>(LayerGroup::kGlobal)];
   const int window_one = one[static_cast<int>(LayerGroup::kWindow)];
-  if (global_blocks < global_one || window_blocks < window_one) {
-    const size_t need = static_cast<size_t>(global_one) * bg + static_cast<size_t>(window_one) * bw;
+  const size_t need = static_cast<size_t>(global_one) * bg + static_cast<size_t>(window_one) * bw;
+  if (in.budget_bytes < need) {
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache budget of ", in.budget_bytes, " bytes cannot hold one sequence of ",
                      in.context, " tokens (needs at least ", need, " bytes)"));
+  }
+  // The split above can leave a group short of one sequence while the budget holds both: the
+  // short group then gets what one sequence needs and the other group the rest (up to its
+  // cap), so every budget from `need` up is served and the message above states the true
+  // minimum.
+  if (window_blocks < window_one) {
+    if (bg > 0) {
+      global_blocks = std::min<int64_t>(
+          max_useful, static_cast<int64_t>((in.budget_bytes - window_one * bw) / bg));
+    }
+    const size_t left = in.budget_bytes - static_cast<size_t>(global_blocks) * bg;
+    window_blocks = std::min<int64_t>(window_demand, static_cast<int64_t>(left / bw));
+  } else if (global_blocks < global_one) {
+    global_blocks = global_one;
+    if (bw > 0) {
+      window_blocks = std::min<int64_t>(
+          window_demand, static_cast<int64_t>((in.budget_bytes - global_one * bg) / bw));
+    }
   }
   shape.num_blocks[static_cast<int>(LayerGroup::kGlobal)] = static_cast<int>(global_blocks);
   shape.num_blocks[static_cast<int>(LayerGroup::kWindow)] = static_cast<int>(window_blocks);

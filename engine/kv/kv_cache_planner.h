@@ -18,6 +18,10 @@
 //  * So the cache takes whole blocks within the budget, and never more than max_num_seqs
 //    sequences can use: a budget beyond that is left unallocated (KvPlanIsCappedBySequences
 //    says when, and the engine logs it).
+//  * A budget below what one full-context sequence needs alone (BlocksToRunAlone: `need`
+//    bytes) is refused; from `need` up no budget is: when the split above leaves a group
+//    short of one sequence, that group gets what one sequence needs and the other group the
+//    rest, up to its cap (the window group first, then the global one).
 //  * A group without layers costs no memory: the window group then gets window_demand blocks,
 //    the global group max_num_seqs * ceil(context/B) blocks.
 // Pure function, thread-safe.
@@ -45,7 +49,8 @@ struct KvPlanInput {
 int WindowGroupDemand(const KvPlanInput& in);
 
 // The cache shape for `in`. InvalidArgument for non-positive sizes; ResourceExhausted when the
-// budget cannot hold one full-context sequence (the message gives the bytes needed).
+// budget cannot hold one full-context sequence (the message gives the bytes needed: that
+// budget, and every larger one, is accepted).
 absl::StatusOr<KvCacheShape> PlanKvCache(const KvPlanInput& in);
 
 // True when the budget did not limit `shape` (PlanKvCache's result for `in`): every group with

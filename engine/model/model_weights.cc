@@ -1,5 +1,6 @@
 #include "engine/model/model_weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -73,7 +74,8 @@ bool IsScaleOrInt8(const Tensor& t, const LayerWeights* l, const ModelWeights* w
 }
 
 // The scales of an int8 matrix must be finite and not negative (a negative one would flip
-// the group's sign; NaN or infinity would poison every product).
+// the group's sign; NaN or infinity would poison every product), and small enough that
+// 127 * scale, the group's largest weight, is finite too.
 absl::Status CheckInt8Scales(const std::string& name, const Tensor& scales) {
   const auto* bits = static_cast<const uint16_t*>(scales.data());
   for (int64_t i = 0; i < scales.numel(); ++i) {
@@ -83,8 +85,25 @@ absl::Status CheckInt8Scales(const std::string& name, const Tensor& scales) {
           "tensor '", name, "': scale ", i, " is ", BF16ToFloat(bits[i]),
           " (int8 scales must be finite and not negative)"));
     }
+    if (!std::isfinite(127.0f * BF16ToFloat(bits[i]))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': scale ", i, " is ", BF16ToFloat(bits[i]),
+          ", so 127 * scale overflows float32 (int8 weights would dequantize to infinity)"));
+    }
   }
   return absl::OkStatus();
+}
+
+// The codes of an int8 matrix lie in [-127, 127] (docs/QUANTIZATION.md): -128 has no
+// positive twin, and the kernels' exactness bounds assume |q| <= 127. One memchr pass over
+// the bytes just read (GB/s, a small fraction of reading them).
+absl::Status CheckInt8Codes(const std::string& name, const Tensor& codes) {
+  const auto* bytes = static_cast<const uint8_t*>(codes.data());
+  const void* at = std::memchr(bytes, 0x80, static_cast<size_t>(codes.numel()));
+  if (at == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': value ",
+                                                 static_cast<const uint8_t*>(at) - bytes,
+                                                 " is -128 (int8 weights must be in [-127, 127])"));
 }
 
 }  // namespace
@@ -307,6 +326,7 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& c, CheckpointRe
       *e.dst = Tensor(dtype, e.shape);
       RETURN_IF_ERROR(reader.Read(e.name, dtype, e.dst->data(), e.dst->numel()));
       if (e.dtype == DType::kBF16) RETURN_IF_ERROR(CheckInt8Scales(e.name, *e.dst));
+      if (e.dtype == DType::kI8) RETURN_IF_ERROR(CheckInt8Codes(e.name, *e.dst));
       // The scan reads what was loaded; only when it finds something are the stored values
       // read again, to tell a corrupt checkpoint from a conversion out of range (F32 -> F16).
       if (options.check_finite &&

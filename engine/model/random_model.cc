@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <random>
 #include <thread>
 #include <vector>
@@ -74,9 +75,11 @@ void FillFastUniform(uint64_t key, double mean, double stddev, absl::Span<float>
 
 }  // namespace
 
-absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& config_json,
-                              DType dtype, uint64_t seed, RandomInit init) {
-  ASSIGN_OR_RETURN(const ModelConfig config, ModelConfig::FromJson(config_json.dump()));
+namespace {
+
+absl::Status WriteRandomModelFiles(const std::string& dir, const nlohmann::json& config_json,
+                                   const ModelConfig& config, DType dtype, uint64_t seed,
+                                   RandomInit init) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir));
@@ -109,6 +112,27 @@ absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& conf
     for (float& v : dst) v = is_norm ? 1.0f + 0.1f * dist(rng) : dist(rng);
   };
   return WriteSafetensors(dir + "/model.safetensors", shapes, dtype, fill);
+}
+
+}  // namespace
+
+absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& config_json,
+                              DType dtype, uint64_t seed, RandomInit init) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a random model is stored as F32, F16 or BF16, not ", DTypeName(dtype)));
+  }
+  ASSIGN_OR_RETURN(const ModelConfig config, ModelConfig::FromJson(config_json.dump()));
+  // The tensor list and each tensor's buffer are allocated whole: a model too large for
+  // host memory is an error, not an uncaught std::bad_alloc.
+  try {
+    return WriteRandomModelFiles(dir, config_json, config, dtype, seed, init);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("not enough host memory to write a model of ", config.n_layer, " layers, dim ",
+                     config.dim, ", intermediate size ", config.intermediate_size, ", vocab ",
+                     config.vocab_size, " (", dir, " may hold a partial model)"));
+  }
 }
 
 }  // namespace dcf

@@ -19,7 +19,9 @@ namespace dcf {
 // models of billions of parameters (values differ from kNormal's).
 enum class RandomInit { kNormal, kFastUniform };
 
-// `config_json` is written verbatim as config.json and must parse as a ModelConfig.
+// `config_json` is written verbatim as config.json and must parse as a ModelConfig. `dtype`
+// is F32, F16 or BF16 (InvalidArgument otherwise); ResourceExhausted when host memory cannot
+// hold the tensor list or one tensor (the directory may then hold a partial model).
 absl::Status WriteRandomModel(const std::string& dir, const nlohmann::json& config_json,
                               DType dtype, uint64_t seed, RandomInit init = RandomInit::kNormal);
 

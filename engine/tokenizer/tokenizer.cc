@@ -6,12 +6,13 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/file_util.h"
 #include "engine/common/status_macros.h"
+#include "engine/common/utf8.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/pretokenizer.h"
-#include "engine/common/utf8.h"
 #include "utf8proc.h"
 
 namespace dcf {
@@ -57,6 +58,44 @@ void AppendNfc(std::string_view text, std::string* out) {
     }
     i = j;
   }
+}
+
+// Every id in [0, size) must name exactly one token: no two strings of model.vocab share an
+// id, an added token reuses an id of model.vocab only for the same string (as GPT-2's
+// <|endoftext|> does), two added tokens with one id agree on the string, and no id below the
+// largest is missing. A hole or a shared id would let the model produce a token whose text is
+// undefined (the server and the offline tools would disagree on it), so both are load errors.
+absl::Status CheckIdsDense(const TokenizerSpec& spec, size_t size) {
+  std::vector<const std::string*> owner(size, nullptr);  // [size]; the string naming each id
+  auto quoted = [](const std::string& token) {
+    return absl::StrCat("\"", absl::Utf8SafeCEscape(token), "\"");
+  };
+  for (const auto& [token, id] : spec.vocab) {
+    if (owner[id] != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer: model.vocab gives id ", id, " to both ", quoted(*owner[id]),
+                       " and ", quoted(token), " (every id must name one token)"));
+    }
+    owner[id] = &token;
+  }
+  for (size_t i = 0; i < spec.added_tokens.size(); ++i) {
+    const AddedToken& t = spec.added_tokens[i];
+    if (owner[t.id] != nullptr && *owner[t.id] != t.content) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenizer: added_tokens[", i, "] gives id ", t.id, " to ", quoted(t.content),
+          ", which already names ", quoted(*owner[t.id]), " (every id must name one token)"));
+    }
+    owner[t.id] = &t.content;
+  }
+  for (size_t id = 0; id < size; ++id) {
+    if (owner[id] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenizer: no token has id ", id, ", below the largest id ", size - 1,
+          " (ids must be dense: every id from 0 to the largest names one token of model.vocab "
+          "or added_tokens)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -116,6 +155,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
         " tokens of model.vocab and added_tokens (ids must be dense)"));
   }
   const size_t size = static_cast<size_t>(max_id + 1);
+  RETURN_IF_ERROR(CheckIdsDense(spec, size));
   tok->id_to_token_.resize(size);
   tok->id_bytes_.resize(size);
   tok->id_flags_.assign(size, 0);

@@ -39,7 +39,10 @@ namespace dcf {
 class Tokenizer {
  public:
   // Loads a tokenizer.json. NotFound when the file is missing; InvalidArgument (naming the
-  // offending field) for malformed JSON or unsupported settings.
+  // offending field) for malformed JSON or unsupported settings. Every factory also refuses
+  // (InvalidArgument, naming the id) ids that are not dense and unique: each id from 0 to the
+  // largest must name exactly one token of model.vocab or added_tokens (an added token may
+  // repeat a vocabulary entry with the same string and id, as GPT-2's <|endoftext|> does).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromFile(
       const std::string& tokenizer_json_path);
   // Loads the GPT-2 vocab.json + merges.txt form (add_prefix_space off, GPT-2 split pattern,
@@ -68,7 +71,8 @@ class Tokenizer {
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
                                      bool skip_special_tokens = false) const;
 
-  // One more than the largest id of the vocabulary and added tokens (50257 for GPT-2).
+  // One more than the largest id of the vocabulary and added tokens (50257 for GPT-2); every
+  // id below it names a token.
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }
   // Id of a token spelled as in the vocabulary (byte-level form, e.g. "Ġthe") or of an added
   // token's content.

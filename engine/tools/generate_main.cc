@@ -30,6 +30,7 @@
 #include "engine/common/flag_names.h"
 #include "engine/common/id_list.h"
 #include "engine/common/logging.h"
+#include "engine/common/utf8.h"
 #include "engine/sampling/token_sampler.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/request_validator.h"
@@ -90,6 +91,9 @@ int Score(const std::string& model_dir, const std::string& path, const dcf::Toke
   }
   absl::StatusOr<std::string> text = dcf::ReadFileToString(path);
   if (!text.ok()) return Fail(1, absl::StrCat("--score: ", text.status().message()));
+  if (const size_t bad = dcf::FirstInvalidUtf8(*text); bad < text->size()) {
+    return Fail(1, absl::StrCat("--score: ", path, " is not valid UTF-8 (byte ", bad, ")"));
+  }
   auto ids = tok->Encode(*text);
   if (!ids.ok()) return Fail(1, ids.status().ToString());
   if (ids->size() < 2) return Fail(1, absl::StrCat("--score: ", path, " has fewer than 2 tokens"));
@@ -100,6 +104,12 @@ int Score(const std::string& model_dir, const std::string& path, const dcf::Toke
   if (absl::Status s = dcf::ValidateTokenIds("--score text", *ids, model->config.vocab_size);
       !s.ok()) {
     return Fail(1, s.message());
+  }
+  // A window of one token predicts nothing: there would be no perplexity to report.
+  if (model->config.max_positions < 2) {
+    return Fail(1, absl::StrCat("--score: the model context of ", model->config.max_positions,
+                                " token cannot predict a token from the one before it (needs "
+                                "a context of at least 2)"));
   }
   auto runner = dcf::SequenceRunner::Create(model->backend.get());
   if (!runner.ok()) return Fail(1, runner.status().ToString());
@@ -177,6 +187,11 @@ int main(int argc, char** argv) {
     if (*tokenizer == nullptr) {
       return Fail(2, absl::StrCat("--prompt needs a tokenizer: ", model_dir,
                                   " has no tokenizer.json; give --tokenizer FILE"));
+    }
+    // The server's rule (a text prompt must be valid UTF-8), and the flag's help.
+    if (const size_t bad = dcf::FirstInvalidUtf8(absl::GetFlag(FLAGS_prompt));
+        bad < absl::GetFlag(FLAGS_prompt).size()) {
+      return Fail(2, absl::StrCat("--prompt is not valid UTF-8 (byte ", bad, ")"));
     }
     auto ids = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt));
     if (!ids.ok()) return Fail(1, ids.status().ToString());

@@ -16,7 +16,7 @@
 
 ABSL_FLAG(std::string, out, "", "output directory (created)");
 ABSL_FLAG(int, dim, 64, "model width E");
-ABSL_FLAG(int, n_layer, 2, "layers");
+ABSL_FLAG(int, n_layer, 2, "layers (at most 10000)");
 ABSL_FLAG(int, n_head, 4, "heads");
 ABSL_FLAG(int, ffn, 128, "intermediate size");
 ABSL_FLAG(int, vocab, 50257, "vocabulary size");
@@ -56,19 +56,34 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Far beyond any real model (DCPythia-6.9B has 32 layers), and bounded so that a typo fails
+  // at once: a million layers spent minutes building a tensor list of 23 million names whose
+  // safetensors header no loader would read (over its 100 MiB limit).
+  constexpr int kMaxLayers = 10000;
+  if (absl::GetFlag(FLAGS_n_layer) > kMaxLayers) {
+    std::cerr << "dcformer-make-model: --n-layer must be at most " << kMaxLayers << "\n";
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_window) < 0) {
     std::cerr << "dcformer-make-model: --window must be >= 0\n";
     return 2;
   }
+  // Random weights are floats: an I8 file would have no scales and no quantization_config
+  // (dcformer-quantize writes int8 checkpoints).
   auto dtype = dcf::ParseSafetensorsDType(absl::GetFlag(FLAGS_dtype));
-  if (!dtype.ok()) {
-    std::cerr << "dcformer-make-model: --dtype: " << dtype.status().message() << "\n";
+  if (!dtype.ok() ||
+      (*dtype != dcf::DType::kF32 && *dtype != dcf::DType::kF16 && *dtype != dcf::DType::kBF16)) {
+    std::cerr << "dcformer-make-model: --dtype must be F32, F16 or BF16, not '"
+              << absl::GetFlag(FLAGS_dtype) << "' (dcformer-quantize writes int8 models)\n";
     return 2;
   }
-  const auto config = dcf::SmallDcFormerConfig(
-      absl::GetFlag(FLAGS_dim), absl::GetFlag(FLAGS_n_layer), absl::GetFlag(FLAGS_n_head),
-      absl::GetFlag(FLAGS_ffn), absl::GetFlag(FLAGS_vocab), absl::GetFlag(FLAGS_context),
-      absl::GetFlag(FLAGS_window));
+  auto config = dcf::SmallDcFormerConfig(absl::GetFlag(FLAGS_dim), absl::GetFlag(FLAGS_n_layer),
+                                         absl::GetFlag(FLAGS_n_head), absl::GetFlag(FLAGS_ffn),
+                                         absl::GetFlag(FLAGS_vocab), absl::GetFlag(FLAGS_context),
+                                         absl::GetFlag(FLAGS_window));
+  config["torch_dtype"] = *dtype == dcf::DType::kF32   ? "float32"
+                          : *dtype == dcf::DType::kF16 ? "float16"
+                                                       : "bfloat16";
   const std::string init = absl::GetFlag(FLAGS_init);
   if (init != "normal" && init != "fast") {
     std::cerr << "dcformer-make-model: --init must be normal or fast\n";

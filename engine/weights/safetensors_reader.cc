@@ -1,7 +1,10 @@
 #include "engine/weights/safetensors_reader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -59,6 +62,49 @@ class SafetensorsReader final : public CheckpointReader {
 
 absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": invalid safetensors file: ", what));
+}
+
+// The format requires the tensors' byte ranges to tile the data region: sorted by offset,
+// each begins where the one before it ends, the first at 0 and the last at the end of the
+// file (Hugging Face's reader refuses anything else). Overlapping tensors would load one
+// tensor's bytes as another's, and a hole or a misaligned offset hides bytes no tensor owns.
+absl::Status CheckOffsetsTile(const std::string& path, const std::vector<TensorInfo>& tensors,
+                              const std::vector<SafetensorsReader::Entry>& entries,
+                              size_t data_begin, size_t data_size) {
+  std::vector<size_t> order(entries.size());  // tensor indices by (begin, end)
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const size_t ea = entries[a].begin + entries[a].bytes;
+    const size_t eb = entries[b].begin + entries[b].bytes;
+    return std::tie(entries[a].begin, ea, tensors[a].name) <
+           std::tie(entries[b].begin, eb, tensors[b].name);
+  });
+  auto range = [&](size_t i) {
+    const size_t begin = entries[i].begin - data_begin;
+    return absl::StrCat("tensor '", tensors[i].name, "' (data_offsets [", begin, ", ",
+                        begin + entries[i].bytes, "))");
+  };
+  size_t covered = 0;  // the data region's bytes [0, covered) belong to the tensors so far
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
+    const size_t begin = entries[i].begin - data_begin;
+    if (begin < covered) {
+      return Corrupt(path, absl::StrCat(range(i), " overlaps ", range(order[k - 1]),
+                                        ": tensors must not share bytes"));
+    }
+    if (begin > covered) {
+      return Corrupt(path, absl::StrCat("bytes [", covered, ", ", begin,
+                                        ") of the data region belong to no tensor (a hole before ",
+                                        range(i), "): data_offsets must tile the data region"));
+    }
+    covered = begin + entries[i].bytes;
+  }
+  if (covered != data_size) {
+    return Corrupt(path, absl::StrCat("the data region has ", data_size,
+                                      " bytes but the tensors cover only [0, ", covered,
+                                      "): data_offsets must tile the data region"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -130,6 +176,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenSafetensors(const std::str
     entries.push_back({data_begin + begin, end - begin});
     tensors.push_back(std::move(info));
   }
+  RETURN_IF_ERROR(CheckOffsetsTile(path, tensors, entries, data_begin, data_size));
   return std::unique_ptr<CheckpointReader>(new SafetensorsReader(
       std::move(file), std::move(tensors), std::move(index), std::move(entries)));
 }

@@ -223,6 +223,43 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(p.stdout, f"wrote {out}/config.json and {out}/model.safetensors "
                                    f"({size_mb:.1f} MB, F16, normal init): dim 32, 2 layers, "
                                    "2 heads, ffn 64, vocab 100, context 64, window 16, seed 1\n")
+        with open(os.path.join(out, "config.json")) as f:
+            self.assertEqual(json.load(f)["torch_dtype"], "float16")
+        p = run([h.MAKE_MODEL, f"--out={out}", "--dim=32", "--n-layer=1", "--n-head=2",
+                 "--ffn=64", "--vocab=100", "--context=64", "--dtype=BF16"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(out, "config.json")) as f:
+            self.assertEqual(json.load(f)["torch_dtype"], "bfloat16")
+
+    def test_make_model_refuses_what_it_cannot_write(self):
+        # --dtype I8 wrote every tensor as I8 without scales or quantization_config (a model
+        # no tool loads) and exited 0; sizes beyond host memory died of an uncaught
+        # std::bad_alloc (exit 134).
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        out = os.path.join(tmp, "m")
+        for dtype in ("I8", "bogus"):
+            p = run([h.MAKE_MODEL, f"--out={out}", f"--dtype={dtype}"])
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stderr, "dcformer-make-model: --dtype must be F32, F16 or BF16, "
+                                       f"not '{dtype}' (dcformer-quantize writes int8 models)\n")
+            self.assertFalse(os.path.exists(out))
+
+        p = run([h.MAKE_MODEL, f"--out={out}", "--n-layer=1000000", "--dim=8", "--n-head=1",
+                 "--ffn=8", "--vocab=8"])
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr, "dcformer-make-model: --n-layer must be at most 10000\n")
+
+        def limit_memory():
+            import resource
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+        p = run([h.MAKE_MODEL, f"--out={out}", "--n-layer=100", "--dim=100000", "--ffn=400000"],
+                preexec_fn=limit_memory)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("dcformer-make-model: RESOURCE_EXHAUSTED: not enough host memory to write "
+                      "a model of 100 layers, dim 100000, intermediate size 400000", p.stderr)
+        self.assertNotIn("bad_alloc", p.stderr)
 
     def test_decode_bench_times_the_decode_steps_themselves(self):
         # --prompt-tokens 1024 --new-tokens 4 once printed 4,000,000,000 tokens/s (a separately

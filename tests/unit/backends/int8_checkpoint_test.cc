@@ -226,6 +226,30 @@ TEST_F(Int8CheckpointTest, RefusesMalformedScalesNamingTheTensor) {
               }).find("'" + scale + "': scale 5"),
               std::string::npos);
   }
+  // A finite scale so large that 127 * scale overflows (0x7f7f: 3.39e38).
+  {
+    std::vector<uint16_t> copy;
+    EXPECT_NE(LoadError([&](StoredFile& f) {
+                StoredTensor* t = Find(f, scale);
+                const auto* s = static_cast<const uint16_t*>(t->data);
+                copy.assign(s, s + t->shape[0] * t->shape[1]);
+                copy[7] = 0x7f7f;
+                t->data = copy.data();
+              }).find("'" + scale + "': scale 7 is 3.38953e+38, so 127 * scale overflows"),
+              std::string::npos);
+  }
+  // A code of -128 (QUANTIZATION.md: q in [-127, 127]).
+  {
+    std::vector<int8_t> codes;
+    EXPECT_NE(LoadError([&](StoredFile& f) {
+                StoredTensor* t = Find(f, matrix);
+                const auto* q = static_cast<const int8_t*>(t->data);
+                codes.assign(q, q + t->shape[0] * t->shape[1]);
+                codes[1234] = -128;
+                t->data = codes.data();
+              }).find("'" + matrix + "': value 1234 is -128"),
+              std::string::npos);
+  }
   // The matrix stored as float beside its scales.
   std::vector<uint16_t> f16;
   EXPECT_NE(LoadError([&](StoredFile& f) {

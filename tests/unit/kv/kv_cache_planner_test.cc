@@ -1,5 +1,11 @@
 #include "engine/kv/kv_cache_planner.h"
 
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dcf {
@@ -107,6 +113,66 @@ TEST(KvCachePlannerTest, WhatTheCappedGlobalGroupLeavesGoesToTheWindowGroup) {
   EXPECT_EQ(shape->num_blocks[0], 64);
   EXPECT_EQ(shape->num_blocks[1], 16);
   EXPECT_TRUE(KvPlanIsCappedBySequences(in, *shape));
+}
+
+// The bytes a refusal says are needed ("needs at least N bytes"), or 0.
+size_t StatedNeed(const KvPlanInput& in) {
+  const auto shape = PlanKvCache(in);
+  EXPECT_EQ(shape.status().code(), absl::StatusCode::kResourceExhausted) << shape.status();
+  const std::string msg(shape.status().message());
+  const size_t at = msg.find("needs at least ");
+  size_t need = 0;
+  if (at == std::string::npos) return 0;
+  const size_t from = at + 15;
+  EXPECT_TRUE(absl::SimpleAtoi(msg.substr(from, msg.find(' ', from) - from), &need)) << msg;
+  return need;
+}
+
+// The refusal states the true minimum: that budget is served, one byte less is not, and so is
+// every budget above it (the half-and-half split alone would refuse budgets up to 41% above it:
+// the window group's half of the budget in whole blocks leaves the global group short).
+TEST(KvCachePlannerTest, TheStatedMinimumBudgetIsAccepted) {
+  struct Case {
+    int block_size;
+    std::array<size_t, kNumLayerGroups> bytes_per_block;
+    int max_num_seqs;
+  };
+  // dcformer-kjv (2 global + 2 window layers, 3552 bytes per token each, window 64, context
+  // 256) at block sizes 16 and 1, and uneven groups.
+  for (const Case& c : {Case{16, {56832, 56832}, 64}, Case{1, {3552, 3552}, 64},
+                        Case{16, {1000, 3000}, 4}, Case{16, {3000, 1000}, 4}, Case{4, {777, 0}, 2},
+                        Case{4, {0, 777}, 2}, Case{7, {1234, 5678}, 9}}) {
+    KvPlanInput in = Input(1);
+    in.block_size = c.block_size;
+    in.window = 64;
+    in.max_num_seqs = c.max_num_seqs;
+    in.max_num_batched_tokens = 2048;
+    in.bytes_per_block = c.bytes_per_block;
+    const size_t need = StatedNeed(in);
+    ASSERT_GT(need, 0u);
+    in.budget_bytes = need - 1;
+    EXPECT_EQ(PlanKvCache(in).status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(PlanKvCache(in).status().message()),
+                ::testing::HasSubstr("needs at least " + std::to_string(need) + " bytes"));
+    KvCacheShape alone_shape;
+    alone_shape.block_size = c.block_size;
+    alone_shape.window = in.window;
+    const auto alone = BlocksToRunAlone(alone_shape, in.context);
+    const size_t step = std::max<size_t>(1, need / 5000);
+    for (size_t budget = need; budget <= 3 * need; budget += step) {
+      in.budget_bytes = budget;
+      const auto shape = PlanKvCache(in);
+      ASSERT_TRUE(shape.ok()) << "block " << c.block_size << ", budget " << budget << ": "
+                              << shape.status();
+      size_t bytes = 0;
+      for (int g = 0; g < kNumLayerGroups; ++g) {
+        bytes += c.bytes_per_block[g] * static_cast<size_t>(shape->num_blocks[g]);
+        EXPECT_GE(shape->num_blocks[g], alone[g]) << "budget " << budget << ", group " << g;
+      }
+      EXPECT_LE(bytes, budget);
+      EXPECT_TRUE(FitsPoolAlone(*shape, in.context));
+    }
+  }
 }
 
 }  // namespace

@@ -121,21 +121,21 @@ TEST_F(TokenizerConfigTest, AddPrefixSpaceAndUseRegex) {
 
 TEST_F(TokenizerConfigTest, AddedTokenFlags) {
   Json j = TinyTokenizer();
-  j["added_tokens"] = Json::array({Added(300, "<m>"), Added(301, "<l>", /*lstrip=*/true),
-                                   Added(302, "<r>", false, /*rstrip=*/true),
-                                   Added(303, "<w>", false, false, /*single_word=*/true),
-                                   Added(304, "<m>x", false, false, false, /*special=*/false)});
-  EXPECT_THAT(Enc(j, "x <m>"), ElementsAre('x', ' ', 300));
-  EXPECT_THAT(Enc(j, "x  <l> y"), ElementsAre('x', 301, ' ', 'y'));
-  EXPECT_THAT(Enc(j, "x <r>  y"), ElementsAre('x', ' ', 302, 'y'));
-  EXPECT_THAT(Enc(j, "a <w> b"), ElementsAre('a', ' ', 303, ' ', 'b'));
+  j["added_tokens"] = Json::array({Added(259, "<m>"), Added(260, "<l>", /*lstrip=*/true),
+                                   Added(261, "<r>", false, /*rstrip=*/true),
+                                   Added(262, "<w>", false, false, /*single_word=*/true),
+                                   Added(263, "<m>x", false, false, false, /*special=*/false)});
+  EXPECT_THAT(Enc(j, "x <m>"), ElementsAre('x', ' ', 259));
+  EXPECT_THAT(Enc(j, "x  <l> y"), ElementsAre('x', 260, ' ', 'y'));
+  EXPECT_THAT(Enc(j, "x <r>  y"), ElementsAre('x', ' ', 261, 'y'));
+  EXPECT_THAT(Enc(j, "a <w> b"), ElementsAre('a', ' ', 262, ' ', 'b'));
   EXPECT_THAT(Enc(j, "a<w>"), ElementsAre('a', '<', 'w', '>'));  // touches a word: no match
-  EXPECT_THAT(Enc(j, "<m>x<m>"), ElementsAre(304, 300));         // longest match first
+  EXPECT_THAT(Enc(j, "<m>x<m>"), ElementsAre(263, 259));         // longest match first
   auto tok = Load(j);
   ASSERT_TRUE(tok.ok());
-  EXPECT_EQ(*(*tok)->Decode({300, 'a', 304}, /*skip_special_tokens=*/true), "a<m>x");
-  EXPECT_EQ((*tok)->vocab_size(), 305);
-  EXPECT_EQ((*tok)->Decode({299}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*(*tok)->Decode({259, 'a', 263}, /*skip_special_tokens=*/true), "a<m>x");
+  EXPECT_EQ((*tok)->vocab_size(), 264);
+  EXPECT_EQ((*tok)->Decode({264}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TokenizerConfigTest, NfcNormalizer) {
@@ -240,9 +240,34 @@ TEST_F(TokenizerConfigTest, SparseHugeIdIsRejected) {
   Json added = TinyTokenizer();
   added["added_tokens"] = Json::array({Added(1 << 30, "<|big|>")});
   ExpectInvalid(added, "ids must be dense");
-  Json ok = TinyTokenizer();  // a few gaps are fine (GPT-NeoX has some)
-  ok["added_tokens"] = Json::array({Added(300, "<|pad|>")});
-  EXPECT_TRUE(Load(ok).ok());
+}
+
+// Every id from 0 to the largest names exactly one token: a hole or an id shared by two
+// strings would give a token the model can produce no defined text.
+TEST_F(TokenizerConfigTest, IdsMustBeDenseAndUnique) {
+  Json hole = TinyTokenizer();  // ids 0..258, then 300: 259..299 name nothing
+  hole["added_tokens"] = Json::array({Added(300, "<|pad|>")});
+  ExpectInvalid(hole, "no token has id 259, below the largest id 300");
+  Json vocab_hole = TinyTokenizer();
+  vocab_hole["model"]["vocab"].erase("ab");
+  vocab_hole["model"]["merges"] = Json::array({Spell(" ") + " a"});
+  ExpectInvalid(vocab_hole, "no token has id 256, below the largest id 258");
+  Json shared = TinyTokenizer();
+  shared["model"]["vocab"]["zz"] = 257;
+  ExpectInvalid(shared, "model.vocab gives id 257 to both");
+  Json added_clash = TinyTokenizer();  // id 256 is "ab" in the vocabulary
+  added_clash["added_tokens"] = Json::array({Added(256, "<|x|>")});
+  ExpectInvalid(added_clash, "added_tokens[0] gives id 256 to \"<|x|>\", which already names");
+  Json added_twice = TinyTokenizer();
+  added_twice["added_tokens"] = Json::array({Added(259, "<a>"), Added(259, "<b>")});
+  ExpectInvalid(added_twice, "added_tokens[1] gives id 259");
+  // The same string declared in both places (GPT-2's <|endoftext|>) and a dense tail are fine.
+  Json ok = TinyTokenizer();
+  ok["model"]["vocab"]["<|endoftext|>"] = 259;
+  ok["added_tokens"] = Json::array({Added(259, "<|endoftext|>"), Added(260, "<|pad|>")});
+  auto tok = Load(ok);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 261);
 }
 
 }  // namespace

@@ -231,8 +231,8 @@ TEST_F(GenerateCorruptModelTest, NonFiniteWeightsFailWithAMessage) {
 
 // --score on a checkpoint with NaN in one wo fails INTERNAL naming the token (it printed
 // {"mean_nll":null,"perplexity":null} and exit 0); the same model before the edit scores.
-TEST_F(GenerateCorruptModelTest, ScoreOfNonFiniteLogitsFails) {
-  // A byte-level BPE over "a".."z" (ids 0..25, inside the model's 64), no merges.
+// A tokenizer.json of a byte-level BPE over "a".."z" (ids 0..25), no merges.
+std::string AtoZTokenizer() {
   nlohmann::json vocab = nlohmann::json::object();
   for (int c = 0; c < 26; ++c) vocab[std::string(1, static_cast<char>('a' + c))] = c;
   nlohmann::json tok;
@@ -245,7 +245,12 @@ TEST_F(GenerateCorruptModelTest, ScoreOfNonFiniteLogitsFails) {
   tok["model"] = {{"type", "BPE"},         {"dropout", nullptr},
                   {"unk_token", nullptr},  {"vocab", vocab},
                   {"merges", nlohmann::json::array()}};
-  std::ofstream(dir_.File("tokenizer.json")) << tok.dump();
+  return tok.dump();
+}
+
+TEST_F(GenerateCorruptModelTest, ScoreOfNonFiniteLogitsFails) {
+  // Ids 0..25, inside the model's 64.
+  std::ofstream(dir_.File("tokenizer.json")) << AtoZTokenizer();
   std::ofstream(dir_.File("text.txt")) << "thequickbrownfoxjumpsoverthelazydog";
   const std::string cmd =
       kGenerate + " --model " + dir_.path() + " --score " + dir_.File("text.txt");
@@ -265,6 +270,36 @@ TEST_F(GenerateCorruptModelTest, ScoreOfNonFiniteLogitsFails) {
                        "at token 0 of " + dir_.File("text.txt")),
             std::string::npos)
       << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// --score takes a UTF-8 text file and --prompt UTF-8 text, as the server does (both were
+// encoded byte by byte); a model of context 1 has nothing to score (it printed
+// "perplexity": null with exit 0).
+TEST(GenerateCliTest, ScoreAndPromptRefuseWhatTheyCannotMeasure) {
+  testing::TempDir dir;
+  const std::string model = dir.File("m");
+  ASSERT_TRUE(
+      WriteRandomModel(model, SmallDcFormerConfig(32, 1, 4, 48, 64, 1, 0), DType::kF32, 3).ok());
+  std::ofstream(model + "/tokenizer.json") << AtoZTokenizer();
+  std::ofstream(dir.File("bad.txt")) << "abc\xff\xfe"
+                                        "def";
+  std::ofstream(dir.File("good.txt")) << "thequickbrownfox";
+  auto r = testing::RunCommand(kGenerate + " --model " + model + " --score " + dir.File("bad.txt"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("--score: " + dir.File("bad.txt") + " is not valid UTF-8 (byte 3)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  r = testing::RunCommand(kGenerate + " --model " + model + " --score " + dir.File("good.txt"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("--score: the model context of 1 token cannot predict"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  r = testing::RunCommand(kGenerate + " --model " + model +
+                          " --prompt \"$(printf 'ab\\377c')\" --max-new-tokens 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("--prompt is not valid UTF-8 (byte 2)"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 

@@ -1,5 +1,7 @@
 // The safetensors reader and writer, the sharded layout, and corrupt-file handling.
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "engine/weights/checkpoint.h"
 #include "engine/weights/safetensors_reader.h"
@@ -118,6 +120,59 @@ TEST(SafetensorsTest, CorruptFilesAreErrorsNotCrashes) {
   }
   EXPECT_EQ(OpenSafetensors(dir.File("missing.safetensors")).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// The format requires data_offsets to tile the data region (no overlap, no hole, nothing
+// after the last tensor): anything else is refused, naming the tensors.
+TEST(SafetensorsTest, OffsetsMustTileTheDataRegion) {
+  testing::TempDir dir;
+  const std::string data(16, '\0');
+  struct Case {
+    const char* what;
+    std::string header;
+    std::vector<const char*> message_parts;
+  };
+  const std::vector<Case> cases = {
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},)"
+       R"("c":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+       {"tensor 'b' (data_offsets [4, 12)) overlaps tensor 'a' (data_offsets [0, 8))"}},
+      {"same bytes twice",
+       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+       R"("b":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       {"tensor 'b'", "overlaps tensor 'a'"}},
+      {"hole",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+       {"bytes [8, 12) of the data region belong to no tensor", "tensor 'b'"}},
+      {"one byte off",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[1,9]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[9,13]}})",
+       {"bytes [0, 1)", "tensor 'a'"}},
+      {"trailing bytes",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+       {"the data region has 16 bytes but the tensors cover only [0, 8)"}},
+  };
+  for (const Case& c : cases) {
+    dir.Write("bad.safetensors", Header(c.header) + data);
+    auto r = OpenSafetensors(dir.File("bad.safetensors"));
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << c.what;
+    for (const char* part : c.message_parts) {
+      EXPECT_NE(std::string(r.status().message()).find(part), std::string::npos)
+          << c.what << ": " << r.status();
+    }
+  }
+  // Tiling in any header order, zero-size tensors at a boundary and a space-padded header load.
+  const std::string ok = R"({"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                         R"("z":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                         R"("e":{"dtype":"F32","shape":[0],"data_offsets":[16,16]},)"
+                         R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}   )";
+  dir.Write("ok.safetensors", Header(ok) + data);
+  auto r = OpenSafetensors(dir.File("ok.safetensors"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->tensors().size(), 4u);
 }
 
 TEST(CheckpointDirTest, ShardedSafetensorsMerge) {
