@@ -158,18 +158,6 @@ nlohmann::json SmallDcPythiaConfig() {
 
 class DecodeTraceTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir();
-    ASSERT_TRUE(WriteRandomModel(dir_->path(),
-                                 SmallDcFormerConfig(kDim, kLayers, kHeads, kFfn, kVocab,
-                                                     kContext, kWindow),
-                                 DType::kBF16, 1, RandomInit::kFastUniform)
-                    .ok());
-    pythia_dir_ = new testing::TempDir();
-    ASSERT_TRUE(WriteRandomModel(pythia_dir_->path(), SmallDcPythiaConfig(), DType::kBF16, 2,
-                                 RandomInit::kFastUniform)
-                    .ok());
-  }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
@@ -177,11 +165,29 @@ class DecodeTraceTest : public ::testing::Test {
     pythia_dir_ = nullptr;
   }
 
+  // The model's directory, written when a test first asks for it: CTest runs each case as a
+  // process of its own, and a case uses one of the two models (writing the other cost it ~4 s).
+  static const testing::TempDir& ModelDir(bool pythia) {
+    testing::TempDir*& dir = pythia ? pythia_dir_ : dir_;
+    if (dir == nullptr) {
+      dir = new testing::TempDir();
+      const auto written =
+          pythia ? WriteRandomModel(dir->path(), SmallDcPythiaConfig(), DType::kBF16, 2,
+                                    RandomInit::kFastUniform)
+                 : WriteRandomModel(dir->path(),
+                                    SmallDcFormerConfig(kDim, kLayers, kHeads, kFfn, kVocab,
+                                                        kContext, kWindow),
+                                    DType::kBF16, 1, RandomInit::kFastUniform);
+      EXPECT_TRUE(written.ok()) << written;
+    }
+    return *dir;
+  }
+
   // A backend of the model, prepared for steps of up to 4 sequences, with a cache of
   // room for one sequence of the whole context in each group.
   static std::unique_ptr<cuda::CudaBackend> MakeBackend(bool graphs, bool pythia = false,
                                                         WeightQuant quant = WeightQuant::kNone) {
-    const testing::TempDir& dir = pythia ? *pythia_dir_ : *dir_;
+    const testing::TempDir& dir = ModelDir(pythia);
     setenv("DCF_SIM_GEMV", "1", 1);  // read by CudaBackend::Init: the GPU's GEMV path
     auto config = ModelConfig::FromFile(dir.File("config.json"));
     EXPECT_TRUE(config.ok()) << config.status();

@@ -1,0 +1,28 @@
+# cmake -DBINARY=<GoogleTest binary> -DSKIPPED=<a:b:c> -P check_gtest_filter.cmake
+# Fails when a pattern of SKIPPED (the cases a schedule repeat leaves out, CMakeLists.txt)
+# matches none of BINARY's cases, so a rename cannot leave a stale name behind; prints how
+# many cases the repeat runs and how many it leaves out.
+string(REPLACE ":" ";" patterns "${SKIPPED}")
+function(count_cases filter out)
+  execute_process(COMMAND "${BINARY}" --gtest_list_tests "--gtest_filter=${filter}"
+                  OUTPUT_VARIABLE listed RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${BINARY} --gtest_list_tests failed (${rc})")
+  endif()
+  string(REGEX MATCHALL "\n  [^\n]+" cases "\n${listed}")
+  list(LENGTH cases n)
+  set(${out} ${n} PARENT_SCOPE)
+endfunction()
+foreach(pattern IN LISTS patterns)
+  count_cases("${pattern}" n)
+  if(n EQUAL 0)
+    message(FATAL_ERROR "'${pattern}' matches no case of ${BINARY}: rename or remove it")
+  endif()
+endforeach()
+count_cases("*" all)
+count_cases("-${SKIPPED}" kept)
+math(EXPR left "${all} - ${kept}")
+message(STATUS "the schedule repeats run ${kept} of ${all} cases and leave out ${left}")
+if(kept EQUAL 0 OR left EQUAL 0)
+  message(FATAL_ERROR "the filter selects all or none")
+endif()
