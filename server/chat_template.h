@@ -25,7 +25,10 @@
 // blocks, include/import/extends, blocks, `with`, `break`/`continue`, other filters and tests.
 //
 // Undefined values follow Jinja's default: printing one prints nothing, testing it is false,
-// but its attributes or items are an error. A render error (raise_exception included) is an
+// but its attributes or items are an error. Integers are int64, not Python's unbounded ones:
+// an operation whose result leaves int64 (+ - * // %, unary -, `int` of a larger number) is
+// a render error naming its place, never a wrapped value; otherwise `int` is Jinja's (int(x),
+// else int(float(x)), else its default, 0). A render error (raise_exception included) is an
 // InvalidArgument whose message the server returns to the client.
 //
 // Thread-safety: a ChatTemplate is immutable once parsed; Render may run on many threads.

@@ -1,6 +1,7 @@
 #include "server/jinja_builtins.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
@@ -28,11 +29,30 @@ absl::StatusOr<Value> Default(const Site&, const Value& x, const std::vector<Val
   return x;
 }
 
-absl::StatusOr<Value> Int(const Site&, const Value& x, const std::vector<Value>&) {
+// Jinja's `int(default=0)`: Python's int(x), else int(float(x)) ("42.9" gives 42), else the
+// default; a NaN gives the default too. Python's integers are unbounded and these are int64:
+// a number that parses but lies outside int64 ('99999999999999999999', 1e300, inf) is an
+// error, not the default (Jinja gives the big number, or an OverflowError for inf).
+absl::StatusOr<Value> Int(const Site& at, const Value& x, const std::vector<Value>& args) {
+  const Value fallback = args.empty() ? Value::Int(0) : args[0];
   if (x.kind == Value::Kind::kInt) return x;
-  if (x.kind == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.f));
-  int64_t i = 0;
-  return Value::Int(absl::SimpleAtoi(ToText(x), &i) ? i : 0);
+  if (x.kind == Value::Kind::kBool) return Value::Int(x.b ? 1 : 0);
+  double f = 0;
+  if (x.kind == Value::Kind::kFloat) {
+    f = x.f;
+  } else if (x.kind == Value::Kind::kString) {
+    int64_t i = 0;
+    if (absl::SimpleAtoi(x.s, &i)) return Value::Int(i);
+    if (!absl::SimpleAtod(x.s, &f)) return fallback;
+  } else {
+    return fallback;
+  }
+  if (std::isnan(f)) return fallback;
+  // [-2^63, 2^63): both bounds are exact doubles; truncation toward zero, as Python's int().
+  if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0)) {
+    return Fail(at, "int of a number outside the 64-bit integers");
+  }
+  return Value::Int(static_cast<int64_t>(f));
 }
 
 absl::StatusOr<Value> Length(const Site& at, const Value& x, const std::vector<Value>&) {

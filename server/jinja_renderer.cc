@@ -185,7 +185,10 @@ class Renderer {
       case Expr::Kind::kNeg: {
         absl::StatusOr<Value> v = Eval(*e.args[0]);
         if (!v.ok()) return v;
-        if (v->kind == Value::Kind::kInt) return Value::Int(-v->i);
+        if (v->kind == Value::Kind::kInt) {
+          if (v->i == INT64_MIN) return Fail(e, "integer overflow in '-'");
+          return Value::Int(-v->i);
+        }
         if (v->kind == Value::Kind::kFloat) return Value::Float(-v->f);
         return Fail(e, absl::StrCat("cannot negate a ", KindName(v->kind)));
       }
@@ -310,29 +313,49 @@ class Renderer {
       return Fail(e, absl::StrCat("'", op, "' of a ", KindName(l->kind), " and a ",
                                   KindName(r->kind)));
     }
-    const bool ints = l->kind == Value::Kind::kInt && r->kind == Value::Kind::kInt;
-    if (op == "+") return ints ? Value::Int(l->i + r->i) : Value::Float(l->AsDouble() + r->AsDouble());
-    if (op == "-") return ints ? Value::Int(l->i - r->i) : Value::Float(l->AsDouble() - r->AsDouble());
-    if (op == "*") return ints ? Value::Int(l->i * r->i) : Value::Float(l->AsDouble() * r->AsDouble());
+    if (l->kind == Value::Kind::kInt && r->kind == Value::Kind::kInt) {
+      return IntArithmetic(e, op, l->i, r->i);
+    }
+    if (op == "+") return Value::Float(l->AsDouble() + r->AsDouble());
+    if (op == "-") return Value::Float(l->AsDouble() - r->AsDouble());
+    if (op == "*") return Value::Float(l->AsDouble() * r->AsDouble());
     if (r->AsDouble() == 0) return Fail(e, "division by zero");
     if (op == "/") return Value::Float(l->AsDouble() / r->AsDouble());
-    if (op == "//") {
-      if (ints) {
-        int64_t q = l->i / r->i;
-        if ((l->i % r->i != 0) && ((l->i < 0) != (r->i < 0))) --q;
-        return Value::Int(q);
-      }
-      return Value::Float(std::floor(l->AsDouble() / r->AsDouble()));
-    }
-    if (op == "%") {
-      if (ints) {
-        int64_t m = l->i % r->i;
-        if (m != 0 && ((m < 0) != (r->i < 0))) m += r->i;
-        return Value::Int(m);
-      }
-      return Value::Float(std::fmod(l->AsDouble(), r->AsDouble()));
-    }
+    if (op == "//") return Value::Float(std::floor(l->AsDouble() / r->AsDouble()));
+    if (op == "%") return Value::Float(std::fmod(l->AsDouble(), r->AsDouble()));
     return Fail(e, absl::StrCat("unknown operator '", op, "'"));
+  }
+
+  // Integer + - * / // % with Python's floor semantics. Python's integers are unbounded;
+  // these are int64, so a result outside int64 is an error ("integer overflow") rather than a
+  // wrapped value (or, for INT64_MIN // -1, the process's death by SIGFPE).
+  absl::StatusOr<Value> IntArithmetic(const Expr& e, const std::string& op, int64_t a, int64_t b) {
+    int64_t out = 0;
+    bool overflow = false;
+    if (op == "+") {
+      overflow = __builtin_add_overflow(a, b, &out);
+    } else if (op == "-") {
+      overflow = __builtin_sub_overflow(a, b, &out);
+    } else if (op == "*") {
+      overflow = __builtin_mul_overflow(a, b, &out);
+    } else if (op == "/" || op == "//" || op == "%") {
+      if (b == 0) return Fail(e, "division by zero");
+      if (op == "/") return Value::Float(static_cast<double>(a) / static_cast<double>(b));
+      if (b == -1) {  // a / -1 traps for INT64_MIN; a % -1 is 0 for every a
+        if (op == "%") return Value::Int(0);
+        overflow = __builtin_sub_overflow(int64_t{0}, a, &out);
+      } else if (op == "//") {
+        out = a / b;
+        if ((a % b != 0) && ((a < 0) != (b < 0))) --out;
+      } else {
+        out = a % b;
+        if (out != 0 && ((out < 0) != (b < 0))) out += b;
+      }
+    } else {
+      return Fail(e, absl::StrCat("unknown operator '", op, "'"));
+    }
+    if (overflow) return Fail(e, absl::StrCat("integer overflow in '", op, "'"));
+    return Value::Int(out);
   }
 
   absl::StatusOr<Value> EvalTest(const Expr& e) {
@@ -411,9 +434,11 @@ class Renderer {
       }
       if (b[2] == 0) return Fail(e, "range step 0");
       List items;
-      for (int64_t i = b[0]; b[2] > 0 ? i < b[1] : i > b[1]; i += b[2]) {
+      for (int64_t i = b[0]; b[2] > 0 ? i < b[1] : i > b[1];) {
         if (items.size() >= kMaxIterations) return Fail(e, "range too long");
         items.push_back(Value::Int(i));
+        // Past int64 is past the stop too: the range ends there.
+        if (__builtin_add_overflow(i, b[2], &i)) break;
       }
       return Value::MakeList(std::move(items));
     }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
@@ -266,6 +267,55 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {
     EXPECT_TRUE(absl::StrContains(st.message(), "dicts have no method 'pop' here"))
         << source << ": " << st;
   }
+}
+
+// The status of rendering `source` (which must parse) over Conversation().
+absl::Status RenderStatus(const std::string& source) {
+  auto t = ChatTemplate::Parse(source);
+  EXPECT_TRUE(t.ok()) << source << ": " << t.status();
+  if (!t.ok()) return t.status();
+  return (*t)->Render(Conversation()).status();
+}
+
+// Integers are int64: every operation is checked, and one whose result leaves int64 is a
+// render error with its place, like `1 // 0`. INT64_MIN // -1 used to kill the process
+// (SIGFPE), and + - * and unary - wrapped around.
+TEST(ChatTemplateTest, IntegerArithmeticIsCheckedNeverWrapsOrTraps) {
+  const std::string min = "(-9223372036854775807 - 1)";
+  struct Case {
+    std::string expr;
+    const char* error;
+  } cases[] = {
+      {min + " // -1", "integer overflow in '//'"},
+      {"9223372036854775807 + 1", "integer overflow in '+'"},
+      {min + " - 1", "integer overflow in '-'"},
+      {"9223372036854775807 * 3", "integer overflow in '*'"},
+      {"-" + min, "integer overflow in '-'"},
+      {"1 // 0", "division by zero"},
+      {"1 % 0", "division by zero"},
+      {"'99999999999999999999' | int", "int of a number outside the 64-bit integers"},
+      {"9223372036854775808.0 | int", "int of a number outside the 64-bit integers"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus("\n{{ " + c.expr + " }}");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.expr;
+    EXPECT_TRUE(absl::StrContains(st.message(), "line 2, column")) << c.expr << ": " << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.expr << ": " << st;
+  }
+  // What stays inside int64 is Python's answer (floor division, the divisor's sign for %).
+  EXPECT_EQ(Render("{{ " + min + " % -1 }}|{{ " + min + " // 1 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|"
+                   "{{ 7 % -3 }}|{{ 9223372036854775806 + 1 }}|{{ -(-9223372036854775807) }}|"
+                   "{{ range(9223372036854775806, 9223372036854775807, 5) | list }}|"
+                   "{{ range(-9223372036854775807, " + min + ", -2) | list }}",
+                   Conversation()),
+            "0|-9223372036854775808|-4|2|-2|9223372036854775807|9223372036854775807|"
+            "[9223372036854775806]|[-9223372036854775807]");
+  // Jinja's int filter: int(x), else int(float(x)), else the default (0 unless given).
+  EXPECT_EQ(Render("{{ '42' | int }}|{{ ' -12 ' | int }}|{{ '42.9' | int }}|{{ 'x' | int }}|"
+                   "{{ 'x' | int(7) }}|{{ -3.9 | int }}|{{ true | int }}|{{ none | int }}|"
+                   "{{ '-9223372036854775808' | int }}",
+                   Conversation()),
+            "42|-12|42|0|7|-3|1|0|-9223372036854775808");
 }
 
 }  // namespace
