@@ -22,7 +22,10 @@
 //     lstrip, rstrip, startswith, endswith, upper, lower, split, replace, title, capitalize;
 //     dict methods get, items, keys, values.
 // Not supported (refused at load, naming line and column): macros, call blocks, filter
-// blocks, include/import/extends, blocks, `with`, `break`/`continue`, other filters and tests.
+// blocks, include/import/extends, blocks, `with`, `break`/`continue`, other filters and tests,
+// and nesting deeper than jinja::kMaxNesting (64) statements or expression levels
+// ("nested too deeply"; an operator chain `a ~ b ~ c` counts one level per operator), so
+// that no template that loads can exhaust a thread's stack when it renders.
 //
 // Undefined values follow Jinja's default: printing one prints nothing, testing it is false,
 // but its attributes or items are an error. Integers are int64, not Python's unbounded ones:

@@ -1,6 +1,10 @@
 #include "server/chat_template.h"
 
+#include <pthread.h>
+
+#include <chrono>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <string>
@@ -12,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "server/jinja_builtins.h"
+#include "server/jinja_parser.h"
 
 namespace dcf::server {
 namespace {
@@ -316,6 +321,95 @@ TEST(ChatTemplateTest, IntegerArithmeticIsCheckedNeverWrapsOrTraps) {
                    "{{ '-9223372036854775808' | int }}",
                    Conversation()),
             "42|-12|42|0|7|-3|1|0|-9223372036854775808");
+}
+
+std::string Repeat(absl::string_view piece, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out.append(piece.data(), piece.size());
+  return out;
+}
+
+// Runs `fn` on a thread with a `stack_bytes` stack (smaller than any thread the server has).
+void OnSmallStack(size_t stack_bytes, const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, stack_bytes), 0);
+  pthread_t thread;
+  auto call = [](void* f) -> void* {
+    (*static_cast<const std::function<void()>*>(f))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, call, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+// Nesting is bounded at parse time, with the place: 4,000 parentheses crashed the parser
+// (SIGSEGV at start-up) and a 7,000-term `~` chain parsed, then crashed every render.
+TEST(ChatTemplateTest, DeepNestingIsRefusedAtParseTimeWithThePlace) {
+  struct Case {
+    std::string source;
+    const char* place;
+  } cases[] = {
+      {"{{ " + Repeat("(", 4000) + "1" + Repeat(")", 4000) + " }}", "line 1, column 68:"},
+      {"{{ " + Repeat("not ", 200000) + "1 }}", "line 1, column 260:"},
+      {"{{ " + Repeat("-", 200000) + "1 }}", "line 1, column 68:"},
+      {"{{ " + Repeat("[", 100000) + " }}", "line 1, column 68:"},
+      {"{{ x" + Repeat(" ~ ''", 7000) + " }}", "line 1, column 321:"},
+      {"{{ x" + Repeat(".a", 100) + " }}", "line 1, column 132:"},
+      {"{{ x" + Repeat(" | trim", 100) + " }}", "line 1, column 449:"},
+      {"{{ " + Repeat("1 if x else ", 100) + "1 }}", "line 1, column 772:"},
+      {"\n" + Repeat("{% if true %}", 50000) + Repeat("{% endif %}", 50000),
+       "line 2, column 833:"},
+      {Repeat("{% for x in y %}", 65) + Repeat("{% endfor %}", 65), "line 1, column 1025:"},
+  };
+  for (const Case& c : cases) {
+    auto t = ChatTemplate::Parse(c.source);
+    ASSERT_FALSE(t.ok()) << c.source.substr(0, 40);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(t.status().message(), absl::StrCat(c.place, " nested too deeply")))
+        << c.source.substr(0, 40) << ": " << t.status().message();
+  }
+}
+
+// What the bound accepts renders on a 256 KiB stack (the server's threads have megabytes):
+// statements nested to the limit around an expression nested to the limit, each kind of it.
+TEST(ChatTemplateTest, TheDeepestAcceptedTemplateParsesAndRendersOnASmallStack) {
+  const int n = jinja::kMaxNesting;
+  const std::vector<std::string> exprs = {
+      Repeat("(", n - 1) + "1" + Repeat(")", n - 1),
+      "'a'" + Repeat(" ~ 'a'", n - 1),
+      Repeat("not ", n - 1) + "false",
+      Repeat("-", n - 1) + "1",
+      Repeat("[", n) + Repeat("]", n),
+      "messages" + Repeat(" | list", n - 1),
+  };
+  for (const std::string& expr : exprs) {
+    const std::string source =
+        Repeat("{% for m in messages[:1] %}", n / 2) + Repeat("{% if true %}", n - n / 2) +
+        "{{ " + expr + " }}" + Repeat("{% endif %}", n - n / 2) + Repeat("{% endfor %}", n / 2);
+    OnSmallStack(256 << 10, [&] {
+      auto t = ChatTemplate::Parse(source);
+      ASSERT_TRUE(t.ok()) << expr << ": " << t.status();
+      EXPECT_TRUE((*t)->Render(Conversation()).ok()) << expr;
+    });
+    // One level more is refused.
+    EXPECT_FALSE(ChatTemplate::Parse("{{ [" + expr + "] }}").ok()) << expr;
+  }
+}
+
+// Splitting found each tag's line and column by rescanning from the start: 50,000 tags took
+// minutes. Now linear: 200,000 tags (2.6 MB) in well under the bound.
+TEST(ChatTemplateTest, ManyTagsParseInLinearTime) {
+  const std::string source = Repeat("{% if true %}x{% endif %}\n", 100000);
+  const auto start = std::chrono::steady_clock::now();
+  auto t = ChatTemplate::Parse(source);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_LT(seconds, 10.0);
+  auto bad = ChatTemplate::Parse(source + "{{ x");
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "line 100001, column 1:")) << bad.status();
 }
 
 }  // namespace
