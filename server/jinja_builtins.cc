@@ -20,6 +20,17 @@ namespace {
 
 absl::Status Fail(const Site& at, absl::string_view what) { return At(at.line, at.column, what); }
 
+// Refuses, before it is built, a string of `bytes` past kMaxStringBytes.
+absl::Status CheckStringBytes(const Site& at, size_t bytes) {
+  if (bytes <= kMaxStringBytes) return absl::OkStatus();
+  return Fail(at, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
+}
+
+absl::Status CheckListItems(const Site& at, size_t items) {
+  if (items <= kMaxListItems) return absl::OkStatus();
+  return Fail(at, absl::StrCat("a list of more than ", kMaxListItems, " items"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Filters
 
@@ -66,8 +77,14 @@ absl::StatusOr<Value> Length(const Site& at, const Value& x, const std::vector<V
 absl::StatusOr<Value> Join(const Site& at, const Value& x, const std::vector<Value>& args) {
   if (x.kind != Value::Kind::kList) return Fail(at, "join of a non-list");
   std::vector<std::string> parts;
-  for (const Value& item : *x.list) parts.push_back(ToText(item));
-  return Value::Str(absl::StrJoin(parts, args.empty() ? "" : ToText(args[0])));
+  const std::string separator = args.empty() ? "" : ToText(args[0]);
+  size_t bytes = 0;
+  for (const Value& item : *x.list) {
+    parts.push_back(ToText(item));
+    bytes += parts.back().size() + (parts.size() > 1 ? separator.size() : 0);
+    if (absl::Status s = CheckStringBytes(at, bytes); !s.ok()) return s;
+  }
+  return Value::Str(absl::StrJoin(parts, separator));
 }
 
 // The `first` (first is true) or `last` filter.
@@ -82,10 +99,11 @@ Value FirstOrLast(bool first, const Value& x) {
   return Value();
 }
 
-absl::StatusOr<Value> ToList(const Site&, const Value& x, const std::vector<Value>&) {
+absl::StatusOr<Value> ToList(const Site& at, const Value& x, const std::vector<Value>&) {
   if (x.kind == Value::Kind::kList) return x;
   List items;
   if (x.kind == Value::Kind::kString) {
+    if (absl::Status s = CheckListItems(at, x.s.size()); !s.ok()) return s;
     for (char c : x.s) items.push_back(Value::Str(std::string(1, c)));
   } else if (x.kind == Value::Kind::kDict) {
     for (const auto& [k, item] : *x.dict) items.push_back(Value::Str(k));
@@ -233,7 +251,21 @@ absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
   if (name == "endswith") return Value::Bool(absl::EndsWith(text, arg(0)));
   if (name == "upper") return Value::Str(absl::AsciiStrToUpper(text));
   if (name == "lower") return Value::Str(absl::AsciiStrToLower(text));
-  if (name == "replace") return Value::Str(absl::StrReplaceAll(text, {{arg(0), arg(1)}}));
+  if (name == "replace") {
+    const std::string from = arg(0), to = arg(1);
+    if (!from.empty() && to.size() > from.size()) {  // the result grows: its size first
+      size_t count = 0;
+      for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + from.size())) {
+        ++count;
+      }
+      // count <= text.size() and to.size() <= kMaxStringBytes: no overflow in size_t.
+      if (absl::Status s = CheckStringBytes(at, text.size() + count * (to.size() - from.size()));
+          !s.ok()) {
+        return s;
+      }
+    }
+    return Value::Str(absl::StrReplaceAll(text, {{from, to}}));
+  }
   if (name == "capitalize") {
     std::string out = absl::AsciiStrToLower(text);
     if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
@@ -254,10 +286,12 @@ absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
       for (absl::string_view p :
            absl::StrSplit(text, absl::ByAnyChar(" \t\n\r"), absl::SkipEmpty())) {
         parts.push_back(Value::Str(std::string(p)));
+        if (absl::Status s = CheckListItems(at, parts.size()); !s.ok()) return s;
       }
     } else {
       for (absl::string_view p : absl::StrSplit(text, arg(0))) {
         parts.push_back(Value::Str(std::string(p)));
+        if (absl::Status s = CheckListItems(at, parts.size()); !s.ok()) return s;
       }
     }
     return Value::MakeList(std::move(parts));

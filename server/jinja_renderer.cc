@@ -28,6 +28,10 @@ class Renderer {
 
  private:
   static constexpr int kMaxIterations = 1 << 20;
+  // What one render may make in all: the bytes of every string value it computes (each copy
+  // counts: a name's string is copied when read) and of every list it builds. Bounds time as
+  // well as memory: 2^20 iterations each copying a 16 MiB string would take hours.
+  static constexpr size_t kMaxBytesMade = size_t{256} << 20;
 
   absl::Status Fail(int line, int column, absl::string_view what) { return At(line, column, what); }
   absl::Status Fail(const Expr& e, absl::string_view what) { return Fail(e.line, e.column, what); }
@@ -44,13 +48,11 @@ class Renderer {
   absl::Status Exec(const Node& n, std::string* out) {
     switch (n.kind) {
       case Node::Kind::kText:
-        out->append(n.text);
-        return absl::OkStatus();
+        return Append(n.text, out);
       case Node::Kind::kOutput: {
         absl::StatusOr<Value> v = Eval(*n.expr);
         if (!v.ok()) return v.status();
-        out->append(ToText(*v));
-        return absl::OkStatus();
+        return Append(ToText(*v), out);
       }
       case Node::Kind::kSet: {
         absl::StatusOr<Value> v = Eval(*n.expr);
@@ -78,9 +80,13 @@ class Renderer {
       case Node::Kind::kFor: {
         absl::StatusOr<Value> iterable = Eval(*n.expr);
         if (!iterable.ok()) return iterable.status();
+        if (iterable->kind == Value::Kind::kString && iterable->s.size() > kMaxIterations) {
+          return Fail(n.line, n.column, "too many iterations");
+        }
         List items;
         if (iterable->kind == Value::Kind::kList) {
           items = *iterable->list;
+          if (absl::Status s = Made(n.line, n.column, ListBytes(items)); !s.ok()) return s;
         } else if (iterable->kind == Value::Kind::kDict) {
           for (const auto& [k, v] : *iterable->dict) items.push_back(Value::Str(k));
         } else if (iterable->kind == Value::Kind::kString) {
@@ -125,7 +131,53 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  absl::Status Append(absl::string_view text, std::string* out) {
+    if (out->size() + text.size() > kMaxStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat template: the rendered prompt would be longer than ", kMaxStringBytes >> 20,
+          " MiB"));
+    }
+    out->append(text.data(), text.size());
+    return absl::OkStatus();
+  }
+
+  // The bytes a copy of `items` holds: its Values and the strings directly in them.
+  static size_t ListBytes(const List& items) {
+    size_t bytes = items.size() * sizeof(Value);
+    for (const Value& v : items) bytes += v.s.size();
+    return bytes;
+  }
+
+  // Counts `bytes` more made by this render; refused past kMaxBytesMade.
+  absl::Status Made(int line, int column, size_t bytes) {
+    made_ += bytes;
+    if (made_ <= kMaxBytesMade) return absl::OkStatus();
+    return Fail(line, column, absl::StrCat("the template made more than ", kMaxBytesMade >> 20,
+                                           " MiB of strings and lists"));
+  }
+
+  absl::Status CheckStringBytes(const Expr& e, size_t bytes) {
+    if (bytes <= kMaxStringBytes) return absl::OkStatus();
+    return Fail(e, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
+  }
+
+  // Every value an expression computes passes here: a string is bounded and counted, and so
+  // is a list the expression built (not one it only names: lists are shared, not copied).
   absl::StatusOr<Value> Eval(const Expr& e) {
+    absl::StatusOr<Value> v = Compute(e);
+    if (!v.ok()) return v;
+    if (v->kind == Value::Kind::kString) {
+      if (absl::Status s = CheckStringBytes(e, v->s.size()); !s.ok()) return s;
+      if (absl::Status s = Made(e.line, e.column, v->s.size()); !s.ok()) return s;
+    } else if (v->kind == Value::Kind::kList && e.kind != Expr::Kind::kName &&
+               e.kind != Expr::Kind::kAttr && e.kind != Expr::Kind::kItem &&
+               e.kind != Expr::Kind::kBinary) {  // list + list counts itself, before copying
+      if (absl::Status s = Made(e.line, e.column, ListBytes(*v->list)); !s.ok()) return s;
+    }
+    return v;
+  }
+
+  absl::StatusOr<Value> Compute(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.literal;
       case Expr::Kind::kName: return Lookup(e.name);
@@ -273,7 +325,11 @@ class Renderer {
     const std::string& op = e.name;
     if (op == "==") return Value::Bool(Equal(*l, *r));
     if (op == "!=") return Value::Bool(!Equal(*l, *r));
-    if (op == "~") return Value::Str(ToText(*l) + ToText(*r));
+    if (op == "~") {
+      std::string a = ToText(*l), b = ToText(*r);
+      if (absl::Status s = CheckStringBytes(e, a.size() + b.size()); !s.ok()) return s;
+      return Value::Str(std::move(a) + b);
+    }
     if (op == "in" || op == "not in") {
       bool found = false;
       if (r->kind == Value::Kind::kString) {
@@ -301,9 +357,17 @@ class Renderer {
     }
     if (op == "+") {
       if (l->kind == Value::Kind::kString && r->kind == Value::Kind::kString) {
+        if (absl::Status s = CheckStringBytes(e, l->s.size() + r->s.size()); !s.ok()) return s;
         return Value::Str(l->s + r->s);
       }
       if (l->kind == Value::Kind::kList && r->kind == Value::Kind::kList) {
+        if (l->list->size() + r->list->size() > kMaxListItems) {
+          return Fail(e, absl::StrCat("a list of more than ", kMaxListItems, " items"));
+        }
+        if (absl::Status s = Made(e.line, e.column, ListBytes(*l->list) + ListBytes(*r->list));
+            !s.ok()) {
+          return s;
+        }
         List items = *l->list;
         items.insert(items.end(), r->list->begin(), r->list->end());
         return Value::MakeList(std::move(items));
@@ -447,6 +511,7 @@ class Renderer {
 
   std::vector<Dict> scopes_;
   int64_t iterations_ = 0;
+  size_t made_ = 0;  // bytes made so far (Made)
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 // None of these functions fails: every kind has a truth value, a text and a JSON form.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +19,13 @@
 #include "nlohmann/json_fwd.hpp"
 
 namespace dcf::server::jinja {
+
+// The bounds of one render (docs/OPENAI_API.md, "Chat templates"), so that a template cannot
+// make a request take the server's memory or minutes: every string value, and the rendered
+// prompt, at most kMaxStringBytes; every list at most kMaxListItems items (range(), split,
+// list concatenation; a loop at most that many iterations in all).
+inline constexpr size_t kMaxStringBytes = size_t{16} << 20;
+inline constexpr size_t kMaxListItems = size_t{1} << 20;
 
 struct Value;
 using List = std::vector<Value>;

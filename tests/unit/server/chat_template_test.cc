@@ -275,11 +275,12 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {
 }
 
 // The status of rendering `source` (which must parse) over Conversation().
-absl::Status RenderStatus(const std::string& source) {
+absl::Status RenderStatus(const std::string& source,
+                          const ChatTemplateInputs& inputs = Conversation()) {
   auto t = ChatTemplate::Parse(source);
   EXPECT_TRUE(t.ok()) << source << ": " << t.status();
   if (!t.ok()) return t.status();
-  return (*t)->Render(Conversation()).status();
+  return (*t)->Render(inputs).status();
 }
 
 // Integers are int64: every operation is checked, and one whose result leaves int64 is a
@@ -410,6 +411,60 @@ TEST(ChatTemplateTest, ManyTagsParseInLinearTime) {
   EXPECT_LT(seconds, 10.0);
   auto bad = ChatTemplate::Parse(source + "{{ x");
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "line 100001, column 1:")) << bad.status();
+}
+
+// Strings, lists and the rendered prompt are bounded, and so is what one render makes in all:
+// each template below aborted the server (std::bad_alloc) or took tens of seconds and GBs.
+// Each is now a render error (400) with the place, within seconds.
+TEST(ChatTemplateTest, StringsListsAndTheOutputAreBounded) {
+  // A namespace whose `s` is `doublings` doublings of `seed` (2^doublings copies).
+  auto doubled = [](const char* seed, int doublings) {
+    return absl::StrCat("{% set ns = namespace(s='", seed, "') %}{% for i in range(", doublings,
+                        ") %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+  };
+  struct Case {
+    std::string source;
+    const char* error;
+  } cases[] = {
+      {doubled("a", 40), "line 1, column 75: a string longer than 16 MiB"},
+      {"{% for m in messages %}{% for i in range(100000) %}{{ m.content }}{% endfor %}"
+       "{% endfor %}",
+       "the rendered prompt would be longer than 16 MiB"},
+      {"{% set ns = namespace(s='a') %}{% for i in range(30) %}"
+       "{% set ns.s = ns.s.replace('a', 'aa') %}{% endfor %}",
+       "a string longer than 16 MiB"},
+      {doubled("a", 20) + "{{ range(100) | join(ns.s) }}", "a string longer than 16 MiB"},
+      {doubled(",", 21) + "{{ ns.s.split(',') | length }}", "a list of more than 1048576 items"},
+      {doubled(" a", 21) + "{{ ns.s.split() | length }}", "a list of more than 1048576 items"},
+      {doubled("a", 21) + "{{ ns.s | list | length }}", "a list of more than 1048576 items"},
+      {doubled("a", 21) + "{% for c in ns.s %}{% endfor %}", "too many iterations"},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(21) %}{% set ns.l = ns.l + ns.l %}"
+       "{% endfor %}",
+       "a list of more than 1048576 items"},
+      {doubled("a", 23) + "{% for i in range(1000000) %}{% set x = ns.s %}{% endfor %}",
+       "the template made more than 256 MiB of strings and lists"},
+      {doubled("a", 20) + "{% for i in range(1000000) %}{% for c in [ns.s] %}{% endfor %}"
+       "{% endfor %}",
+       "the template made more than 256 MiB of strings and lists"},
+  };
+  ChatTemplateInputs kib;  // one 1 KiB message
+  kib.messages = {{"user", std::string(1024, 'x')}};
+  const auto start = std::chrono::steady_clock::now();
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus(c.source, kib);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source << ": " << st;
+  }
+  // A few seconds in all on a loaded 2-core machine; before, the first case alone aborted.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 120.0);
+  // Under the bounds nothing changes: a 4 MiB message through ChatML, a 16 MiB prompt.
+  ChatTemplateInputs big;
+  big.messages = {{"user", std::string(4 << 20, 'x')}};
+  auto chatml = Render("{% for m in messages %}<|im_start|>{{ m.role ~ '\n' ~ m.content }}"
+                       "<|im_end|>{% endfor %}",
+                       big);
+  EXPECT_EQ(chatml.size(), (4u << 20) + 27);
+  EXPECT_EQ(Render(doubled("a", 24) + "{{ ns.s }}", Conversation()).size(), 16u << 20);
 }
 
 }  // namespace
