@@ -66,6 +66,11 @@ class Renderer {
           return Fail(n.line, n.column,
                       absl::StrCat("'", n.targets[0], "' is not a namespace()"));
         }
+        // A namespace holding a namespace could come to hold itself: a cycle, which printing
+        // would follow forever (Value::depth).
+        if (HoldsNamespace(*v)) {
+          return Fail(n.line, n.column, "a namespace attribute cannot hold a namespace");
+        }
         (*ns.dict)[n.targets[1]] = *std::move(v);
         return absl::OkStatus();
       }
@@ -163,9 +168,24 @@ class Renderer {
 
   // Every value an expression computes passes here: a string is bounded and counted, and so
   // is a list the expression built (not one it only names: lists are shared, not copied).
+  static bool HoldsNamespace(const Value& v) {
+    if (v.kind == Value::Kind::kList) {
+      for (const Value& item : *v.list) {
+        if (HoldsNamespace(item)) return true;
+      }
+    } else if (v.kind == Value::Kind::kDict) {
+      if (v.is_namespace) return true;
+      for (const auto& [k, item] : *v.dict) {
+        if (HoldsNamespace(item)) return true;
+      }
+    }
+    return false;
+  }
+
   absl::StatusOr<Value> Eval(const Expr& e) {
     absl::StatusOr<Value> v = Compute(e);
     if (!v.ok()) return v;
+    if (v->depth > kMaxNesting) return Fail(e, "a value nested too deeply");
     if (v->kind == Value::Kind::kString) {
       if (absl::Status s = CheckStringBytes(e, v->s.size()); !s.ok()) return s;
       if (absl::Status s = Made(e.line, e.column, v->s.size()); !s.ok()) return s;

@@ -467,5 +467,36 @@ TEST(ChatTemplateTest, StringsListsAndTheOutputAreBounded) {
   EXPECT_EQ(Render(doubled("a", 24) + "{{ ns.s }}", Conversation()).size(), 16u << 20);
 }
 
+// Values built at render time are bounded too: a namespace that held itself, or a list nested
+// 200,000 deep by a loop, crashed the render (printing or freeing it recursed without end).
+TEST(ChatTemplateTest, ValuesCannotNestDeeplyOrHoldThemselves) {
+  struct Case {
+    const char* source;
+    const char* error;
+  } cases[] = {
+      {"{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}",
+       "line 1, column 30: a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace(a=1) %}{% set ns.a = [{'k': ns}] %}",
+       "line 1, column 30: a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(200000) %}{% set ns.l = [ns.l] %}"
+       "{% endfor %}",
+       "line 1, column 73: a value nested too deeply"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(200000) %}"
+       "{% set ns.l = {'a': ns.l}.items() %}{% endfor %}",
+       "a value nested too deeply"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus(c.source);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source << ": " << st;
+  }
+  // A namespace made holding another is fine (no cycle can follow), as is nesting to the bound.
+  EXPECT_EQ(Render("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{{ b.y.x }}|"
+                   "{% set ns = namespace(l=[]) %}{% for i in range(63) %}{% set ns.l = [ns.l] %}"
+                   "{% endfor %}{{ (ns.l | string | length) }}",
+                   Conversation()),
+            "1|128");
+}
+
 }  // namespace
 }  // namespace dcf::server
