@@ -50,7 +50,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& input
 absl::StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir,
                                                    const std::string& explicit_path,
                                                    std::string* bos, std::string* eos) {
-  absl::StatusOr<std::string> config = ReadFileToString(model_dir + "/tokenizer_config.json");
+  absl::StatusOr<std::string> config =
+      ReadSmallFile(model_dir + "/tokenizer_config.json", kMaxTokenizerConfigBytes);
+  if (!config.ok() && !absl::IsNotFound(config.status())) return config.status();
   nlohmann::json json;
   if (config.ok()) {
     json = nlohmann::json::parse(*config, nullptr, /*allow_exceptions=*/false);
@@ -70,15 +72,16 @@ absl::StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir,
     token("eos_token", eos);
   }
   if (!explicit_path.empty()) {
-    absl::StatusOr<std::string> text = ReadFileToString(explicit_path);
+    absl::StatusOr<std::string> text = ReadSmallFile(explicit_path, kMaxChatTemplateFileBytes);
     if (!text.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--chat-template: ", text.status().message()));
     }
     return text;
   }
-  absl::StatusOr<std::string> jinja = ReadFileToString(model_dir + "/chat_template.jinja");
-  if (jinja.ok()) return jinja;
+  absl::StatusOr<std::string> jinja =
+      ReadSmallFile(model_dir + "/chat_template.jinja", kMaxChatTemplateFileBytes);
+  if (jinja.ok() || !absl::IsNotFound(jinja.status())) return jinja;
   if (config.ok() && json.is_object() && json.contains("chat_template")) {
     const nlohmann::json& t = json["chat_template"];
     if (t.is_string()) return t.get<std::string>();

@@ -37,6 +37,7 @@
 // Thread-safety: a ChatTemplate is immutable once parsed; Render may run on many threads.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,11 +80,18 @@ class ChatTemplate {
   std::vector<std::unique_ptr<jinja::Node>> body_;
 };
 
+// The largest template file (--chat-template, chat_template.jinja) and tokenizer_config.json
+// read: real ones are tens of KiB (a tokenizer_config.json with many added tokens, a few MiB).
+inline constexpr size_t kMaxChatTemplateFileBytes = size_t{1} << 20;
+inline constexpr size_t kMaxTokenizerConfigBytes = size_t{16} << 20;
+
 // Where a served model's template comes from: `explicit_path` (--chat-template) when set;
 // else <model_dir>/chat_template.jinja; else tokenizer_config.json's "chat_template" (a
 // string, or a list of {name, template} from which "default" is taken). NotFound when there
 // is none. Also reads tokenizer_config.json's bos_token / eos_token (strings or
-// {"content": ...}) into `*bos` and `*eos` when present.
+// {"content": ...}) into `*bos` and `*eos` when present. Each file must be a regular file
+// within the limits above (InvalidArgument otherwise: a FIFO or /dev/zero must not hang
+// start-up).
 absl::StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir,
                                                    const std::string& explicit_path,
                                                    std::string* bos, std::string* eos);

@@ -270,7 +270,7 @@ absl::Status DcformerServer::StartOpenAiEndpoint() {
     absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed = ChatTemplate::Parse(*source);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the chat template of ", options_.model_dir, " cannot be rendered: ",
+          absl::StrCat("the chat template of ", options_.model_dir, " cannot be used: ",
                        parsed.status().message(), " (docs/OPENAI_API.md lists what is supported; "
                        "--chat-template names another)"));
     }

@@ -22,8 +22,9 @@ ABSL_FLAG(int, http_port, 0,
           "/health); 0 disables it");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template for /v1/chat/completions (default: the model directory's "
-          "chat_template.jinja or tokenizer_config.json's); one that cannot be rendered is a "
-          "startup error");
+          "chat_template.jinja or tokenizer_config.json's). A file that is not a regular file, "
+          "is over 1 MiB or does not parse (outside the supported Jinja subset) is a startup "
+          "error; one that parses but fails on some messages fails those requests with 400");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV-cache memory budget in bytes; 0 = --kv-cache-fraction of memory");
 ABSL_FLAG(double, kv_cache_fraction, 0.25,

@@ -1,8 +1,11 @@
 #include "server/chat_template.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -496,6 +499,52 @@ TEST(ChatTemplateTest, ValuesCannotNestDeeplyOrHoldThemselves) {
                    "{% endfor %}{{ (ns.l | string | length) }}",
                    Conversation()),
             "1|128");
+}
+
+// Template files must be regular and small: --chat-template /dev/zero grew memory forever and
+// a FIFO blocked start-up; both, and a directory or an oversized file, are now refused at once
+// naming the file (tokenizer_config.json the same, with its own limit).
+TEST(ChatTemplateTest, TemplateFilesMustBeRegularAndSmall) {
+  const std::string dir = ::testing::TempDir() + "/chat_template_files";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/model").c_str()), 0);
+  const std::string fifo = dir + "/fifo.jinja";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big = dir + "/big.jinja";
+  std::ofstream(big) << std::string(kMaxChatTemplateFileBytes + 1, 'x');
+  const std::string ok = dir + "/ok.jinja";
+  std::ofstream(ok) << std::string(kMaxChatTemplateFileBytes, 'x');
+  struct Case {
+    std::string path;
+    const char* error;
+  } cases[] = {
+      {"/dev/zero", "is not a regular file"},
+      {fifo, "is not a regular file"},
+      {dir, "is not a regular file"},
+      {big, "is larger than 1048576 bytes"},
+  };
+  std::string bos, eos;
+  for (const Case& c : cases) {
+    absl::StatusOr<std::string> s = LoadChatTemplateSource(dir + "/model", c.path, &bos, &eos);
+    ASSERT_FALSE(s.ok()) << c.path;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << c.path;
+    EXPECT_TRUE(absl::StrContains(s.status().message(), "--chat-template: '" + c.path + "'"))
+        << s.status();
+    EXPECT_TRUE(absl::StrContains(s.status().message(), c.error)) << s.status();
+  }
+  absl::StatusOr<std::string> fine = LoadChatTemplateSource(dir + "/model", ok, &bos, &eos);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->size(), kMaxChatTemplateFileBytes);
+  // The model directory's files: a FIFO tokenizer_config.json, a directory for the template.
+  ASSERT_EQ(mkfifo((dir + "/model/tokenizer_config.json").c_str(), 0600), 0);
+  absl::StatusOr<std::string> s = LoadChatTemplateSource(dir + "/model", "", &bos, &eos);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "tokenizer_config.json' is not a regular"))
+      << s.status();
+  ASSERT_EQ(std::remove((dir + "/model/tokenizer_config.json").c_str()), 0);
+  ASSERT_EQ(mkdir((dir + "/model/chat_template.jinja").c_str(), 0700), 0);
+  s = LoadChatTemplateSource(dir + "/model", "", &bos, &eos);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "chat_template.jinja' is not a regular"))
+      << s.status();
+  ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace
