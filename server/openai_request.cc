@@ -467,6 +467,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiApi api, absl::string_vie
   r.speculate = flag.value_or(true);
   std::optional<std::string> user;
   DCF_ASSIGN(user, f.String("user"));  // type-checked, then dropped: it is logged nowhere
+  std::optional<std::string> salt;
+  DCF_ASSIGN(salt, f.String("cache_salt"));
+  r.cache_salt = salt.value_or("");
   if (api == OpenAiApi::kCompletions) {
     DCF_ASSIGN(flag, f.Bool("echo"));
     r.echo = flag.value_or(false);
@@ -596,6 +599,7 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& r, const Reque
       g.stopping.include_stop_string = r.include_stop_str_in_output;
       g.stopping.ignore_eos = r.ignore_eos;
       g.speculate = r.speculate;
+      g.cache_salt = r.cache_salt;
       g.output.logprobs = r.logprobs;
       g.output.top_logprobs = std::max(0, r.top_logprobs);
       g.output.text = limits.tokenizer != nullptr;
