@@ -277,7 +277,7 @@ absl::Status DcformerServer::StartOpenAiEndpoint() {
     chat_template_ = *std::move(parsed);
     chat.chat_template = chat_template_.get();
   } else if (absl::IsNotFound(source.status()) && options_.chat_template.empty()) {
-    DCF_LOG(Info) << "no chat template in " << options_.model_dir
+    DCF_LOG(Info) << source.status().message()
                   << ": /v1/chat/completions is refused (400), /v1/completions is served";
   } else {
     return source.status();

@@ -547,5 +547,32 @@ TEST(ChatTemplateTest, TemplateFilesMustBeRegularAndSmall) {
   ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
 }
 
+// tokenizer_config.json's named templates without a "default" stopped the server, where a
+// model without a template should serve /v1/completions only (NotFound here); transformers
+// has no default template there either. A malformed list is still an error.
+TEST(ChatTemplateTest, NamedTemplatesWithoutADefaultAreNoTemplate) {
+  const std::string dir = ::testing::TempDir() + "/chat_template_named";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  auto load = [&](const std::string& config) {
+    std::ofstream(dir + "/tokenizer_config.json") << config;
+    std::string bos, eos;
+    return LoadChatTemplateSource(dir, "", &bos, &eos);
+  };
+  absl::StatusOr<std::string> s = load(
+      R"({"chat_template": [{"name": "tool_use", "template": "a"}, {"name": "rag", "template": "b"}]})");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound) << s.status();
+  EXPECT_TRUE(absl::StrContains(s.status().message(),
+                                "names chat templates (tool_use, rag) but none \"default\""))
+      << s.status();
+  s = load(R"({"chat_template": [{"name": "rag", "template": "b"}, {"name": "default", "template": "d"}]})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, "d");
+  s = load(R"({"chat_template": [{"name": "default", "template": 5}]})");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  s = load(R"({"chat_template": 5})");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
+}
+
 }  // namespace
 }  // namespace dcf::server

@@ -175,6 +175,33 @@ TEST(OpenAiRequestTest, CacheSaltReachesEveryChoiceWithTheGrpcRules) {
       << plan.status();
 }
 
+// vLLM's chat fields that change the prompt were answered 200 as if absent, and a user
+// message without content passed: each is refused naming the field; what asks for nothing
+// passes.
+TEST(OpenAiRequestTest, ChatFieldsThatChangeThePromptAreRefused) {
+  const auto chat = OpenAiApi::kChatCompletions;
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  EXPECT_EQ(ParamOf(head + R"("chat_template":"{{ 1 }}"})", chat), "chat_template");
+  EXPECT_EQ(ParamOf(head + R"("chat_template_kwargs":{"enable_thinking":false}})", chat),
+            "chat_template_kwargs");
+  EXPECT_EQ(ParamOf(head + R"("continue_final_message":true})", chat), "continue_final_message");
+  for (const char* nothing : {R"("chat_template":null})", R"("chat_template_kwargs":{}})",
+                              R"("continue_final_message":false})"}) {
+    EXPECT_TRUE(ParseOpenAiRequest(chat, head + nothing).ok()) << nothing;
+  }
+  // Not chat fields on /v1/completions: unknown there, so ignored.
+  EXPECT_TRUE(Completions(R"({"model":"m","prompt":"a","chat_template":"x"})").ok());
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"user"}]})", chat), "messages[0].content");
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"user","content":"a"},)"
+                    R"({"role":"system","content":null}]})",
+                    chat),
+            "messages[1].content");
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(
+      chat, R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[1].content, "");
+}
+
 TEST(OpenAiRequestTest, ChatRendersTheTemplate) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> t = ChatTemplate::Parse(
       "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
