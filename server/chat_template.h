@@ -88,7 +88,8 @@ inline constexpr size_t kMaxTokenizerConfigBytes = size_t{16} << 20;
 // Where a served model's template comes from: `explicit_path` (--chat-template) when set;
 // else <model_dir>/chat_template.jinja; else tokenizer_config.json's "chat_template" (a
 // string, or a list of {name, template} from which "default" is taken). NotFound when there
-// is none, also when the list names no "default" (transformers then has no template either). Also reads tokenizer_config.json's bos_token / eos_token (strings or
+// is none, also when the list names no "default" (transformers then has no template
+// either). Also reads tokenizer_config.json's bos_token / eos_token (strings or
 // {"content": ...}) into `*bos` and `*eos` when present. Each file must be a regular file
 // within the limits above (InvalidArgument otherwise: a FIFO or /dev/zero must not hang
 // start-up).

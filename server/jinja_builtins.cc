@@ -255,7 +255,8 @@ absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
     const std::string from = arg(0), to = arg(1);
     if (!from.empty() && to.size() > from.size()) {  // the result grows: its size first
       size_t count = 0;
-      for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + from.size())) {
+      for (size_t p = text.find(from); p != std::string::npos;
+           p = text.find(from, p + from.size())) {
         ++count;
       }
       // count <= text.size() and to.size() <= kMaxStringBytes: no overflow in size_t.

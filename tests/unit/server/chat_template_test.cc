@@ -371,7 +371,8 @@ TEST(ChatTemplateTest, DeepNestingIsRefusedAtParseTimeWithThePlace) {
     auto t = ChatTemplate::Parse(c.source);
     ASSERT_FALSE(t.ok()) << c.source.substr(0, 40);
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(t.status().message(), absl::StrCat(c.place, " nested too deeply")))
+    EXPECT_TRUE(
+        absl::StrContains(t.status().message(), absl::StrCat(c.place, " nested too deeply")))
         << c.source.substr(0, 40) << ": " << t.status().message();
   }
 }
@@ -558,13 +559,14 @@ TEST(ChatTemplateTest, NamedTemplatesWithoutADefaultAreNoTemplate) {
     std::string bos, eos;
     return LoadChatTemplateSource(dir, "", &bos, &eos);
   };
-  absl::StatusOr<std::string> s = load(
-      R"({"chat_template": [{"name": "tool_use", "template": "a"}, {"name": "rag", "template": "b"}]})");
+  absl::StatusOr<std::string> s = load(R"({"chat_template": [{"name": "tool_use", "template": "a"},
+                                                              {"name": "rag", "template": "b"}]})");
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound) << s.status();
   EXPECT_TRUE(absl::StrContains(s.status().message(),
                                 "names chat templates (tool_use, rag) but none \"default\""))
       << s.status();
-  s = load(R"({"chat_template": [{"name": "rag", "template": "b"}, {"name": "default", "template": "d"}]})");
+  s = load(R"({"chat_template": [{"name": "rag", "template": "b"},
+                                  {"name": "default", "template": "d"}]})");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(*s, "d");
   s = load(R"({"chat_template": [{"name": "default", "template": 5}]})");
