@@ -50,7 +50,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& input
 absl::StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir,
                                                    const std::string& explicit_path,
                                                    std::string* bos, std::string* eos) {
-  absl::StatusOr<std::string> config = ReadFileToString(model_dir + "/tokenizer_config.json");
+  absl::StatusOr<std::string> config =
+      ReadSmallFile(model_dir + "/tokenizer_config.json", kMaxTokenizerConfigBytes);
+  if (!config.ok() && !absl::IsNotFound(config.status())) return config.status();
   nlohmann::json json;
   if (config.ok()) {
     json = nlohmann::json::parse(*config, nullptr, /*allow_exceptions=*/false);
@@ -70,29 +72,41 @@ absl::StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir,
     token("eos_token", eos);
   }
   if (!explicit_path.empty()) {
-    absl::StatusOr<std::string> text = ReadFileToString(explicit_path);
+    absl::StatusOr<std::string> text = ReadSmallFile(explicit_path, kMaxChatTemplateFileBytes);
     if (!text.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--chat-template: ", text.status().message()));
     }
     return text;
   }
-  absl::StatusOr<std::string> jinja = ReadFileToString(model_dir + "/chat_template.jinja");
-  if (jinja.ok()) return jinja;
+  absl::StatusOr<std::string> jinja =
+      ReadSmallFile(model_dir + "/chat_template.jinja", kMaxChatTemplateFileBytes);
+  if (jinja.ok() || !absl::IsNotFound(jinja.status())) return jinja;
   if (config.ok() && json.is_object() && json.contains("chat_template")) {
     const nlohmann::json& t = json["chat_template"];
     if (t.is_string()) return t.get<std::string>();
     if (t.is_array()) {
+      std::string names;
       for (const nlohmann::json& named : t) {
-        if (named.is_object() && named.value("name", "") == "default" &&
-            named.contains("template") && named["template"].is_string()) {
-          return named["template"].get<std::string>();
+        if (!named.is_object() || !named.contains("name") || !named["name"].is_string() ||
+            !named.contains("template") || !named["template"].is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              model_dir, "/tokenizer_config.json: chat_template is a list whose items are not "
+                         "all {\"name\": string, \"template\": string}"));
         }
+        const std::string name = named["name"].get<std::string>();
+        if (name == "default") return named["template"].get<std::string>();
+        absl::StrAppend(&names, names.empty() ? "" : ", ", name);
       }
+      // As transformers: named templates without a default leave the model no chat template
+      // of its own (a client there must name one; here --chat-template does).
+      return absl::NotFoundError(absl::StrCat(
+          model_dir, "/tokenizer_config.json names chat templates (", names,
+          ") but none \"default\"; --chat-template FILE serves one"));
     }
     return absl::InvalidArgumentError(
         absl::StrCat(model_dir, "/tokenizer_config.json: chat_template is neither a string nor "
-                                "a list holding a template named \"default\""));
+                                "a list of named templates"));
   }
   return absl::NotFoundError(absl::StrCat("no chat template in ", model_dir,
                                           " (chat_template.jinja or tokenizer_config.json)"));

@@ -22,15 +22,22 @@
 //     lstrip, rstrip, startswith, endswith, upper, lower, split, replace, title, capitalize;
 //     dict methods get, items, keys, values.
 // Not supported (refused at load, naming line and column): macros, call blocks, filter
-// blocks, include/import/extends, blocks, `with`, `break`/`continue`, other filters and tests.
+// blocks, include/import/extends, blocks, `with`, `break`/`continue`, other filters and tests,
+// and nesting deeper than jinja::kMaxNesting (64) statements or expression levels
+// ("nested too deeply"; an operator chain `a ~ b ~ c` counts one level per operator), so
+// that no template that loads can exhaust a thread's stack when it renders.
 //
 // Undefined values follow Jinja's default: printing one prints nothing, testing it is false,
-// but its attributes or items are an error. A render error (raise_exception included) is an
+// but its attributes or items are an error. Integers are int64, not Python's unbounded ones:
+// an operation whose result leaves int64 (+ - * // %, unary -, `int` of a larger number) is
+// a render error naming its place, never a wrapped value; otherwise `int` is Jinja's (int(x),
+// else int(float(x)), else its default, 0). A render error (raise_exception included) is an
 // InvalidArgument whose message the server returns to the client.
 //
 // Thread-safety: a ChatTemplate is immutable once parsed; Render may run on many threads.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -73,11 +80,19 @@ class ChatTemplate {
   std::vector<std::unique_ptr<jinja::Node>> body_;
 };
 
+// The largest template file (--chat-template, chat_template.jinja) and tokenizer_config.json
+// read: real ones are tens of KiB (a tokenizer_config.json with many added tokens, a few MiB).
+inline constexpr size_t kMaxChatTemplateFileBytes = size_t{1} << 20;
+inline constexpr size_t kMaxTokenizerConfigBytes = size_t{16} << 20;
+
 // Where a served model's template comes from: `explicit_path` (--chat-template) when set;
 // else <model_dir>/chat_template.jinja; else tokenizer_config.json's "chat_template" (a
 // string, or a list of {name, template} from which "default" is taken). NotFound when there
-// is none. Also reads tokenizer_config.json's bos_token / eos_token (strings or
-// {"content": ...}) into `*bos` and `*eos` when present.
+// is none, also when the list names no "default" (transformers then has no template
+// either). Also reads tokenizer_config.json's bos_token / eos_token (strings or
+// {"content": ...}) into `*bos` and `*eos` when present. Each file must be a regular file
+// within the limits above (InvalidArgument otherwise: a FIFO or /dev/zero must not hang
+// start-up).
 absl::StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir,
                                                    const std::string& explicit_path,
                                                    std::string* bos, std::string* eos);

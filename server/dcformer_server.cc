@@ -270,14 +270,14 @@ absl::Status DcformerServer::StartOpenAiEndpoint() {
     absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed = ChatTemplate::Parse(*source);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the chat template of ", options_.model_dir, " cannot be rendered: ",
+          absl::StrCat("the chat template of ", options_.model_dir, " cannot be used: ",
                        parsed.status().message(), " (docs/OPENAI_API.md lists what is supported; "
                        "--chat-template names another)"));
     }
     chat_template_ = *std::move(parsed);
     chat.chat_template = chat_template_.get();
   } else if (absl::IsNotFound(source.status()) && options_.chat_template.empty()) {
-    DCF_LOG(Info) << "no chat template in " << options_.model_dir
+    DCF_LOG(Info) << source.status().message()
                   << ": /v1/chat/completions is refused (400), /v1/completions is served";
   } else {
     return source.status();

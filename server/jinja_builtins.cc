@@ -1,6 +1,7 @@
 #include "server/jinja_builtins.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
@@ -19,6 +20,17 @@ namespace {
 
 absl::Status Fail(const Site& at, absl::string_view what) { return At(at.line, at.column, what); }
 
+// Refuses, before it is built, a string of `bytes` past kMaxStringBytes.
+absl::Status CheckStringBytes(const Site& at, size_t bytes) {
+  if (bytes <= kMaxStringBytes) return absl::OkStatus();
+  return Fail(at, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
+}
+
+absl::Status CheckListItems(const Site& at, size_t items) {
+  if (items <= kMaxListItems) return absl::OkStatus();
+  return Fail(at, absl::StrCat("a list of more than ", kMaxListItems, " items"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Filters
 
@@ -28,11 +40,30 @@ absl::StatusOr<Value> Default(const Site&, const Value& x, const std::vector<Val
   return x;
 }
 
-absl::StatusOr<Value> Int(const Site&, const Value& x, const std::vector<Value>&) {
+// Jinja's `int(default=0)`: Python's int(x), else int(float(x)) ("42.9" gives 42), else the
+// default; a NaN gives the default too. Python's integers are unbounded and these are int64:
+// a number that parses but lies outside int64 ('99999999999999999999', 1e300, inf) is an
+// error, not the default (Jinja gives the big number, or an OverflowError for inf).
+absl::StatusOr<Value> Int(const Site& at, const Value& x, const std::vector<Value>& args) {
+  const Value fallback = args.empty() ? Value::Int(0) : args[0];
   if (x.kind == Value::Kind::kInt) return x;
-  if (x.kind == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(x.f));
-  int64_t i = 0;
-  return Value::Int(absl::SimpleAtoi(ToText(x), &i) ? i : 0);
+  if (x.kind == Value::Kind::kBool) return Value::Int(x.b ? 1 : 0);
+  double f = 0;
+  if (x.kind == Value::Kind::kFloat) {
+    f = x.f;
+  } else if (x.kind == Value::Kind::kString) {
+    int64_t i = 0;
+    if (absl::SimpleAtoi(x.s, &i)) return Value::Int(i);
+    if (!absl::SimpleAtod(x.s, &f)) return fallback;
+  } else {
+    return fallback;
+  }
+  if (std::isnan(f)) return fallback;
+  // [-2^63, 2^63): both bounds are exact doubles; truncation toward zero, as Python's int().
+  if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0)) {
+    return Fail(at, "int of a number outside the 64-bit integers");
+  }
+  return Value::Int(static_cast<int64_t>(f));
 }
 
 absl::StatusOr<Value> Length(const Site& at, const Value& x, const std::vector<Value>&) {
@@ -46,8 +77,14 @@ absl::StatusOr<Value> Length(const Site& at, const Value& x, const std::vector<V
 absl::StatusOr<Value> Join(const Site& at, const Value& x, const std::vector<Value>& args) {
   if (x.kind != Value::Kind::kList) return Fail(at, "join of a non-list");
   std::vector<std::string> parts;
-  for (const Value& item : *x.list) parts.push_back(ToText(item));
-  return Value::Str(absl::StrJoin(parts, args.empty() ? "" : ToText(args[0])));
+  const std::string separator = args.empty() ? "" : ToText(args[0]);
+  size_t bytes = 0;
+  for (const Value& item : *x.list) {
+    parts.push_back(ToText(item));
+    bytes += parts.back().size() + (parts.size() > 1 ? separator.size() : 0);
+    if (absl::Status s = CheckStringBytes(at, bytes); !s.ok()) return s;
+  }
+  return Value::Str(absl::StrJoin(parts, separator));
 }
 
 // The `first` (first is true) or `last` filter.
@@ -62,10 +99,11 @@ Value FirstOrLast(bool first, const Value& x) {
   return Value();
 }
 
-absl::StatusOr<Value> ToList(const Site&, const Value& x, const std::vector<Value>&) {
+absl::StatusOr<Value> ToList(const Site& at, const Value& x, const std::vector<Value>&) {
   if (x.kind == Value::Kind::kList) return x;
   List items;
   if (x.kind == Value::Kind::kString) {
+    if (absl::Status s = CheckListItems(at, x.s.size()); !s.ok()) return s;
     for (char c : x.s) items.push_back(Value::Str(std::string(1, c)));
   } else if (x.kind == Value::Kind::kDict) {
     for (const auto& [k, item] : *x.dict) items.push_back(Value::Str(k));
@@ -213,7 +251,22 @@ absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
   if (name == "endswith") return Value::Bool(absl::EndsWith(text, arg(0)));
   if (name == "upper") return Value::Str(absl::AsciiStrToUpper(text));
   if (name == "lower") return Value::Str(absl::AsciiStrToLower(text));
-  if (name == "replace") return Value::Str(absl::StrReplaceAll(text, {{arg(0), arg(1)}}));
+  if (name == "replace") {
+    const std::string from = arg(0), to = arg(1);
+    if (!from.empty() && to.size() > from.size()) {  // the result grows: its size first
+      size_t count = 0;
+      for (size_t p = text.find(from); p != std::string::npos;
+           p = text.find(from, p + from.size())) {
+        ++count;
+      }
+      // count <= text.size() and to.size() <= kMaxStringBytes: no overflow in size_t.
+      if (absl::Status s = CheckStringBytes(at, text.size() + count * (to.size() - from.size()));
+          !s.ok()) {
+        return s;
+      }
+    }
+    return Value::Str(absl::StrReplaceAll(text, {{from, to}}));
+  }
   if (name == "capitalize") {
     std::string out = absl::AsciiStrToLower(text);
     if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
@@ -234,10 +287,12 @@ absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
       for (absl::string_view p :
            absl::StrSplit(text, absl::ByAnyChar(" \t\n\r"), absl::SkipEmpty())) {
         parts.push_back(Value::Str(std::string(p)));
+        if (absl::Status s = CheckListItems(at, parts.size()); !s.ok()) return s;
       }
     } else {
       for (absl::string_view p : absl::StrSplit(text, arg(0))) {
         parts.push_back(Value::Str(std::string(p)));
+        if (absl::Status s = CheckListItems(at, parts.size()); !s.ok()) return s;
       }
     }
     return Value::MakeList(std::move(parts));

@@ -24,7 +24,9 @@ class ExprParser {
     if (Peek().type != Token::Type::kEnd) return Fail(Peek(), "unexpected '" + Peek().text + "'");
     return e;
   }
-  absl::StatusOr<ExprPtr> Parse() { return Conditional(); }
+  absl::StatusOr<ExprPtr> Parse() {
+    return Nested([this] { return Conditional(); });
+  }
 
   const Token& Peek(size_t ahead = 0) const { return t_[std::min(pos_ + ahead, t_.size() - 1)]; }
   const Token& Next() { return t_[std::min(pos_++, t_.size() - 1)]; }
@@ -49,6 +51,28 @@ class ExprParser {
     return e;
   }
 
+  // `parse` one level deeper into the parser's recursion: refused past kMaxNesting, at the
+  // token it would start at, before the recursion can exhaust the stack.
+  absl::StatusOr<ExprPtr> Nested(const std::function<absl::StatusOr<ExprPtr>()>& parse) {
+    if (depth_ >= kMaxNesting) return Fail(Peek(), "nested too deeply");
+    ++depth_;
+    absl::StatusOr<ExprPtr> e = parse();
+    --depth_;
+    return e;
+  }
+
+  // `e` with its children in place: its height, refused past kMaxNesting at e's place.
+  absl::StatusOr<ExprPtr> Sealed(ExprPtr e) {
+    int below = 0;
+    for (const ExprPtr& a : e->args) {
+      if (a != nullptr) below = std::max(below, a->height);
+    }
+    for (const auto& [k, a] : e->kwargs) below = std::max(below, a->height);
+    e->height = below + 1;
+    if (e->height > kMaxNesting) return At(e->line, e->column, "nested too deeply");
+    return e;
+  }
+
   absl::StatusOr<ExprPtr> Conditional() {
     absl::StatusOr<ExprPtr> value = Or();
     if (!value.ok() || !IsName("if")) return value;
@@ -60,11 +84,11 @@ class ExprParser {
     e->args.push_back(std::move(*value));
     if (IsName("else")) {
       Next();
-      absl::StatusOr<ExprPtr> other = Conditional();
+      absl::StatusOr<ExprPtr> other = Nested([this] { return Conditional(); });
       if (!other.ok()) return other;
       e->args.push_back(std::move(*other));
     }
-    return e;
+    return Sealed(std::move(e));
   }
 
   absl::StatusOr<ExprPtr> Binary(std::function<absl::StatusOr<ExprPtr>()> operand,
@@ -78,7 +102,7 @@ class ExprParser {
       e->name = op.text;
       e->args.push_back(std::move(*left));
       e->args.push_back(std::move(*right));
-      left = std::move(e);
+      left = Sealed(std::move(e));
     }
     return left;
   }
@@ -92,11 +116,11 @@ class ExprParser {
   absl::StatusOr<ExprPtr> Not() {
     if (!IsName("not")) return Compare();
     const Token& at = Next();
-    absl::StatusOr<ExprPtr> operand = Not();
+    absl::StatusOr<ExprPtr> operand = Nested([this] { return Not(); });
     if (!operand.ok()) return operand;
     ExprPtr e = Make(Expr::Kind::kNot, at);
     e->args.push_back(std::move(*operand));
-    return e;
+    return Sealed(std::move(e));
   }
 
   absl::StatusOr<ExprPtr> Compare() {
@@ -128,7 +152,7 @@ class ExprParser {
           if (!a.ok()) return a;
           e->args.push_back(std::move(*a));
         }
-        left = std::move(e);
+        left = Sealed(std::move(e));
         continue;
       }
       std::string op;
@@ -149,7 +173,7 @@ class ExprParser {
       e->name = op;
       e->args.push_back(std::move(*left));
       e->args.push_back(std::move(*right));
-      left = std::move(e);
+      left = Sealed(std::move(e));
     }
     return left;
   }
@@ -168,11 +192,11 @@ class ExprParser {
   absl::StatusOr<ExprPtr> Unary() {
     if (IsOp("-")) {
       const Token& at = Next();
-      absl::StatusOr<ExprPtr> operand = Unary();
+      absl::StatusOr<ExprPtr> operand = Nested([this] { return Unary(); });
       if (!operand.ok()) return operand;
       ExprPtr e = Make(Expr::Kind::kNeg, at);
       e->args.push_back(std::move(*operand));
-      return e;
+      return Sealed(std::move(e));
     }
     return Filtered();
   }
@@ -210,7 +234,7 @@ class ExprParser {
       if (IsOp("(")) {
         if (absl::Status s = Arguments(e.get()); !s.ok()) return s;
       }
-      value = std::move(e);
+      value = Sealed(std::move(e));
     }
     return value;
   }
@@ -225,7 +249,7 @@ class ExprParser {
         ExprPtr e = Make(Expr::Kind::kAttr, name);
         e->name = name.text;
         e->args.push_back(std::move(*value));
-        value = std::move(e);
+        value = Sealed(std::move(e));
       } else if (IsOp("[")) {
         const Token& at = Next();
         ExprPtr index[3];
@@ -254,12 +278,12 @@ class ExprParser {
           if (!has[0]) return Fail(at, "an empty subscript");
           e->args.push_back(std::move(index[0]));
         }
-        value = std::move(e);
+        value = Sealed(std::move(e));
       } else if (IsOp("(")) {
         ExprPtr e = Make(Expr::Kind::kCall, Peek());
         e->args.push_back(std::move(*value));
         if (absl::Status s = Arguments(e.get()); !s.ok()) return s;
-        value = std::move(e);
+        value = Sealed(std::move(e));
       } else {
         break;
       }
@@ -322,7 +346,7 @@ class ExprParser {
             Next();
           }
           if (absl::Status s = Expect("]"); !s.ok()) return s;
-          return e;
+          return Sealed(std::move(e));
         }
         if (t.text == "{") {
           ExprPtr e = Make(Expr::Kind::kDict, t);
@@ -338,7 +362,7 @@ class ExprParser {
             Next();
           }
           if (absl::Status s = Expect("}"); !s.ok()) return s;
-          return e;
+          return Sealed(std::move(e));
         }
         return Fail(t, absl::StrCat("unexpected '", t.text, "'"));
       case Token::Type::kEnd:
@@ -349,6 +373,7 @@ class ExprParser {
 
   std::vector<Token> t_;
   size_t pos_ = 0;
+  int depth_ = 0;  // Nested() calls in progress
 };
 
 // ---------------------------------------------------------------------------------------
@@ -442,6 +467,14 @@ class TemplateParser {
     return absl::OkStatus();
   }
 
+  // Opens the body of the block statement `p`: refused past kMaxNesting; the caller leaves it
+  // (--depth_) once its end tag is parsed. An error ends the parse, so it need not.
+  absl::Status Enter(const Piece& p) {
+    if (depth_ >= kMaxNesting) return At(p.line, p.column, "nested too deeply");
+    ++depth_;
+    return absl::OkStatus();
+  }
+
   absl::Status ExpectEnd(ExprParser* parser) {
     if (!parser->AtEnd()) {
       return parser->Fail(parser->Peek(), absl::StrCat("unexpected '", parser->Peek().text, "'"));
@@ -472,11 +505,13 @@ class TemplateParser {
     if (absl::Status s = ExpectEnd(parser); !s.ok()) return s;
     if (absl::Status s = CheckNames(**iterable); !s.ok()) return s;
     n->expr = std::move(*iterable);
+    if (absl::Status s = Enter(p); !s.ok()) return s;
     std::string stop;
     if (absl::Status s = ParseBody(&n->body, {"endfor", "else"}, &stop); !s.ok()) return s;
     if (stop == "else") {
       if (absl::Status s = ParseBody(&n->else_body, {"endfor"}, &stop); !s.ok()) return s;
     }
+    --depth_;
     out->push_back(std::move(n));
     return absl::OkStatus();
   }
@@ -486,6 +521,7 @@ class TemplateParser {
     n->kind = Node::Kind::kIf;
     n->line = p.line;
     n->column = p.column;
+    if (absl::Status s = Enter(p); !s.ok()) return s;
     while (true) {
       absl::StatusOr<ExprPtr> cond = parser->Parse();
       if (!cond.ok()) return cond.status();
@@ -503,6 +539,7 @@ class TemplateParser {
       parser = stop_parser_.get();  // elif: its condition follows in the same tag
       kept_.push_back(std::move(stop_parser_));
     }
+    --depth_;
     out->push_back(std::move(n));
     return absl::OkStatus();
   }
@@ -540,6 +577,7 @@ class TemplateParser {
   size_t pos_ = 0;
   std::unique_ptr<ExprParser> stop_parser_;
   std::vector<std::unique_ptr<ExprParser>> kept_;
+  int depth_ = 0;  // block statements open around the current piece
 };
 
 }  // namespace

@@ -8,6 +8,13 @@
 // ("chat template: the template ends before its 'endfor'" for an unclosed block). A tree is
 // plain data that owns its children (unique_ptr); once built it is only read, so many
 // renders may read one tree at once.
+//
+// Nesting is bounded at parse time ("nested too deeply"): statements ({% for %}, {% if %})
+// at most kMaxNesting inside one another, and every expression at most kMaxNesting deep,
+// counting both what the parser recurses into (parentheses, brackets, arguments, `not`,
+// unary -) and the height of the tree it builds (`a ~ b ~ c` is 3 deep: operator chains
+// nest to the left). The parser, the renderer and the tree's destructor all recurse by
+// these depths, so a template that parses cannot exhaust any thread's stack.
 #pragma once
 
 #include <memory>
@@ -27,6 +34,10 @@ namespace dcf::server::jinja {
 // kSlice: {value, start, stop, step} (nullptr where has_slice is false); kCall: {callee,
 // arguments...}; kCond: {condition, value, else value (optional)}; kDict: {key, value, key,
 // value, ...}; kList: the elements; kNot, kNeg: {operand}; kBinary: {left, right}.
+// How deep statements, and separately expressions, may nest (see above). Real chat
+// templates nest statements under 10 deep and expressions under 20.
+inline constexpr int kMaxNesting = 64;
+
 struct Expr {
   enum class Kind {
     kLiteral, kName, kAttr, kItem, kSlice, kCall, kFilter, kTest, kNot, kNeg, kBinary, kCond,
@@ -40,6 +51,7 @@ struct Expr {
   std::vector<std::pair<std::string, std::unique_ptr<Expr>>> kwargs;
   bool negate = false;  // kTest: `is not`
   bool has_slice[3] = {false, false, false};
+  int height = 1;  // of the tree under this expression, itself included (<= kMaxNesting)
 };
 using ExprPtr = std::unique_ptr<Expr>;
 

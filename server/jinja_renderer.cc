@@ -28,6 +28,10 @@ class Renderer {
 
  private:
   static constexpr int kMaxIterations = 1 << 20;
+  // What one render may make in all: the bytes of every string value it computes (each copy
+  // counts: a name's string is copied when read) and of every list it builds. Bounds time as
+  // well as memory: 2^20 iterations each copying a 16 MiB string would take hours.
+  static constexpr size_t kMaxBytesMade = size_t{256} << 20;
 
   absl::Status Fail(int line, int column, absl::string_view what) { return At(line, column, what); }
   absl::Status Fail(const Expr& e, absl::string_view what) { return Fail(e.line, e.column, what); }
@@ -44,13 +48,11 @@ class Renderer {
   absl::Status Exec(const Node& n, std::string* out) {
     switch (n.kind) {
       case Node::Kind::kText:
-        out->append(n.text);
-        return absl::OkStatus();
+        return Append(n.text, out);
       case Node::Kind::kOutput: {
         absl::StatusOr<Value> v = Eval(*n.expr);
         if (!v.ok()) return v.status();
-        out->append(ToText(*v));
-        return absl::OkStatus();
+        return Append(ToText(*v), out);
       }
       case Node::Kind::kSet: {
         absl::StatusOr<Value> v = Eval(*n.expr);
@@ -63,6 +65,11 @@ class Renderer {
         if (ns.kind != Value::Kind::kDict || !ns.is_namespace) {
           return Fail(n.line, n.column,
                       absl::StrCat("'", n.targets[0], "' is not a namespace()"));
+        }
+        // A namespace holding a namespace could come to hold itself: a cycle, which printing
+        // would follow forever (Value::depth).
+        if (HoldsNamespace(*v)) {
+          return Fail(n.line, n.column, "a namespace attribute cannot hold a namespace");
         }
         (*ns.dict)[n.targets[1]] = *std::move(v);
         return absl::OkStatus();
@@ -78,9 +85,13 @@ class Renderer {
       case Node::Kind::kFor: {
         absl::StatusOr<Value> iterable = Eval(*n.expr);
         if (!iterable.ok()) return iterable.status();
+        if (iterable->kind == Value::Kind::kString && iterable->s.size() > kMaxIterations) {
+          return Fail(n.line, n.column, "too many iterations");
+        }
         List items;
         if (iterable->kind == Value::Kind::kList) {
           items = *iterable->list;
+          if (absl::Status s = Made(n.line, n.column, ListBytes(items)); !s.ok()) return s;
         } else if (iterable->kind == Value::Kind::kDict) {
           for (const auto& [k, v] : *iterable->dict) items.push_back(Value::Str(k));
         } else if (iterable->kind == Value::Kind::kString) {
@@ -125,7 +136,68 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  absl::Status Append(absl::string_view text, std::string* out) {
+    if (out->size() + text.size() > kMaxStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat template: the rendered prompt would be longer than ", kMaxStringBytes >> 20,
+          " MiB"));
+    }
+    out->append(text.data(), text.size());
+    return absl::OkStatus();
+  }
+
+  // The bytes a copy of `items` holds: its Values and the strings directly in them.
+  static size_t ListBytes(const List& items) {
+    size_t bytes = items.size() * sizeof(Value);
+    for (const Value& v : items) bytes += v.s.size();
+    return bytes;
+  }
+
+  // Counts `bytes` more made by this render; refused past kMaxBytesMade.
+  absl::Status Made(int line, int column, size_t bytes) {
+    made_ += bytes;
+    if (made_ <= kMaxBytesMade) return absl::OkStatus();
+    return Fail(line, column, absl::StrCat("the template made more than ", kMaxBytesMade >> 20,
+                                           " MiB of strings and lists"));
+  }
+
+  absl::Status CheckStringBytes(const Expr& e, size_t bytes) {
+    if (bytes <= kMaxStringBytes) return absl::OkStatus();
+    return Fail(e, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
+  }
+
+  // Every value an expression computes passes here: a string is bounded and counted, and so
+  // is a list the expression built (not one it only names: lists are shared, not copied).
+  static bool HoldsNamespace(const Value& v) {
+    if (v.kind == Value::Kind::kList) {
+      for (const Value& item : *v.list) {
+        if (HoldsNamespace(item)) return true;
+      }
+    } else if (v.kind == Value::Kind::kDict) {
+      if (v.is_namespace) return true;
+      for (const auto& [k, item] : *v.dict) {
+        if (HoldsNamespace(item)) return true;
+      }
+    }
+    return false;
+  }
+
   absl::StatusOr<Value> Eval(const Expr& e) {
+    absl::StatusOr<Value> v = Compute(e);
+    if (!v.ok()) return v;
+    if (v->depth > kMaxNesting) return Fail(e, "a value nested too deeply");
+    if (v->kind == Value::Kind::kString) {
+      if (absl::Status s = CheckStringBytes(e, v->s.size()); !s.ok()) return s;
+      if (absl::Status s = Made(e.line, e.column, v->s.size()); !s.ok()) return s;
+    } else if (v->kind == Value::Kind::kList && e.kind != Expr::Kind::kName &&
+               e.kind != Expr::Kind::kAttr && e.kind != Expr::Kind::kItem &&
+               e.kind != Expr::Kind::kBinary) {  // list + list counts itself, before copying
+      if (absl::Status s = Made(e.line, e.column, ListBytes(*v->list)); !s.ok()) return s;
+    }
+    return v;
+  }
+
+  absl::StatusOr<Value> Compute(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.literal;
       case Expr::Kind::kName: return Lookup(e.name);
@@ -185,7 +257,10 @@ class Renderer {
       case Expr::Kind::kNeg: {
         absl::StatusOr<Value> v = Eval(*e.args[0]);
         if (!v.ok()) return v;
-        if (v->kind == Value::Kind::kInt) return Value::Int(-v->i);
+        if (v->kind == Value::Kind::kInt) {
+          if (v->i == INT64_MIN) return Fail(e, "integer overflow in '-'");
+          return Value::Int(-v->i);
+        }
         if (v->kind == Value::Kind::kFloat) return Value::Float(-v->f);
         return Fail(e, absl::StrCat("cannot negate a ", KindName(v->kind)));
       }
@@ -270,7 +345,11 @@ class Renderer {
     const std::string& op = e.name;
     if (op == "==") return Value::Bool(Equal(*l, *r));
     if (op == "!=") return Value::Bool(!Equal(*l, *r));
-    if (op == "~") return Value::Str(ToText(*l) + ToText(*r));
+    if (op == "~") {
+      std::string a = ToText(*l), b = ToText(*r);
+      if (absl::Status s = CheckStringBytes(e, a.size() + b.size()); !s.ok()) return s;
+      return Value::Str(std::move(a) + b);
+    }
     if (op == "in" || op == "not in") {
       bool found = false;
       if (r->kind == Value::Kind::kString) {
@@ -298,9 +377,17 @@ class Renderer {
     }
     if (op == "+") {
       if (l->kind == Value::Kind::kString && r->kind == Value::Kind::kString) {
+        if (absl::Status s = CheckStringBytes(e, l->s.size() + r->s.size()); !s.ok()) return s;
         return Value::Str(l->s + r->s);
       }
       if (l->kind == Value::Kind::kList && r->kind == Value::Kind::kList) {
+        if (l->list->size() + r->list->size() > kMaxListItems) {
+          return Fail(e, absl::StrCat("a list of more than ", kMaxListItems, " items"));
+        }
+        if (absl::Status s = Made(e.line, e.column, ListBytes(*l->list) + ListBytes(*r->list));
+            !s.ok()) {
+          return s;
+        }
         List items = *l->list;
         items.insert(items.end(), r->list->begin(), r->list->end());
         return Value::MakeList(std::move(items));
@@ -310,29 +397,49 @@ class Renderer {
       return Fail(e, absl::StrCat("'", op, "' of a ", KindName(l->kind), " and a ",
                                   KindName(r->kind)));
     }
-    const bool ints = l->kind == Value::Kind::kInt && r->kind == Value::Kind::kInt;
-    if (op == "+") return ints ? Value::Int(l->i + r->i) : Value::Float(l->AsDouble() + r->AsDouble());
-    if (op == "-") return ints ? Value::Int(l->i - r->i) : Value::Float(l->AsDouble() - r->AsDouble());
-    if (op == "*") return ints ? Value::Int(l->i * r->i) : Value::Float(l->AsDouble() * r->AsDouble());
+    if (l->kind == Value::Kind::kInt && r->kind == Value::Kind::kInt) {
+      return IntArithmetic(e, op, l->i, r->i);
+    }
+    if (op == "+") return Value::Float(l->AsDouble() + r->AsDouble());
+    if (op == "-") return Value::Float(l->AsDouble() - r->AsDouble());
+    if (op == "*") return Value::Float(l->AsDouble() * r->AsDouble());
     if (r->AsDouble() == 0) return Fail(e, "division by zero");
     if (op == "/") return Value::Float(l->AsDouble() / r->AsDouble());
-    if (op == "//") {
-      if (ints) {
-        int64_t q = l->i / r->i;
-        if ((l->i % r->i != 0) && ((l->i < 0) != (r->i < 0))) --q;
-        return Value::Int(q);
-      }
-      return Value::Float(std::floor(l->AsDouble() / r->AsDouble()));
-    }
-    if (op == "%") {
-      if (ints) {
-        int64_t m = l->i % r->i;
-        if (m != 0 && ((m < 0) != (r->i < 0))) m += r->i;
-        return Value::Int(m);
-      }
-      return Value::Float(std::fmod(l->AsDouble(), r->AsDouble()));
-    }
+    if (op == "//") return Value::Float(std::floor(l->AsDouble() / r->AsDouble()));
+    if (op == "%") return Value::Float(std::fmod(l->AsDouble(), r->AsDouble()));
     return Fail(e, absl::StrCat("unknown operator '", op, "'"));
+  }
+
+  // Integer + - * / // % with Python's floor semantics. Python's integers are unbounded;
+  // these are int64, so a result outside int64 is an error ("integer overflow") rather than a
+  // wrapped value (or, for INT64_MIN // -1, the process's death by SIGFPE).
+  absl::StatusOr<Value> IntArithmetic(const Expr& e, const std::string& op, int64_t a, int64_t b) {
+    int64_t out = 0;
+    bool overflow = false;
+    if (op == "+") {
+      overflow = __builtin_add_overflow(a, b, &out);
+    } else if (op == "-") {
+      overflow = __builtin_sub_overflow(a, b, &out);
+    } else if (op == "*") {
+      overflow = __builtin_mul_overflow(a, b, &out);
+    } else if (op == "/" || op == "//" || op == "%") {
+      if (b == 0) return Fail(e, "division by zero");
+      if (op == "/") return Value::Float(static_cast<double>(a) / static_cast<double>(b));
+      if (b == -1) {  // a / -1 traps for INT64_MIN; a % -1 is 0 for every a
+        if (op == "%") return Value::Int(0);
+        overflow = __builtin_sub_overflow(int64_t{0}, a, &out);
+      } else if (op == "//") {
+        out = a / b;
+        if ((a % b != 0) && ((a < 0) != (b < 0))) --out;
+      } else {
+        out = a % b;
+        if (out != 0 && ((out < 0) != (b < 0))) out += b;
+      }
+    } else {
+      return Fail(e, absl::StrCat("unknown operator '", op, "'"));
+    }
+    if (overflow) return Fail(e, absl::StrCat("integer overflow in '", op, "'"));
+    return Value::Int(out);
   }
 
   absl::StatusOr<Value> EvalTest(const Expr& e) {
@@ -411,9 +518,11 @@ class Renderer {
       }
       if (b[2] == 0) return Fail(e, "range step 0");
       List items;
-      for (int64_t i = b[0]; b[2] > 0 ? i < b[1] : i > b[1]; i += b[2]) {
+      for (int64_t i = b[0]; b[2] > 0 ? i < b[1] : i > b[1];) {
         if (items.size() >= kMaxIterations) return Fail(e, "range too long");
         items.push_back(Value::Int(i));
+        // Past int64 is past the stop too: the range ends there.
+        if (__builtin_add_overflow(i, b[2], &i)) break;
       }
       return Value::MakeList(std::move(items));
     }
@@ -422,6 +531,7 @@ class Renderer {
 
   std::vector<Dict> scopes_;
   int64_t iterations_ = 0;
+  size_t made_ = 0;  // bytes made so far (Made)
 };
 
 }  // namespace

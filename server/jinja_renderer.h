@@ -6,9 +6,13 @@
 // methods of jinja_builtins.h.
 //
 // Errors are InvalidArgument: "chat template line L, column C: ..." for a type error, an
-// attribute or item of an undefined value, an unsupported method or function, or more than
-// 2^20 loop iterations in one render (or a range() longer than that); "the chat template
-// refused the messages: <message>" for the template's own raise_exception(message).
+// attribute or item of an undefined value, an unsupported method or function, integer
+// overflow, or a bound passed: more than 2^20 loop iterations in one render (or a range(),
+// split or list of more items), a string over kMaxStringBytes (16 MiB), more than 256 MiB of
+// strings and lists made in one render (each copy counted, so time is bounded too); "chat
+// template: the rendered prompt would be longer than 16 MiB"; "the chat template refused the
+// messages: <message>" for the template's own raise_exception(message). A bound is checked
+// before the allocation it guards wherever that could be far larger than its inputs.
 //
 // Thread-safety: a render only reads the tree, so many renders may share one; each render
 // owns its variables.

@@ -8,6 +8,8 @@
 // None of these functions fails: every kind has a truth value, a text and a JSON form.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +20,13 @@
 #include "nlohmann/json_fwd.hpp"
 
 namespace dcf::server::jinja {
+
+// The bounds of one render (docs/OPENAI_API.md, "Chat templates"), so that a template cannot
+// make a request take the server's memory or minutes: every string value, and the rendered
+// prompt, at most kMaxStringBytes; every list at most kMaxListItems items (range(), split,
+// list concatenation; a loop at most that many iterations in all).
+inline constexpr size_t kMaxStringBytes = size_t{16} << 20;
+inline constexpr size_t kMaxListItems = size_t{1} << 20;
 
 struct Value;
 using List = std::vector<Value>;
@@ -33,6 +42,12 @@ struct Value {
   std::shared_ptr<List> list;  // shared: lists and dicts (namespaces) are reference types
   std::shared_ptr<Dict> dict;
   bool is_namespace = false;
+  // How deep lists and dicts nest in this value: 0 for a scalar, 1 + its deepest item's for a
+  // list or dict, as made (a namespace's attributes may be set later, but never to a value
+  // holding a namespace, so values stay acyclic and at most one namespace's depth deeper).
+  // The renderer refuses values deeper than kMaxNesting: printing, comparing and freeing one
+  // recurses by its depth.
+  int depth = 0;
 
   static Value None() { return Of(Kind::kNone); }
   static Value Bool(bool v) { Value x = Of(Kind::kBool); x.b = v; return x; }
@@ -41,11 +56,15 @@ struct Value {
   static Value Str(std::string v) { Value x = Of(Kind::kString); x.s = std::move(v); return x; }
   static Value MakeList(List v) {
     Value x = Of(Kind::kList);
+    for (const Value& item : v) x.depth = std::max(x.depth, item.depth);
+    ++x.depth;
     x.list = std::make_shared<List>(std::move(v));
     return x;
   }
   static Value MakeDict(Dict v) {
     Value x = Of(Kind::kDict);
+    for (const auto& [key, item] : v) x.depth = std::max(x.depth, item.depth);
+    ++x.depth;
     x.dict = std::make_shared<Dict>(std::move(v));
     return x;
   }

@@ -299,6 +299,11 @@ absl::Status ParseMessages(const Json* v, std::vector<ChatMessage>* out) {
     }
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
+      // OpenAI requires content but for an assistant message (which may carry only tool
+      // calls, refused above).
+      if (message.role != "assistant") {
+        return Bad(at + ".content", absl::StrCat("is required for a ", message.role, " message"));
+      }
       message.content.clear();
     } else if (content->is_string()) {
       message.content = content->get<std::string>();
@@ -370,6 +375,19 @@ absl::Status RefuseUnsupported(const Json& o, OpenAiApi api) {
     if (n == "min_tokens" && v->is_number_integer() && v->get<int64_t>() == 0) continue;
     if (n == "suffix" && api != OpenAiApi::kCompletions) continue;
     return Bad(name, "is not supported by this server");
+  }
+  // vLLM's chat extras that change the prompt: a request's own template, variables for the
+  // template, continuing the last message instead of starting a new turn.
+  if (api == OpenAiApi::kChatCompletions) {
+    for (const char* name : {"chat_template", "chat_template_kwargs", "continue_final_message"}) {
+      const Json* v = given(name);
+      if (v == nullptr) continue;
+      const std::string n = name;
+      if (n == "chat_template_kwargs" && v->is_object() && v->empty()) continue;
+      if (n == "continue_final_message" && v->is_boolean() && !v->get<bool>()) continue;
+      return Bad(name, "is not supported by this server (the server renders its own chat "
+                       "template, --chat-template, with messages and add_generation_prompt only)");
+    }
   }
   if (const Json* so = given("stream_options"); so != nullptr && so->is_object()) {
     auto c = so->find("continuous_usage_stats");
@@ -467,6 +485,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiApi api, absl::string_vie
   r.speculate = flag.value_or(true);
   std::optional<std::string> user;
   DCF_ASSIGN(user, f.String("user"));  // type-checked, then dropped: it is logged nowhere
+  std::optional<std::string> salt;
+  DCF_ASSIGN(salt, f.String("cache_salt"));
+  r.cache_salt = salt.value_or("");
   if (api == OpenAiApi::kCompletions) {
     DCF_ASSIGN(flag, f.Bool("echo"));
     r.echo = flag.value_or(false);
@@ -596,6 +617,7 @@ absl::StatusOr<OpenAiPlan> PlanOpenAiRequest(const OpenAiRequest& r, const Reque
       g.stopping.include_stop_string = r.include_stop_str_in_output;
       g.stopping.ignore_eos = r.ignore_eos;
       g.speculate = r.speculate;
+      g.cache_salt = r.cache_salt;
       g.output.logprobs = r.logprobs;
       g.output.top_logprobs = std::max(0, r.top_logprobs);
       g.output.text = limits.tokenizer != nullptr;

@@ -61,6 +61,9 @@ struct OpenAiRequest {
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
   bool speculate = true;  // our extra: false opts out of speculative decoding
+  // vLLM's extra, the gRPC field's twin: prefix-cache blocks are shared only between requests
+  // of the same salt (empty: those that set none); validated as gRPC's (ValidateRequest).
+  std::string cache_salt;
 };
 
 // Parses and type-checks `body`. InvalidArgument naming the field for bad JSON, invalid UTF-8

@@ -22,8 +22,9 @@ ABSL_FLAG(int, http_port, 0,
           "/health); 0 disables it");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template for /v1/chat/completions (default: the model directory's "
-          "chat_template.jinja or tokenizer_config.json's); one that cannot be rendered is a "
-          "startup error");
+          "chat_template.jinja or tokenizer_config.json's). A file that is not a regular file, "
+          "is over 1 MiB or does not parse (outside the supported Jinja subset) is a startup "
+          "error; one that parses but fails on some messages fails those requests with 400");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV-cache memory budget in bytes; 0 = --kv-cache-fraction of memory");
 ABSL_FLAG(double, kv_cache_fraction, 0.25,
@@ -230,6 +231,26 @@ absl::Status ValidateServerOptions(const ServerOptions& o) {
   if (o.engine.max_new_tokens_limit < 0) return bad("max-new-tokens", "must be >= 0");
   if (o.engine.default_max_new_tokens < 1) {
     return bad("default-max-new-tokens", "must be >= 1");
+  }
+  // The engine refuses these too, but only after the model is loaded and without the flags'
+  // names (EngineOptions' bounds, engine.h).
+  if (o.engine.spec_tokens < 0 || o.engine.spec_tokens > kMaxSpecTokens) {
+    return bad("spec-tokens", absl::StrCat("must be in [0, ", kMaxSpecTokens, "]"));
+  }
+  if (o.engine.spec_ngram_min < 1) return bad("spec-ngram-min", "must be >= 1");
+  if (o.engine.spec_ngram_max > kMaxSpecNgram) {
+    return bad("spec-ngram-max", absl::StrCat("must be at most ", kMaxSpecNgram));
+  }
+  if (o.engine.spec_ngram_min > o.engine.spec_ngram_max) {
+    return bad("spec-ngram-min", "must be <= --spec-ngram-max");
+  }
+  if (o.engine.spec_max_step_drafts < 0 ||
+      o.engine.spec_max_step_drafts > o.engine.max_num_batched_tokens) {
+    return bad("spec-max-step-drafts", "must be in [0, --max-batch-tokens]");
+  }
+  if (o.engine.spec_step_tokens < 0 ||
+      o.engine.spec_step_tokens > o.engine.max_num_batched_tokens) {
+    return bad("spec-step-tokens", "must be in [0, --max-batch-tokens]");
   }
   // gRPC's own limit is kReceiveLimitMargin more (GrpcReceiveLimit): it must stay an int.
   if (o.max_receive_message_bytes < 1024 || o.max_receive_message_bytes > (1 << 30)) {

@@ -44,6 +44,12 @@ enum class PipelineSteps {
 absl::StatusOr<PipelineSteps> ParsePipelineSteps(absl::string_view name);
 const char* PipelineStepsName(PipelineSteps mode);
 
+// Bounds of the speculative-decoding options (ValidateEngineOptions; the server checks its
+// flags against them too): a draft of more than kMaxSpecTokens tokens is never memory-bound,
+// and the proposer keeps one index per n-gram length and hashes O(max^2) per token.
+inline constexpr int kMaxSpecTokens = 64;
+inline constexpr int kMaxSpecNgram = 32;
+
 // The KV pool is sized once at Create: see kv_cache_planner.h for how the budget is split
 // between the global and the window layer group. Scheduling rules (admission, watermark,
 // chunked prefill, preemption) are documented in scheduler.h.
@@ -70,9 +76,9 @@ struct EngineOptions {
   // 0 = off. Needs a backend that VerifiesDrafts() (else off, with a log line). The output is
   // identical to plain decoding's. Window layers cap the draft at window_size - 2 without
   // prefix caching.
-  int spec_tokens = 0;
+  int spec_tokens = 0;                 // [0, kMaxSpecTokens]
   int spec_ngram_min = 2;              // suffix lengths matched, [1, spec_ngram_max]
-  int spec_ngram_max = 4;
+  int spec_ngram_max = 4;              // at most kMaxSpecNgram
   // Drafted tokens verified per step, all sequences together (0: 4 * spec_tokens). Steps
   // stay memory-bound while small; beyond this, drafts are left out.
   int spec_max_step_drafts = 0;

@@ -25,9 +25,7 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
   if (options.default_max_new_tokens < 1) {
     return absl::InvalidArgumentError("default_max_new_tokens must be >= 1");
   }
-  // Upper bounds: a draft of more than kMaxSpecTokens tokens is never memory-bound, and the
-  // proposer keeps one index per n-gram length and hashes O(max^2) per token.
-  constexpr int kMaxSpecTokens = 64, kMaxSpecNgram = 32;
+  // Upper bounds: kMaxSpecTokens, kMaxSpecNgram (engine.h).
   if (options.spec_tokens < 0 || options.spec_tokens > kMaxSpecTokens ||
       options.spec_max_step_drafts < 0 ||
       options.spec_max_step_drafts > options.max_num_batched_tokens ||

@@ -304,6 +304,28 @@ class OpenAiTest(unittest.TestCase):
             "model": MODEL, "prompt": "a", "max_tokens": 1})
         self.assertEqual(status, 200)
 
+    def test_cache_salt_isolates_the_prefix_cache(self):
+        # It was ignored over HTTP: a salted request hit the unsalted request's blocks (and a
+        # wrong type passed), though API.md tells operators to salt each tenant.
+        prompt = [5 + (i * 41) % 240 for i in range(40)]  # 2 full blocks of 16, unlike others'
+        def hits_after(extra):
+            before = self.server.metric("dcformer_prefix_cache_hits_total")
+            status, _, got = self.server.post("/v1/completions", {
+                "model": MODEL, "prompt": prompt, "max_tokens": 1, **extra})
+            self.assertEqual(status, 200, got)
+            return self.server.metric("dcformer_prefix_cache_hits_total") - before
+        self.assertEqual(hits_after({}), 0)
+        self.assertEqual(hits_after({}), 32)
+        self.assertEqual(hits_after({"cache_salt": "tenant-x"}), 0)
+        self.assertEqual(hits_after({"cache_salt": "tenant-x"}), 32)
+        self.assertEqual(hits_after({"cache_salt": "tenant-y"}), 0)
+        for salt, what in ((5, "a string"), ("s" * 257, "longer than 256 bytes")):
+            status, _, got = self.server.post("/v1/completions", {
+                "model": MODEL, "prompt": prompt, "max_tokens": 1, "cache_salt": salt})
+            self.assertEqual(status, 400, got)
+            self.assertEqual(got["error"]["param"], "cache_salt", got)
+            self.assertIn(what, got["error"]["message"])
+
     def test_disconnect_cancels_and_metrics_label(self):
         before = self.server.metric("dcformer_requests_total", outcome="cancelled",
                                     protocol="http")

@@ -1,16 +1,25 @@
 #include "server/chat_template.h"
 
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "server/jinja_builtins.h"
+#include "server/jinja_parser.h"
 
 namespace dcf::server {
 namespace {
@@ -266,6 +275,305 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPlace) {
     EXPECT_TRUE(absl::StrContains(st.message(), "dicts have no method 'pop' here"))
         << source << ": " << st;
   }
+}
+
+// The status of rendering `source` (which must parse) over Conversation().
+absl::Status RenderStatus(const std::string& source,
+                          const ChatTemplateInputs& inputs = Conversation()) {
+  auto t = ChatTemplate::Parse(source);
+  EXPECT_TRUE(t.ok()) << source << ": " << t.status();
+  if (!t.ok()) return t.status();
+  return (*t)->Render(inputs).status();
+}
+
+// Integers are int64: every operation is checked, and one whose result leaves int64 is a
+// render error with its place, like `1 // 0`. INT64_MIN // -1 used to kill the process
+// (SIGFPE), and + - * and unary - wrapped around.
+TEST(ChatTemplateTest, IntegerArithmeticIsCheckedNeverWrapsOrTraps) {
+  const std::string min = "(-9223372036854775807 - 1)";
+  struct Case {
+    std::string expr;
+    const char* error;
+  } cases[] = {
+      {min + " // -1", "integer overflow in '//'"},
+      {"9223372036854775807 + 1", "integer overflow in '+'"},
+      {min + " - 1", "integer overflow in '-'"},
+      {"9223372036854775807 * 3", "integer overflow in '*'"},
+      {"-" + min, "integer overflow in '-'"},
+      {"1 // 0", "division by zero"},
+      {"1 % 0", "division by zero"},
+      {"'99999999999999999999' | int", "int of a number outside the 64-bit integers"},
+      {"9223372036854775808.0 | int", "int of a number outside the 64-bit integers"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus("\n{{ " + c.expr + " }}");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.expr;
+    EXPECT_TRUE(absl::StrContains(st.message(), "line 2, column")) << c.expr << ": " << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.expr << ": " << st;
+  }
+  // What stays inside int64 is Python's answer (floor division, the divisor's sign for %).
+  EXPECT_EQ(Render("{{ " + min + " % -1 }}|{{ " + min + " // 1 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|"
+                   "{{ 7 % -3 }}|{{ 9223372036854775806 + 1 }}|{{ -(-9223372036854775807) }}|"
+                   "{{ range(9223372036854775806, 9223372036854775807, 5) | list }}|"
+                   "{{ range(-9223372036854775807, " + min + ", -2) | list }}",
+                   Conversation()),
+            "0|-9223372036854775808|-4|2|-2|9223372036854775807|9223372036854775807|"
+            "[9223372036854775806]|[-9223372036854775807]");
+  // Jinja's int filter: int(x), else int(float(x)), else the default (0 unless given).
+  EXPECT_EQ(Render("{{ '42' | int }}|{{ ' -12 ' | int }}|{{ '42.9' | int }}|{{ 'x' | int }}|"
+                   "{{ 'x' | int(7) }}|{{ -3.9 | int }}|{{ true | int }}|{{ none | int }}|"
+                   "{{ '-9223372036854775808' | int }}",
+                   Conversation()),
+            "42|-12|42|0|7|-3|1|0|-9223372036854775808");
+}
+
+std::string Repeat(absl::string_view piece, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out.append(piece.data(), piece.size());
+  return out;
+}
+
+// Runs `fn` on a thread with a `stack_bytes` stack (smaller than any thread the server has).
+void OnSmallStack(size_t stack_bytes, const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, stack_bytes), 0);
+  pthread_t thread;
+  auto call = [](void* f) -> void* {
+    (*static_cast<const std::function<void()>*>(f))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, call, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+// Nesting is bounded at parse time, with the place: 4,000 parentheses crashed the parser
+// (SIGSEGV at start-up) and a 7,000-term `~` chain parsed, then crashed every render.
+TEST(ChatTemplateTest, DeepNestingIsRefusedAtParseTimeWithThePlace) {
+  struct Case {
+    std::string source;
+    const char* place;
+  } cases[] = {
+      {"{{ " + Repeat("(", 4000) + "1" + Repeat(")", 4000) + " }}", "line 1, column 68:"},
+      {"{{ " + Repeat("not ", 200000) + "1 }}", "line 1, column 260:"},
+      {"{{ " + Repeat("-", 200000) + "1 }}", "line 1, column 68:"},
+      {"{{ " + Repeat("[", 100000) + " }}", "line 1, column 68:"},
+      {"{{ x" + Repeat(" ~ ''", 7000) + " }}", "line 1, column 321:"},
+      {"{{ x" + Repeat(".a", 100) + " }}", "line 1, column 132:"},
+      {"{{ x" + Repeat(" | trim", 100) + " }}", "line 1, column 449:"},
+      {"{{ " + Repeat("1 if x else ", 100) + "1 }}", "line 1, column 772:"},
+      {"\n" + Repeat("{% if true %}", 50000) + Repeat("{% endif %}", 50000),
+       "line 2, column 833:"},
+      {Repeat("{% for x in y %}", 65) + Repeat("{% endfor %}", 65), "line 1, column 1025:"},
+  };
+  for (const Case& c : cases) {
+    auto t = ChatTemplate::Parse(c.source);
+    ASSERT_FALSE(t.ok()) << c.source.substr(0, 40);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(
+        absl::StrContains(t.status().message(), absl::StrCat(c.place, " nested too deeply")))
+        << c.source.substr(0, 40) << ": " << t.status().message();
+  }
+}
+
+// What the bound accepts renders on a 256 KiB stack (the server's threads have megabytes):
+// statements nested to the limit around an expression nested to the limit, each kind of it.
+TEST(ChatTemplateTest, TheDeepestAcceptedTemplateParsesAndRendersOnASmallStack) {
+  const int n = jinja::kMaxNesting;
+  const std::vector<std::string> exprs = {
+      Repeat("(", n - 1) + "1" + Repeat(")", n - 1),
+      "'a'" + Repeat(" ~ 'a'", n - 1),
+      Repeat("not ", n - 1) + "false",
+      Repeat("-", n - 1) + "1",
+      Repeat("[", n) + Repeat("]", n),
+      "messages" + Repeat(" | list", n - 1),
+  };
+  for (const std::string& expr : exprs) {
+    const std::string source =
+        Repeat("{% for m in messages[:1] %}", n / 2) + Repeat("{% if true %}", n - n / 2) +
+        "{{ " + expr + " }}" + Repeat("{% endif %}", n - n / 2) + Repeat("{% endfor %}", n / 2);
+    OnSmallStack(256 << 10, [&] {
+      auto t = ChatTemplate::Parse(source);
+      ASSERT_TRUE(t.ok()) << expr << ": " << t.status();
+      EXPECT_TRUE((*t)->Render(Conversation()).ok()) << expr;
+    });
+    // One level more is refused.
+    EXPECT_FALSE(ChatTemplate::Parse("{{ [" + expr + "] }}").ok()) << expr;
+  }
+}
+
+// Splitting found each tag's line and column by rescanning from the start: 50,000 tags took
+// minutes. Now linear: 200,000 tags (2.6 MB) in well under the bound.
+TEST(ChatTemplateTest, ManyTagsParseInLinearTime) {
+  const std::string source = Repeat("{% if true %}x{% endif %}\n", 100000);
+  const auto start = std::chrono::steady_clock::now();
+  auto t = ChatTemplate::Parse(source);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_LT(seconds, 10.0);
+  auto bad = ChatTemplate::Parse(source + "{{ x");
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "line 100001, column 1:")) << bad.status();
+}
+
+// Strings, lists and the rendered prompt are bounded, and so is what one render makes in all:
+// each template below aborted the server (std::bad_alloc) or took tens of seconds and GBs.
+// Each is now a render error (400) with the place, within seconds.
+TEST(ChatTemplateTest, StringsListsAndTheOutputAreBounded) {
+  // A namespace whose `s` is `doublings` doublings of `seed` (2^doublings copies).
+  auto doubled = [](const char* seed, int doublings) {
+    return absl::StrCat("{% set ns = namespace(s='", seed, "') %}{% for i in range(", doublings,
+                        ") %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+  };
+  struct Case {
+    std::string source;
+    const char* error;
+  } cases[] = {
+      {doubled("a", 40), "line 1, column 75: a string longer than 16 MiB"},
+      {"{% for m in messages %}{% for i in range(100000) %}{{ m.content }}{% endfor %}"
+       "{% endfor %}",
+       "the rendered prompt would be longer than 16 MiB"},
+      {"{% set ns = namespace(s='a') %}{% for i in range(30) %}"
+       "{% set ns.s = ns.s.replace('a', 'aa') %}{% endfor %}",
+       "a string longer than 16 MiB"},
+      {doubled("a", 20) + "{{ range(100) | join(ns.s) }}", "a string longer than 16 MiB"},
+      {doubled(",", 21) + "{{ ns.s.split(',') | length }}", "a list of more than 1048576 items"},
+      {doubled(" a", 21) + "{{ ns.s.split() | length }}", "a list of more than 1048576 items"},
+      {doubled("a", 21) + "{{ ns.s | list | length }}", "a list of more than 1048576 items"},
+      {doubled("a", 21) + "{% for c in ns.s %}{% endfor %}", "too many iterations"},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(21) %}{% set ns.l = ns.l + ns.l %}"
+       "{% endfor %}",
+       "a list of more than 1048576 items"},
+      {doubled("a", 23) + "{% for i in range(1000000) %}{% set x = ns.s %}{% endfor %}",
+       "the template made more than 256 MiB of strings and lists"},
+      {doubled("a", 20) + "{% for i in range(1000000) %}{% for c in [ns.s] %}{% endfor %}"
+       "{% endfor %}",
+       "the template made more than 256 MiB of strings and lists"},
+  };
+  ChatTemplateInputs kib;  // one 1 KiB message
+  kib.messages = {{"user", std::string(1024, 'x')}};
+  const auto start = std::chrono::steady_clock::now();
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus(c.source, kib);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source << ": " << st;
+  }
+  // A few seconds in all on a loaded 2-core machine; before, the first case alone aborted.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 120.0);
+  // Under the bounds nothing changes: a 4 MiB message through ChatML, a 16 MiB prompt.
+  ChatTemplateInputs big;
+  big.messages = {{"user", std::string(4 << 20, 'x')}};
+  auto chatml = Render("{% for m in messages %}<|im_start|>{{ m.role ~ '\n' ~ m.content }}"
+                       "<|im_end|>{% endfor %}",
+                       big);
+  EXPECT_EQ(chatml.size(), (4u << 20) + 27);
+  EXPECT_EQ(Render(doubled("a", 24) + "{{ ns.s }}", Conversation()).size(), 16u << 20);
+}
+
+// Values built at render time are bounded too: a namespace that held itself, or a list nested
+// 200,000 deep by a loop, crashed the render (printing or freeing it recursed without end).
+TEST(ChatTemplateTest, ValuesCannotNestDeeplyOrHoldThemselves) {
+  struct Case {
+    const char* source;
+    const char* error;
+  } cases[] = {
+      {"{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}",
+       "line 1, column 30: a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace(a=1) %}{% set ns.a = [{'k': ns}] %}",
+       "line 1, column 30: a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(200000) %}{% set ns.l = [ns.l] %}"
+       "{% endfor %}",
+       "line 1, column 73: a value nested too deeply"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(200000) %}"
+       "{% set ns.l = {'a': ns.l}.items() %}{% endfor %}",
+       "a value nested too deeply"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus(c.source);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source;
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source << ": " << st;
+  }
+  // A namespace made holding another is fine (no cycle can follow), as is nesting to the bound.
+  EXPECT_EQ(Render("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{{ b.y.x }}|"
+                   "{% set ns = namespace(l=[]) %}{% for i in range(63) %}{% set ns.l = [ns.l] %}"
+                   "{% endfor %}{{ (ns.l | string | length) }}",
+                   Conversation()),
+            "1|128");
+}
+
+// Template files must be regular and small: --chat-template /dev/zero grew memory forever and
+// a FIFO blocked start-up; both, and a directory or an oversized file, are now refused at once
+// naming the file (tokenizer_config.json the same, with its own limit).
+TEST(ChatTemplateTest, TemplateFilesMustBeRegularAndSmall) {
+  const std::string dir = ::testing::TempDir() + "/chat_template_files";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/model").c_str()), 0);
+  const std::string fifo = dir + "/fifo.jinja";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big = dir + "/big.jinja";
+  std::ofstream(big) << std::string(kMaxChatTemplateFileBytes + 1, 'x');
+  const std::string ok = dir + "/ok.jinja";
+  std::ofstream(ok) << std::string(kMaxChatTemplateFileBytes, 'x');
+  struct Case {
+    std::string path;
+    const char* error;
+  } cases[] = {
+      {"/dev/zero", "is not a regular file"},
+      {fifo, "is not a regular file"},
+      {dir, "is not a regular file"},
+      {big, "is larger than 1048576 bytes"},
+  };
+  std::string bos, eos;
+  for (const Case& c : cases) {
+    absl::StatusOr<std::string> s = LoadChatTemplateSource(dir + "/model", c.path, &bos, &eos);
+    ASSERT_FALSE(s.ok()) << c.path;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << c.path;
+    EXPECT_TRUE(absl::StrContains(s.status().message(), "--chat-template: '" + c.path + "'"))
+        << s.status();
+    EXPECT_TRUE(absl::StrContains(s.status().message(), c.error)) << s.status();
+  }
+  absl::StatusOr<std::string> fine = LoadChatTemplateSource(dir + "/model", ok, &bos, &eos);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->size(), kMaxChatTemplateFileBytes);
+  // The model directory's files: a FIFO tokenizer_config.json, a directory for the template.
+  ASSERT_EQ(mkfifo((dir + "/model/tokenizer_config.json").c_str(), 0600), 0);
+  absl::StatusOr<std::string> s = LoadChatTemplateSource(dir + "/model", "", &bos, &eos);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "tokenizer_config.json' is not a regular"))
+      << s.status();
+  ASSERT_EQ(std::remove((dir + "/model/tokenizer_config.json").c_str()), 0);
+  ASSERT_EQ(mkdir((dir + "/model/chat_template.jinja").c_str(), 0700), 0);
+  s = LoadChatTemplateSource(dir + "/model", "", &bos, &eos);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "chat_template.jinja' is not a regular"))
+      << s.status();
+  ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
+}
+
+// tokenizer_config.json's named templates without a "default" stopped the server, where a
+// model without a template should serve /v1/completions only (NotFound here); transformers
+// has no default template there either. A malformed list is still an error.
+TEST(ChatTemplateTest, NamedTemplatesWithoutADefaultAreNoTemplate) {
+  const std::string dir = ::testing::TempDir() + "/chat_template_named";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  auto load = [&](const std::string& config) {
+    std::ofstream(dir + "/tokenizer_config.json") << config;
+    std::string bos, eos;
+    return LoadChatTemplateSource(dir, "", &bos, &eos);
+  };
+  absl::StatusOr<std::string> s = load(R"({"chat_template": [{"name": "tool_use", "template": "a"},
+                                                              {"name": "rag", "template": "b"}]})");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound) << s.status();
+  EXPECT_TRUE(absl::StrContains(s.status().message(),
+                                "names chat templates (tool_use, rag) but none \"default\""))
+      << s.status();
+  s = load(R"({"chat_template": [{"name": "rag", "template": "b"},
+                                  {"name": "default", "template": "d"}]})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, "d");
+  s = load(R"({"chat_template": [{"name": "default", "template": 5}]})");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  s = load(R"({"chat_template": 5})");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace

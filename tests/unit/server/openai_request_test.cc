@@ -141,6 +141,67 @@ TEST(OpenAiRequestTest, PlansOneEngineRequestPerChoice) {
   EXPECT_EQ(OpenAiParam(PlanOpenAiRequest(*r, limits, {}).status()), "messages");
 }
 
+// cache_salt isolates the prefix cache as the gRPC field does (it was ignored, so HTTP
+// tenants shared one cache namespace, and a wrong type passed): every choice carries it, the
+// engine's validator bounds it, a wrong type is a 400 naming it.
+TEST(OpenAiRequestTest, CacheSaltReachesEveryChoiceWithTheGrpcRules) {
+  RequestLimits limits;
+  limits.vocab_size = 100;
+  limits.context = 64;
+  limits.max_prompt_tokens = 64;
+  limits.max_new_tokens_limit = 64;
+  absl::StatusOr<OpenAiRequest> r =
+      Completions(R"({"model":"m","prompt":[[1],[2]],"n":2,"cache_salt":"tenant-7"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<OpenAiPlan> plan = PlanOpenAiRequest(*r, limits, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->requests.size(), 4u);
+  for (const GenerationRequest& g : plan->requests) EXPECT_EQ(g.cache_salt, "tenant-7");
+  r = Completions(R"({"model":"m","prompt":[1]})");  // unset: the shared, unsalted cache
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(PlanOpenAiRequest(*r, limits, {})->requests[0].cache_salt, "");
+  EXPECT_EQ(ParamOf(R"({"model":"m","prompt":"a","cache_salt":5})"), "cache_salt");
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"user","content":"x"}],"cache_salt":[]})",
+                    OpenAiApi::kChatCompletions),
+            "cache_salt");
+  r = Completions(absl::StrCat(R"({"model":"m","prompt":[1],"cache_salt":")",
+                               std::string(kMaxCacheSaltBytes + 1, 's'), "\"}"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  plan = PlanOpenAiRequest(*r, limits, {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenAiParam(plan.status()), "cache_salt") << plan.status();
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "longer than 256 bytes"))
+      << plan.status();
+}
+
+// vLLM's chat fields that change the prompt were answered 200 as if absent, and a user
+// message without content passed: each is refused naming the field; what asks for nothing
+// passes.
+TEST(OpenAiRequestTest, ChatFieldsThatChangeThePromptAreRefused) {
+  const auto chat = OpenAiApi::kChatCompletions;
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  EXPECT_EQ(ParamOf(head + R"("chat_template":"{{ 1 }}"})", chat), "chat_template");
+  EXPECT_EQ(ParamOf(head + R"("chat_template_kwargs":{"enable_thinking":false}})", chat),
+            "chat_template_kwargs");
+  EXPECT_EQ(ParamOf(head + R"("continue_final_message":true})", chat), "continue_final_message");
+  for (const char* nothing : {R"("chat_template":null})", R"("chat_template_kwargs":{}})",
+                              R"("continue_final_message":false})"}) {
+    EXPECT_TRUE(ParseOpenAiRequest(chat, head + nothing).ok()) << nothing;
+  }
+  // Not chat fields on /v1/completions: unknown there, so ignored.
+  EXPECT_TRUE(Completions(R"({"model":"m","prompt":"a","chat_template":"x"})").ok());
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"user"}]})", chat), "messages[0].content");
+  EXPECT_EQ(ParamOf(R"({"model":"m","messages":[{"role":"user","content":"a"},)"
+                    R"({"role":"system","content":null}]})",
+                    chat),
+            "messages[1].content");
+  absl::StatusOr<OpenAiRequest> r = ParseOpenAiRequest(
+      chat, R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[1].content, "");
+}
+
 TEST(OpenAiRequestTest, ChatRendersTheTemplate) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> t = ChatTemplate::Parse(
       "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"

@@ -87,6 +87,20 @@ TEST(ServerOptionsTest, RejectsBadValuesNamingTheFlag) {
       {"--tls-reload-interval",
        [](ServerOptions& o) { o.tls_reload_interval = absl::Milliseconds(10); }},
       {"--threads", [](ServerOptions& o) { o.threads = -1; }},
+      // Speculation flags were refused only after loading the model, by one message naming
+      // the engine's fields, not the flag.
+      {"--spec-tokens", [](ServerOptions& o) { o.engine.spec_tokens = 100000; }},
+      {"--spec-tokens", [](ServerOptions& o) { o.engine.spec_tokens = -1; }},
+      {"--spec-ngram-min", [](ServerOptions& o) { o.engine.spec_ngram_min = 0; }},
+      {"--spec-ngram-min",
+       [](ServerOptions& o) {
+         o.engine.spec_ngram_min = 5;
+         o.engine.spec_ngram_max = 2;
+       }},
+      {"--spec-ngram-max", [](ServerOptions& o) { o.engine.spec_ngram_max = 33; }},
+      {"--spec-max-step-drafts", [](ServerOptions& o) { o.engine.spec_max_step_drafts = -1; }},
+      {"--spec-step-tokens",
+       [](ServerOptions& o) { o.engine.spec_step_tokens = o.engine.max_num_batched_tokens + 1; }},
   };
   for (const Case& c : cases) {
     ServerOptions o = base();
