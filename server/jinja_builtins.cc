@@ -158,8 +158,11 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
        }},
       {"default", Default},
       {"d", Default},
-      {"tojson", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
-         return Value::Str(ToJson(x).dump());
+      {"tojson", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
+         bool cut = false;
+         nlohmann::ordered_json j = ToJson(x, &cut);
+         if (cut) return CheckStringBytes(at, kMaxStringBytes + 1);
+         return Value::Str(j.dump());
        }},
       {"string", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
          return Value::Str(ToText(x));

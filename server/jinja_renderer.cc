@@ -29,8 +29,9 @@ class Renderer {
  private:
   static constexpr int kMaxIterations = 1 << 20;
   // What one render may make in all: the bytes of every string value it computes (each copy
-  // counts: a name's string is copied when read) and of every list it builds. Bounds time as
-  // well as memory: 2^20 iterations each copying a 16 MiB string would take hours.
+  // counts: a name's string is copied when read) and of every list it builds. Bounds the time
+  // of copying as well as memory (2^20 iterations each copying a 16 MiB string would take
+  // hours); the walks over shared values have their own allowance (kMaxWalkSteps).
   static constexpr size_t kMaxBytesMade = size_t{256} << 20;
 
   absl::Status Fail(int line, int column, absl::string_view what) { return At(line, column, what); }
@@ -52,7 +53,9 @@ class Renderer {
       case Node::Kind::kOutput: {
         absl::StatusOr<Value> v = Eval(*n.expr);
         if (!v.ok()) return v.status();
-        return Append(ToText(*v), out);
+        std::string text = ToText(*v);
+        if (WalkAllowance::Exhausted()) return WalksSpent(n.line, n.column);
+        return Append(text, out);
       }
       case Node::Kind::kSet: {
         absl::StatusOr<Value> v = Eval(*n.expr);
@@ -68,9 +71,9 @@ class Renderer {
         }
         // A namespace holding a namespace could come to hold itself: a cycle, which printing
         // would follow forever (Value::depth).
-        if (HoldsNamespace(*v)) {
-          return Fail(n.line, n.column, "a namespace attribute cannot hold a namespace");
-        }
+        const bool holds = HoldsNamespace(*v);
+        if (WalkAllowance::Exhausted()) return WalksSpent(n.line, n.column);
+        if (holds) return Fail(n.line, n.column, "a namespace attribute cannot hold a namespace");
         (*ns.dict)[n.targets[1]] = *std::move(v);
         return absl::OkStatus();
       }
@@ -161,6 +164,11 @@ class Renderer {
                                            " MiB of strings and lists"));
   }
 
+  absl::Status WalksSpent(int line, int column) {
+    return Fail(line, column, absl::StrCat("the template visited more than ", kMaxWalkSteps,
+                                           " values printing, comparing or searching lists"));
+  }
+
   absl::Status CheckStringBytes(const Expr& e, size_t bytes) {
     if (bytes <= kMaxStringBytes) return absl::OkStatus();
     return Fail(e, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
@@ -168,7 +176,9 @@ class Renderer {
 
   // Every value an expression computes passes here: a string is bounded and counted, and so
   // is a list the expression built (not one it only names: lists are shared, not copied).
+  // Spends a walk step per value (false once the allowance is spent).
   static bool HoldsNamespace(const Value& v) {
+    if (!WalkAllowance::Spend(1)) return false;
     if (v.kind == Value::Kind::kList) {
       for (const Value& item : *v.list) {
         if (HoldsNamespace(item)) return true;
@@ -185,6 +195,9 @@ class Renderer {
   absl::StatusOr<Value> Eval(const Expr& e) {
     absl::StatusOr<Value> v = Compute(e);
     if (!v.ok()) return v;
+    // A walk inside (printing, ==, `in`, tojson) ran out of the render's allowance: its
+    // result is partial.
+    if (WalkAllowance::Exhausted()) return WalksSpent(e.line, e.column);
     if (v->depth > kMaxNesting) return Fail(e, "a value nested too deeply");
     if (v->kind == Value::Kind::kString) {
       if (absl::Status s = CheckStringBytes(e, v->s.size()); !s.ok()) return s;
@@ -318,12 +331,14 @@ class Renderer {
                             : (step > 0 ? size : -1);
     List items;
     std::string text;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (base.kind == Value::Kind::kList) {
         items.push_back((*base.list)[i]);
       } else {
         text += base.s[i];
       }
+      // Past int64 is past the stop too (a step near INT64_MAX): the slice ends there.
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     return base.kind == Value::Kind::kList ? Value::MakeList(std::move(items))
                                            : Value::Str(std::move(text));
@@ -355,7 +370,7 @@ class Renderer {
       if (r->kind == Value::Kind::kString) {
         found = l->kind == Value::Kind::kString && absl::StrContains(r->s, l->s);
       } else if (r->kind == Value::Kind::kList) {
-        for (const Value& v : *r->list) found = found || Equal(v, *l);
+        for (size_t i = 0; i < r->list->size() && !found; ++i) found = Equal((*r->list)[i], *l);
       } else if (r->kind == Value::Kind::kDict) {
         found = r->dict->count(ToText(*l)) > 0;
       } else {
@@ -537,6 +552,7 @@ class Renderer {
 }  // namespace
 
 absl::Status RenderTemplate(const NodeList& body, Dict globals, std::string* out) {
+  WalkAllowance walks(kMaxWalkSteps);
   Renderer renderer(std::move(globals));
   return renderer.Run(body, out);
 }

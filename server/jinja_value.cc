@@ -1,7 +1,9 @@
 #include "server/jinja_value.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace dcf::server::jinja {
@@ -34,37 +36,64 @@ bool Truthy(const Value& v) {
   return false;
 }
 
-std::string ToText(const Value& v) {
+namespace {
+
+// The allowance of the walks on this thread (innermost), or null.
+thread_local WalkAllowance* g_allowance = nullptr;
+
+// Appends at most up to kMaxStringBytes + 1 bytes in all (ToText's cut).
+void Put(absl::string_view text, std::string* out) {
+  const size_t room = kMaxStringBytes + 1 - std::min(out->size(), kMaxStringBytes + 1);
+  out->append(text.data(), std::min(room, text.size()));
+}
+
+// ToText (repr false) or Repr (true) of v appended to out; stops once out is cut.
+void Print(const Value& v, bool repr, std::string* out) {
+  if (out->size() > kMaxStringBytes || !WalkAllowance::Spend(1)) return;
   switch (v.kind) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.b ? "True" : "False";
-    case Value::Kind::kInt: return absl::StrCat(v.i);
+    case Value::Kind::kUndefined: return;
+    case Value::Kind::kNone: return Put("None", out);
+    case Value::Kind::kBool: return Put(v.b ? "True" : "False", out);
+    case Value::Kind::kInt: return Put(absl::StrCat(v.i), out);
     case Value::Kind::kFloat: {
       std::string s = absl::StrCat(v.f);
       if (s.find_first_of(".e") == std::string::npos) s += ".0";
-      return s;
+      return Put(s, out);
     }
-    case Value::Kind::kString: return v.s;
+    case Value::Kind::kString:
+      if (repr) Put("'", out);
+      Put(v.s, out);
+      if (repr) Put("'", out);
+      return;
     case Value::Kind::kList: {
-      std::vector<std::string> parts;
-      for (const Value& e : *v.list) parts.push_back(Repr(e));
-      return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+      Put("[", out);
+      for (size_t i = 0; i < v.list->size() && out->size() <= kMaxStringBytes; ++i) {
+        if (i > 0) Put(", ", out);
+        Print((*v.list)[i], true, out);
+      }
+      return Put("]", out);
     }
     case Value::Kind::kDict: {
-      std::vector<std::string> parts;
-      for (const auto& [k, e] : *v.dict) parts.push_back(absl::StrCat("'", k, "': ", Repr(e)));
-      return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+      Put("{", out);
+      bool first = true;
+      for (const auto& [k, e] : *v.dict) {
+        if (out->size() > kMaxStringBytes) break;
+        if (!first) Put(", ", out);
+        first = false;
+        Put("'", out);
+        Put(k, out);
+        Put("': ", out);
+        Print(e, true, out);
+      }
+      return Put("}", out);
     }
   }
-  return "";
 }
 
-std::string Repr(const Value& v) {
-  return v.kind == Value::Kind::kString ? absl::StrCat("'", v.s, "'") : ToText(v);
-}
-
-nlohmann::ordered_json ToJson(const Value& v) {
+// ToJson's walk: `bytes` counts the strings and values made so far.
+nlohmann::ordered_json Json(const Value& v, size_t* bytes) {
+  if (*bytes > kMaxStringBytes || !WalkAllowance::Spend(1)) return nullptr;
+  *bytes += 1 + (v.kind == Value::Kind::kString ? v.s.size() : 0);
   switch (v.kind) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone: return nullptr;
@@ -74,19 +103,71 @@ nlohmann::ordered_json ToJson(const Value& v) {
     case Value::Kind::kString: return v.s;
     case Value::Kind::kList: {
       nlohmann::ordered_json a = nlohmann::ordered_json::array();
-      for (const Value& e : *v.list) a.push_back(ToJson(e));
+      for (const Value& e : *v.list) {
+        if (*bytes > kMaxStringBytes) break;
+        a.push_back(Json(e, bytes));
+      }
       return a;
     }
     case Value::Kind::kDict: {
       nlohmann::ordered_json o = nlohmann::ordered_json::object();
-      for (const auto& [k, e] : *v.dict) o[k] = ToJson(e);
+      for (const auto& [k, e] : *v.dict) {
+        if (*bytes > kMaxStringBytes) break;
+        *bytes += k.size();
+        o[k] = Json(e, bytes);
+      }
       return o;
     }
   }
   return nullptr;
 }
 
+}  // namespace
+
+WalkAllowance::WalkAllowance(int64_t steps) : left_(steps), outer_(g_allowance) {
+  g_allowance = this;
+}
+
+WalkAllowance::~WalkAllowance() { g_allowance = outer_; }
+
+bool WalkAllowance::Spend(int64_t steps) {
+  WalkAllowance* a = g_allowance;
+  if (a == nullptr) return true;
+  if (a->left_ < steps) {
+    a->left_ = -1;  // Exhausted from now on, even for a smaller request
+    return false;
+  }
+  a->left_ -= steps;
+  return true;
+}
+
+bool WalkAllowance::Exhausted() { return g_allowance != nullptr && g_allowance->left_ < 0; }
+
+std::string ToText(const Value& v) {
+  if (v.kind == Value::Kind::kString) {  // the common case, one copy
+    if (!WalkAllowance::Spend(1)) return std::string();
+    return v.s.size() <= kMaxStringBytes ? v.s : v.s.substr(0, kMaxStringBytes + 1);
+  }
+  std::string out;
+  Print(v, false, &out);
+  return out;
+}
+
+std::string Repr(const Value& v) {
+  std::string out;
+  Print(v, true, &out);
+  return out;
+}
+
+nlohmann::ordered_json ToJson(const Value& v, bool* cut) {
+  size_t bytes = 0;
+  nlohmann::ordered_json j = Json(v, &bytes);
+  if (cut != nullptr) *cut = bytes > kMaxStringBytes;
+  return j;
+}
+
 bool Equal(const Value& a, const Value& b) {
+  if (!WalkAllowance::Spend(1)) return false;
   if (a.number() && b.number()) return a.AsDouble() == b.AsDouble();
   if (a.kind != b.kind) {
     return a.kind == Value::Kind::kBool && b.number() ? a.b == (b.AsDouble() != 0)

@@ -5,7 +5,8 @@
 // Lists and dicts are reference types, as in Python: copying a Value shares its list or dict
 // (a namespace() set inside a loop is seen after it). A Value is not synchronised: one render
 // owns the values it makes; the literals of a parsed template are only read.
-// None of these functions fails: every kind has a truth value, a text and a JSON form.
+// None of these functions fails: every kind has a truth value, a text and a JSON form; the
+// walks among them are bounded by the render's WalkAllowance instead (a partial result).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +28,33 @@ namespace dcf::server::jinja {
 // list concatenation; a loop at most that many iterations in all).
 inline constexpr size_t kMaxStringBytes = size_t{16} << 20;
 inline constexpr size_t kMaxListItems = size_t{1} << 20;
+// The values one render may visit in walks over the values it computes (printing, tojson,
+// ==, `in`, the namespace check). Lists are shared, not copied, so a template of a few lines
+// can name a value of 8^10 items (each level a list of eight names of the level below):
+// bounding the values a render makes does not bound the walks over them.
+inline constexpr int64_t kMaxWalkSteps = int64_t{1} << 26;
+
+// This thread's allowance of walk steps while it lives (RenderTemplate holds one per
+// render); the walks below spend it, one step per value visited. Once spent, every walk
+// stops early with a partial result (printing cut short, == false, JSON null), so a render
+// must check Exhausted() after any walk and refuse itself. With no allowance on the thread
+// (outside a render) walks are unbounded. Not copyable; nests (the outer one comes back).
+class WalkAllowance {
+ public:
+  explicit WalkAllowance(int64_t steps);
+  ~WalkAllowance();
+  WalkAllowance(const WalkAllowance&) = delete;
+  WalkAllowance& operator=(const WalkAllowance&) = delete;
+
+  // Takes `steps` from this thread's allowance: false (and from then on Exhausted()) when it
+  // does not hold them; always true with no allowance.
+  static bool Spend(int64_t steps);
+  static bool Exhausted();
+
+ private:
+  int64_t left_;
+  WalkAllowance* outer_;
+};
 
 struct Value;
 using List = std::vector<Value>;
@@ -91,17 +119,22 @@ bool Truthy(const Value& v);
 
 // What {{ v }} prints, as Python's str(): undefined prints nothing, none "None", booleans
 // "True"/"False", a float ".0" more when it has no '.' or exponent, lists and dicts their
-// items in Repr ("['a', 1]", "{'k': 'v'}").
+// items in Repr ("['a', 1]", "{'k': 'v'}"). Never more than kMaxStringBytes + 1 bytes: a
+// longer text is cut there (as soon as it gets there, not after it is built), so the caller's
+// bound on strings refuses it. Spends a walk step per value (WalkAllowance).
 std::string ToText(const Value& v);
 
-// Python's repr(): a string in single quotes, anything else as ToText.
+// Python's repr(): a string in single quotes, anything else as ToText (and bounded as it is).
 std::string Repr(const Value& v);
 
-// The tojson filter's JSON (undefined becomes null; dict keys in their sorted order).
-nlohmann::ordered_json ToJson(const Value& v);
+// The tojson filter's JSON (undefined becomes null; dict keys in their sorted order). Spends
+// a walk step per value; stops (the rest null) once its strings and values pass
+// kMaxStringBytes, and then sets *cut when given.
+nlohmann::ordered_json ToJson(const Value& v, bool* cut = nullptr);
 
 // Jinja's ==: numbers by value (1 == 1.0; true == 1), lists and dicts item by item, values of
-// other different kinds never equal; undefined equals undefined and none equals none.
+// other different kinds never equal; undefined equals undefined and none equals none. Spends
+// a walk step per pair of values compared (false once the allowance is spent).
 bool Equal(const Value& a, const Value& b);
 
 }  // namespace dcf::server::jinja

@@ -377,14 +377,26 @@ absl::Status RefuseUnsupported(const Json& o, OpenAiApi api) {
     return Bad(name, "is not supported by this server");
   }
   // vLLM's chat extras that change the prompt: a request's own template, variables for the
-  // template, continuing the last message instead of starting a new turn.
+  // template, continuing the last message instead of starting a new turn, documents for the
+  // template, special tokens added to the rendered prompt, the last message echoed, the
+  // multimodal processor's arguments; and OpenAI's reasoning_effort, which vLLM hands to the
+  // template of a reasoning model.
   if (api == OpenAiApi::kChatCompletions) {
-    for (const char* name : {"chat_template", "chat_template_kwargs", "continue_final_message"}) {
+    for (const char* name :
+         {"chat_template", "chat_template_kwargs", "continue_final_message", "documents",
+          "add_special_tokens", "echo", "mm_processor_kwargs", "reasoning_effort"}) {
       const Json* v = given(name);
       if (v == nullptr) continue;
       const std::string n = name;
-      if (n == "chat_template_kwargs" && v->is_object() && v->empty()) continue;
-      if (n == "continue_final_message" && v->is_boolean() && !v->get<bool>()) continue;
+      if ((n == "chat_template_kwargs" || n == "mm_processor_kwargs") && v->is_object() &&
+          v->empty()) {
+        continue;
+      }
+      if (n == "documents" && v->is_array() && v->empty()) continue;
+      if ((n == "continue_final_message" || n == "add_special_tokens" || n == "echo") &&
+          v->is_boolean() && !v->get<bool>()) {
+        continue;
+      }
       return Bad(name, "is not supported by this server (the server renders its own chat "
                        "template, --chat-template, with messages and add_generation_prompt only)");
     }

@@ -319,6 +319,13 @@ TEST(ChatTemplateTest, IntegerArithmeticIsCheckedNeverWrapsOrTraps) {
                    Conversation()),
             "0|-9223372036854775808|-4|2|-2|9223372036854775807|9223372036854775807|"
             "[9223372036854775806]|[-9223372036854775807]");
+  // A slice's step may be any int64: the index stops at int64's end as at the stop (it
+  // wrapped around and read out of bounds: SIGSEGV on a string, [3, 2, 1] on this list).
+  EXPECT_EQ(Render("{{ 'abc'[1::9223372036854775807] }}|{{ [1, 2, 3][2::9223372036854775807] }}|"
+                   "{{ 'abc'[1::" + min + "] }}|{{ [1, 2, 3][::" + min + "] }}|"
+                   "{{ 'abcdef'[::9223372036854775806] }}",
+                   Conversation()),
+            "b|[3]|b|[3]|a");
   // Jinja's int filter: int(x), else int(float(x)), else the default (0 unless given).
   EXPECT_EQ(Render("{{ '42' | int }}|{{ ' -12 ' | int }}|{{ '42.9' | int }}|{{ 'x' | int }}|"
                    "{{ 'x' | int(7) }}|{{ -3.9 | int }}|{{ true | int }}|{{ none | int }}|"
@@ -469,6 +476,63 @@ TEST(ChatTemplateTest, StringsListsAndTheOutputAreBounded) {
                        big);
   EXPECT_EQ(chatml.size(), (4u << 20) + 27);
   EXPECT_EQ(Render(doubled("a", 24) + "{{ ns.s }}", Conversation()).size(), 16u << 20);
+}
+
+// Lists are shared, not copied: a list of eight names of a list is eight values however big
+// the list is, so each level of a template a few lines long multiplies what its value holds
+// by eight. Printing (and ~, string, tojson) stops at the string bound instead of building
+// the whole text first (a 512 MiB string before the refusal; 4 GiB for tojson aborted the
+// server), and the walks over values (printing, ==, `in`, the namespace check) share one
+// allowance per render (==, the namespace check and `in` took minutes to centuries).
+TEST(ChatTemplateTest, SharedListsCannotOutgrowTheBounds) {
+  // ns.s is 1 MiB; l1 holds it, and each l(k+1) is eight names of l(k): l5 holds 4 GiB of
+  // text, l4 512 MiB.
+  std::string levels =
+      "{% set ns = namespace(s='a') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}{% set l1 = [ns.s] %}";
+  for (int k = 1; k < 5; ++k) {
+    const std::string l = absl::StrCat("l", k);
+    levels += absl::StrCat("{% set l", k + 1, " = [", l, ", ", l, ", ", l, ", ", l, ", ", l, ", ",
+                           l, ", ", l, ", ", l, "] %}");
+  }
+  // A list of lists 2^k items deep, each level two names of the level below (l0 = [1]).
+  std::string dag = "{% set d0 = [1] %}";
+  for (int k = 1; k <= 40; ++k) {
+    dag += absl::StrCat("{% set d", k, " = [d", k - 1, ", d", k - 1, "] %}");
+  }
+  struct Case {
+    std::string source;
+    const char* error;
+  } cases[] = {
+      {levels + "{{ l4 }}", "the rendered prompt would be longer than 16 MiB"},
+      {levels + "{{ l5 | tojson }}", "a string longer than 16 MiB"},
+      {levels + "{{ l5 | string | length }}", "a string longer than 16 MiB"},
+      {levels + "{{ (l5 ~ '') | length }}", "a string longer than 16 MiB"},
+      {levels + "{{ [l5] | join(',') | length }}", "a string longer than 16 MiB"},
+      {dag + "{{ d40 == d40 }}", "values printing, comparing or searching lists"},
+      {dag + "{% set ns = namespace(x=1) %}{% set ns.x = d40 %}",
+       "values printing, comparing or searching lists"},
+      {dag + "{{ d40 | tojson | length }}", "a string longer than 16 MiB"},
+      {dag + "{{ d40 | length }}{{ d40 }}", "the rendered prompt would be longer than 16 MiB"},
+      {"{% set big = range(1000000) %}{% for i in range(1000) %}{{ -1 in big }}{% endfor %}",
+       "values printing, comparing or searching lists"},
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (const Case& c : cases) {
+    const absl::Status st = RenderStatus(c.source);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source.substr(0, 300);
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source.substr(0, 300) << ": " << st;
+  }
+  // Seconds in all on a loaded 2-core machine (a hang guard, not a speed goal).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 120.0);
+  // Within the allowance nothing changes: `in` stops at the first match, and a walk that fits
+  // is whole.
+  EXPECT_EQ(Render("{% set big = range(1000000) %}{% for i in range(1000) %}"
+                   "{% if not (0 in big) %}x{% endif %}{% endfor %}{{ 999999 in big }}",
+                   Conversation()),
+            "True");
+  EXPECT_EQ(Render(dag + "{{ d2 }}|{{ d2 | tojson }}|{{ d16 == d16 }}", Conversation()),
+            "[[[1], [1]], [[1], [1]]]|[[[1],[1]],[[1],[1]]]|True");
 }
 
 // Values built at render time are bounded too: a namespace that held itself, or a list nested

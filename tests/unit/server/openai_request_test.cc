@@ -185,8 +185,16 @@ TEST(OpenAiRequestTest, ChatFieldsThatChangeThePromptAreRefused) {
   EXPECT_EQ(ParamOf(head + R"("chat_template_kwargs":{"enable_thinking":false}})", chat),
             "chat_template_kwargs");
   EXPECT_EQ(ParamOf(head + R"("continue_final_message":true})", chat), "continue_final_message");
-  for (const char* nothing : {R"("chat_template":null})", R"("chat_template_kwargs":{}})",
-                              R"("continue_final_message":false})"}) {
+  EXPECT_EQ(ParamOf(head + R"("documents":[{"title":"t","text":"x"}]})", chat), "documents");
+  EXPECT_EQ(ParamOf(head + R"("add_special_tokens":true})", chat), "add_special_tokens");
+  EXPECT_EQ(ParamOf(head + R"("echo":true})", chat), "echo");
+  EXPECT_EQ(ParamOf(head + R"("mm_processor_kwargs":{"x":1}})", chat), "mm_processor_kwargs");
+  EXPECT_EQ(ParamOf(head + R"("reasoning_effort":"low"})", chat), "reasoning_effort");
+  for (const char* nothing :
+       {R"("chat_template":null})", R"("chat_template_kwargs":{}})",
+        R"("continue_final_message":false})", R"("documents":[]})", R"("documents":null})",
+        R"("add_special_tokens":false})", R"("echo":false})", R"("mm_processor_kwargs":{}})",
+        R"("reasoning_effort":null})"}) {
     EXPECT_TRUE(ParseOpenAiRequest(chat, head + nothing).ok()) << nothing;
   }
   // Not chat fields on /v1/completions: unknown there, so ignored.
