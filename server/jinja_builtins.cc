@@ -26,6 +26,14 @@ absl::Status CheckStringBytes(const Site& at, size_t bytes) {
   return Fail(at, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
 }
 
+// ToText of x, refused when it is past kMaxStringBytes (ToText cuts it there: a cut text must
+// not reach a filter that could shrink it back under the bound, e.g. trim or replace).
+absl::StatusOr<std::string> Text(const Site& at, const Value& x) {
+  std::string text = ToText(x);
+  if (absl::Status s = CheckStringBytes(at, text.size()); !s.ok()) return s;
+  return text;
+}
+
 absl::Status CheckListItems(const Site& at, size_t items) {
   if (items <= kMaxListItems) return absl::OkStatus();
   return Fail(at, absl::StrCat("a list of more than ", kMaxListItems, " items"));
@@ -77,7 +85,12 @@ absl::StatusOr<Value> Length(const Site& at, const Value& x, const std::vector<V
 absl::StatusOr<Value> Join(const Site& at, const Value& x, const std::vector<Value>& args) {
   if (x.kind != Value::Kind::kList) return Fail(at, "join of a non-list");
   std::vector<std::string> parts;
-  const std::string separator = args.empty() ? "" : ToText(args[0]);
+  std::string separator;
+  if (!args.empty()) {
+    absl::StatusOr<std::string> t = Text(at, args[0]);
+    if (!t.ok()) return t.status();
+    separator = *std::move(t);
+  }
   size_t bytes = 0;
   for (const Value& item : *x.list) {
     parts.push_back(ToText(item));
@@ -139,22 +152,32 @@ absl::StatusOr<bool> IsSequence(const Site&, const Value& v) {
 const std::map<std::string, FilterFn, std::less<>>& Filters() {
   using Args = const std::vector<Value>&;
   static const auto* filters = new std::map<std::string, FilterFn, std::less<>>{
-      {"trim", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
-         return Value::Str(std::string(absl::StripAsciiWhitespace(ToText(x))));
+      {"trim", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
+         absl::StatusOr<std::string> t = Text(at, x);
+         if (!t.ok()) return t.status();
+         return Value::Str(std::string(absl::StripAsciiWhitespace(*t)));
        }},
       {"length", Length},
       {"count", Length},
-      {"upper", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
-         return Value::Str(absl::AsciiStrToUpper(ToText(x)));
+      {"upper", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
+         absl::StatusOr<std::string> t = Text(at, x);
+         if (!t.ok()) return t.status();
+         return Value::Str(absl::AsciiStrToUpper(*t));
        }},
-      {"lower", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
-         return Value::Str(absl::AsciiStrToLower(ToText(x)));
+      {"lower", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
+         absl::StatusOr<std::string> t = Text(at, x);
+         if (!t.ok()) return t.status();
+         return Value::Str(absl::AsciiStrToLower(*t));
        }},
-      {"capitalize", [](const Site& at, const Value& x, Args) {
-         return StringMethod(at, ToText(x), "capitalize", {});
+      {"capitalize", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
+         absl::StatusOr<std::string> t = Text(at, x);
+         if (!t.ok()) return t.status();
+         return StringMethod(at, *t, "capitalize", {});
        }},
-      {"title", [](const Site& at, const Value& x, Args) {
-         return StringMethod(at, ToText(x), "title", {});
+      {"title", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
+         absl::StatusOr<std::string> t = Text(at, x);
+         if (!t.ok()) return t.status();
+         return StringMethod(at, *t, "title", {});
        }},
       {"default", Default},
       {"d", Default},
@@ -162,7 +185,10 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
          bool cut = false;
          nlohmann::ordered_json j = ToJson(x, &cut);
          if (cut) return CheckStringBytes(at, kMaxStringBytes + 1);
-         return Value::Str(j.dump());
+         // Invalid UTF-8 (a byte slice of a character, a reversed string) is replaced by
+         // U+FFFD: dump() threw on it, and nothing caught it (the server aborted).
+         return Value::Str(
+             j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
        }},
       {"string", [](const Site&, const Value& x, Args) -> absl::StatusOr<Value> {
          return Value::Str(ToText(x));
@@ -177,8 +203,10 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
        }},
       {"list", ToList},
       {"reverse", Reverse},
-      {"replace", [](const Site& at, const Value& x, Args args) {
-         return StringMethod(at, ToText(x), "replace", args);
+      {"replace", [](const Site& at, const Value& x, Args args) -> absl::StatusOr<Value> {
+         absl::StatusOr<std::string> t = Text(at, x);
+         if (!t.ok()) return t.status();
+         return StringMethod(at, *t, "replace", args);
        }},
       {"items", [](const Site& at, const Value& x, Args) {
          return DictMethod(at, x, "items", {});
@@ -236,7 +264,20 @@ absl::StatusOr<TestFn> FindTest(const Site& at, absl::string_view name) {
 
 absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
                                    absl::string_view name, const std::vector<Value>& args) {
-  auto arg = [&](size_t i) { return i < args.size() ? ToText(args[i]) : std::string(); };
+  std::vector<std::string> texts;
+  for (const Value& a : args) {
+    absl::StatusOr<std::string> t = Text(at, a);
+    if (!t.ok()) return t.status();
+    texts.push_back(*std::move(t));
+  }
+  auto arg = [&](size_t i) { return i < texts.size() ? texts[i] : std::string(); };
+  // The searches below (strip's characters, replace, split) spend the render's walk allowance
+  // by their worst case; Eval refuses the render once it is spent.
+  if ((name == "strip" || name == "lstrip" || name == "rstrip" || name == "replace" ||
+       name == "split") &&
+      !WalkAllowance::SpendSearch(text.size(), args.empty() ? 1 : arg(0).size())) {
+    return Value();  // not searched: the allowance is spent, and Eval refuses the render
+  }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const std::string chars = args.empty() ? std::string(" \t\n\r\f\v") : arg(0);
     size_t b = 0, en = text.size();
@@ -303,13 +344,26 @@ absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
   return Fail(at, absl::StrCat("strings have no method '", name, "' here"));
 }
 
+absl::StatusOr<std::string> KeyOf(const Site& at, const Value& key) {
+  if (key.kind == Value::Kind::kList || key.kind == Value::Kind::kDict) {
+    return Fail(at, absl::StrCat("a ", KindName(key.kind), " cannot be a dict key"));
+  }
+  return Text(at, key);
+}
+
 absl::StatusOr<Value> DictMethod(const Site& at, const Value& d, absl::string_view name,
                                  const std::vector<Value>& args) {
   if (d.kind != Value::Kind::kDict) {
     return Fail(at, absl::StrCat("'", name, "' of a ", KindName(d.kind)));
   }
   if (name == "get") {
-    auto it = d.dict->find(args.empty() ? std::string() : ToText(args[0]));
+    std::string key;
+    if (!args.empty()) {
+      absl::StatusOr<std::string> k = KeyOf(at, args[0]);
+      if (!k.ok()) return k.status();
+      key = *std::move(k);
+    }
+    auto it = d.dict->find(key);
     if (it != d.dict->end()) return it->second;
     return args.size() > 1 ? args[1] : Value::None();
   }
@@ -319,6 +373,9 @@ absl::StatusOr<Value> DictMethod(const Site& at, const Value& d, absl::string_vi
   }
   List out;
   for (const auto& [k, v] : *d.dict) {
+    // A copy of the key (of up to 16 MiB) for each: spent, as Eval counts only a list's own
+    // strings, not those inside items()'s pairs.
+    if (!WalkAllowance::Spend(1 + static_cast<int64_t>(k.size() >> 6))) return Value();
     if (name == "items") out.push_back(Value::MakeList({Value::Str(k), v}));
     else if (name == "keys") out.push_back(Value::Str(k));
     else out.push_back(v);

@@ -53,6 +53,10 @@ absl::StatusOr<TestFn> FindTest(const Site& at, absl::string_view name);
 // capitalize, title, split.
 absl::StatusOr<Value> StringMethod(const Site& at, const std::string& text,
                                    absl::string_view name, const std::vector<Value>& args);
+// The dict key `key` names: its text (ToText); an error for a list or a dict (Python's
+// unhashable keys: their text could be 16 MiB for a value of a few names) and a text past
+// kMaxStringBytes.
+absl::StatusOr<std::string> KeyOf(const Site& at, const Value& key);
 // `d.name(args...)` for a dict d: get, items, keys, values; an error when d is not a dict.
 absl::StatusOr<Value> DictMethod(const Site& at, const Value& d, absl::string_view name,
                                  const std::vector<Value>& args);

@@ -96,7 +96,11 @@ class Renderer {
           items = *iterable->list;
           if (absl::Status s = Made(n.line, n.column, ListBytes(items)); !s.ok()) return s;
         } else if (iterable->kind == Value::Kind::kDict) {
-          for (const auto& [k, v] : *iterable->dict) items.push_back(Value::Str(k));
+          for (const auto& [k, v] : *iterable->dict) {
+            WalkAllowance::Spend(1 + static_cast<int64_t>(k.size() >> 6));  // a copy of the key
+            items.push_back(Value::Str(k));
+          }
+          if (WalkAllowance::Exhausted()) return WalksSpent(n.line, n.column);
         } else if (iterable->kind == Value::Kind::kString) {
           for (char c : iterable->s) items.push_back(Value::Str(std::string(1, c)));
         } else if (iterable->defined() && iterable->kind != Value::Kind::kNone) {
@@ -164,9 +168,16 @@ class Renderer {
                                            " MiB of strings and lists"));
   }
 
+  // At most 1 KiB of `text` (an error message's quote of a value).
+  static std::string Short(std::string text) {
+    constexpr size_t kMax = 1024;
+    if (text.size() > kMax) text = absl::StrCat(text.substr(0, kMax), "... (", text.size(), " bytes)");
+    return text;
+  }
+
   absl::Status WalksSpent(int line, int column) {
-    return Fail(line, column, absl::StrCat("the template visited more than ", kMaxWalkSteps,
-                                           " values printing, comparing or searching lists"));
+    return Fail(line, column, absl::StrCat("the template took more than ", kMaxWalkSteps,
+                                           " steps printing, comparing or searching values"));
   }
 
   absl::Status CheckStringBytes(const Expr& e, size_t bytes) {
@@ -230,7 +241,9 @@ class Renderer {
           if (!k.ok()) return k;
           absl::StatusOr<Value> v = Eval(*e.args[i + 1]);
           if (!v.ok()) return v;
-          d[ToText(*k)] = *std::move(v);
+          absl::StatusOr<std::string> key = KeyOf(SiteOf(*e.args[i]), *k);
+          if (!key.ok()) return key.status();
+          d[*std::move(key)] = *std::move(v);
         }
         return Value::MakeDict(std::move(d));
       }
@@ -294,10 +307,12 @@ class Renderer {
 
   absl::StatusOr<Value> Index(const Expr& e, const Value& base, const Value& key) {
     if (!base.defined()) {
-      return Fail(e, absl::StrCat("'", ToText(key), "' of an undefined value"));
+      return Fail(e, absl::StrCat("'", Short(ToText(key)), "' of an undefined value"));
     }
     if (base.kind == Value::Kind::kDict) {
-      auto it = base.dict->find(ToText(key));
+      absl::StatusOr<std::string> k = KeyOf(SiteOf(e), key);
+      if (!k.ok()) return k.status();
+      auto it = base.dict->find(*k);
       return it == base.dict->end() ? Value() : it->second;
     }
     if (key.kind == Value::Kind::kInt &&
@@ -368,11 +383,17 @@ class Renderer {
     if (op == "in" || op == "not in") {
       bool found = false;
       if (r->kind == Value::Kind::kString) {
-        found = l->kind == Value::Kind::kString && absl::StrContains(r->s, l->s);
+        if (l->kind == Value::Kind::kString) {
+          // Eval refuses the render once the allowance is spent; the search is skipped then.
+          found = WalkAllowance::SpendSearch(r->s.size(), l->s.size()) &&
+                  absl::StrContains(r->s, l->s);
+        }
       } else if (r->kind == Value::Kind::kList) {
         for (size_t i = 0; i < r->list->size() && !found; ++i) found = Equal((*r->list)[i], *l);
       } else if (r->kind == Value::Kind::kDict) {
-        found = r->dict->count(ToText(*l)) > 0;
+        absl::StatusOr<std::string> key = KeyOf(SiteOf(e), *l);
+        if (!key.ok()) return key.status();
+        found = r->dict->count(*key) > 0;
       } else {
         return Fail(e, absl::StrCat("'in' of a ", KindName(r->kind)));
       }
@@ -505,7 +526,8 @@ class Renderer {
     if (callee.kind != Expr::Kind::kName) return Fail(e, "only named functions can be called");
     if (callee.name == "raise_exception") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the chat template refused the messages: ", args->empty() ? "" : ToText((*args)[0])));
+          "the chat template refused the messages: ",
+          args->empty() ? "" : Short(ToText((*args)[0]))));
     }
     if (callee.name == "namespace") {
       Dict d;

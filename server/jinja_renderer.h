@@ -9,9 +9,10 @@
 // attribute or item of an undefined value, an unsupported method or function, integer
 // overflow, or a bound passed: more than 2^20 loop iterations in one render (or a range(),
 // split or list of more items), a string over kMaxStringBytes (16 MiB), more than 256 MiB of
-// strings and lists made in one render (each copy counted), more than kMaxWalkSteps values
-// visited by the walks over values (printing, ==, `in`, tojson, the namespace check: shared
-// lists make a value far bigger than what was made; jinja_value.h WalkAllowance); "chat
+// strings and lists made in one render (each copy counted), more than kMaxWalkSteps steps of
+// the walks over values and the substring searches (printing, ==, `in`, tojson, the namespace
+// check, split, replace, strip: shared lists make a value far bigger than what was made;
+// jinja_value.h WalkAllowance), a list or dict as a dict key; "chat
 // template: the rendered prompt would be longer than 16 MiB"; "the chat template refused the
 // messages: <message>" for the template's own raise_exception(message). A bound is checked
 // before the allocation it guards wherever that could be far larger than its inputs

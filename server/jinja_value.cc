@@ -1,6 +1,7 @@
 #include "server/jinja_value.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -41,11 +42,17 @@ namespace {
 // The allowance of the walks on this thread (innermost), or null.
 thread_local WalkAllowance* g_allowance = nullptr;
 
-// Appends at most up to kMaxStringBytes + 1 bytes in all (ToText's cut).
+// Appends at most up to kMaxStringBytes + 1 bytes in all (ToText's cut), spending a walk step
+// per 64 bytes.
 void Put(absl::string_view text, std::string* out) {
   const size_t room = kMaxStringBytes + 1 - std::min(out->size(), kMaxStringBytes + 1);
-  out->append(text.data(), std::min(room, text.size()));
+  const size_t n = std::min(room, text.size());
+  if (!WalkAllowance::Spend(static_cast<int64_t>(n >> 6))) return;
+  out->append(text.data(), n);
 }
+
+// What one JSON value costs ToJson's bound besides its strings (a node of nlohmann's tree).
+constexpr size_t kJsonNodeBytes = 48;
 
 // ToText (repr false) or Repr (true) of v appended to out; stops once out is cut.
 void Print(const Value& v, bool repr, std::string* out) {
@@ -92,8 +99,11 @@ void Print(const Value& v, bool repr, std::string* out) {
 
 // ToJson's walk: `bytes` counts the strings and values made so far.
 nlohmann::ordered_json Json(const Value& v, size_t* bytes) {
-  if (*bytes > kMaxStringBytes || !WalkAllowance::Spend(1)) return nullptr;
-  *bytes += 1 + (v.kind == Value::Kind::kString ? v.s.size() : 0);
+  const size_t text = v.kind == Value::Kind::kString ? v.s.size() : 0;
+  if (*bytes > kMaxStringBytes || !WalkAllowance::Spend(1 + static_cast<int64_t>(text >> 6))) {
+    return nullptr;
+  }
+  *bytes += kJsonNodeBytes + text;
   switch (v.kind) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone: return nullptr;
@@ -141,11 +151,19 @@ bool WalkAllowance::Spend(int64_t steps) {
   return true;
 }
 
+bool WalkAllowance::SpendSearch(size_t haystack, size_t needle) {
+  // Both factors are at most 2^58 (string sizes): saturate instead of overflowing.
+  const uint64_t positions = (haystack >> 6) + 1, per = (needle >> 3) + 1;
+  const uint64_t steps = per > uint64_t{INT64_MAX} / positions ? uint64_t{INT64_MAX}
+                                                                : positions * per;
+  return Spend(static_cast<int64_t>(steps));
+}
+
 bool WalkAllowance::Exhausted() { return g_allowance != nullptr && g_allowance->left_ < 0; }
 
 std::string ToText(const Value& v) {
   if (v.kind == Value::Kind::kString) {  // the common case, one copy
-    if (!WalkAllowance::Spend(1)) return std::string();
+    if (!WalkAllowance::Spend(1 + static_cast<int64_t>(v.s.size() >> 6))) return std::string();
     return v.s.size() <= kMaxStringBytes ? v.s : v.s.substr(0, kMaxStringBytes + 1);
   }
   std::string out;
@@ -178,7 +196,9 @@ bool Equal(const Value& a, const Value& b) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone: return true;
     case Value::Kind::kBool: return a.b == b.b;
-    case Value::Kind::kString: return a.s == b.s;
+    case Value::Kind::kString:
+      return WalkAllowance::Spend(static_cast<int64_t>(std::min(a.s.size(), b.s.size()) >> 6)) &&
+             a.s == b.s;
     case Value::Kind::kList: {
       if (a.list->size() != b.list->size()) return false;
       for (size_t i = 0; i < a.list->size(); ++i) {

@@ -35,7 +35,8 @@ inline constexpr size_t kMaxListItems = size_t{1} << 20;
 inline constexpr int64_t kMaxWalkSteps = int64_t{1} << 26;
 
 // This thread's allowance of walk steps while it lives (RenderTemplate holds one per
-// render); the walks below spend it, one step per value visited. Once spent, every walk
+// render); the walks below spend it, one step per value visited and one per 64 bytes they
+// copy or compare (SpendSearch: a substring search). Once spent, every walk
 // stops early with a partial result (printing cut short, == false, JSON null), so a render
 // must check Exhausted() after any walk and refuse itself. With no allowance on the thread
 // (outside a render) walks are unbounded. Not copyable; nests (the outer one comes back).
@@ -49,6 +50,10 @@ class WalkAllowance {
   // Takes `steps` from this thread's allowance: false (and from then on Exhausted()) when it
   // does not hold them; always true with no allowance.
   static bool Spend(int64_t steps);
+  // A search for a `needle`-byte string in a `haystack`-byte one (find, in, split, replace,
+  // strip's characters): one step per 64 positions times one per 8 bytes of the needle, a
+  // bound on a plain search's comparisons (a needle of 2^17 bytes in 2^18 could take seconds).
+  static bool SpendSearch(size_t haystack, size_t needle);
   static bool Exhausted();
 
  private:
@@ -128,8 +133,8 @@ std::string ToText(const Value& v);
 std::string Repr(const Value& v);
 
 // The tojson filter's JSON (undefined becomes null; dict keys in their sorted order). Spends
-// a walk step per value; stops (the rest null) once its strings and values pass
-// kMaxStringBytes, and then sets *cut when given.
+// a walk step per value; stops (the rest null) once what it built passes kMaxStringBytes
+// (its strings and keys, and 48 bytes a value: a JSON node's size), and then sets *cut.
 nlohmann::ordered_json ToJson(const Value& v, bool* cut = nullptr);
 
 // Jinja's ==: numbers by value (1 == 1.0; true == 1), lists and dicts item by item, values of

@@ -509,16 +509,46 @@ TEST(ChatTemplateTest, SharedListsCannotOutgrowTheBounds) {
       {levels + "{{ l5 | string | length }}", "a string longer than 16 MiB"},
       {levels + "{{ (l5 ~ '') | length }}", "a string longer than 16 MiB"},
       {levels + "{{ [l5] | join(',') | length }}", "a string longer than 16 MiB"},
-      {dag + "{{ d40 == d40 }}", "values printing, comparing or searching lists"},
+      {dag + "{{ d40 == d40 }}", "steps printing, comparing or searching values"},
       {dag + "{% set ns = namespace(x=1) %}{% set ns.x = d40 %}",
-       "values printing, comparing or searching lists"},
+       "steps printing, comparing or searching values"},
       {dag + "{{ d40 | tojson | length }}", "a string longer than 16 MiB"},
       {dag + "{{ d40 | length }}{{ d40 }}", "the rendered prompt would be longer than 16 MiB"},
       {"{% set big = range(1000000) %}{% for i in range(1000) %}{{ -1 in big }}{% endfor %}",
-       "values printing, comparing or searching lists"},
+       "steps printing, comparing or searching values"},
   };
   const auto start = std::chrono::steady_clock::now();
   for (const Case& c : cases) {
+    const absl::Status st = RenderStatus(c.source);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source.substr(0, 300);
+    EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source.substr(0, 300) << ": " << st;
+  }
+  // The second review of the allowance: walks and copies are spent by bytes too (64 a step),
+  // searches by their worst case, keys are scalars (Python's unhashable lists and dicts: a list
+  // key's text was 16 MiB for a few names, stored uncounted), and a cut text never reaches a
+  // filter that could shrink it back under the bound.
+  const std::string two = "{% set ns = namespace(s='a') %}{% for i in range(22) %}"
+                          "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% set ns.t = ns.s ~ '' %}"
+                          "{% set la = [ns.s, ns.s, ns.s, ns.s] %}{% set lb = [ns.t, ns.t, ns.t, ns.t] %}";
+  const std::string search = "{% set ns = namespace(h='a', n='a') %}{% for i in range(18) %}"
+                             "{% set ns.h = ns.h ~ ns.h %}{% endfor %}{% for i in range(17) %}"
+                             "{% set ns.n = ns.n ~ ns.n %}{% endfor %}{% set ns.n = ns.n ~ 'b' %}";
+  const Case second[] = {
+      {two + "{% for i in range(100000) %}{% if la == lb %}{% endif %}{% endfor %}",
+       "steps printing, comparing or searching values"},
+      {search + "{% for i in range(1000) %}{% if ns.n in ns.h %}{% endif %}{% endfor %}",
+       "steps printing, comparing or searching values"},
+      {search + "{% for i in range(1000) %}{{ ns.h.split(ns.n) | length }}{% endfor %}",
+       "steps printing, comparing or searching values"},
+      {"{{ {[1]: 2} }}", "a list cannot be a dict key"},
+      {"{{ [1] in {} }}", "a list cannot be a dict key"},
+      {"{{ {}[{}] }}", "a dict cannot be a dict key"},
+      {"{{ {}.get([1]) }}", "a list cannot be a dict key"},
+      {levels + "{{ l5 | trim | length }}", "a string longer than 16 MiB"},
+      {levels + "{{ l5 | replace(' ', '') | length }}", "a string longer than 16 MiB"},
+      {levels + "{{ 'x'.strip(l5) }}", "a string longer than 16 MiB"},
+  };
+  for (const Case& c : second) {
     const absl::Status st = RenderStatus(c.source);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.source.substr(0, 300);
     EXPECT_TRUE(absl::StrContains(st.message(), c.error)) << c.source.substr(0, 300) << ": " << st;
@@ -533,6 +563,11 @@ TEST(ChatTemplateTest, SharedListsCannotOutgrowTheBounds) {
             "True");
   EXPECT_EQ(Render(dag + "{{ d2 }}|{{ d2 | tojson }}|{{ d16 == d16 }}", Conversation()),
             "[[[1], [1]], [[1], [1]]]|[[[1],[1]],[[1],[1]]]|True");
+  // tojson of invalid UTF-8 (a reversed or byte-sliced character) threw out of the render
+  // and aborted the server: the bytes become U+FFFD.
+  EXPECT_EQ(Render("{{ ('\xC3\xA9' | reverse) | tojson }}|{{ '\xC3\xA9'[:1] | tojson }}",
+                   Conversation()),
+            "\"\xEF\xBF\xBD\xEF\xBF\xBD\"|\"\xEF\xBF\xBD\"");
 }
 
 // Values built at render time are bounded too: a namespace that held itself, or a list nested
