@@ -385,8 +385,9 @@ TEST(ChatTemplateTest, DeepNestingIsRefusedAtParseTimeWithThePlace) {
 }
 
 // The stack the deepest template must fit: 256 KiB (the server's threads have megabytes);
-// under AddressSanitizer, whose redzones make every frame several times larger, 2 MiB.
-#if defined(__SANITIZE_ADDRESS__)
+// under AddressSanitizer or ThreadSanitizer, whose instrumentation makes every frame several
+// times larger, 2 MiB.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr size_t kSmallStackBytes = size_t{2} << 20;
 #else
 constexpr size_t kSmallStackBytes = size_t{256} << 10;
