@@ -20,23 +20,12 @@ namespace {
 
 absl::Status Fail(const Site& at, absl::string_view what) { return At(at.line, at.column, what); }
 
-// Refuses, before it is built, a string of `bytes` past kMaxStringBytes.
-absl::Status CheckStringBytes(const Site& at, size_t bytes) {
-  if (bytes <= kMaxStringBytes) return absl::OkStatus();
-  return Fail(at, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
-}
-
 // ToText of x, refused when it is past kMaxStringBytes (ToText cuts it there: a cut text must
 // not reach a filter that could shrink it back under the bound, e.g. trim or replace).
 absl::StatusOr<std::string> Text(const Site& at, const Value& x) {
   std::string text = ToText(x);
   if (absl::Status s = CheckStringBytes(at, text.size()); !s.ok()) return s;
   return text;
-}
-
-absl::Status CheckListItems(const Site& at, size_t items) {
-  if (items <= kMaxListItems) return absl::OkStatus();
-  return Fail(at, absl::StrCat("a list of more than ", kMaxListItems, " items"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -100,6 +89,14 @@ absl::StatusOr<Value> Join(const Site& at, const Value& x, const std::vector<Val
   return Value::Str(absl::StrJoin(parts, separator));
 }
 
+// The filter that is the string method `name` of x's text (Text), e.g. `x | upper`.
+absl::StatusOr<Value> MethodOfText(const Site& at, const Value& x, absl::string_view name,
+                                   const std::vector<Value>& args) {
+  absl::StatusOr<std::string> t = Text(at, x);
+  if (!t.ok()) return t.status();
+  return StringMethod(at, *t, name, args);
+}
+
 // The `first` (first is true) or `last` filter.
 Value FirstOrLast(bool first, const Value& x) {
   if (x.kind == Value::Kind::kList) {
@@ -159,25 +156,17 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
        }},
       {"length", Length},
       {"count", Length},
-      {"upper", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
-         absl::StatusOr<std::string> t = Text(at, x);
-         if (!t.ok()) return t.status();
-         return Value::Str(absl::AsciiStrToUpper(*t));
+      {"upper", [](const Site& at, const Value& x, Args) {
+         return MethodOfText(at, x, "upper", {});
        }},
-      {"lower", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
-         absl::StatusOr<std::string> t = Text(at, x);
-         if (!t.ok()) return t.status();
-         return Value::Str(absl::AsciiStrToLower(*t));
+      {"lower", [](const Site& at, const Value& x, Args) {
+         return MethodOfText(at, x, "lower", {});
        }},
-      {"capitalize", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
-         absl::StatusOr<std::string> t = Text(at, x);
-         if (!t.ok()) return t.status();
-         return StringMethod(at, *t, "capitalize", {});
+      {"capitalize", [](const Site& at, const Value& x, Args) {
+         return MethodOfText(at, x, "capitalize", {});
        }},
-      {"title", [](const Site& at, const Value& x, Args) -> absl::StatusOr<Value> {
-         absl::StatusOr<std::string> t = Text(at, x);
-         if (!t.ok()) return t.status();
-         return StringMethod(at, *t, "title", {});
+      {"title", [](const Site& at, const Value& x, Args) {
+         return MethodOfText(at, x, "title", {});
        }},
       {"default", Default},
       {"d", Default},
@@ -203,10 +192,8 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
        }},
       {"list", ToList},
       {"reverse", Reverse},
-      {"replace", [](const Site& at, const Value& x, Args args) -> absl::StatusOr<Value> {
-         absl::StatusOr<std::string> t = Text(at, x);
-         if (!t.ok()) return t.status();
-         return StringMethod(at, *t, "replace", args);
+      {"replace", [](const Site& at, const Value& x, Args args) {
+         return MethodOfText(at, x, "replace", args);
        }},
       {"items", [](const Site& at, const Value& x, Args) {
          return DictMethod(at, x, "items", {});
@@ -253,6 +240,16 @@ absl::StatusOr<typename Table::mapped_type> Find(const Table& table, const Site&
 }
 
 }  // namespace
+
+absl::Status CheckStringBytes(const Site& at, size_t bytes) {
+  if (bytes <= kMaxStringBytes) return absl::OkStatus();
+  return Fail(at, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
+}
+
+absl::Status CheckListItems(const Site& at, size_t items) {
+  if (items <= kMaxListItems) return absl::OkStatus();
+  return Fail(at, absl::StrCat("a list of more than ", kMaxListItems, " items"));
+}
 
 absl::StatusOr<FilterFn> FindFilter(const Site& at, absl::string_view name) {
   return Find(Filters(), at, "filter", name);
@@ -375,7 +372,7 @@ absl::StatusOr<Value> DictMethod(const Site& at, const Value& d, absl::string_vi
   for (const auto& [k, v] : *d.dict) {
     // A copy of the key (of up to 16 MiB) for each: spent, as Eval counts only a list's own
     // strings, not those inside items()'s pairs.
-    if (!WalkAllowance::Spend(1 + static_cast<int64_t>(k.size() >> 6))) return Value();
+    if (!WalkAllowance::SpendCopy(k.size())) return Value();
     if (name == "items") out.push_back(Value::MakeList({Value::Str(k), v}));
     else if (name == "keys") out.push_back(Value::Str(k));
     else out.push_back(v);

@@ -29,6 +29,12 @@ struct Site {
   int line = 1, column = 1;
 };
 
+// The bounds of jinja_value.h at `at`, checked before what they guard is built: a string of
+// `bytes` past kMaxStringBytes ("a string longer than 16 MiB"), a list of `items` past
+// kMaxListItems ("a list of more than 1048576 items"). The renderer's checks too.
+absl::Status CheckStringBytes(const Site& at, size_t bytes);
+absl::Status CheckListItems(const Site& at, size_t items);
+
 // `value | name(args...)`: the value and the positional arguments, evaluated (keyword
 // arguments are ignored).
 using FilterFn = absl::StatusOr<Value> (*)(const Site& at, const Value& value,

@@ -97,7 +97,7 @@ class Renderer {
           if (absl::Status s = Made(n.line, n.column, ListBytes(items)); !s.ok()) return s;
         } else if (iterable->kind == Value::Kind::kDict) {
           for (const auto& [k, v] : *iterable->dict) {
-            WalkAllowance::Spend(1 + static_cast<int64_t>(k.size() >> 6));  // a copy of the key
+            WalkAllowance::SpendCopy(k.size());  // a copy of the key
             items.push_back(Value::Str(k));
           }
           if (WalkAllowance::Exhausted()) return WalksSpent(n.line, n.column);
@@ -180,13 +180,6 @@ class Renderer {
                                            " steps printing, comparing or searching values"));
   }
 
-  absl::Status CheckStringBytes(const Expr& e, size_t bytes) {
-    if (bytes <= kMaxStringBytes) return absl::OkStatus();
-    return Fail(e, absl::StrCat("a string longer than ", kMaxStringBytes >> 20, " MiB"));
-  }
-
-  // Every value an expression computes passes here: a string is bounded and counted, and so
-  // is a list the expression built (not one it only names: lists are shared, not copied).
   // Spends a walk step per value (false once the allowance is spent).
   static bool HoldsNamespace(const Value& v) {
     if (!WalkAllowance::Spend(1)) return false;
@@ -203,6 +196,8 @@ class Renderer {
     return false;
   }
 
+  // Every value an expression computes passes here: a string is bounded and counted, and so
+  // is a list the expression built (not one it only names: lists are shared, not copied).
   absl::StatusOr<Value> Eval(const Expr& e) {
     absl::StatusOr<Value> v = Compute(e);
     if (!v.ok()) return v;
@@ -211,7 +206,7 @@ class Renderer {
     if (WalkAllowance::Exhausted()) return WalksSpent(e.line, e.column);
     if (v->depth > kMaxNesting) return Fail(e, "a value nested too deeply");
     if (v->kind == Value::Kind::kString) {
-      if (absl::Status s = CheckStringBytes(e, v->s.size()); !s.ok()) return s;
+      if (absl::Status s = CheckStringBytes(SiteOf(e), v->s.size()); !s.ok()) return s;
       if (absl::Status s = Made(e.line, e.column, v->s.size()); !s.ok()) return s;
     } else if (v->kind == Value::Kind::kList && e.kind != Expr::Kind::kName &&
                e.kind != Expr::Kind::kAttr && e.kind != Expr::Kind::kItem &&
@@ -377,7 +372,7 @@ class Renderer {
     if (op == "!=") return Value::Bool(!Equal(*l, *r));
     if (op == "~") {
       std::string a = ToText(*l), b = ToText(*r);
-      if (absl::Status s = CheckStringBytes(e, a.size() + b.size()); !s.ok()) return s;
+      if (absl::Status s = CheckStringBytes(SiteOf(e), a.size() + b.size()); !s.ok()) return s;
       return Value::Str(std::move(a) + b);
     }
     if (op == "in" || op == "not in") {
@@ -413,12 +408,15 @@ class Renderer {
     }
     if (op == "+") {
       if (l->kind == Value::Kind::kString && r->kind == Value::Kind::kString) {
-        if (absl::Status s = CheckStringBytes(e, l->s.size() + r->s.size()); !s.ok()) return s;
+        if (absl::Status s = CheckStringBytes(SiteOf(e), l->s.size() + r->s.size()); !s.ok()) {
+          return s;
+        }
         return Value::Str(l->s + r->s);
       }
       if (l->kind == Value::Kind::kList && r->kind == Value::Kind::kList) {
-        if (l->list->size() + r->list->size() > kMaxListItems) {
-          return Fail(e, absl::StrCat("a list of more than ", kMaxListItems, " items"));
+        if (absl::Status s = CheckListItems(SiteOf(e), l->list->size() + r->list->size());
+            !s.ok()) {
+          return s;
         }
         if (absl::Status s = Made(e.line, e.column, ListBytes(*l->list) + ListBytes(*r->list));
             !s.ok()) {

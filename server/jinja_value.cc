@@ -100,7 +100,7 @@ void Print(const Value& v, bool repr, std::string* out) {
 // ToJson's walk: `bytes` counts the strings and values made so far.
 nlohmann::ordered_json Json(const Value& v, size_t* bytes) {
   const size_t text = v.kind == Value::Kind::kString ? v.s.size() : 0;
-  if (*bytes > kMaxStringBytes || !WalkAllowance::Spend(1 + static_cast<int64_t>(text >> 6))) {
+  if (*bytes > kMaxStringBytes || !WalkAllowance::SpendCopy(text)) {
     return nullptr;
   }
   *bytes += kJsonNodeBytes + text;
@@ -151,6 +151,10 @@ bool WalkAllowance::Spend(int64_t steps) {
   return true;
 }
 
+bool WalkAllowance::SpendCopy(size_t bytes) {
+  return Spend(1 + static_cast<int64_t>(bytes >> 6));
+}
+
 bool WalkAllowance::SpendSearch(size_t haystack, size_t needle) {
   // Both factors are at most 2^58 (string sizes): saturate instead of overflowing.
   const uint64_t positions = (haystack >> 6) + 1, per = (needle >> 3) + 1;
@@ -163,7 +167,7 @@ bool WalkAllowance::Exhausted() { return g_allowance != nullptr && g_allowance->
 
 std::string ToText(const Value& v) {
   if (v.kind == Value::Kind::kString) {  // the common case, one copy
-    if (!WalkAllowance::Spend(1 + static_cast<int64_t>(v.s.size() >> 6))) return std::string();
+    if (!WalkAllowance::SpendCopy(v.s.size())) return std::string();
     return v.s.size() <= kMaxStringBytes ? v.s : v.s.substr(0, kMaxStringBytes + 1);
   }
   std::string out;

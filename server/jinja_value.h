@@ -50,6 +50,9 @@ class WalkAllowance {
   // Takes `steps` from this thread's allowance: false (and from then on Exhausted()) when it
   // does not hold them; always true with no allowance.
   static bool Spend(int64_t steps);
+  // A value of `bytes` bytes visited and copied (a string printed or made JSON, a dict key
+  // copied): one step, and one per 64 bytes.
+  static bool SpendCopy(size_t bytes);
   // A search for a `needle`-byte string in a `haystack`-byte one (find, in, split, replace,
   // strip's characters): one step per 64 positions times one per 8 bytes of the needle, a
   // bound on a plain search's comparisons (a needle of 2^17 bytes in 2^18 could take seconds).
