@@ -62,7 +62,7 @@ absl::StatusOr<std::vector<Piece>> Split(absl::string_view src) {
     if (trim_next) text = std::string(absl::StripLeadingAsciiWhitespace(text));
     trim_newline = trim_next = false;
     if (open == absl::string_view::npos) {
-      if (!text.empty()) out.push_back({Piece::Kind::kText, text, 0, 0});
+      if (!text.empty()) out.push_back({Piece::Kind::kText, text});
       break;
     }
     const char type = src[open + 1];
@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<Piece>> Split(absl::string_view src) {
         text.erase(line_start);
       }
     }
-    if (!text.empty()) out.push_back({Piece::Kind::kText, text, 0, 0});
+    if (!text.empty()) out.push_back({Piece::Kind::kText, text});
     const char close_char = type == '{' ? '}' : type == '%' ? '%' : '#';
     const std::string close = absl::StrCat(std::string(1, close_char), "}");
     const size_t inner = open + 2 + (minus || plus ? 1 : 0);
@@ -96,8 +96,10 @@ absl::StatusOr<std::vector<Piece>> Split(absl::string_view src) {
       --inner_end;
     }
     if (type != '#') {
+      const auto [inner_line, inner_column] = positions.At(inner);
       out.push_back({type == '{' ? Piece::Kind::kOutput : Piece::Kind::kStatement,
-                     std::string(src.substr(inner, inner_end - inner)), line, column});
+                     std::string(src.substr(inner, inner_end - inner)), line, column,
+                     inner_line, inner_column});
     }
     trim_next = close_minus;
     trim_newline = type != '{';
@@ -110,7 +112,21 @@ absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece) {
   std::vector<Token> out;
   const std::string& s = piece.text;
   size_t i = 0;
-  auto column = [&](size_t at) { return piece.column + 2 + static_cast<int>(at); };
+  // The template position of s[at] (at never decreases from one call to the next).
+  int line = piece.inner_line, column = piece.inner_column;
+  size_t seen = 0;
+  auto position = [&](size_t at, Token* t) {
+    for (; seen < at; ++seen) {
+      if (s[seen] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    t->line = line;
+    t->column = column;
+  };
   while (i < s.size()) {
     const char c = s[i];
     if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
@@ -118,8 +134,7 @@ absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece) {
       continue;
     }
     Token t;
-    t.line = piece.line;
-    t.column = column(i);
+    position(i, &t);
     if (absl::ascii_isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t j = i;
       while (j < s.size() && (absl::ascii_isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
@@ -181,8 +196,7 @@ absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece) {
     out.push_back(std::move(t));
   }
   Token end;
-  end.line = piece.line;
-  end.column = column(s.size());
+  position(s.size(), &end);
   out.push_back(end);
   return out;
 }

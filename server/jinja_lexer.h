@@ -18,11 +18,12 @@ namespace dcf::server::jinja {
 
 // A run of literal text, or the inside of a {{ }} (kOutput) or {% %} (kStatement) tag without
 // its delimiters, its opening '-' or '+' and its closing '-'; line and column are the tag's
-// opening '{' (0 for text).
+// opening '{', inner_line and inner_column its inside's first character (0 for text).
 struct Piece {
   enum class Kind { kText, kOutput, kStatement } kind;
   std::string text;  // text, or the tag's inside
-  int line, column;
+  int line = 0, column = 0;
+  int inner_line = 0, inner_column = 0;
 };
 
 // A token inside a tag; a kString token's text is the unescaped literal.
@@ -41,7 +42,7 @@ absl::Status At(int line, int column, absl::string_view what);
 absl::StatusOr<std::vector<Piece>> Split(absl::string_view src);
 
 // The tokens of an output or statement piece, ending with one kEnd token; positions are the
-// template's. String literals are unescaped (\n \t \r \\ \' \"). Errors: a string never
+// template's (a tag may span lines). String literals are unescaped (\n \t \r \\ \' \"). Errors: a string never
 // closed, a character no token starts with, '**'.
 absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece);
 

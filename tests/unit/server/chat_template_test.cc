@@ -129,6 +129,12 @@ TEST(ChatTemplateTest, RefusesWhatItDoesNotSupportAtParseTimeWithThePlace) {
   } cases[] = {
       {"{% macro f() %}x{% endmacro %}", "line 1, column 1: the tag 'macro' is not supported"},
       {"a\n  {{ x | wordwrap }}", "line 2, column 10: the filter 'wordwrap' is not supported"},
+      // Positions inside a tag: after its '-' or '+', and on its later lines.
+      {"{{- x | wordwrap }}", "line 1, column 9: the filter 'wordwrap'"},
+      {"{%+ if x is divisibleby(3) %}{% endif %}", "line 1, column 10: the test 'divisibleby'"},
+      {"{{ x\n   | wordwrap }}", "line 2, column 6: the filter 'wordwrap'"},
+      {"{{ 'a\nb' ~\n\n  'c' | wordwrap }}", "line 4, column 9: the filter 'wordwrap'"},
+      {"x\n{%- if\n  y @ z %}{% endif %}", "line 3, column 5: unexpected character '@'"},
       {"{% if x is divisibleby(3) %}{% endif %}", "the test 'divisibleby' is not supported"},
       {"{% for x in y %}", "ends before its 'endfor'"},
       {"{{ x ", "'{{' is never closed"},
@@ -608,6 +614,13 @@ TEST(ChatTemplateTest, ValuesCannotNestDeeplyOrHoldThemselves) {
                    "{% endfor %}{{ (ns.l | string | length) }}",
                    Conversation()),
             "1|128");
+  // A loop over the deepest value a render may hold: its items are a level less deep, so its
+  // `loop` (which holds previtem and nextitem) stays within the bound.
+  EXPECT_EQ(Render("{% set ns = namespace(l=[]) %}{% for i in range(63) %}{% set ns.l = [ns.l, 1] %}"
+                   "{% endfor %}{% for x in ns.l %}{{ loop.index }}{{ loop.previtem | length }}"
+                   "{% endfor %}",
+                   Conversation()),
+            "10" "22");
 }
 
 // Template files must be regular and small: --chat-template /dev/zero grew memory forever and
