@@ -187,24 +187,36 @@ class GenerationSource : public HttpBodySource {
         // the request ends now, its choices cancelled in the engine.
         if (body_bytes_ > ResponseLimit()) return TooLarge(body_bytes_, /*exact=*/false);
       }
-      if (!AllFinished()) return pull;  // kWait
+      // A failed choice fails the response: it is answered now, and the choices still
+      // running are cancelled in the engine (nothing could send their output).
       for (const Choice& c : choices_) {
-        if (c.reason == FinishReason::kError) {
+        if (c.finished && c.reason == FinishReason::kError) {
           const std::string message(c.error.message().empty() ? "engine error"
                                                               : c.error.message());
-          for (Choice& r : choices_) Record(&r, FinishReasonName(r.reason));
+          for (Choice& r : choices_) {
+            if (r.finished) {
+              Record(&r, FinishReasonName(r.reason));
+            } else {
+              r.handle.Cancel();
+              Record(&r, "cancelled");
+            }
+          }
           pull.kind = HttpPull::Kind::kResponse;
           pull.response = OpenAiService::ErrorResponse(500, message);
-          End();
+          End("error");
           return pull;
         }
       }
+      if (!AllFinished()) return pull;  // kWait
       HttpResponse response;
       response.status = 200;
       response.content_type = "application/json";
       response.body = WholeResponse();
       if (response.body.size() > ResponseLimit()) return TooLarge(response.body.size(), true);
-      for (Choice& c : choices_) Record(&c, FinishReasonName(c.reason));
+      for (Choice& c : choices_) {
+        state_->metrics().AddGeneratedTokens(c.generated, Protocol::kHttp);
+        Record(&c, FinishReasonName(c.reason));
+      }
       pull.kind = HttpPull::Kind::kResponse;
       pull.response = std::move(response);
       End();
@@ -343,9 +355,13 @@ class GenerationSource : public HttpBodySource {
     return pull;
   }
 
-  void End() {
+  // The exchange's last response went out: logged with `outcome` (default: the first
+  // choice's finish reason).
+  void End(absl::string_view outcome = {}) {
     DCF_LOG(Info) << "request id=" << id_ << " protocol=http outcome="
-                  << (choices_.empty() ? "-" : FinishReasonName(choices_[0].reason))
+                  << (!outcome.empty()      ? std::string(outcome)
+                      : choices_.empty() ? std::string("-")
+                                         : FinishReasonName(choices_[0].reason))
                   << " choices=" << choices_.size() << " prompt_tokens=" << PromptTokens()
                   << " generated_tokens=" << GeneratedTokens()
                   << " total_ms=" << absl::ToDoubleMilliseconds(absl::Now() - start_);
@@ -474,8 +490,12 @@ class GenerationSource : public HttpBodySource {
     if (!c->handle.stream().TryTake(&chunk)) return;
     const int index = static_cast<int>(c - choices_.data());
     c->generated += static_cast<int>(chunk.tokens.size());
-    state_->metrics().AddGeneratedTokens(static_cast<int64_t>(chunk.tokens.size()),
-                                         Protocol::kHttp);
+    // Tokens count as sent when they are handed to the connection: streamed, in this Pull;
+    // non-streamed, with the 200 (a 400 over the size limit or a 500 sends none).
+    if (out != nullptr) {
+      state_->metrics().AddGeneratedTokens(static_cast<int64_t>(chunk.tokens.size()),
+                                           Protocol::kHttp);
+    }
     if (chunk.finished) {
       c->finished = true;
       c->reason = chunk.finish_reason;

@@ -147,6 +147,10 @@ void EngineImpl::Step() {
     }
     LeaveQueueCounters(r);
   }
+  // Before anything returns: a waiting sequence holds no penalty slot (AcquirePenaltySlot
+  // sets the slot's state only for one that has none). A step can preempt and plan no chunk
+  // (pipelined: the sequences left wait for their last token from the step in flight).
+  for (Sequence* seq : out.preempted) ReleasePenaltySlot(by_seq_.at(seq));
   if (out.empty()) {
     // Pipelined: every running sequence waits for its last token (max_len) from the step in
     // flight, which ends it.
@@ -163,7 +167,6 @@ void EngineImpl::Step() {
     return;
   }
 
-  for (Sequence* seq : out.preempted) ReleasePenaltySlot(by_seq_.at(seq));
   for (Sequence* seq : out.admitted) {
     if (absl::Status st = AcquirePenaltySlot(by_seq_.at(seq)); !st.ok()) {
       FailBackend(st);

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,9 @@ def sdk_missing():
 class HttpServer(h.Server):
     """A dcformer-server with the HTTP front on a free port."""
 
-    def __init__(self, args=(), **kw):
+    def __init__(self, args=(), model=KJV, **kw):
         self.http_port = h.free_port()
-        super().__init__(model=KJV, args=[f"--http-port={self.http_port}", *args], **kw)
+        super().__init__(model=model, args=[f"--http-port={self.http_port}", *args], **kw)
 
     def request(self, method, path, body=None, headers=None, timeout=60):
         """(status, headers dict, body bytes) of one request on a new connection."""
@@ -477,29 +478,37 @@ class OpenAiResponseLimitTest(unittest.TestCase):
             def count(outcome):
                 return server.metric("dcformer_requests_total", outcome=outcome, protocol="http")
 
+            def sent_tokens():
+                return server.metric("dcformer_generation_tokens_total", protocol="http")
+
             # Past the limit while generating: every choice is cancelled in the engine well
-            # before its 200 tokens, and each counts out_of_range.
-            tokens = server.metric("dcformer_generation_tokens_total", protocol="http")
+            # before its 200 tokens, and each counts out_of_range; no token was sent, so none
+            # counts as generated and sent.
+            tokens = sent_tokens()
             before = count("out_of_range")
             refused("/v1/completions", {"model": MODEL, "prompt": "And", "n": 16, "logprobs": 20,
                                         "max_tokens": 200, "ignore_eos": True})
             h.wait_until(engine_idle, what="no sequence or KV block left in the engine")
             self.assertEqual(count("out_of_range"), before + 16)
-            self.assertLess(server.metric("dcformer_generation_tokens_total", protocol="http")
-                            - tokens, 16 * 200 // 4)
+            self.assertEqual(sent_tokens(), tokens)
             served_normally()
+            self.assertGreater(sent_tokens(), tokens)  # a 200's tokens count
             # Chat's logprobs, the same way.
+            tokens = sent_tokens()
             refused("/v1/chat/completions", {
                 "model": MODEL, "messages": [{"role": "user", "content": "And"}], "n": 4,
                 "logprobs": True, "top_logprobs": 20, "max_tokens": 200, "ignore_eos": True})
             h.wait_until(engine_idle, what="no sequence or KV block left in the engine")
+            self.assertEqual(sent_tokens(), tokens)
             served_normally()
             # Past it only once the body is built (each choice's own text is tiny; its JSON is
-            # not): refused too, not one choice counted as finished.
+            # not): refused too, not one choice counted as finished, no token as sent.
             before, length = count("out_of_range"), count("length")
+            tokens = sent_tokens()
             refused("/v1/completions", {"model": MODEL, "prompt": "And", "n": 64, "max_tokens": 1})
             self.assertEqual(count("out_of_range"), before + 64)
             self.assertEqual(count("length"), length)
+            self.assertEqual(sent_tokens(), tokens)
             self.assertTrue(engine_idle())
             served_normally()
 
@@ -745,6 +754,60 @@ class OpenAiDrainSlowReaderTest(unittest.TestCase):
             self.assertEqual(tokens, {0: 200, 1: 200, 2: 200, 3: 200})
             self.assertEqual(server.proc.wait(timeout=30), 0, server.read_log()[-3000:])
 
+
+def poisoned_token_copy(model_dir, out_dir, token):
+    """A copy of a BF16 safetensors model whose embedding row of `token` is NaN: a prompt
+    holding it gets non-finite logits, the other sequences of its batch do not."""
+    shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
+    path = os.path.join(out_dir, "model.safetensors")
+    with open(path, "r+b") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        info = json.loads(f.read(header_len))["tok_embeddings.weight"]
+        assert info["dtype"] == "BF16", info
+        dim = info["shape"][1]
+        f.seek(8 + header_len + info["data_offsets"][0] + 2 * dim * token)
+        f.write(struct.pack("<H", 0x7FC0) * dim)
+    return out_dir
+
+
+class OpenAiFailedChoiceTest(unittest.TestCase):
+    """A non-streamed request answers its 500 as soon as one choice fails: the other choices
+    are cancelled in the engine (their output could not be sent), not run to max_tokens."""
+
+    POISON = 7
+
+    def test_one_failed_choice_ends_the_request_and_cancels_the_others(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            model = poisoned_token_copy(KJV, os.path.join(tmp, MODEL), self.POISON)
+            with HttpServer(model=model, args=["--nowarmup"]) as server:
+                def count(outcome):
+                    return server.metric("dcformer_requests_total", outcome=outcome,
+                                         protocol="http")
+
+                def engine_idle():
+                    m = server.metrics()
+                    return all(h.sum_series(m, name) == 0 for name in (
+                        "dcformer_kv_cache_blocks_used", "dcformer_num_requests_running",
+                        "dcformer_num_requests_waiting"))
+
+                before = {o: count(o) for o in ("error", "cancelled", "length")}
+                status, _, got = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": [[self.POISON, 5], [5, 6]], "max_tokens": 200,
+                    "ignore_eos": True, "temperature": 0})
+                self.assertEqual(status, 500, got)
+                self.assertIn("not finite", got["error"]["message"])
+                self.assertEqual(count("error"), before["error"] + 1)
+                self.assertEqual(count("cancelled"), before["cancelled"] + 1)
+                self.assertEqual(count("length"), before["length"])
+                # Nothing was sent: no token counts as generated and sent.
+                self.assertEqual(server.metric("dcformer_generation_tokens_total",
+                                               protocol="http"), 0)
+                h.wait_until(engine_idle, what="the cancelled choice left the engine")
+                # A prompt without the poisoned token is served.
+                status, _, got = server.post("/v1/completions", {
+                    "model": MODEL, "prompt": [5, 6], "max_tokens": 3, "ignore_eos": True})
+                self.assertEqual(status, 200, got)
+                self.assertEqual(got["usage"]["completion_tokens"], 3)
 
 if __name__ == "__main__":
     unittest.main()
