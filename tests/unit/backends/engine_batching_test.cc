@@ -9,6 +9,8 @@
 // output equal to its solo run (greedy, golden logprobs, int8 weights, penalised seeded
 // sampling against a host replay), and window layers keep their blocks bounded.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "engine/serving/engine.h"
 #include "engine/serving/sequence_runner.h"
 #include "gtest/gtest.h"
+#include "tests/testing/forwarding_backend.h"
 #include "tests/testing/golden.h"
 #include "tests/unit/backends/engine_test_util.h"
 
@@ -296,6 +299,72 @@ TEST_P(EngineBackendTest, PenalisedSeededSamplingMatchesHostReplayThroughPreempt
   }
   EXPECT_EQ(got.ids(), want);
   EXPECT_GT(engine->Stats().num_preemptions, 0);
+}
+
+// Counts the uploads of penalty state (SetPenaltyState calls).
+class PenaltyUploadCounter : public testing::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  absl::Status SetPenaltyState(int slot, absl::Span<const int32_t> prompt,
+                               absl::Span<const int32_t> generated) override {
+    uploads.fetch_add(1);
+    return ForwardingBackend::SetPenaltyState(slot, prompt, generated);
+  }
+  std::atomic<int64_t> uploads{0};
+};
+
+// A pipelined step that preempts and plans no chunk: A (older) and B decode in lockstep on
+// a 4-block pool; when A's last token is being sampled by the step in flight (nothing left
+// to compute for A) B needs its third block, which A's two still hold, so B preempts itself
+// and the step plans nothing. B must give back its penalty slot then (before 2026-12-07 it
+// kept it, and its readmission uploaded no penalty state): each admission, the first and the
+// one after the preemption, uploads, and both outputs equal their runs alone.
+TEST(EngineTest, PipelinedSelfPreemptionWithNoChunkUploadsPenaltiesAgain) {
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest r;
+    r.prompt_tokens = RandomPrompt(5 + i, 300 + i);
+    r.sampling.temperature = 0.8f;
+    r.sampling.repetition_penalty = 1.3f;
+    r.sampling.frequency_penalty = 0.2f;
+    r.sampling.seed = 11 + i;
+    r.stopping.max_new_tokens = i == 0 ? 27 : 40;  // A ends at 32 tokens (two blocks)
+    r.stopping.ignore_eos = true;
+    r.output.text = false;
+    requests.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> want;  // alone, on a pool that holds it
+  {
+    EngineOptions solo;
+    solo.kv_num_blocks = {64, 16};
+    auto engine = MakeEngine(solo);
+    for (const GenerationRequest& r : requests) {
+      auto h = engine->Enqueue(r);
+      ASSERT_TRUE(h.ok()) << h.status();
+      Collected got;
+      got.Drain(h->stream());
+      want.push_back(got.ids());
+    }
+  }
+  EngineOptions o;
+  o.watermark = 0;
+  o.kv_num_blocks = {4, 8};
+  o.pipeline_steps = PipelineSteps::kOn;
+  auto counter = std::make_unique<PenaltyUploadCounter>(LoadBackend());
+  PenaltyUploadCounter* const uploads = counter.get();
+  auto engine = Engine::Create(std::move(counter), nullptr, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto handles = (*engine)->EnqueueAll(requests);
+  ASSERT_TRUE(handles.ok()) << handles.status();
+  for (size_t i = 0; i < handles->size(); ++i) {
+    Collected got;
+    got.Drain((*handles)[i].stream());
+    EXPECT_EQ(got.ids(), want[i]) << "request " << i;
+  }
+  const EngineStats st = (*engine)->Stats();
+  EXPECT_TRUE(st.pipelining);
+  EXPECT_EQ(st.num_preemptions, 1);
+  EXPECT_EQ(uploads->uploads.load(), 2 + st.num_preemptions);
 }
 
 }  // namespace
