@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -144,8 +145,13 @@ absl::Status HttpServer::Impl::Listen() {
   port_ = acceptor_->local_endpoint().port();
   Accept();
   net::io_context* ioc = ioc_.get();
-  for (int i = 0; i < std::max(1, options_.threads); ++i) {
-    threads_.emplace_back([ioc] { ioc->run(); });
+  try {
+    for (int i = 0; i < std::max(1, options_.threads); ++i) {
+      threads_.emplace_back([ioc] { ioc->run(); });
+    }
+  } catch (const std::system_error& e) {  // a pids cgroup, RLIMIT_NPROC, no memory for a stack
+    Stop();  // joins the threads that started
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start its threads: ", e.what()));
   }
   return absl::OkStatus();
 }
@@ -328,6 +334,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   auto impl = std::make_unique<Impl>(std::move(options), std::move(router));
   if (absl::Status s = impl->Listen(); !s.ok()) {
     if (absl::IsInvalidArgument(s)) return s;
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(absl::StrCat(address, ": ", s.message()));
+    }
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", s.message()));
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));

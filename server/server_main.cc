@@ -11,8 +11,12 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <new>
+#include <system_error>
 #include <thread>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "engine/common/compute_threads.h"
@@ -36,6 +40,24 @@ constexpr absl::Duration kHardExitMargin = absl::Seconds(5);
 void OnSignal(int sig) {
   const unsigned char byte = static_cast<unsigned char>(sig);
   [[maybe_unused]] ssize_t n = write(signal_pipe[1], &byte, 1);
+}
+
+const char* SignalName(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+// Runs a start-up step, turning what the system can refuse it (a thread: a pids cgroup,
+// RLIMIT_NPROC, an address-space limit; memory) into an error, so that the process exits 1
+// with a message instead of aborting on the exception.
+template <typename Step>
+absl::Status StartUpStep(Step step) {
+  try {
+    return step();
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("the system refused a resource: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory");
+  }
 }
 
 }  // namespace
@@ -83,19 +105,22 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
+  // SIGHUP too: its default action would end the process at once, cutting every stream (a
+  // server started from a terminal gets it when the terminal closes).
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   // Static: the detached watcher below may still run while main returns.
   static absl::Notification stop;
   static std::atomic<bool> shut_down{false};  // a drain finished: the watcher stands down
   const absl::Duration hard_deadline = options->drain_timeout + kHardExitMargin;
-  std::thread([hard_deadline]() {
+  auto watch_signals = [hard_deadline]() {
     unsigned char sig = 0;
     while (read(signal_pipe[0], &sig, 1) != 1) {
     }
-    DCF_LOG(Info) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining";
+    DCF_LOG(Info) << "received " << SignalName(sig) << ": draining";
     stop.Notify();
     // A second signal while draining ends the process at once; so does a shutdown that
     // overruns the drain deadline by kHardExitMargin (a model still loading, or an engine
@@ -118,16 +143,24 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
                      << absl::FormatDuration(kHardExitMargin) << ": exiting without draining";
     }
     std::_Exit(1);
-  }).detach();
+  };
+  const absl::Status watcher = StartUpStep([&watch_signals]() {
+    std::thread(watch_signals).detach();
+    return absl::OkStatus();
+  });
+  if (!watcher.ok()) {
+    DCF_LOG(Error) << "cannot start: " << watcher.message();
+    return 1;
+  }
 
   dcf::server::DcformerServer server(*std::move(options));
   if (backend_decorator) server.SetBackendDecorator(std::move(backend_decorator));
-  if (absl::Status s = server.Start(); !s.ok()) {
+  if (absl::Status s = StartUpStep([&server] { return server.Start(); }); !s.ok()) {
     DCF_LOG(Error) << s.message();
     return 1;
   }
   if (!stop.HasBeenNotified()) {
-    if (absl::Status s = server.LoadModel(); !s.ok()) {
+    if (absl::Status s = StartUpStep([&server] { return server.LoadModel(); }); !s.ok()) {
       DCF_LOG(Error) << "cannot serve the model: " << s.message();
       server.Shutdown();
       return 1;

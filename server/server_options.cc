@@ -120,7 +120,7 @@ ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(60),
           "how often the TLS key, certificate and client CA files are re-read: replace them "
           "and new connections use the new ones, without a restart");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
-          "on SIGTERM/SIGINT, let running streams finish this long, then cancel them");
+          "on SIGTERM, SIGINT or SIGHUP, let running streams finish this long, then cancel them");
 ABSL_FLAG(absl::Duration, engine_stall_timeout, absl::Seconds(30),
           "report NOT_SERVING when the engine loop made no progress for this long");
 

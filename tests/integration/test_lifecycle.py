@@ -151,6 +151,20 @@ class LifecycleTest(unittest.TestCase):
                 self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
             self.assertEqual(server.proc.wait(timeout=60), 0)
 
+    def test_sighup_drains_like_sigterm(self):
+        # Its default action ended the process at once, cutting every stream (a server started
+        # from a terminal gets it when the terminal closes).
+        with h.Server(args=["--drain-timeout=60s"]) as server:
+            stream = server.stub(options=SMALL_WINDOW).Generate(h.ids_request(PROMPT, 120),
+                                                                timeout=120)
+            first = next(stream)
+            server.proc.send_signal(signal.SIGHUP)
+            tokens, final = h.collect(stream)
+            self.assertEqual(len(first.token_ids) + len(tokens), 120)
+            self.assertEqual(final.finish_reason, h.pb.FINISH_REASON_LENGTH)
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+            self.assertIn("received SIGHUP: draining", server.read_log())
+
     def test_exit_with_idle_connection_respects_drain_deadline(self):
         # --drain-timeout 2s, no stream, one idle client connection. gRPC's
         # own shutdown waits for every connection to close, and an idle client does not act
@@ -264,6 +278,36 @@ class LifecycleTest(unittest.TestCase):
                              timeout=60)
         self.assertEqual(out.returncode, 2)
         self.assertIn("--block-size", out.stderr)
+
+    @unittest.skipIf(h.SANITIZED, "a sanitizer's runtime needs more address space than the "
+                     "limits tried here, and aborts instead of throwing")
+    def test_startup_short_of_threads_or_memory_exits_1(self):
+        # Under an address-space limit a thread's stack cannot be mapped: std::thread threw out
+        # of the metrics listener's start and the process aborted (exit 134). Every limit from
+        # below what loading needs up to what serving needs ends in exit 1 with a message, or
+        # serves (then SIGTERM ends it with 0); some fail at a listener's threads.
+        import resource
+        outcomes, threads = [], 0
+        for mib in range(100, 701, 50):
+            limit = mib << 20
+            proc = subprocess.Popen(
+                [h.SERVER, f"--model={h.SHORT_MODEL}", "--host=127.0.0.1",
+                 f"--port={h.free_port()}", f"--metrics-port={h.free_port()}",
+                 f"--http-port={h.free_port()}", "--self-check-interval=0", "--threads=1"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env=dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive"),
+                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+            try:
+                out, _ = proc.communicate(timeout=3)
+            except subprocess.TimeoutExpired:  # serving
+                proc.send_signal(signal.SIGTERM)
+                out, _ = proc.communicate(timeout=60)
+            outcomes.append((mib, proc.returncode))
+            self.assertIn(proc.returncode, (0, 1), f"{mib} MiB: {out[-2000:]}")
+            if proc.returncode == 1:
+                self.assertRegex(out, r"ERROR .*\] .+", f"{mib} MiB")
+            threads += "cannot start its threads" in out
+        self.assertGreater(threads, 0, outcomes)
 
 
 if __name__ == "__main__":
