@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,15 @@ constexpr double kMetricsRequestsPerSecond = 10;
 constexpr int kOpenAiThreads = 2;
 constexpr int kOpenAiSpareConnections = 256;
 constexpr absl::Duration kOpenAiIdleTimeout = absl::Seconds(30);
+// The HTTP listeners' connection caps within the open-file limit: past its cap a listener
+// closes connections to make room, but until they are closed it may hold twice its cap, and
+// gRPC 1.51's listener dies on the first accept() that finds no descriptor (docs/API.md,
+// "Security"). So the OpenAI port keeps at most a quarter of the descriptors beyond
+// kReservedFiles (half while evicting), the metrics port a sixteenth (an eighth); the rest
+// stays for gRPC's connections, the model's files and the process.
+constexpr int kReservedFiles = 128;
+constexpr int kOpenAiFileShare = 4;
+constexpr int kMetricsFileShare = 16;
 
 // Drops gRPC's reflection plugin from a builder: linking grpc++_reflection registers it for
 // every server (a static initializer), so leaving it out takes this.
@@ -88,6 +98,28 @@ class WithoutReflection : public grpc::ServerBuilderOption {
                    plugins->end());
   }
 };
+
+// The soft open-file limit (after RaiseOpenFileLimit); INT_MAX when unknown or unlimited.
+int OpenFileLimit() {
+  rlimit limit = {};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur > static_cast<rlim_t>(std::numeric_limits<int>::max())) {
+    return std::numeric_limits<int>::max();
+  }
+  return static_cast<int>(limit.rlim_cur);
+}
+
+// `wanted` connections for a listener, at most 1/share of the descriptors beyond
+// kReservedFiles (and at least 4); logs the cap when the limit binds.
+int ConnectionCap(const char* listener, int wanted, int share) {
+  const int files = OpenFileLimit();
+  const int cap = std::max(4, (files - std::min(files, kReservedFiles)) / share);
+  if (cap >= wanted) return wanted;
+  DCF_LOG(Warning) << listener << ": at most " << cap << " connections (not " << wanted
+                   << ") within the open-file limit of " << files
+                   << " (docs/API.md, \"Security\"); past that the oldest idle one is closed";
+  return cap;
+}
 
 // The soft open-file limit raised to the hard one: a listener of gRPC 1.51 that once fails
 // accept() for lack of descriptors never accepts again (docs/API.md, "Security").
@@ -245,7 +277,8 @@ absl::Status DcformerServer::StartMetricsEndpoint() {
   http.port = options_.metrics_port;
   // A scraper needs one connection and a request every few seconds: one address gets at
   // most kMetricsConnectionsPerIp, a connection kMetricsRequestsPerSecond.
-  http.max_connections_per_ip = kMetricsConnectionsPerIp;
+  http.max_connections = ConnectionCap("metrics", http.max_connections, kMetricsFileShare);
+  http.max_connections_per_ip = std::min(kMetricsConnectionsPerIp, http.max_connections);
   http.max_requests_per_second = kMetricsRequestsPerSecond;
   http.on_connection_event = [metrics](absl::string_view event) {
     metrics->RecordHttpConnectionEvent("metrics", event);
@@ -290,9 +323,11 @@ absl::Status DcformerServer::StartOpenAiEndpoint() {
   http.host = options_.http_host;
   http.port = options_.http_port;
   http.threads = kOpenAiThreads;
-  http.max_connections = options_.max_open_streams > 0
-                             ? options_.max_open_streams + kOpenAiSpareConnections
-                             : 4096;
+  http.max_connections = ConnectionCap("http", options_.max_open_streams > 0
+                                                    ? options_.max_open_streams +
+                                                          kOpenAiSpareConnections
+                                                    : 4096,
+                                       kOpenAiFileShare);
   http.max_body_bytes = static_cast<size_t>(options_.max_receive_message_bytes);
   http.idle_timeout = kOpenAiIdleTimeout;
   http.write_timeout = options_.write_stall_timeout;

@@ -529,6 +529,37 @@ class FileDescriptorTest(unittest.TestCase):
             for s in sockets:
                 s.close()
 
+    def test_idle_http_clients_cannot_take_every_descriptor(self):
+        # Probe 4: with 1,024 descriptors, 1,000 idle keep-alive clients of the OpenAI port
+        # (whose cap, --max-open-streams + 256, lay past the limit) left none for the
+        # self-check's own socket, which then ended the process. The HTTP listeners' caps now
+        # fit the limit: idle clients are evicted, gRPC and the self-check keep theirs.
+        http_port = h.free_port()
+        server = self.start(200, 200, [f"--http-port={http_port}", "--self-check-interval=300ms"])
+        held = []
+        try:
+            for port in [http_port] * 300 + [server.metrics_port] * 100:
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" if port == http_port
+                              else b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                    s.recv(64)
+                    held.append(s)
+                except OSError:
+                    pass  # closed to make room: what the cap does
+            time.sleep(2)  # six self-checks
+            self.assertIsNone(server.proc.poll(), server.read_log()[-3000:])
+            self.assertEqual(len(h.collect(server.stub(options=OWN_CONNECTION).Generate(
+                h.ids_request(PROMPT, 2), timeout=30))[0]), 2)
+            self.assertEqual(server.check_health(), h.SERVING)
+            log = server.read_log()
+            self.assertIn("http: at most 18 connections (not 1280)", log)
+            self.assertIn("metrics: at most 4 connections (not 256)", log)
+            self.assertNotIn("self-check 1/", log)
+        finally:
+            for s in held:
+                s.close()
+
     # UndefinedBehaviorSanitizer's vptr check reads a vtable it has not cached through
     # IsAccessibleMemoryRange, which needs a pipe: in a process with no file descriptor left
     # the pipe fails and a valid virtual call is reported as "invalid vptr" (shown with a
