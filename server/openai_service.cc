@@ -647,6 +647,7 @@ std::optional<HttpResponse> OpenAiService::Admit(const HttpRequest& head) const 
   // A refused generation request counts as gRPC counts a refused Generate call.
   if (IsGenerationRequest(head)) {
     state_->metrics().RecordRequest("unauthenticated", Protocol::kHttp);
+    DCF_LOG(Info) << "request id=- protocol=http outcome=unauthenticated status=401";
   }
   return ErrorResponse(401, s.message());
 }
@@ -660,9 +661,14 @@ HttpResponse OpenAiService::DrainingResponse(const HttpRequest& head) const {
 }
 
 HttpResponse OpenAiService::Refused(const absl::Status& status) const {
-  state_->metrics().RecordRequest(GrpcCodeLabel(ToGrpcStatus(status).error_code()),
-                                  Protocol::kHttp);
-  return ErrorResponse(status);
+  const std::string outcome = GrpcCodeLabel(ToGrpcStatus(status).error_code());
+  state_->metrics().RecordRequest(outcome, Protocol::kHttp);
+  HttpResponse response = ErrorResponse(status);
+  // The line every request gets (as a refused Generate call's): no message, which may quote
+  // the request.
+  DCF_LOG(Info) << "request id=- protocol=http outcome=" << outcome
+                << " status=" << response.status;
+  return response;
 }
 
 void OpenAiService::AddRoutes(HttpRouter* router) {

@@ -304,6 +304,12 @@ class OpenAiTest(unittest.TestCase):
         status, _, body = self.server.post("/v1/completions", {
             "model": MODEL, "prompt": "a", "max_tokens": 1})
         self.assertEqual(status, 200)
+        # Each refused generation request has its log line, as a refused Generate call has
+        # (it had none, only its count), without the message (which may quote the request).
+        log = self.server.read_log()
+        self.assertIn("protocol=http outcome=invalid_argument status=400", log)
+        self.assertIn("protocol=http outcome=not_found status=404", log)
+        self.assertNotIn("gpt-4", log)
 
     def test_cache_salt_isolates_the_prefix_cache(self):
         # It was ignored over HTTP: a salted request hit the unsalted request's blocks (and a
