@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/logging.h"
 #include "engine/common/status_macros.h"
+#include "engine/tokenizer/streaming_detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/log_text.h"
@@ -305,7 +307,10 @@ class GenerationSource : public HttpBodySource {
     std::string text;          // non-streamed: the whole text
     LogprobsText logprobs;     // non-streamed, with logprobs: every token's, serialized
     int generated = 0;
-    int text_offset = 0;  // completions logprobs: characters so far (echo included)
+    // Completions logprobs: characters (code points) of the text so far, the echo included,
+    // and the tokens' text as `text` has it (an unfinished character held back).
+    int text_offset = 0;
+    std::unique_ptr<StreamingDetokenizer> offsets;
     bool started = false;  // streamed: the first event (role, echo) was sent
     bool finished = false;
     bool recorded = false;
@@ -414,8 +419,37 @@ class GenerationSource : public HttpBodySource {
     return b;
   }
 
-  // Logprobs of `tokens` in the API's shape; `offset` advances (completions' text_offset).
-  Json Logprobs(const std::vector<TokenOutput>& tokens, int* offset) const {
+  // Characters (code points) of valid UTF-8.
+  static int CodePoints(std::string_view utf8) {
+    return static_cast<int>(std::count_if(utf8.begin(), utf8.end(), [](char ch) {
+      return (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+    }));
+  }
+
+  // Completions' text_offset of `token`, the next of `c`, which then moves past it: offsets
+  // index `text` in characters (code points), as OpenAI's and vLLM's do, so the tokens of a
+  // character split across several all sit at its start. (Bytes of token text before: those
+  // of a split character each counted, and past the text's end.)
+  int NextTextOffset(int32_t token, Choice* c) const {
+    const int offset = c->text_offset;
+    const Tokenizer* tokenizer = state_->limits().tokenizer;
+    if (tokenizer == nullptr) {  // no text: the ids' placeholders
+      c->text_offset += static_cast<int>(TokenText(token).size());
+      return offset;
+    }
+    if (c->offsets == nullptr) {
+      // As the engine's text: special tokens skipped (OutputProcessor).
+      c->offsets = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
+    }
+    if (absl::StatusOr<std::string> text = c->offsets->Push(token); text.ok()) {
+      c->text_offset += CodePoints(*text);
+    }
+    return offset;
+  }
+
+  // Logprobs of `tokens` of choice `c` in the API's shape (completions: c's text_offset
+  // advances).
+  Json Logprobs(const std::vector<TokenOutput>& tokens, Choice* c) const {
     if (chat_) {
       Json content = Json::array();
       for (const TokenOutput& t : tokens) content.push_back(ChatTokenLogprobs(t));
@@ -430,8 +464,7 @@ class GenerationSource : public HttpBodySource {
       out["tokens"].push_back(s);
       out["token_logprobs"].push_back(t.logprob);
       out["top_logprobs"].push_back(CompletionTopLogprobs(t));
-      out["text_offset"].push_back(*offset);
-      *offset += static_cast<int>(s.size());
+      out["text_offset"].push_back(NextTextOffset(t.token, c));
     }
     return out;
   }
@@ -469,8 +502,7 @@ class GenerationSource : public HttpBodySource {
       append(s, &lp.tokens);
       append(t.logprob, &lp.token_logprobs);
       append(CompletionTopLogprobs(t), &lp.top_logprobs);
-      append(c->text_offset, &lp.text_offset);
-      c->text_offset += static_cast<int>(s.size());
+      append(NextTextOffset(t.token, c), &lp.text_offset);
     }
   }
 
@@ -509,7 +541,7 @@ class GenerationSource : public HttpBodySource {
       const size_t before = c->text.size() + c->logprobs.size();
       if (!c->started && request_.echo) {
         c->text = echo;
-        c->text_offset = static_cast<int>(echo.size());
+        c->text_offset = CodePoints(echo);
       }
       c->started = true;
       c->text += chunk.text;
@@ -532,7 +564,7 @@ class GenerationSource : public HttpBodySource {
     std::string text = chunk.text;
     if (!c->started && !chat_ && request_.echo) {
       text = echo + text;
-      c->text_offset = static_cast<int>(echo.size());
+      c->text_offset = CodePoints(echo);
     }
     Json choice = {{"index", index}};
     if (chat_) {
@@ -545,7 +577,7 @@ class GenerationSource : public HttpBodySource {
     }
     const bool has_content = !text.empty() || !chunk.tokens.empty() || !c->started;
     choice["logprobs"] = request_.logprobs && !chunk.tokens.empty()
-                             ? Logprobs(chunk.tokens, &c->text_offset)
+                             ? Logprobs(chunk.tokens, c)
                              : Json(nullptr);
     choice["finish_reason"] =
         chunk.finished ? Json(OpenAiFinishReason(chunk.finish_reason)) : Json(nullptr);

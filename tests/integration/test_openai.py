@@ -815,5 +815,82 @@ class OpenAiFailedChoiceTest(unittest.TestCase):
                 self.assertEqual(status, 200, got)
                 self.assertEqual(got["usage"]["completion_tokens"], 3)
 
+def gpt2_byte_chars():
+    """GPT-2's byte-level BPE alphabet: the vocabulary string of each byte."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
+        list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+class OpenAiTextOffsetTest(unittest.TestCase):
+    """Completions' text_offset indexes `text` in characters, as OpenAI's and vLLM's do, also
+    when a character comes one byte token at a time: those tokens all sit at its start. (The
+    offsets counted token bytes: the bytes of a split character each, and ran past the end.)"""
+
+    def test_offsets_of_characters_split_across_tokens(self):
+        prompt = [11, 12, 13]
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "split")
+            subprocess.run([os.path.join(h.BIN_DIR, "dcformer-make-model"), "--out", model,
+                            "--vocab", "4096", "--context", "256", "--dim", "64", "--n-layer",
+                            "2", "--n-head", "4", "--ffn", "128", "--window", "64", "--seed",
+                            "3"], check=True, capture_output=True)
+            out = subprocess.run([os.path.join(h.BIN_DIR, "dcformer-generate"), "--model", model,
+                                  "--backend", "cpu", "--prompt-ids",
+                                  ",".join(map(str, prompt)), "--max-new-tokens", "10", "--json"],
+                                 check=True, capture_output=True, text=True).stdout
+            ids = json.loads(out)["tokens"]
+            # The tokenizer's vocabulary permuted so that the first 7 tokens the model picks
+            # greedily are the bytes of "😀中", one byte token each.
+            with open(os.path.join(KJV, "tokenizer.json")) as f:
+                tok = json.load(f)
+            vocab = tok["model"]["vocab"]
+            by_id = {i: s for s, i in vocab.items()}
+            chars = gpt2_byte_chars()
+            split = "😀中".encode()
+            byte_ids = [vocab[chars[b]] for b in split]
+            self.assertEqual(len(set(ids[:7]) | set(byte_ids)), 14, (ids, byte_ids))
+            for picked, wanted in zip(ids[:7], byte_ids):
+                a, b = by_id[picked], by_id[wanted]
+                vocab[a], vocab[b] = wanted, picked
+                by_id[picked], by_id[wanted] = b, a
+            with open(os.path.join(model, "tokenizer.json"), "w") as f:
+                json.dump(tok, f)
+            decode = {c: b for b, c in chars.items()}
+            token_bytes = [bytes(decode[c] for c in by_id[i]) for i in ids]
+            with HttpServer(model=model) as server:
+                for stream in (False, True):
+                    body = {"model": "split", "prompt": prompt, "max_tokens": len(ids),
+                            "temperature": 0, "logprobs": 0, "stream": stream,
+                            "ignore_eos": True}
+                    if stream:
+                        status, _, raw = server.request("POST", "/v1/completions", body)
+                        events = [json.loads(line[6:]) for line in raw.decode()
+                                  .split("\n") if line.startswith("data: {")]
+                        text = "".join(e["choices"][0]["text"] for e in events)
+                        offsets = [o for e in events if e["choices"][0]["logprobs"]
+                                   for o in e["choices"][0]["logprobs"]["text_offset"]]
+                    else:
+                        status, _, got = server.post("/v1/completions", body)
+                        text = got["choices"][0]["text"]
+                        offsets = got["choices"][0]["logprobs"]["text_offset"]
+                    self.assertEqual(status, 200)
+                    self.assertTrue(text.startswith("😀中"), text)
+                    # Each token at the characters before it that are complete.
+                    want = [len(b"".join(token_bytes[:i]).decode("utf-8", errors="ignore"))
+                            for i in range(len(ids))]
+                    self.assertEqual(offsets, want, (stream, text))
+                    self.assertEqual(offsets[:8], [0, 0, 0, 0, 1, 1, 1, 2])
+                    self.assertTrue(all(o <= len(text) for o in offsets), (offsets, text))
+                    self.assertTrue(text[offsets[7]:].startswith(
+                        token_bytes[7].decode("utf-8")), (offsets, text))
+
 if __name__ == "__main__":
     unittest.main()
