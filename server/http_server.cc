@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <new>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +153,9 @@ absl::Status HttpServer::Impl::Listen() {
   } catch (const std::system_error& e) {  // a pids cgroup, RLIMIT_NPROC, no memory for a stack
     Stop();  // joins the threads that started
     return absl::ResourceExhaustedError(absl::StrCat("cannot start its threads: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    Stop();
+    return absl::ResourceExhaustedError("cannot start its threads: out of memory");
   }
   return absl::OkStatus();
 }

@@ -307,8 +307,8 @@ class GenerationSource : public HttpBodySource {
     std::string text;          // non-streamed: the whole text
     LogprobsText logprobs;     // non-streamed, with logprobs: every token's, serialized
     int generated = 0;
-    // Completions logprobs: characters (code points) of the text so far, the echo included,
-    // and the tokens' text as `text` has it (an unfinished character held back).
+    // Completions logprobs: characters (code points) of the text so far, and the tokens'
+    // text as `text` has it (an unfinished character held back).
     int text_offset = 0;
     std::unique_ptr<StreamingDetokenizer> offsets;
     bool started = false;  // streamed: the first event (role, echo) was sent

@@ -46,6 +46,14 @@ const char* SignalName(int sig) {
   return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
+// A start that failed: exit 1 at once. Nothing was served, so there is nothing to drain, and
+// an orderly shutdown of what did start (gRPC's) can wait for ever for a thread that a
+// resource limit, the cause of the failure, refuses it.
+[[noreturn]] void ExitFailedStart() {
+  std::fflush(nullptr);
+  std::_Exit(1);
+}
+
 // Runs a start-up step, turning what the system can refuse it (a thread: a pids cgroup,
 // RLIMIT_NPROC, an address-space limit; memory) into an error, so that the process exits 1
 // with a message instead of aborting on the exception.
@@ -106,10 +114,14 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   // SIGHUP too: its default action would end the process at once, cutting every stream (a
-  // server started from a terminal gets it when the terminal closes).
+  // server started from a terminal gets it when the terminal closes), unless it came in
+  // ignored (nohup, a supervisor): then it stays ignored.
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGHUP, &action, nullptr);
+  struct sigaction hangup = {};
+  if (sigaction(SIGHUP, nullptr, &hangup) == 0 && hangup.sa_handler != SIG_IGN) {
+    sigaction(SIGHUP, &action, nullptr);
+  }
   signal(SIGPIPE, SIG_IGN);
 
   // Static: the detached watcher below may still run while main returns.
@@ -122,7 +134,8 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
     }
     DCF_LOG(Info) << "received " << SignalName(sig) << ": draining";
     stop.Notify();
-    // A second signal while draining ends the process at once; so does a shutdown that
+    // A second SIGTERM or SIGINT while draining ends the process at once (not a SIGHUP: a
+    // closing terminal sends two, from the shell and from the kernel); so does a shutdown that
     // overruns the drain deadline by kHardExitMargin (a model still loading, or an engine
     // step that never returns, e.g. a hung device): the orchestrator's kill would come next.
     const absl::Time give_up = absl::Now() + hard_deadline;
@@ -133,7 +146,8 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
       // +1: never 0 ms while time is left; the cap also covers --drain-timeout=inf.
       const int64_t ms = std::min<int64_t>(absl::ToInt64Milliseconds(left), 1 << 30) + 1;
       // EINTR (a handler ran on this thread) polls again for the time left.
-      second_signal = poll(&p, 1, static_cast<int>(ms)) > 0 && read(signal_pipe[0], &sig, 1) == 1;
+      second_signal = poll(&p, 1, static_cast<int>(ms)) > 0 &&
+                      read(signal_pipe[0], &sig, 1) == 1 && sig != SIGHUP;
     }
     if (shut_down.load()) return;  // the process is exiting 0 on its own
     if (second_signal) {
@@ -157,13 +171,12 @@ int ServerMain(int argc, char** argv, BackendDecorator backend_decorator) {
   if (backend_decorator) server.SetBackendDecorator(std::move(backend_decorator));
   if (absl::Status s = StartUpStep([&server] { return server.Start(); }); !s.ok()) {
     DCF_LOG(Error) << s.message();
-    return 1;
+    ExitFailedStart();
   }
   if (!stop.HasBeenNotified()) {
     if (absl::Status s = StartUpStep([&server] { return server.LoadModel(); }); !s.ok()) {
       DCF_LOG(Error) << "cannot serve the model: " << s.message();
-      server.Shutdown();
-      return 1;
+      ExitFailedStart();
     }
   }
   const absl::Status watched = server.Watch(&stop);
