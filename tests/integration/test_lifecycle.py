@@ -156,7 +156,13 @@ class LifecycleTest(unittest.TestCase):
         # Its default action ended the process at once, cutting every stream (a server started
         # from a terminal gets it when the terminal closes, twice: from the shell and from the
         # kernel, so a second SIGHUP must not end the drain as a second SIGTERM does).
-        with h.Server(args=["--drain-timeout=60s"]) as server:
+        # The server inherits SIGHUP's disposition: the default, whatever this runner has.
+        previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        try:
+            server = h.Server(args=["--drain-timeout=60s"]).__enter__()
+        finally:
+            signal.signal(signal.SIGHUP, previous)
+        try:
             stream = server.stub(options=SMALL_WINDOW).Generate(h.ids_request(PROMPT, 120),
                                                                 timeout=120)
             first = next(stream)
@@ -170,6 +176,8 @@ class LifecycleTest(unittest.TestCase):
             log = server.read_log()
             self.assertIn("received SIGHUP: draining", log)
             self.assertNotIn("second signal", log)
+        finally:
+            server.__exit__(None, None, None)
 
     def test_sighup_ignored_at_start_stays_ignored(self):
         # nohup (or a supervisor) starts the server with SIGHUP ignored: it must outlive the
