@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/logging.h"
+#include "engine/common/utf8.h"
 #include "engine/common/status_macros.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -428,8 +429,9 @@ class GenerationSource : public HttpBodySource {
 
   // Completions' text_offset of `token`, the next of `c`, which then moves past it: offsets
   // index `text` in characters (code points), as OpenAI's and vLLM's do, so the tokens of a
-  // character split across several all sit at its start. (Bytes of token text before: those
-  // of a split character each counted, and past the text's end.)
+  // character split across several all sit at its start, and a token after bytes that never
+  // became a character sits after their U+FFFD. (Bytes of token text before: those of a split
+  // character each counted, and past the text's end.)
   int NextTextOffset(int32_t token, Choice* c) const {
     const int offset = c->text_offset;
     const Tokenizer* tokenizer = state_->limits().tokenizer;
@@ -441,10 +443,17 @@ class GenerationSource : public HttpBodySource {
       // As the engine's text: special tokens skipped (OutputProcessor).
       c->offsets = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
     }
-    if (absl::StatusOr<std::string> text = c->offsets->Push(token); text.ok()) {
-      c->text_offset += CodePoints(*text);
-    }
-    return offset;
+    absl::StatusOr<std::string> text = c->offsets->Push(token);
+    if (!text.ok()) return offset;
+    const int added = CodePoints(*text);
+    c->text_offset += added;
+    // What the token added ends with its own characters; before them may come bytes that
+    // earlier tokens left held back and this one did not complete, flushed as U+FFFD. The
+    // token starts where its own characters do (at the start of what it added when it
+    // completes a held-back character, and where the text is when it adds nothing).
+    std::string alone;
+    AppendUtf8Lossy(TokenText(token), &alone, /*hold_incomplete_tail=*/true);
+    return offset + std::max(0, added - CodePoints(alone));
   }
 
   // Logprobs of `tokens` of choice `c` in the API's shape (completions: c's text_offset

@@ -831,8 +831,9 @@ def gpt2_byte_chars():
 
 class OpenAiTextOffsetTest(unittest.TestCase):
     """Completions' text_offset indexes `text` in characters, as OpenAI's and vLLM's do, also
-    when a character comes one byte token at a time: those tokens all sit at its start. (The
-    offsets counted token bytes: the bytes of a split character each, and ran past the end.)"""
+    when a character comes one byte token at a time (those tokens all sit at its start) or
+    bytes never become one (the next token sits after their U+FFFD). (The offsets counted
+    token bytes: the bytes of a split character each, and ran past the end.)"""
 
     def test_offsets_of_characters_split_across_tokens(self):
         prompt = [11, 12, 13]
@@ -847,50 +848,68 @@ class OpenAiTextOffsetTest(unittest.TestCase):
                                   ",".join(map(str, prompt)), "--max-new-tokens", "10", "--json"],
                                  check=True, capture_output=True, text=True).stdout
             ids = json.loads(out)["tokens"]
-            # The tokenizer's vocabulary permuted so that the first 7 tokens the model picks
-            # greedily are the bytes of "😀中", one byte token each.
-            with open(os.path.join(KJV, "tokenizer.json")) as f:
-                tok = json.load(f)
-            vocab = tok["model"]["vocab"]
-            by_id = {i: s for s, i in vocab.items()}
             chars = gpt2_byte_chars()
-            split = "😀中".encode()
-            byte_ids = [vocab[chars[b]] for b in split]
-            self.assertEqual(len(set(ids[:7]) | set(byte_ids)), 14, (ids, byte_ids))
-            for picked, wanted in zip(ids[:7], byte_ids):
-                a, b = by_id[picked], by_id[wanted]
-                vocab[a], vocab[b] = wanted, picked
-                by_id[picked], by_id[wanted] = b, a
-            with open(os.path.join(model, "tokenizer.json"), "w") as f:
-                json.dump(tok, f)
             decode = {c: b for b, c in chars.items()}
-            token_bytes = [bytes(decode[c] for c in by_id[i]) for i in ids]
-            with HttpServer(model=model) as server:
-                for stream in (False, True):
-                    body = {"model": "split", "prompt": prompt, "max_tokens": len(ids),
-                            "temperature": 0, "logprobs": 0, "stream": stream,
-                            "ignore_eos": True}
-                    if stream:
-                        status, _, raw = server.request("POST", "/v1/completions", body)
-                        events = [json.loads(line[6:]) for line in raw.decode()
-                                  .split("\n") if line.startswith("data: {")]
-                        text = "".join(e["choices"][0]["text"] for e in events)
-                        offsets = [o for e in events if e["choices"][0]["logprobs"]
-                                   for o in e["choices"][0]["logprobs"]["text_offset"]]
-                    else:
-                        status, _, got = server.post("/v1/completions", body)
-                        text = got["choices"][0]["text"]
-                        offsets = got["choices"][0]["logprobs"]["text_offset"]
-                    self.assertEqual(status, 200)
-                    self.assertTrue(text.startswith("😀中"), text)
-                    # Each token at the characters before it that are complete.
-                    want = [len(b"".join(token_bytes[:i]).decode("utf-8", errors="ignore"))
-                            for i in range(len(ids))]
-                    self.assertEqual(offsets, want, (stream, text))
-                    self.assertEqual(offsets[:8], [0, 0, 0, 0, 1, 1, 1, 2])
-                    self.assertTrue(all(o <= len(text) for o in offsets), (offsets, text))
-                    self.assertTrue(text[offsets[7]:].startswith(
-                        token_bytes[7].decode("utf-8")), (offsets, text))
+
+            def serve(spelled):
+                """(text, offsets) streamed and not, with the tokenizer's vocabulary permuted
+                so that the model's first greedy tokens are the bytes of `spelled`, one byte
+                token each; and every token's bytes."""
+                with open(os.path.join(KJV, "tokenizer.json")) as f:
+                    tok = json.load(f)
+                vocab = tok["model"]["vocab"]
+                by_id = {i: s for s, i in vocab.items()}
+                byte_ids = [vocab[chars[b]] for b in spelled]
+                n = len(spelled)
+                self.assertEqual(len(set(ids[:n]) | set(byte_ids)), 2 * n, (ids, byte_ids))
+                for picked, wanted in zip(ids[:n], byte_ids):
+                    a, b = by_id[picked], by_id[wanted]
+                    vocab[a], vocab[b] = wanted, picked
+                    by_id[picked], by_id[wanted] = b, a
+                with open(os.path.join(model, "tokenizer.json"), "w") as f:
+                    json.dump(tok, f)
+                token_bytes = [bytes(decode[c] for c in by_id[i]) for i in ids]
+                results = []
+                with HttpServer(model=model) as server:
+                    for stream in (False, True):
+                        body = {"model": "split", "prompt": prompt, "max_tokens": len(ids),
+                                "temperature": 0, "logprobs": 0, "stream": stream,
+                                "ignore_eos": True}
+                        if stream:
+                            status, _, raw = server.request("POST", "/v1/completions", body)
+                            events = [json.loads(line[6:]) for line in raw.decode()
+                                      .split("\n") if line.startswith("data: {")]
+                            text = "".join(e["choices"][0]["text"] for e in events)
+                            offsets = [o for e in events if e["choices"][0]["logprobs"]
+                                       for o in e["choices"][0]["logprobs"]["text_offset"]]
+                        else:
+                            status, _, got = server.post("/v1/completions", body)
+                            text = got["choices"][0]["text"]
+                            offsets = got["choices"][0]["logprobs"]["text_offset"]
+                        self.assertEqual(status, 200)
+                        results.append((text, offsets))
+                return results, token_bytes
+
+            # A character split across byte tokens.
+            results, token_bytes = serve("😀中".encode())
+            for text, offsets in results:
+                self.assertTrue(text.startswith("😀中"), text)
+                # Each token at the characters before it that are complete (all valid here).
+                want = [len(b"".join(token_bytes[:i]).decode("utf-8", errors="ignore"))
+                        for i in range(len(ids))]
+                self.assertEqual(offsets, want, text)
+                self.assertEqual(offsets[:8], [0, 0, 0, 0, 1, 1, 1, 2])
+                self.assertTrue(all(o <= len(text) for o in offsets), (offsets, text))
+                self.assertTrue(text[offsets[7]:].startswith(token_bytes[7].decode()),
+                                (offsets, text))
+            # A lead byte that never becomes a character: U+FFFD, and the next token after it.
+            results, token_bytes = serve(b"\xf0" + "中".encode())
+            for text, offsets in results:
+                self.assertTrue(text.startswith("\ufffd中"), text)
+                self.assertEqual(offsets[:5], [0, 1, 1, 1, 2], text)
+                self.assertTrue(text[offsets[4]:].startswith(token_bytes[4].decode()),
+                                (offsets, text))
+
 
 if __name__ == "__main__":
     unittest.main()
