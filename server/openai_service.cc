@@ -184,12 +184,7 @@ class GenerationSource : public HttpBodySource {
   HttpPull Pull() override {
     HttpPull pull;
     if (!request_.stream) {
-      for (Choice& c : choices_) {
-        Take(&c, nullptr);
-        // What the body holds so far is at most what it will hold: past the limit already,
-        // the request ends now, its choices cancelled in the engine.
-        if (body_bytes_ > ResponseLimit()) return TooLarge(body_bytes_, /*exact=*/false);
-      }
+      for (Choice& c : choices_) Take(&c, nullptr);
       // A failed choice fails the response: it is answered now, and the choices still
       // running are cancelled in the engine (nothing could send their output).
       for (const Choice& c : choices_) {
@@ -210,6 +205,10 @@ class GenerationSource : public HttpBodySource {
           return pull;
         }
       }
+      // What the body holds so far is at most what it will hold: past the limit already, the
+      // request ends now (after a failed choice's 500, which says more), its choices
+      // cancelled in the engine.
+      if (body_bytes_ > ResponseLimit()) return TooLarge(body_bytes_, /*exact=*/false);
       if (!AllFinished()) return pull;  // kWait
       HttpResponse response;
       response.status = 200;
