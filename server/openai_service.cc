@@ -308,7 +308,8 @@ class GenerationSource : public HttpBodySource {
     LogprobsText logprobs;     // non-streamed, with logprobs: every token's, serialized
     int generated = 0;
     // Completions logprobs: characters (code points) of the text so far, and the tokens'
-    // text as `text` has it (an unfinished character held back).
+    // text as `text` has it (an unfinished character held back). No echo comes before it:
+    // echo with logprobs is refused (openai_request.cc).
     int text_offset = 0;
     std::unique_ptr<StreamingDetokenizer> offsets;
     bool started = false;  // streamed: the first event (role, echo) was sent
@@ -426,16 +427,17 @@ class GenerationSource : public HttpBodySource {
     }));
   }
 
-  // Completions' text_offset of `token`, the next of `c`, which then moves past it: offsets
+  // Completions' text_offset of `token` (whose text is `token_text`, TokenText), the next of
+  // `c`, which then moves past it: offsets
   // index `text` in characters (code points), as OpenAI's and vLLM's do, so the tokens of a
   // character split across several all sit at its start, and a token after bytes that never
   // became a character sits after their U+FFFD. (Bytes of token text before: those of a split
   // character each counted, and past the text's end.)
-  int NextTextOffset(int32_t token, Choice* c) const {
+  int NextTextOffset(int32_t token, const std::string& token_text, Choice* c) const {
     const int offset = c->text_offset;
     const Tokenizer* tokenizer = state_->limits().tokenizer;
     if (tokenizer == nullptr) {  // no text: the ids' placeholders
-      c->text_offset += static_cast<int>(TokenText(token).size());
+      c->text_offset += static_cast<int>(token_text.size());
       return offset;
     }
     if (c->offsets == nullptr) {
@@ -451,7 +453,7 @@ class GenerationSource : public HttpBodySource {
     // token starts where its own characters do (at the start of what it added when it
     // completes a held-back character, and where the text is when it adds nothing).
     std::string alone;
-    AppendUtf8Lossy(TokenText(token), &alone, /*hold_incomplete_tail=*/true);
+    AppendUtf8Lossy(token_text, &alone, /*hold_incomplete_tail=*/true);
     return offset + std::max(0, added - CodePoints(alone));
   }
 
@@ -472,7 +474,7 @@ class GenerationSource : public HttpBodySource {
       out["tokens"].push_back(s);
       out["token_logprobs"].push_back(t.logprob);
       out["top_logprobs"].push_back(CompletionTopLogprobs(t));
-      out["text_offset"].push_back(NextTextOffset(t.token, c));
+      out["text_offset"].push_back(NextTextOffset(t.token, s, c));
     }
     return out;
   }
@@ -510,7 +512,7 @@ class GenerationSource : public HttpBodySource {
       append(s, &lp.tokens);
       append(t.logprob, &lp.token_logprobs);
       append(CompletionTopLogprobs(t), &lp.top_logprobs);
-      append(NextTextOffset(t.token, c), &lp.text_offset);
+      append(NextTextOffset(t.token, s, c), &lp.text_offset);
     }
   }
 
@@ -547,10 +549,7 @@ class GenerationSource : public HttpBodySource {
     const std::string& echo = plan_.prompt_texts[c->prompt];
     if (out == nullptr) {
       const size_t before = c->text.size() + c->logprobs.size();
-      if (!c->started && request_.echo) {
-        c->text = echo;
-        c->text_offset = CodePoints(echo);
-      }
+      if (!c->started && request_.echo) c->text = echo;
       c->started = true;
       c->text += chunk.text;
       if (request_.logprobs) AppendLogprobs(chunk.tokens, c);
@@ -570,10 +569,7 @@ class GenerationSource : public HttpBodySource {
       return;
     }
     std::string text = chunk.text;
-    if (!c->started && !chat_ && request_.echo) {
-      text = echo + text;
-      c->text_offset = CodePoints(echo);
-    }
+    if (!c->started && !chat_ && request_.echo) text = echo + text;
     Json choice = {{"index", index}};
     if (chat_) {
       Json delta = Json::object();
