@@ -1,5 +1,6 @@
 #include "server/jinja_lexer.h"
 
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -20,7 +21,9 @@ namespace {
 // that a template of n tags is split in O(size), not O(n * size)).
 class Positions {
  public:
-  explicit Positions(absl::string_view src) : src_(src) {}
+  // src[0] is at `line`, `column`.
+  explicit Positions(absl::string_view src, int line = 1, int column = 1)
+      : src_(src), line_(line), column_(column) {}
 
   // Offsets must not decrease from one call to the next.
   std::pair<int, int> At(size_t offset) {
@@ -38,7 +41,7 @@ class Positions {
  private:
   absl::string_view src_;
   size_t at_ = 0;
-  int line_ = 1, column_ = 1;
+  int line_, column_;
 };
 
 }  // namespace
@@ -112,21 +115,8 @@ absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece) {
   std::vector<Token> out;
   const std::string& s = piece.text;
   size_t i = 0;
-  // The template position of s[at] (at never decreases from one call to the next).
-  int line = piece.inner_line, column = piece.inner_column;
-  size_t seen = 0;
-  auto position = [&](size_t at, Token* t) {
-    for (; seen < at; ++seen) {
-      if (s[seen] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    t->line = line;
-    t->column = column;
-  };
+  // The template positions of s's characters (a tag may span lines).
+  Positions positions(s, piece.inner_line, piece.inner_column);
   while (i < s.size()) {
     const char c = s[i];
     if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
@@ -134,7 +124,7 @@ absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece) {
       continue;
     }
     Token t;
-    position(i, &t);
+    std::tie(t.line, t.column) = positions.At(i);
     if (absl::ascii_isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t j = i;
       while (j < s.size() && (absl::ascii_isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
@@ -196,7 +186,7 @@ absl::StatusOr<std::vector<Token>> Tokenize(const Piece& piece) {
     out.push_back(std::move(t));
   }
   Token end;
-  position(s.size(), &end);
+  std::tie(end.line, end.column) = positions.At(s.size());
   out.push_back(end);
   return out;
 }
