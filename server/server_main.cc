@@ -43,7 +43,10 @@ void OnSignal(int sig) {
 }
 
 const char* SignalName(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
+  return sig == SIGTERM  ? "SIGTERM"
+         : sig == SIGINT ? "SIGINT"
+         : sig == SIGHUP ? "SIGHUP"
+                         : "a signal";
 }
 
 // A start that failed: exit 1 at once. Nothing was served, so there is nothing to drain, and
