@@ -1,7 +1,9 @@
 """Health transitions (starting, serving, draining), graceful drain on SIGTERM, drain
 deadline and exit time, startup failures."""
+import contextlib
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -23,6 +25,22 @@ SMALL_WINDOW = [("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0
 # loaded machine). The metrics listener (Boost.Beast) stops at once: SIGTERM to exit of an
 # idle server measured 0.016-0.029 s, "shut down after" 0.002-0.005 s (civetweb took ~1.9 s).
 SHUTDOWN_MARGIN_S = 2.0
+
+
+@contextlib.contextmanager
+def server_with_sighup(disposition, **kw):
+    """A started h.Server whose process inherited `disposition` for SIGHUP (an ignored or
+    default disposition survives exec); this process's own is put back at once."""
+    server = h.Server(**kw)
+    previous = signal.signal(signal.SIGHUP, disposition)
+    try:
+        server.__enter__()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    try:
+        yield server
+    finally:
+        server.__exit__(None, None, None)
 
 
 class LifecycleTest(unittest.TestCase):
@@ -156,13 +174,8 @@ class LifecycleTest(unittest.TestCase):
         # Its default action ended the process at once, cutting every stream (a server started
         # from a terminal gets it when the terminal closes, twice: from the shell and from the
         # kernel, so a second SIGHUP must not end the drain as a second SIGTERM does).
-        # The server inherits SIGHUP's disposition: the default, whatever this runner has.
-        previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        try:
-            server = h.Server(args=["--drain-timeout=60s"]).__enter__()
-        finally:
-            signal.signal(signal.SIGHUP, previous)
-        try:
+        # The default disposition, whatever this runner has (the server inherits it).
+        with server_with_sighup(signal.SIG_DFL, args=["--drain-timeout=60s"]) as server:
             stream = server.stub(options=SMALL_WINDOW).Generate(h.ids_request(PROMPT, 120),
                                                                 timeout=120)
             first = next(stream)
@@ -176,27 +189,17 @@ class LifecycleTest(unittest.TestCase):
             log = server.read_log()
             self.assertIn("received SIGHUP: draining", log)
             self.assertNotIn("second signal", log)
-        finally:
-            server.__exit__(None, None, None)
 
     def test_sighup_ignored_at_start_stays_ignored(self):
         # nohup (or a supervisor) starts the server with SIGHUP ignored: it must outlive the
         # terminal, so the server keeps it ignored (an ignored disposition survives exec).
-        server = h.Server()
-        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        try:
-            server.__enter__()
-        finally:
-            signal.signal(signal.SIGHUP, previous)
-        try:
+        with server_with_sighup(signal.SIG_IGN) as server:
             server.proc.send_signal(signal.SIGHUP)
             tokens, _ = h.collect(server.stub().Generate(h.ids_request(PROMPT, 4), timeout=30))
             self.assertEqual(len(tokens), 4)
             self.assertIsNone(server.proc.poll())
             self.assertEqual(server.check_health(), h.SERVING)
             self.assertNotIn("received SIGHUP", server.read_log())
-        finally:
-            server.__exit__(None, None, None)
 
     def test_exit_with_idle_connection_respects_drain_deadline(self):
         # --drain-timeout 2s, no stream, one idle client connection. gRPC's
@@ -320,7 +323,6 @@ class LifecycleTest(unittest.TestCase):
         # the orderly exit could wait for ever in gRPC's shutdown. Whatever step a limit stops
         # (it varies with the libraries, ASLR and the stack limit), the process exits 1 at once
         # with a message, or serves (then SIGTERM ends it with 0).
-        import resource
         outcomes = []
         for mib in range(100, 701, 50):
             limit = mib << 20
